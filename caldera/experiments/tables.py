@@ -1,0 +1,138 @@
+"""Paper tables with this run's measurements beside the paper's numbers (Markdown, LaTeX, CSV).
+
+Reads only small JSON results (``results/<run>/eval/<variant>/{ppl_wiki,ppl_c4,zeroshot}.json`` and
+``results/<run>/compressed/<variant>/summary.json``), so restyling never recomputes. Average bits are
+computed with the App. E.5 formula from the stand-in's shapes and the mapped rank — never copied.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from caldera.bits import MODEL_SHAPES, average_bits
+from caldera.experiments.plan import table_rows
+
+TASK_COLUMNS = {  # paper column -> (our task, metric for tables 1–2: acc; Mistral table: as its header says)
+    "wino_acc": ("caldera_winogrande", "acc"),
+    "rte_acc": ("caldera_rte", "acc"),
+    "piqa_acc": ("caldera_piqa", "acc"),
+    "arce_acc": ("caldera_arc_easy", "acc"),
+    "arcc_acc": ("caldera_arc_challenge", "acc"),
+}
+ACC_NORM_TABLES = {"table7_mistral": {"piqa_acc", "arce_acc", "arcc_acc"}}
+
+
+def _load(path: Path) -> Any:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def measured_row(results_dir: Path, config: dict[str, Any], table: str, row: dict[str, Any]) -> dict[str, Any]:
+    v = row["variant"]
+    out: dict[str, Any] = {}
+    if v is None:
+        return out
+    stand = config["models"][v.model]
+    if v.method == "dense":
+        out["avg_bits"] = None
+    elif v.method in ("caldera", "quip#-lr", "quip#"):
+        out["avg_bits"] = average_bits(MODEL_SHAPES[stand["shapes"]], 2, v.b_lr or 16, v.rank)
+    else:
+        s = _load(results_dir / "compressed" / v.id / "summary.json")
+        out["avg_bits"] = (s or {}).get("bits", {}).get("avg_bits_formula")
+    for corpus in ("wiki", "c4"):
+        r = _load(results_dir / "eval" / v.id / f"ppl_{corpus}.json")
+        out[f"{corpus}_ppl"] = None if r is None else r["ppl"]
+    zs = _load(results_dir / "eval" / v.id / "zeroshot.json")
+    for col, (task, metric) in TASK_COLUMNS.items():
+        if col in ACC_NORM_TABLES.get(table, ()):
+            metric = "acc_norm"
+        t = None if zs is None else zs["results"]["tasks"].get(task)
+        out[col] = None if t is None or metric not in t else (100 * t[metric], 100 * (t.get(f"{metric}_stderr") or 0))
+    return out
+
+
+def _fmt(x: Any, nd: int = 2) -> str:
+    if x is None or x == "":
+        return "—"
+    if isinstance(x, tuple):
+        return f"{x[0]:.1f} ± {x[1]:.1f}"
+    if isinstance(x, float):
+        return f"{x:.{nd}f}"
+    return str(x)
+
+
+def build_table(results_dir: str | os.PathLike, config: dict[str, Any], table: str) -> dict[str, Any]:
+    results_dir = Path(results_dir)
+    cols = ["avg_bits", "wiki2_ppl", "c4_ppl", *TASK_COLUMNS]
+    rows = []
+    for row in table_rows(config, table):
+        ref, v = row["ref"], row["variant"]
+        meas = measured_row(results_dir, config, table, row)
+        meas["wiki2_ppl"] = meas.pop("wiki_ppl", None)
+        label = (ref["method_printed"] if ref else f"{row['label']} (ours only)")
+        rows.append({
+            "method": label,
+            "paper_model": ref["model"] if ref else "—",
+            "stand_in": config["models"][v.model]["label"] if v else "not run here",
+            "paper_rank": ref["rank"] if ref else "—",
+            "rank": v.rank if v else "—",
+            "b_lr": (ref or {}).get("b_lr") or "—",
+            "variant": v.id if v else None,
+            "paper": {c: (ref or {}).get(c) for c in cols},
+            "ours": {c: meas.get(c) for c in cols},
+        })
+    return {"table": table, "columns": cols, "rows": rows}
+
+
+def render(tab: dict[str, Any], caption: str) -> tuple[str, str, str]:
+    cols = tab["columns"]
+    head = ["Method", "Paper model → stand-in", "Rank (paper → ours)", "B_LR"] + [f"{c} (paper / ours)" for c in cols]
+    md = [f"**{caption}**", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    tex = ["\\begin{tabular}{" + "l" * len(head) + "}", "\\toprule",
+           " & ".join(h.replace("_", "\\_").replace("→", "$\\to$") for h in head) + " \\\\", "\\midrule"]
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["method", "paper_model", "stand_in", "paper_rank", "rank", "b_lr"]
+               + [f"{c}_{s}" for c in cols for s in ("paper", "ours")])
+    for r in tab["rows"]:
+        cells = [r["method"], f"{r['paper_model']} → {r['stand_in']}", f"{r['paper_rank']} → {r['rank']}",
+                 str(r["b_lr"])]
+        cells += [f"{_fmt(r['paper'][c])} / {_fmt(r['ours'][c])}" for c in cols]
+        md.append("| " + " | ".join(cells) + " |")
+        tex.append(" & ".join(c.replace("#", "\\#").replace("±", "$\\pm$").replace("→", "$\\to$").replace("_", "\\_")
+                              for c in cells) + " \\\\")
+        ours = []
+        for c in cols:
+            o = r["ours"][c]
+            ours.append(o[0] if isinstance(o, tuple) else o)
+        w.writerow([r["method"], r["paper_model"], r["stand_in"], r["paper_rank"], r["rank"], r["b_lr"]]
+                   + [x for c, o in zip(cols, ours) for x in (r["paper"][c], o)])
+    tex += ["\\bottomrule", "\\end{tabular}"]
+    return "\n".join(md) + "\n", "\n".join(tex) + "\n", buf.getvalue()
+
+
+def write_table(results_dir: str, config: dict[str, Any], table: str, out_md: str, out_tex: str, out_csv: str,
+                out_json: str) -> dict[str, Any]:
+    from caldera.experiments.steps import write_json
+
+    tab = build_table(results_dir, config, table)
+    stand = sorted({r["stand_in"] for r in tab["rows"] if r["stand_in"] != "not run here"})
+    caption = (f"{table}: paper numbers beside this run ({config['name']} config). Stand-in model(s): "
+               f"{', '.join(stand)}; each paper rank is mapped to the stand-in rank with the closest average bits "
+               f"(App. E.5). Accuracies in % ± lm-eval stderr; zero-shot limit per task: "
+               f"{config['eval']['zeroshot'].get('limit')}; perplexity corpora: "
+               + ", ".join(f"{k}={v['source']}" for k, v in config["eval"]["ppl"].items()) + ".")
+    md, tex, csvtext = render(tab, caption)
+    for path, text in ((out_md, md), (out_tex, tex), (out_csv, csvtext)):
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_name(p.name + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, p)
+    write_json(out_json, {**tab, "caption": caption})
+    return tab

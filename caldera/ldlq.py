@@ -1,0 +1,160 @@
+"""BlockLDLQ (QuIP / QuIP#), the Q update of Algorithm 1 (line 3, eq. 3 of the paper).
+
+With ``H = L D Lᵀ`` from :func:`caldera.ldl.block_ldl` (L unit block-lower-triangular, blocks of g = 8
+columns), blocks are quantized from the last to the first (QuIP#'s order)::
+
+    Ŵ_k = Q(W_k + (W_{>k} − Ŵ_{>k}) L_{>k,k})
+
+so that ``W − Ŵ = ε L⁻¹`` and ``tr((W − Ŵ) H (W − Ŵ)ᵀ) = Σ_k tr(ε_k D_k ε_kᵀ)`` (quip-sharp.md §2).
+The paper's column-wise form (eq. 3: ``Q = Q(W + (W − Q)M)``, ``mH = (M + I) D (M + I)ᵀ``, first column
+first) is the same recurrence on the block-reversed problem (``order="forward"``).
+
+Feedback from finished column chunks is applied lazily, one matmul per 128-column chunk (as GPTQ's
+buffered update), so the sequential Python work is one small matmul and one quantizer call per block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from caldera.ldl import block_ldl
+from caldera.quantizers.base import Quantizer, rms
+
+LDL_BLOCK = 8
+
+
+@dataclass(frozen=True)
+class QuantizedBackbone:
+    """Q = scale · quantizer.dequantize(codes). Q: (n, d) float32; codes: (n, d // block_size)."""
+
+    Q: Tensor
+    codes: Tensor
+    scale: Tensor
+
+
+def _check_block(quantizer: Quantizer, d: int) -> None:
+    if LDL_BLOCK % quantizer.block_size != 0:
+        raise ValueError(f"quantizer block size {quantizer.block_size} must divide the LDL block {LDL_BLOCK}")
+    if d % LDL_BLOCK != 0:
+        raise ValueError(f"W has {d} columns; BlockLDLQ needs a multiple of {LDL_BLOCK} (pad the layer)")
+
+
+def block_ldlq(W: Tensor, L: Tensor, quantizer: Quantizer, buffer: int = 128) -> tuple[Tensor, Tensor]:
+    """BlockLDLQ in reverse block order, in codebook units.
+
+    Args:
+        W: (n, d) float32 in codebook units (already divided by the scale).
+        L: (d, d) unit block-lower-triangular factor of H (``block_ldl``).
+        quantizer: any :class:`Quantizer` whose block size divides 8.
+        buffer: columns per lazily-updated chunk (a multiple of 8).
+    Returns:
+        W_hat: (n, d) float32 codewords; codes: (n, d // quantizer.block_size).
+    """
+    n, d = W.shape
+    _check_block(quantizer, d)
+    g = LDL_BLOCK
+    buffer = max(g, buffer - buffer % g)
+    W = W.float()
+    L = L.to(torch.float32)
+    delta = torch.zeros_like(W)  # W − Ŵ for finished blocks
+    W_hat = torch.empty_like(W)
+    codes: list[Tensor | None] = [None] * (d // g)
+    for cs in reversed(range(0, d, buffer)):
+        ce = min(cs + buffer, d)
+        Wc = W[:, cs:ce].clone()
+        if ce < d:
+            Wc += delta[:, ce:] @ L[ce:, cs:ce]
+        for bs in reversed(range(cs, ce, g)):
+            be = bs + g
+            x = Wc[:, bs - cs : be - cs]
+            if be < ce:
+                x = x + delta[:, be:ce] @ L[be:ce, bs:be]
+            c = quantizer.quantize(x)
+            q = quantizer.dequantize(c)
+            W_hat[:, bs:be] = q
+            delta[:, bs:be] = W[:, bs:be] - q
+            codes[bs // g] = c
+    return W_hat, torch.cat(codes, dim=1)  # type: ignore[arg-type]
+
+
+def greedy_refine(
+    W: Tensor, W_hat: Tensor, codes: Tensor, H: Tensor, quantizer: Quantizer, passes: int
+) -> tuple[Tensor, Tensor]:
+    """QuIP#'s greedy block-coordinate-descent passes (``quip_tune_iters``), reverse block order.
+
+    Each block moves to ``Q(Ŵ_k + ((W − Ŵ) H)_{:,k} H_kk⁻¹)``, the quantized minimizer of the proxy loss in
+    that block with the others fixed. Shapes: W, W_hat (n, d); codes (n, d // block_size); H (d, d).
+    """
+    if passes == 0:
+        return W_hat, codes
+    g = LDL_BLOCK
+    d = W.shape[1]
+    per = g // quantizer.block_size
+    H = H.to(torch.float32)
+    W_hat = W_hat.clone()
+    codes = codes.clone()
+    G = (W - W_hat) @ H  # gradient-like residual (W − Ŵ) H, kept up to date
+    nb = d // g
+    Hkk_inv = torch.linalg.inv(H.reshape(nb, g, nb, g).diagonal(dim1=0, dim2=2).permute(2, 0, 1))
+    for _ in range(passes):
+        for k in reversed(range(nb)):
+            s = slice(k * g, (k + 1) * g)
+            c = quantizer.quantize(W_hat[:, s] + G[:, s] @ Hkk_inv[k])
+            q = quantizer.dequantize(c)
+            dq = q - W_hat[:, s]
+            if bool(dq.any()):
+                G -= dq @ H[s, :]
+                W_hat[:, s] = q
+                codes[:, k * per : (k + 1) * per] = c
+    return W_hat, codes
+
+
+def _reverse_blocks(d: int) -> Tensor:
+    return torch.arange(d).reshape(d // LDL_BLOCK, LDL_BLOCK).flip(0).reshape(-1)
+
+
+def ldlq_quantize(
+    A: Tensor,
+    H: Tensor,
+    quantizer: Quantizer,
+    *,
+    order: str = "reverse",
+    refine_passes: int = 0,
+    ldl: tuple[Tensor, Tensor] | None = None,
+) -> QuantizedBackbone:
+    """Quantize A (n, d) against the proxy loss of H (d, d, positive definite) with BlockLDLQ.
+
+    The scale is ``rms(A) / quantizer.opt_scale`` (codebook RMS 1.03 for E8P). ``ldl`` may pass a
+    precomputed ``block_ldl(H)`` (only valid for ``order="reverse"``) so that matrices sharing a Hessian,
+    and outer iterations with an unchanged H, factor it once.
+    """
+    n, d = A.shape
+    _check_block(quantizer, d)
+    scale = rms(A) / quantizer.opt_scale
+    X = A.float() / scale
+    if order == "forward":
+        perm = _reverse_blocks(d)  # block reversal is an involution: it is its own inverse
+        Hp = H[perm][:, perm]
+        L, _ = block_ldl(Hp, LDL_BLOCK)
+        W_hat, codes = block_ldlq(X[:, perm], L, quantizer)
+        W_hat, codes = greedy_refine(X[:, perm], W_hat, codes, Hp, quantizer, refine_passes)
+        W_hat = W_hat[:, perm]
+        codes = codes.reshape(n, d // LDL_BLOCK, -1).flip(1).reshape(n, -1)
+    elif order == "reverse":
+        L, _ = ldl if ldl is not None else block_ldl(H, LDL_BLOCK)
+        W_hat, codes = block_ldlq(X, L, quantizer)
+        W_hat, codes = greedy_refine(X, W_hat, codes, H, quantizer, refine_passes)
+    else:
+        raise ValueError(f"order={order!r}; accepted: 'reverse' (QuIP#) or 'forward' (paper eq. 3)")
+    return QuantizedBackbone(W_hat * scale, codes, scale)
+
+
+def nearest_quantize(A: Tensor, quantizer: Quantizer) -> QuantizedBackbone:
+    """Direct nearest-codeword rounding of A / scale (the "No LDLQ" ablation of App. G.1)."""
+    quantizer.check_shape(A, "A")
+    scale = rms(A) / quantizer.opt_scale
+    codes = quantizer.quantize(A.float() / scale)
+    return QuantizedBackbone(quantizer.dequantize(codes) * scale, codes, scale)

@@ -1,0 +1,132 @@
+"""LPLRFactorize (Algorithm 2): calibration-aware low-precision low-rank factorization A ≈ L R.
+
+Minimizes ``‖(LR − A)Xᵀ‖_F² = ‖(LR − A) H^{1/2}‖_F²`` over quantized L (n, k) and R (k, d):
+
+* lines 2–4: rank-constrained-regression initialization (App. C.4 form, H positive definite), then
+  ``R_0 = Q_R(R̂)`` and ``L_0 = Q_L(argmin_Z ‖(Z R_0 − A)Xᵀ‖)``;
+* lines 7–14: ``R_{i+1} = Q_R(L_i† A H H†)`` and ``L_{i+1} = Q_L(A H R_iᵀ (R_i H R_iᵀ)⁻¹)`` (App. C.1), both
+  from iterate i as Alg. 2 writes them (``sweep="jacobi"``), or L from R_i then R from the new L
+  (``sweep="alternating"``, the authors' code); the best iterate is returned (line 11).
+
+Work is shared: with ``Y = A H^{1/2}`` and ``P = R H^{1/2}`` the error is
+``tr(LᵀL · PPᵀ) − 2 tr(Lᵀ · Y Pᵀ) + ‖Y‖²`` and the same ``PPᵀ`` and ``Y Pᵀ = A H Rᵀ`` give the next L.
+16-bit factors (both ``quant_L`` and ``quant_R`` None) take the closed form with no inner loop, rounded
+to float16 (what is stored).
+
+L is quantized as Lᵀ (8-vectors run along n) and R along d, one scalar scale rms/opt_scale per factor
+(authors-code.md §2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from caldera.quantizers.base import Quantizer, ScaledCodes, dequantize_scaled, quantize_scaled
+from caldera.regression import HessianSqrt, top_k_svd
+
+
+@dataclass(frozen=True)
+class LPLRResult:
+    """Best factors. L (n, k), R (k, d) float32 (dequantized); codes of Lᵀ (k, n/b) and R (k, d/b)."""
+
+    L: Tensor
+    R: Tensor
+    L_codes: ScaledCodes | None
+    R_codes: ScaledCodes | None
+    errors: list[float] = field(default_factory=list)  # relative ‖(LR − A)Xᵀ‖/‖AXᵀ‖: init, then per iteration
+    best_iter: int = 0
+    sq_error: float = 0.0  # ‖(LR − A)Xᵀ‖² of the best iterate (H-weighted, absolute)
+
+
+class _Objective:
+    """Cached pieces of ‖(LR − A) H^{1/2}‖² for one R; float32 matmuls, float64 sums."""
+
+    def __init__(self, Y: Tensor, Hh: Tensor):
+        self.Y, self.Hh = Y, Hh
+        self.t0 = float(Y.double().pow(2).sum())
+
+    def for_R(self, R: Tensor) -> tuple[Tensor, Tensor]:
+        P = R @ self.Hh  # (k, d)
+        return P @ P.T, self.Y @ P.T  # R H Rᵀ (k, k), A H Rᵀ (n, k)
+
+    def sq_error(self, L: Tensor, G: Tensor, AHRt: Tensor) -> float:
+        t1 = float(((L.T @ L).double() * G.double()).sum())
+        t2 = float((L.double() * AHRt.double()).sum())
+        return max(t1 - 2 * t2 + self.t0, 0.0)
+
+
+def _solve_spd(G: Tensor, B: Tensor) -> Tensor:
+    """Return B G⁻¹ for symmetric PSD G (k, k), B (n, k); pseudo-inverse when G is singular."""
+    C, info = torch.linalg.cholesky_ex(G.double())
+    if int(info) == 0:
+        return torch.cholesky_solve(B.double().T, C).T.to(B.dtype)
+    return (B.double() @ torch.linalg.pinv(G.double(), hermitian=True)).to(B.dtype)
+
+
+def _quantize(q: Quantizer, x: Tensor) -> tuple[Tensor, ScaledCodes]:
+    sc = quantize_scaled(q, x)
+    return dequantize_scaled(q, sc), sc
+
+
+def lplr_factorize(
+    A: Tensor,
+    H: Tensor | HessianSqrt,
+    k: int,
+    quant_L: Quantizer | None,
+    quant_R: Quantizer | None,
+    inner_iters: int,
+    *,
+    sweep: str = "jacobi",
+    svd: str = "exact",
+    generator: torch.Generator | None = None,
+) -> LPLRResult:
+    """Algorithm 2 on A (n, d) float32 with positive-definite H (d, d) (or its :class:`HessianSqrt`)."""
+    if (quant_L is None) != (quant_R is None):
+        raise ValueError("quant_L and quant_R must both be quantizers or both None (16-bit factors)")
+    if sweep not in ("jacobi", "alternating"):
+        raise ValueError(f"sweep={sweep!r}; accepted: 'jacobi' (Alg. 2) or 'alternating' (authors)")
+    hs = H if isinstance(H, HessianSqrt) else HessianSqrt.of(H)
+    Hh, Hh_inv = hs.half.float(), hs.inv_half.float()
+    A = A.float()
+    Y = A @ Hh
+    obj = _Objective(Y, Hh)
+    Uk, Sk, Vk = top_k_svd(Y, k, method=svd, generator=generator)
+    L_hat, R_hat = Uk, (Sk[:, None] * Vk.T) @ Hh_inv  # lines 2–3 (App. C.4 closed form)
+
+    def rel(e: float) -> float:
+        return (e / obj.t0) ** 0.5 if obj.t0 > 0 else 0.0
+
+    if quant_L is None:
+        L, R = L_hat.half().float(), R_hat.half().float()
+        e = obj.sq_error(L, *obj.for_R(R))
+        return LPLRResult(L, R, None, None, [rel(e)], 0, e)
+
+    R, R_sc = _quantize(quant_R, R_hat)  # line 3
+    G, AHRt = obj.for_R(R)
+    Lt, L_sc = _quantize(quant_L, _solve_spd(G, AHRt).T)  # line 4 (L quantized as Lᵀ)
+    L = Lt.T
+    e = obj.sq_error(L, G, AHRt)
+    best = (L, R, L_sc, R_sc, e, 0)
+    errors = [rel(e)]
+    for i in range(inner_iters):
+        LtL = (L.T @ L).double()
+        if sweep == "jacobi":
+            R_new, R_sc_new = _quantize(quant_R, _solve_spd(LtL, (A.T @ L).double()).T.float())
+            Lt_new, L_sc_new = _quantize(quant_L, _solve_spd(G, AHRt).T)
+            L_new = Lt_new.T
+        else:
+            Lt_new, L_sc_new = _quantize(quant_L, _solve_spd(G, AHRt).T)
+            L_new = Lt_new.T
+            LtL_new = (L_new.T @ L_new).double()
+            R_new, R_sc_new = _quantize(quant_R, _solve_spd(LtL_new, (A.T @ L_new).double()).T.float())
+        L, R, L_sc, R_sc = L_new, R_new, L_sc_new, R_sc_new
+        G, AHRt = obj.for_R(R)
+        e = obj.sq_error(L, G, AHRt)
+        errors.append(rel(e))
+        if e < best[4]:
+            best = (L, R, L_sc, R_sc, e, i + 1)
+    L, R, L_sc, R_sc, e, it = best
+    return LPLRResult(L, R, L_sc, R_sc, errors, it, e)

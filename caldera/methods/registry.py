@@ -1,0 +1,67 @@
+"""Method registry: a compression method is a frozen config class plus a function.
+
+``fn(W, H, config, context=None) -> Decomposition`` with W (n, d), H (d, d). Register with::
+
+    @register_method("my-method", MyConfig)
+    def my_method(W, H, config, context=None): ...
+
+Every module in ``caldera/methods/`` is imported by ``caldera.methods``, so adding one file adds a method
+to the CLI, the pipeline and every table that names it in the workflow config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from caldera.decomposition import Decomposition
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str
+    config_cls: type
+    fn: Callable[..., Decomposition]
+    shares_hessian_context: bool
+
+    def make_config(self, params: dict[str, Any] | None = None) -> Any:
+        params = dict(params or {})
+        preset = params.pop("preset", None)
+        if preset is not None:
+            if not hasattr(self.config_cls, "preset"):
+                raise ValueError(f"method {self.name!r} has no presets; remove 'preset'")
+            return self.config_cls.preset(preset, **params)
+        known = {f.name for f in dataclasses.fields(self.config_cls)}
+        unknown = set(params) - known
+        if unknown:
+            raise ValueError(f"method {self.name!r}: unknown parameters {sorted(unknown)}; accepted: {sorted(known)}")
+        return self.config_cls(**params)
+
+
+_REGISTRY: dict[str, MethodSpec] = {}
+
+
+def register_method(name: str, config_cls: type, *, shares_hessian_context: bool = False):
+    def deco(fn: Callable[..., Decomposition]) -> Callable[..., Decomposition]:
+        if name in _REGISTRY:
+            raise ValueError(f"method {name!r} is already registered")
+        _REGISTRY[name] = MethodSpec(name, config_cls, fn, shares_hessian_context)
+        return fn
+
+    return deco
+
+
+def get_method(name: str) -> MethodSpec:
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown method {name!r}; registered: {sorted(_REGISTRY)}")
+    return _REGISTRY[name]
+
+
+def registered_methods() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def config_to_json(config: Any) -> str:
+    return json.dumps(dataclasses.asdict(config), sort_keys=True)

@@ -1,0 +1,29 @@
+"""Error metrics of the paper, always accumulated in float64.
+
+The data-aware error of App. G.1 is ``‖(Ŵ − W)Xᵀ‖_F / ‖WXᵀ‖_F``. With ``H = XᵀX / m`` it equals
+``sqrt(tr(ΔHΔᵀ) / tr(WHWᵀ))`` with ``Δ = Ŵ − W``, which is how it is computed here (no X needed).
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+
+def data_aware_sq_error(delta: Tensor, H: Tensor) -> float:
+    """``tr(Δ H Δᵀ)`` in float64 for Δ (n, d) and H (d, d)."""
+    D = delta.double()
+    return float(((D @ H.double()) * D).sum())
+
+
+def relative_data_aware_error(W_hat: Tensor, W: Tensor, H: Tensor) -> float:
+    """``‖(Ŵ − W)Xᵀ‖_F / ‖WXᵀ‖_F`` computed through H = XᵀX/m, float64. Shapes: (n, d), (n, d), (d, d)."""
+    if W_hat.shape != W.shape:
+        raise ValueError(f"W_hat has shape {tuple(W_hat.shape)} but W has shape {tuple(W.shape)}")
+    denom = data_aware_sq_error(W, H)
+    if denom <= 0:
+        raise ValueError("tr(W H Wᵀ) is zero: W is zero or lies in the null space of H")
+    return (data_aware_sq_error(W_hat.double() - W.double(), H) / denom) ** 0.5
+
+
+def relative_frobenius_error(W_hat: Tensor, W: Tensor) -> float:
+    return float((W_hat.double() - W.double()).norm() / W.double().norm())

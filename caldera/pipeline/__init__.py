@@ -1,0 +1,1 @@
+"""Model plumbing: offline assets, calibration/evaluation text, Hessians, compressed models."""

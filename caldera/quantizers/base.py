@@ -1,0 +1,78 @@
+"""The one quantizer interface every method in this package uses.
+
+A :class:`Quantizer` maps real vectors to integer codes and back. It works in *codebook units*: the
+caller chooses a scale (usually ``rms(x) / opt_scale``) so that the data the codebook sees has the RMS
+the codebook was designed for. :func:`quantize_scaled` / :func:`dequantize_scaled` wrap that convention
+for whole matrices (one scalar scale per matrix, as QuIP# and the CALDERA authors do).
+
+Shapes: ``x`` is ``(..., n)`` float32 with ``n % block_size == 0``; codes are ``(..., n // block_size)``
+integer tensors (the dtype is the quantizer's ``code_dtype``). ``dequantize(quantize(x))`` has ``x``'s
+shape and is float32.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+class Quantizer(ABC):
+    """Nearest-point quantizer over a fixed codebook, in codebook units.
+
+    Attributes:
+        name: registry name (``"e8p"``, ``"e8p-rvq4"``, ...).
+        block_size: weights per code (8 for the E8 lattice codebooks, 1 for scalar quantizers).
+        bits_per_weight: storage cost of a code divided by ``block_size``.
+        opt_scale: RMS of the input the codebook is tuned for (E8P: 1.03, QuIP# ``opt_scale``).
+    """
+
+    name: str = "abstract"
+    block_size: int = 1
+    bits_per_weight: float = 0.0
+    opt_scale: float = 1.0
+
+    @abstractmethod
+    def quantize(self, x: Tensor) -> Tensor:
+        """Return integer codes of the nearest codewords to ``x`` (shape ``(..., n)``)."""
+
+    @abstractmethod
+    def dequantize(self, codes: Tensor) -> Tensor:
+        """Return the float32 codewords for ``codes`` (shape ``(..., n)``)."""
+
+    def round(self, x: Tensor) -> Tensor:
+        """``dequantize(quantize(x))``; subclasses may provide a faster fused path."""
+        return self.dequantize(self.quantize(x))
+
+    def check_shape(self, x: Tensor, arg: str = "x") -> None:
+        if x.ndim == 0 or x.shape[-1] % self.block_size != 0:
+            raise ValueError(
+                f"{arg}: last dimension {tuple(x.shape)[-1:]} must be a multiple of the {self.name} block size "
+                f"{self.block_size}; pad or choose a quantizer with a smaller block"
+            )
+
+
+@dataclass(frozen=True)
+class ScaledCodes:
+    """Codes of ``x / scale`` plus the scale: ``x ≈ scale * quantizer.dequantize(codes)``."""
+
+    codes: Tensor
+    scale: Tensor  # float32 scalar (or broadcastable per-row scale)
+
+
+def rms(x: Tensor) -> Tensor:
+    """Root mean square of all entries, as a float32 scalar tensor (0 maps to 1 to avoid 0/0)."""
+    r = x.float().pow(2).mean().sqrt()
+    return torch.where(r > 0, r, torch.ones_like(r))
+
+
+def quantize_scaled(quantizer: Quantizer, x: Tensor) -> ScaledCodes:
+    """Quantize a matrix with one scalar scale ``rms(x) / opt_scale`` (QuIP#/CALDERA convention)."""
+    scale = rms(x) / quantizer.opt_scale
+    return ScaledCodes(quantizer.quantize(x / scale), scale)
+
+
+def dequantize_scaled(quantizer: Quantizer, sc: ScaledCodes) -> Tensor:
+    return quantizer.dequantize(sc.codes) * sc.scale

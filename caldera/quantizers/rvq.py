@@ -1,0 +1,175 @@
+"""Residual vector quantizers on the E8P codebook: QuIP#'s E8P12RVQ4B (4 bits) and E8P12RVQ3B (3 bits).
+
+Constants from quip-sharp.md section 1 ("E8P12RVQ4B and E8P12RVQ3B"):
+
+* 4 bits: ``opt_scale = 1.03``, ``opt_resid_scale = 3.45``. ``q1 = E8P(x)``, ``q2 = E8P(3.45·(x − q1))``,
+  ``x̂ = q1 + q2/3.45``; code ``(i1 << 16) | i2`` in int64 (32 bits per 8 weights).
+* 3 bits: ``opt_scale = 0.98``, ``opt_resid_scale = 2.04``; the second stage uses the 1-bit "E81B" codebook
+  of 256 entries — the E8 points with ‖x‖² ≤ 2 (1 + 112 + 128 = 241) plus 15 of the 16 points ±2e_i
+  (−2e_8 left out); code ``(i1 << 8) | i2`` in int32 (24 bits per 8 weights).
+
+E81B row order (ours; the reference notes do not give upstream's): row 0 is the origin; rows
+``1 + 4·p + 2·[s_i < 0] + [s_j < 0]`` are ``s_i e_i + s_j e_j`` for the ``p``-th pair ``i < j`` in
+lexicographic order; rows ``113 + b`` (``b`` = 0..127) are ``(±½)⁸`` with minus signs on the set bits of
+``b`` (coordinates 1..7) and on coordinate 8 when ``b`` has odd popcount; rows ``241 + i`` are ``+2e_{i+1}``
+(i = 0..7) and rows ``249 + i`` are ``−2e_{i+1}`` (i = 0..6).
+
+E81B search: the nearest point is the best of four families, each solved in closed form on ``|r|``
+(origin: 0; roots: the two largest ``|r_i|``; half-integer points: all signs of ``r``, flipping the smallest
+``|r_i|`` if the number of negatives is odd; ``±2e_i``: the largest ``|r_i|``, with only ``+2e_8`` on the last
+coordinate). It equals brute force over the 256 rows (checked in ``tests/quantizers/test_rvq.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+
+import torch
+from torch import Tensor
+
+from . import e8p as _e8p
+from .base import Quantizer
+from .e8p import E8P, check_codes, check_finite
+
+_E81B_CHUNK = 4080  # 8 x 4080 < 32768: single-threaded torch ops (see e8p._N12_COLS)
+_PAIRS = list(itertools.combinations(range(8), 2))
+_PAIR_LUT = torch.full((64,), -1, dtype=torch.int64)
+for _p, (_i, _j) in enumerate(_PAIRS):
+    _PAIR_LUT[8 * _i + _j] = _p
+
+
+@functools.lru_cache(maxsize=1)
+def e81b_codebook() -> Tensor:
+    """The E81B codebook, ``(256, 8)`` float32, in the row order of the module docstring."""
+    cb = torch.zeros(256, 8)
+    for p, (i, j) in enumerate(_PAIRS):
+        for sbits in range(4):
+            cb[1 + 4 * p + sbits, i] = -1.0 if sbits & 2 else 1.0
+            cb[1 + 4 * p + sbits, j] = -1.0 if sbits & 1 else 1.0
+    b = torch.arange(128)
+    bits = (b[:, None] >> torch.arange(7)) & 1
+    minus = torch.cat((bits, bits.sum(1, keepdim=True) % 2), dim=1)
+    cb[113:241] = 0.5 - minus.to(torch.float32)
+    for i in range(8):
+        cb[241 + i, i] = 2.0
+    for i in range(7):
+        cb[249 + i, i] = -2.0
+    return cb
+
+
+def _e81b_chunk(r: Tensor) -> Tensor:
+    """E81B codes (int64 ``(m,)``) for the columns of ``r`` (``(8, m)`` float32)."""
+    ar = r.abs()
+    negbyte, q = _e8p._signs_and_parity(r)
+    vals, pos = _e8p._sort_desc(ar)
+    p1, p2, p8 = pos[0].to(torch.int64), pos[1].to(torch.int64), pos[5].to(torch.int64)
+    # ±2e_i: the largest |r_i|, except that the last coordinate only offers +2e_8 (gain 4·r_8 − 4).
+    w = ar.clone()
+    w[7] = r[7]
+    kmax = ((w.view(torch.int32) & -8) | _e8p._ROW_INDEX).amax(0)  # packed keys, as in e8p._sort_desc
+    pe = (kmax & 7).to(torch.int64)
+    gains = torch.stack(
+        (
+            torch.zeros_like(vals[0]),  # origin
+            2 * (vals[0] + vals[1]) - 2,  # s_i e_i + s_j e_j on the two largest |r_i|
+            ar.sum(0) - 2 * q * vals[5] - 2,  # (±½)⁸ with the signs of r (flip the smallest if odd)
+            4 * (kmax & -8).view(torch.float32) - 4,  # ±2e_i
+        )
+    )
+    _, family = _e8p._argmax_rows(gains)
+    a, b = torch.minimum(p1, p2), torch.maximum(p1, p2)
+    root = 1 + 4 * _PAIR_LUT.index_select(0, 8 * a + b) + 2 * ((negbyte >> a) & 1) + ((negbyte >> b) & 1)
+    half = 113 + ((negbyte ^ (q.to(torch.int64) << p8)) & 127)
+    two = torch.where(pe == 7, 248, 241 + pe + 8 * ((negbyte >> pe) & 1))
+    out = torch.where(family == 1, root, torch.where(family == 2, half, two))
+    return torch.where(family == 0, 0, out)
+
+
+class E81B(Quantizer):
+    """The 256-entry, 1-bit-per-weight E81B codebook (stage 2 of :class:`E8PRVQ3`); exact nearest search.
+
+    ``quantize``: float ``(..., n)``, ``n % 8 == 0`` -> int32 codes ``(..., n // 8)`` in ``[0, 255]``;
+    ``dequantize``: -> float32 ``(..., n)``. ``opt_scale`` is not tuned (only used as a residual stage).
+    """
+
+    name = "e81b"
+    block_size = 8
+    bits_per_weight = 1.0
+    opt_scale = 1.0
+    code_dtype = torch.int32
+
+    def __init__(self) -> None:
+        self._cb = e81b_codebook()
+
+    @property
+    def codebook(self) -> Tensor:
+        """``(256, 8)`` float32 (a copy)."""
+        return self._cb.clone()
+
+    def quantize(self, x: Tensor) -> Tensor:
+        check_finite(x, "x")
+        self.check_shape(x, "x")
+        xf = x.detach().to(torch.float32).reshape(-1, 8)
+        codes = torch.empty(xf.shape[0], dtype=torch.int32)
+        for s in range(0, xf.shape[0], _E81B_CHUNK):
+            codes[s : s + _E81B_CHUNK] = _e81b_chunk(xf[s : s + _E81B_CHUNK].T.contiguous())
+        return codes.reshape(*x.shape[:-1], x.shape[-1] // 8)
+
+    def dequantize(self, codes: Tensor) -> Tensor:
+        check_codes(codes, "codes", 256)
+        flat = self._cb.index_select(0, codes.reshape(-1).to(torch.int64))
+        return flat.reshape(*codes.shape[:-1], codes.shape[-1] * 8)
+
+
+class _ResidualE8P(Quantizer):
+    """Two-stage residual VQ: ``x̂ = q1 + q2 / resid_scale``, ``q1 = E8P(x)``, ``q2 = stage2(resid_scale·(x − q1))``."""
+
+    block_size = 8
+    resid_scale: float = 1.0
+    stage2_bits: int = 16
+
+    def __init__(self) -> None:
+        self.stage1 = E8P()
+        self.stage2: Quantizer = E8P()
+
+    def quantize(self, x: Tensor) -> Tensor:
+        """Codes ``(i1 << stage2_bits) | i2``: float ``(..., n)`` -> ``code_dtype`` ``(..., n // 8)``."""
+        c1 = self.stage1.quantize(x)  # validates x
+        resid = (x.detach().to(torch.float32) - self.stage1.dequantize(c1)) * self.resid_scale
+        c2 = self.stage2.quantize(resid)
+        return (c1.to(self.code_dtype) << self.stage2_bits) | c2.to(self.code_dtype)
+
+    def dequantize(self, codes: Tensor) -> Tensor:
+        """``q1 + q2 / resid_scale`` (float32 ``(..., 8 m)``) for codes ``(..., m)``."""
+        check_codes(codes, "codes", 1 << (16 + self.stage2_bits))
+        c = codes.to(torch.int64)
+        q1 = self.stage1.dequantize(c >> self.stage2_bits)
+        q2 = self.stage2.dequantize(c & ((1 << self.stage2_bits) - 1))
+        return q1 + q2 / self.resid_scale
+
+
+class E8PRVQ4(_ResidualE8P):
+    """4 bits/weight (QuIP# E8P12RVQ4B): E8P twice, residual scale 3.45, opt_scale 1.03; int64 codes."""
+
+    name = "e8p-rvq4"
+    bits_per_weight = 4.0
+    opt_scale = 1.03
+    resid_scale = 3.45
+    stage2_bits = 16
+    code_dtype = torch.int64
+
+
+class E8PRVQ3(_ResidualE8P):
+    """3 bits/weight (QuIP# E8P12RVQ3B): E8P then E81B, residual scale 2.04, opt_scale 0.98; int32 codes."""
+
+    name = "e8p-rvq3"
+    bits_per_weight = 3.0
+    opt_scale = 0.98
+    resid_scale = 2.04
+    stage2_bits = 8
+    code_dtype = torch.int32
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stage2 = E81B()

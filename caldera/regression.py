@@ -1,0 +1,152 @@
+"""Rank-constrained regression (Lemma 4.2 / Appendix B) and its positive-definite-H form (App. C.4).
+
+``min_{rank(Z) ≤ k} ‖XZ − Y‖_F²`` for X (m, d), Y (m, n) is solved globally by two SVDs. With the thin
+SVD ``X = U_r Σ_r V_rᵀ`` (r = numerical rank of X; r = min(m, d) when X is full rank) and
+``U_rᵀY = Ũ Σ̃ Ṽᵀ``::
+
+    Z* = (V_r Σ_r⁻¹ Ũ_k)(Σ̃_k Ṽ_kᵀ),     value = Σ_{i>k} σ_i²(U_rᵀY) + ‖(I − U_r U_rᵀ) Y‖_F².
+
+For m ≤ d and full-rank X the second term vanishes and ``σ_i(U_rᵀY) = σ_i(Y)`` (eq. 5); for m > d it is
+the irreducible term ``‖(U I_{m−d}ᶜ)ᵀY‖²`` of the lemma; for rank-deficient X, Σ⁻¹ becomes Σ† (Remark).
+(The lemma's m > d formula prints ``Vᵀ`` where ``Ṽᵀ`` is meant: the printed factor has the wrong shape
+unless n = d.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from caldera.validation import check_matrix
+
+
+@dataclass(frozen=True)
+class LowRankSolution:
+    """Z* = left @ right with left (d, k) and right (k, n); ``value`` = optimal objective (float64)."""
+
+    left: Tensor
+    right: Tensor
+    value: float
+
+    @property
+    def Z(self) -> Tensor:
+        return self.left @ self.right
+
+
+def top_k_svd(
+    Y: Tensor, k: int, *, method: str = "exact", generator: torch.Generator | None = None, oversample: int = 16,
+    power_iters: int = 4,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Top-k singular triplets (U_k (m, k), S_k (k,), V_k (n, k)) of Y (m, n).
+
+    ``method="randomized"`` is the Halko–Martinsson–Tropp range finder with ``power_iters`` QR-stabilized
+    power iterations, drawing its test matrix from ``generator`` (required, for determinism).
+    """
+    if method == "exact" or k + oversample >= min(Y.shape):
+        if 4 * k <= min(Y.shape) and Y.shape[0] != Y.shape[1]:
+            return _top_k_svd_gram(Y, k)
+        U, S, Vh = torch.linalg.svd(Y, full_matrices=False)
+        return U[:, :k], S[:k], Vh[:k].T
+    if method != "randomized":
+        raise ValueError(f"svd method {method!r}; accepted: 'exact' or 'randomized'")
+    if generator is None:
+        raise ValueError("randomized SVD needs a seeded torch.Generator (determinism)")
+    omega = torch.randn(Y.shape[1], k + oversample, generator=generator, dtype=Y.dtype)
+    Qy, _ = torch.linalg.qr(Y @ omega)
+    for _ in range(power_iters):
+        Qz, _ = torch.linalg.qr(Y.T @ Qy)
+        Qy, _ = torch.linalg.qr(Y @ Qz)
+    Ub, S, Vh = torch.linalg.svd(Qy.T @ Y, full_matrices=False)
+    return (Qy @ Ub)[:, :k], S[:k], Vh[:k].T
+
+
+def _top_k_svd_gram(Y: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Exact top-k SVD through the eigendecomposition of the smaller Gram matrix, in float64.
+
+    For Y (m, n) with k ≪ min(m, n) this costs one O(m n min(m, n)) product and a min(m, n)-sized eigh
+    instead of a full SVD; singular values are accurate to ~1e-8 σ_1 (float64 Gram), ample for the top k.
+    """
+    Yd = Y.double()
+    wide = Y.shape[0] < Y.shape[1]
+    G = Yd @ Yd.T if wide else Yd.T @ Yd
+    lam, V = torch.linalg.eigh(G)
+    lam, V = lam.flip(0)[:k].clamp_min(0), V.flip(1)[:, :k]
+    S = lam.sqrt()
+    other = ((Yd.T @ V) if wide else (Yd @ V)) / S.clamp_min(torch.finfo(torch.float64).tiny)
+    U, Vr = (V, other) if wide else (other, V)
+    return U.to(Y.dtype), S.to(Y.dtype), Vr.to(Y.dtype)
+
+
+def rank_constrained_regression(X: Tensor, Y: Tensor, k: int, rcond: float | None = None) -> LowRankSolution:
+    """Globally optimal ``argmin_{rank(Z) ≤ k} ‖XZ − Y‖_F²`` (Lemma 4.2, both cases, pseudo-inverse).
+
+    Args:
+        X: (m, d) any rank; Y: (m, n); k: 1 ≤ k.
+        rcond: singular values of X below ``rcond · σ_max`` count as zero (default: machine-eps based).
+    Returns:
+        LowRankSolution with left (d, k'), right (k', n), k' = min(k, rank) and the optimal value.
+    """
+    check_matrix(X, "X")
+    check_matrix(Y, "Y")
+    if X.shape[0] != Y.shape[0]:
+        raise ValueError(f"X {tuple(X.shape)} and Y {tuple(Y.shape)} must have the same number of rows m")
+    if k < 1:
+        raise ValueError(f"k={k}; accepted: k >= 1")
+    Xd, Yd = X.double(), Y.double()
+    U, S, Vh = torch.linalg.svd(Xd, full_matrices=False)
+    tol = (rcond if rcond is not None else max(X.shape) * torch.finfo(torch.float64).eps) * float(S[0])
+    r = int((S > tol).sum())
+    U, S, V = U[:, :r], S[:r], Vh[:r].T
+    UtY = U.T @ Yd
+    Ut, St, Vth = torch.linalg.svd(UtY, full_matrices=False)
+    kk = min(k, St.numel())
+    left = V @ (Ut[:, :kk] / S[:, None])
+    right = St[:kk, None] * Vth[:kk]
+    irreducible = float((Yd - U @ UtY).pow(2).sum())
+    value = float(St[kk:].pow(2).sum()) + irreducible
+    return LowRankSolution(left.to(Y.dtype), right.to(Y.dtype), value)
+
+
+@dataclass(frozen=True)
+class HessianSqrt:
+    """Eigen-factors of a positive-definite H = U Λ Uᵀ (float64): ``half = U Λ^{1/2}``, ``inv_half = Λ^{-1/2} Uᵀ``.
+
+    ``‖(A − Z) Xᵀ‖² = ‖(A − Z) half‖²`` for H = XᵀX (App. C.4); computed once per matrix and shared.
+    """
+
+    half: Tensor
+    inv_half: Tensor
+
+    @classmethod
+    def of(cls, H: Tensor) -> "HessianSqrt":
+        lam, U = torch.linalg.eigh(H.double())
+        if float(lam[0]) <= 0:
+            raise ValueError(f"H is not positive definite (λ_min = {float(lam[0]):.3g}); regularize it first")
+        return cls(U * lam.sqrt(), (U / lam.sqrt()).T)
+
+
+def rank_constrained_regression_pd(
+    A: Tensor, H: Tensor | HessianSqrt, k: int, *, svd: str = "exact", generator: torch.Generator | None = None
+) -> tuple[Tensor, Tensor, float]:
+    """App. C.4 closed form of ``min_{rank(Z) ≤ k} tr((A − Z) H (A − Z)ᵀ)`` for positive-definite H.
+
+    With H = U Λ Uᵀ and the SVD ``A U Λ^{1/2} = U_y Σ V_yᵀ``: ``Z* = (U_y I_k)(I_kᵀ Σ V_yᵀ Λ^{-1/2} Uᵀ)``.
+
+    Args:
+        A: (n, d); H: (d, d) positive definite or its precomputed :class:`HessianSqrt`.
+    Returns:
+        L (n, k) with orthonormal columns, R (k, d), and the value Σ_{i>k} σ_i²(A U Λ^{1/2}) (exact SVD only;
+        NaN for the randomized SVD, whose tail is not computed).
+    """
+    hs = H if isinstance(H, HessianSqrt) else HessianSqrt.of(H)
+    Y = A.double() @ hs.half
+    Uk, Sk, Vk = top_k_svd(Y, k, method=svd, generator=generator)
+    L = Uk
+    R = (Sk[:, None] * Vk.T) @ hs.inv_half
+    if svd == "exact":
+        value = float(Y.pow(2).sum() - Sk.pow(2).sum())
+    else:
+        value = float("nan")
+    return L.to(A.dtype), R.to(A.dtype), value

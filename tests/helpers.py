@@ -1,0 +1,34 @@
+"""Shared test helpers: seeded LLM-like matrices and simple exact quantizers used as oracles."""
+
+from __future__ import annotations
+
+import torch
+
+from caldera.quantizers.base import Quantizer
+from caldera.synthetic import llm_like  # noqa: F401  (re-exported for tests)
+
+
+def gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+class ExactIdentity(Quantizer):
+    name, block_size, bits_per_weight, opt_scale = "exact-identity", 1, 32.0, 1.0
+
+    def quantize(self, x):
+        return x.clone()
+
+    def dequantize(self, codes):
+        return codes.clone()
+
+
+class IntegerGrid(Quantizer):
+    """Round to the integers: a simple exact nearest-point quantizer for oracle checks."""
+
+    name, block_size, bits_per_weight, opt_scale = "integers", 1, 8.0, 1.0
+
+    def quantize(self, x):
+        return torch.round(x).to(torch.int32)
+
+    def dequantize(self, codes):
+        return codes.float()

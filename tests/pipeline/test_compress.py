@@ -1,0 +1,164 @@
+"""Whole-model compression: per-layer files, shared Hessian contexts, resumability, crash safety, assembly."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from caldera.bits import average_bits
+from caldera.methods import get_method
+from caldera.pipeline import compress as C
+from caldera.pipeline.checkpoint import load_compressed
+from caldera.pipeline.compressed_linear import CompressedLinear
+from caldera.pipeline.hessians import collect_hessians, decoder_layers
+
+CALDERA = {"rank": 4, "outer_iters": 2, "inner_iters": 2}
+
+
+def tiny_llama(seed: int = 0):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=128,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+    )
+    return LlamaForCausalLM(cfg).eval()
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("compress")
+    model = tiny_llama()
+    ids = torch.randint(0, 128, (4, 16), generator=torch.Generator().manual_seed(0))
+    collect_hessians(model, ids, root / "hess", progress=False)
+    return model, root
+
+
+def _mtimes(d):
+    return {p.name: p.stat().st_mtime_ns for p in sorted(d.iterdir())}
+
+
+def test_caldera_resumable_and_assembled(setup, caplog):
+    model, root = setup
+    ld = root / "caldera.layers"
+    with caplog.at_level("INFO", logger="caldera.pipeline.compress"):
+        s0 = C.compress_model(model, root / "hess", "caldera", CALDERA, ld, layers=[0], progress=False)
+    assert s0["computed"] == [0] and s0["skipped"] == []
+    assert sum("rel. data-aware error" in r.getMessage() for r in caplog.records) == 7
+    before = _mtimes(ld)
+    assert set(before) == {"layer_000.safetensors", "layer_000.json"}
+    s1 = C.compress_model(model, root / "hess", "caldera", CALDERA, ld, progress=False)
+    assert s1["computed"] == [1] and s1["skipped"] == [0]
+    after = _mtimes(ld)
+    assert all(after[k] == v for k, v in before.items())  # layer 0 was not rewritten
+
+    info = json.loads((ld / "layer_001.json").read_text())
+    for m in info["matrices"].values():
+        assert 0 < m["error"] < 1 and m["wall_s"] > 0 and m["rank"] == 4 and m["error_trace"]
+    # one HessianContext per group: q/k/v share S_U (and so do gate/up); groups and layers differ
+    t = C.load_layer_tensors(ld, 1)
+    assert torch.equal(t["self_attn.q_proj.S_U"], t["self_attn.k_proj.S_U"])
+    assert torch.equal(t["self_attn.q_proj.S_U"], t["self_attn.v_proj.S_U"])
+    assert torch.equal(t["mlp.gate_proj.S_U"], t["mlp.up_proj.S_U"])
+    assert not torch.equal(t["self_attn.q_proj.S_U"], C.load_layer_tensors(ld, 0)["self_attn.q_proj.S_U"])
+    assert len({C.group_seed(0, li, g) for li in range(2) for g in ("qkv", "o", "up", "down")}) == 8
+
+    shapes = C.model_linear_shapes(model)
+    bits = s1["bits"]
+    assert bits["average_bits"] == pytest.approx(average_bits(shapes, 2, 4, 4))
+    params = sum(n * d for n, d in shapes)
+    signs = sum(n + d for n, d in shapes)
+    exact = (sum(2 * n * d + 4 * 4 * (n + d) for n, d in shapes) + signs + 3 * 32 * len(shapes)) / params
+    assert bits["storage_bits_per_weight"] == pytest.approx(exact)
+
+    path, summary = C.assemble_checkpoint(model, ld, root / "caldera.ckpt", "caldera", CALDERA)
+    loaded, tok = load_compressed(path)
+    assert tok is None
+    cfg = json.loads((path / "caldera_config.json").read_text())
+    assert cfg["bits"]["average_bits"] == pytest.approx(bits["average_bits"])
+    assert len(cfg["errors"]) == 14 and cfg["dense_layers"] == []
+    # the loaded model computes x Ŵᵀ with Ŵ the stored reconstruction
+    ref = tiny_llama()
+    for li, layer in enumerate(decoder_layers(loaded)):
+        for name in C.LINEARS:
+            mod = layer.get_submodule(name)
+            assert isinstance(mod, CompressedLinear)
+            decoder_layers(ref)[li].get_submodule(name).weight.data = mod.weight_reconstruction()
+    x = torch.randint(0, 128, (2, 10), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x).logits, ref(x).logits, rtol=1e-4, atol=1e-4)
+        dense = model(x).logits
+        rel = (loaded(x).logits - dense).norm() / dense.norm()
+    assert float(rel) < 0.5
+
+
+def test_quip_sharp_and_rtn(setup):
+    model, root = setup
+    s = C.compress_model(model, root / "hess", "quip#", {}, root / "quip.layers", progress=False)
+    assert s["computed"] == [0, 1]
+    assert s["bits"]["average_bits"] == 2.0 and s["bits"]["rank"] == 0
+    path, _ = C.assemble_checkpoint(model, root / "quip.layers", root / "quip.ckpt", "quip#", {})
+    loaded, _ = load_compressed(path)
+    assert loaded.model.layers[0].mlp.down_proj.rank == 0
+    # RTN has no shared Hessian context and no RHT
+    s = C.compress_model(
+        model, root / "hess", "rtn", {"bits": 4}, root / "rtn.layers", layers=[1], progress=False
+    )
+    assert s["computed"] == [1] and all(m["error"] < 1 for m in s["matrices"].values())
+    with pytest.raises(ValueError, match=r"layers \[0\].*not compressed"):
+        C.assemble_checkpoint(model, root / "rtn.layers", root / "rtn.ckpt", "rtn", {"bits": 4})
+    path, info = C.assemble_checkpoint(
+        model, root / "rtn.layers", root / "rtn.ckpt", "rtn", {"bits": 4}, allow_partial=True
+    )
+    assert info["dense_layers"] == [0]
+    loaded, _ = load_compressed(path)
+    assert isinstance(loaded.model.layers[0].mlp.up_proj, torch.nn.Linear)
+    assert torch.equal(loaded.model.layers[0].mlp.up_proj.weight, model.model.layers[0].mlp.up_proj.weight)
+
+
+def test_crash_leaves_nothing_trusted(setup, monkeypatch):
+    model, root = setup
+    ld = root / "crash.layers"
+    spec = get_method("quip#")
+    calls = {"n": 0}
+
+    def flaky(W, H, config, context=None):
+        calls["n"] += 1
+        if calls["n"] == 10:  # layer 1, third matrix
+            raise RuntimeError("simulated crash")
+        return spec.fn(W, H, config, context=context)
+
+    monkeypatch.setattr(C, "get_method", lambda name: dataclasses.replace(spec, fn=flaky))
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        C.compress_model(model, root / "hess", "quip#", {}, ld, progress=False)
+    monkeypatch.undo()
+    assert sorted(p.name for p in ld.iterdir()) == ["layer_000.json", "layer_000.safetensors"]
+    assert C.read_layer_result(ld, 1) is None
+
+    # a safetensors file without its JSON, or a JSON whose checksum does not match, is redone
+    (ld / "layer_001.safetensors").write_bytes((ld / "layer_000.safetensors").read_bytes())
+    js = json.loads((ld / "layer_000.json").read_text())
+    js["sha256"] = "0" * 64
+    (ld / "layer_000.json").write_text(json.dumps(js))
+    s = C.compress_model(model, root / "hess", "quip#", {}, ld, progress=False)
+    assert s["computed"] == [0, 1] and s["skipped"] == []
+    s = C.compress_model(model, root / "hess", "quip#", {}, ld, progress=False)
+    assert s["computed"] == [] and s["skipped"] == [0, 1]
+    assert not list(ld.glob("*.tmp-*"))
+
+    with pytest.raises(ValueError, match="another output folder"):
+        C.compress_model(model, root / "hess", "quip#", {"refine_passes": 1}, ld, progress=False)
+    with pytest.raises(FileNotFoundError, match="caldera hessians"):
+        C.compress_model(model, root / "nohess", "quip#", {}, root / "x", progress=False)
+    with pytest.raises(ValueError, match="out of range"):
+        C.compress_model(model, root / "hess", "quip#", {}, ld, layers=[5], progress=False)

@@ -1,0 +1,126 @@
+"""CompressedLinear: forward in the rotated domain equals x Ŵᵀ for every kind of decomposition."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from caldera.config import CalderaConfig
+from caldera.decomposition import caldera_decompose
+from caldera.methods import get_method
+from caldera.pipeline.compressed_linear import CompressedLinear, narrow_codes
+from caldera.synthetic import llm_like
+
+N, D = 32, 64
+
+
+@pytest.fixture(scope="module")
+def WH():
+    return llm_like(N, D, seed=3)
+
+
+@pytest.fixture(scope="module")
+def decs(WH):
+    W, H = WH
+    small = dict(rank=4, outer_iters=2, inner_iters=2)
+    return {
+        "caldera-e8p-rvq4": caldera_decompose(W, H, CalderaConfig(**small)),
+        "caldera-16bit": caldera_decompose(W, H, CalderaConfig.preset("16bit-factors", **small)),
+        "caldera-no-rht": caldera_decompose(W, H, CalderaConfig(**small, rht=False)),
+        "quip#": get_method("quip#").fn(W, H, get_method("quip#").make_config({})),
+        "rtn": get_method("rtn").fn(W, H, get_method("rtn").make_config({"bits": 4})),
+    }
+
+
+def _x(*shape, seed=0):
+    return torch.randn(*shape, D, generator=torch.Generator().manual_seed(seed))
+
+
+def _check_matches(mod, dec, x):
+    ref = x.double() @ dec.reconstruction().double().T
+    y = mod(x)
+    assert y.shape == (*x.shape[:-1], N) and y.dtype == x.dtype
+    torch.testing.assert_close(y.double(), ref, rtol=1e-4, atol=1e-5 * float(ref.abs().max()))
+
+
+@pytest.mark.parametrize("kind", ["caldera-e8p-rvq4", "caldera-16bit", "caldera-no-rht", "quip#", "rtn"])
+def test_forward_matches_reconstruction(decs, kind):
+    dec = decs[kind]
+    mod = CompressedLinear.from_decomposition(dec)
+    _check_matches(mod, dec, _x(2, 5))
+    _check_matches(mod, dec, _x(7, seed=1))  # 2-D input, cached Q reused
+    assert mod.meta["rht"] == (dec.rht is not None)
+    assert mod.rank == dec.rank
+    assert torch.equal(mod.Q_codes.to(torch.int64), dec.Q_codes.to(torch.int64))  # the codes, exactly
+    assert "_Q_cache" not in mod.state_dict()  # the dequantized cache is never saved
+    torch.testing.assert_close(mod.weight_reconstruction(), dec.reconstruction(), rtol=1e-5, atol=1e-6)
+
+
+def test_storage_formats(decs):
+    m = CompressedLinear.from_decomposition(decs["caldera-e8p-rvq4"])
+    assert m.meta["q_quantizer"] == "e8p" and m.meta["lr_format"] == "quantized"
+    assert m.Q_codes.dtype == torch.uint16 and m.Q_codes.shape == (N, D // 8)
+    assert m.S_U.dtype == torch.int8 and m.S_U.shape == (D,) and m.S_V.shape == (N,)
+    assert m.L_codes.shape[0] == 4 and m.R_codes.shape[0] == 4
+    m16 = CompressedLinear.from_decomposition(decs["caldera-16bit"])
+    assert m16.meta["lr_format"] == "float16" and m16.L_16.dtype == torch.float16
+    assert not hasattr(CompressedLinear.from_decomposition(decs["caldera-no-rht"]), "S_U")
+    # 2-bit Q + rank-4 4-bit factors + signs + 3 scales
+    assert m.storage_bits() == 2 * N * D + 4 * 4 * (N + D) + (N + D) + 3 * 32
+    assert narrow_codes(torch.tensor([0, 70000])).dtype == torch.uint32
+    assert narrow_codes(torch.tensor([-1, 70000])).dtype == torch.int32
+
+
+def test_no_cache_and_state_roundtrip(decs):
+    dec = decs["caldera-e8p-rvq4"]
+    mod = CompressedLinear.from_decomposition(dec, bias=torch.linspace(-1, 1, N))
+    x = _x(3)
+    y = mod(x)
+    again = CompressedLinear.from_tensors(mod.metadata(), mod.state_dict(), cache_dequantized=False)
+    assert torch.equal(again(x), y) and again._Q_cache is None
+    # load_state_dict drops the cache: loading another layer's codes changes the output
+    other = CompressedLinear.from_decomposition(decs["caldera-no-rht"])
+    other2 = CompressedLinear.from_decomposition(decs["caldera-no-rht"])
+    other2.Q_codes.zero_()
+    other2(x)
+    other2.load_state_dict(other.state_dict())
+    assert torch.equal(other2(x), other(x))
+    assert mod(x.to(torch.bfloat16)).dtype == torch.bfloat16
+
+
+def test_ft_split_and_trainable_signs(decs):
+    dec = decs["caldera-e8p-rvq4"]
+    x = _x(4)
+    mod = CompressedLinear.from_decomposition(dec, ft_rank=2, ft_dtype=torch.float32)
+    assert mod.L_ft.shape == (N, 2) and mod.R_ft.shape == (2, D) and mod.L_codes.shape[0] == 2
+    _check_matches(mod, dec, x)
+    assert {n for n, _ in mod.named_parameters()} == {"L_ft", "R_ft"}
+    full = CompressedLinear.from_decomposition(dec, ft_rank=4, ft_dtype=torch.bfloat16)
+    assert "L_codes" not in full.state_dict()
+    with torch.no_grad():
+        torch.testing.assert_close(full(x), mod(x), rtol=2e-2, atol=2e-2 * float(mod(x).abs().max()))
+
+    y0 = mod(x)
+    mod.make_signs_trainable()
+    assert mod.S_U.dtype == torch.float32 and mod.S_U.requires_grad
+    torch.testing.assert_close(mod(x), y0, rtol=1e-6, atol=1e-6)
+    mod(x).square().sum().backward()
+    assert mod.S_U.grad is not None and mod.S_V.grad is not None and mod.L_ft.grad is not None
+    again = CompressedLinear.from_tensors(mod.metadata(), mod.state_dict())
+    assert isinstance(again.S_U, torch.nn.Parameter)
+    with pytest.raises(ValueError, match="no RHT"):
+        CompressedLinear.from_decomposition(decs["caldera-no-rht"]).make_signs_trainable()
+
+
+def test_rejections(decs):
+    dec = decs["quip#"]
+    with pytest.raises(ValueError, match="do not reproduce"):
+        CompressedLinear.from_decomposition(dec, q_quantizer="e8p-rvq4")
+    import dataclasses
+
+    with pytest.raises(ValueError, match="no Q codes"):
+        CompressedLinear.from_decomposition(dataclasses.replace(dec, Q_codes=None))
+    with pytest.raises(ValueError, match="ft_rank"):
+        CompressedLinear.from_decomposition(decs["caldera-16bit"], ft_rank=5)
+    with pytest.raises(ValueError, match="last dimension"):
+        CompressedLinear.from_decomposition(dec)(torch.randn(2, D + 1))

@@ -1,0 +1,291 @@
+"""E8P codebook structure and exact nearest-codeword search (brute force over all 65,536 codewords)."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from caldera.quantizers import E8P, dequantize_scaled, get_quantizer, quantize_scaled
+from caldera.quantizers import e8p as e8p_mod
+
+NORM12_2X = (
+    "31113333 13113333 11313333 11133333 33313311 33313131 33311331 33313113 33311313 33311133 "
+    "33133311 33133131 33131331 33133113 33131313 33131133 31333311 31333131 31331331 31333113 "
+    "31331313 13331133 13333311 13333131 13331331 13333113 13331313 11331333 33113331"
+).split()
+
+
+@pytest.fixture(scope="module")
+def q() -> E8P:
+    return E8P()
+
+
+@pytest.fixture(scope="module")
+def cb64(q: E8P) -> torch.Tensor:
+    return q.codebook.double()
+
+
+def brute_force_dist(x: torch.Tensor, cb64: torch.Tensor) -> torch.Tensor:
+    """Minimum squared distance (float64) from each row of x (N, 8) to the codebook.
+
+    Every codeword is scored in float32 (2⟨x, c⟩ − ‖c‖²); the 16 best per row are re-scored exactly in
+    float64, which is exact unless >16 codewords tie within float32 rounding (then any is as good).
+    """
+    cb32 = cb64.float()
+    half_norm = 0.5 * (cb32 * cb32).sum(1)
+    out = []
+    for c in x.double().split(256):
+        cand = (c.float() @ cb32.T - half_norm).topk(16, dim=1).indices
+        d = ((c[:, None, :] - cb64[cand]) ** 2).sum(-1)
+        out.append(d.min(1).values)
+    return torch.cat(out)
+
+
+def assert_nearest(q: E8P, x: torch.Tensor, cb64: torch.Tensor) -> torch.Tensor:
+    codes = q.quantize(x)
+    xh = q.dequantize(codes).double()
+    d = ((x.double() - xh) ** 2).sum(-1)
+    bf = brute_force_dist(x, cb64)
+    # float32 scores: equal up to rounding (relative 1e-6 of the scale of x)
+    tol = 1e-5 * (1 + (x.double() ** 2).sum(-1))
+    bad = (d - bf).abs() > tol
+    assert not bad.any(), (x[bad][:3], d[bad][:3], bf[bad][:3])
+    return codes
+
+
+# ---------------------------------------------------------------- codebook structure
+
+
+def test_codebook_shape_distinct_and_dtype(q: E8P) -> None:
+    cb = q.codebook
+    assert cb.shape == (65536, 8) and cb.dtype == torch.float32
+    assert torch.unique(cb, dim=0).shape[0] == 65536
+
+
+def test_codebook_in_E8_plus_quarter(q: E8P) -> None:
+    v = q.codebook.double() - 0.25  # must be in E8 = D8 ∪ (D8 + ½)
+    two = 2 * v
+    assert torch.equal(two, two.round())
+    frac_int = (v == v.round()).all(1)
+    frac_half = ((v - 0.5) == (v - 0.5).round()).all(1)
+    assert (frac_int | frac_half).all()
+    assert (v.sum(1).remainder(2) == 0).all()  # even coordinate sum
+    # and each codeword is b ± ¼ with b ∈ D̂8 (half-integer coordinates, even sum)
+    for s in (0.25, -0.25):
+        b = q.codebook.double() - s
+        ok = ((b - 0.5) == (b - 0.5).round()).all(1) & (b.sum(1).remainder(2) == 0)
+        assert ok.sum() == 32768
+
+
+def test_abs_patterns_match_definition(q: E8P) -> None:
+    S = q.abs_patterns
+    assert S.shape == (256, 8) and torch.unique(S, dim=0).shape[0] == 256
+    # Independent enumeration: all x in D̂8 with ‖x‖² ≤ 10 (coordinates ±1/2, ±3/2, ±5/2 suffice).
+    vals = torch.tensor([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5], dtype=torch.float64)
+    grid = torch.cartesian_prod(*([vals] * 8))
+    keep = ((grid**2).sum(1) <= 10) & (grid.sum(1).remainder(2) == 0)
+    absx = torch.unique(grid[keep].abs(), dim=0)
+    assert absx.shape[0] == 227
+    short = S[:227].double()
+    assert torch.equal(torch.unique(short, dim=0), absx)
+    # documented order: by ‖x‖², then lexicographic on 2|x|
+    key = [((r**2).sum().item(), tuple(r.tolist())) for r in short]
+    assert key == sorted(key)
+    assert torch.equal(S[0], torch.full((8,), 0.5))
+
+
+def test_norm12_patterns(q: E8P) -> None:
+    S12 = q.abs_patterns[227:]
+    assert S12.shape == (29, 8)
+    expected = torch.tensor([[int(c) / 2 for c in s] for s in NORM12_2X])
+    assert torch.equal(S12, expected)  # upstream order
+    assert torch.unique(S12, dim=0).shape[0] == 29
+    assert torch.all((S12.double() ** 2).sum(1) == 12)
+    assert torch.all((S12 == 1.5).sum(1) == 5) and torch.all((S12 == 0.5).sum(1) == 3)
+
+
+def test_codeword_bit_layout(q: E8P) -> None:
+    """Re-derive codewords from the quip-sharp.md rule for a sample of codes."""
+    cb, S = q.codebook, q.abs_patterns
+    g = torch.Generator().manual_seed(3)
+    for code in torch.randint(0, 65536, (300,), generator=g).tolist() + [0, 255, 256, 65535]:
+        k, low = code >> 8, code & 255
+        bits = [(low >> i) & 1 for i in range(8)]
+        p = sum(bits) % 2
+        bits[0] ^= p
+        a = S[k].clone()
+        if int((a * 2).sum().item()) // 2 % 2 == 1:  # Σ|x| odd: negate the last coordinate first
+            a[7] = -a[7]
+        b = torch.tensor([-v if f else v for v, f in zip(a.tolist(), bits, strict=True)])
+        assert int(b.sum().item()) % 2 == 0
+        expect = b + (0.25 if p == 0 else -0.25)
+        assert torch.equal(cb[code], expect), code
+
+
+def test_sort_network_zero_one_principle() -> None:
+    for bits in itertools.product((0, 1), repeat=8):
+        v = list(bits)
+        for i, j in e8p_mod.SORT8_NETWORK:
+            if v[i] < v[j]:
+                v[i], v[j] = v[j], v[i]
+        assert v == sorted(bits, reverse=True)
+
+
+def test_attributes_and_build_time() -> None:
+    q = get_quantizer("e8p")
+    assert (q.name, q.block_size, q.bits_per_weight, q.opt_scale) == ("e8p", 8, 2.0, 1.03)
+    assert q.code_dtype == torch.int32
+    e8p_mod._tables.cache_clear()
+    t0 = time.process_time()
+    e8p_mod._tables()
+    assert time.process_time() - t0 < 1.0
+
+
+# ---------------------------------------------------------------- nearest search
+
+
+@pytest.mark.parametrize("scale", [0.5, 0.9, 1.03, 2.0])
+def test_nearest_equals_brute_force_gaussian(q: E8P, cb64: torch.Tensor, scale: float) -> None:
+    g = torch.Generator().manual_seed(int(scale * 100))
+    x = torch.randn(1500, 8, generator=g) * scale
+    assert_nearest(q, x, cb64)
+
+
+def test_nearest_across_chunk_and_block_boundaries(
+    q: E8P, cb64: torch.Tensor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Small chunks/blocks so the deferred norm-12 pass maps columns across many chunks."""
+    monkeypatch.setattr(e8p_mod, "_CHUNK_ROWS", 7)
+    monkeypatch.setattr(e8p_mod, "_BLOCK_ROWS", 61)
+    monkeypatch.setattr(e8p_mod, "_N12_COLS", 5)
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(400, 8, generator=g) * 2.0
+    codes_small = assert_nearest(q, x, cb64)
+    monkeypatch.undo()
+    d1 = ((q.dequantize(codes_small) - x) ** 2).sum(1)
+    d2 = ((q.round(x) - x) ** 2).sum(1)
+    torch.testing.assert_close(d1, d2, rtol=1e-5, atol=1e-6)
+
+
+def test_codewords_round_trip(q: E8P) -> None:
+    codes = torch.arange(65536, dtype=torch.int32)
+    assert torch.equal(q.quantize(q.codebook).squeeze(1), codes)
+    assert torch.equal(q.round(q.codebook), q.codebook)
+
+
+def test_adversarial_points(q: E8P, cb64: torch.Tensor) -> None:
+    g = torch.Generator().manual_seed(5)
+    cb = q.codebook
+    i = torch.randint(0, 65536, (400,), generator=g)
+    j = torch.randint(0, 65536, (400,), generator=g)
+    mid = (cb[i] + cb[j]) / 2  # midpoints of random pairs
+    # midpoints of nearest-neighbour pairs (exact ties)
+    near = torch.cdist(cb[:200], cb).topk(2, largest=False).indices[:, 1]
+    mid_nn = (cb[:200] + cb[near]) / 2
+    special = torch.tensor(
+        [
+            [0.0] * 8,
+            [-0.0] * 8,
+            [0.25] * 8,
+            [-0.25] * 8,
+            [0.5] * 8,
+            [0.75] * 8,
+            [-0.75] * 8,
+            [1.0] * 8,
+            [1.5] * 5 + [0.5] * 3,
+            [3.0, 3.0, 3.0, 3.0, 3.0, 0.0, 0.0, 0.0],
+            [1e3, 0, 0, 0, 0, 0, 0, 0],
+            [-1e3, 2, -3, 4, -5, 6, -7, 8],
+            [50.0] * 8,
+            [-50.0] * 8,
+            [1e6, -1e6, 1e6, -1e6, 0.1, 0.2, 0.3, 0.4],
+            [2.5, 1.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5],
+            [2.6, 1.6, 1.4, 1.4, 1.4, 1.4, 0.1, -0.1],
+            [1.7, 1.7, 1.7, 1.7, 1.7, 0.2, 0.2, -0.2],
+            [1.25, -1.25, 1.25, -1.25, 1.25, -1.25, 1.25, -1.25],
+        ]
+    )
+    outliers = torch.randn(200, 8, generator=g) * 4 + torch.randn(200, 1, generator=g) * 3
+    ties = torch.randint(-6, 7, (300, 8), generator=g).float() / 4  # many equal |y| and exact ties
+    x = torch.cat((mid, mid_nn, special, outliers, ties))
+    assert_nearest(q, x, cb64)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(st.lists(st.floats(-6, 6, allow_nan=False, width=32), min_size=8, max_size=8))
+def test_nearest_property(q: E8P, cb64: torch.Tensor, v: list[float]) -> None:
+    assert_nearest(q, torch.tensor([v]), cb64)
+
+
+def test_mse_matches_published_value(q: E8P) -> None:
+    """Per-coordinate MSE of N(0, 1) at opt_scale 1.03 is ≈ 0.0919 (quip-sharp.md section 1)."""
+    g = torch.Generator().manual_seed(0)
+    W = torch.randn(256, 1024, generator=g)
+    sc = quantize_scaled(q, W)
+    mse = float(((dequantize_scaled(q, sc) - W) ** 2).mean())
+    assert 0.085 < mse < 0.100, mse
+
+
+# ---------------------------------------------------------------- shapes, dtypes, packing, errors
+
+
+def test_shapes_and_dtypes(q: E8P) -> None:
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(3, 5, 16, generator=g)
+    c = q.quantize(x)
+    assert c.shape == (3, 5, 2) and c.dtype == torch.int32
+    assert int(c.min()) >= 0 and int(c.max()) < 65536
+    xh = q.dequantize(c)
+    assert xh.shape == x.shape and xh.dtype == torch.float32
+    assert torch.equal(q.round(x), xh)
+    for dt in (torch.float64, torch.float16, torch.bfloat16):
+        xd = x.to(dt)
+        assert torch.equal(q.quantize(xd), q.quantize(xd.float()))
+    assert q.quantize(torch.empty(0, 8)).shape == (0, 1)
+
+
+def test_pack_unpack(q: E8P) -> None:
+    codes = torch.tensor([[0, 1, 255, 256], [65535, 4660, 43981, 32768]], dtype=torch.int32)
+    packed = q.pack_codes(codes)
+    assert packed.dtype == torch.uint8 and packed.shape == (2, 8)
+    assert packed.numel() == 2 * codes.numel()  # exactly 16 bits per 8 weights
+    assert packed[0, :2].tolist() == [0, 0] and packed[0, 4:6].tolist() == [255, 0]
+    assert torch.equal(q.unpack_codes(packed), codes)
+    allc = torch.arange(65536, dtype=torch.int32)
+    assert torch.equal(q.unpack_codes(q.pack_codes(allc)), allc)
+    with pytest.raises(ValueError, match="packed"):
+        q.unpack_codes(torch.zeros(3, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="packed"):
+        q.unpack_codes(torch.zeros(4, dtype=torch.int32))
+    with pytest.raises(ValueError, match="codes"):
+        q.pack_codes(torch.tensor([65536]))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_nonfinite_input_raises(q: E8P, bad: float) -> None:
+    x = torch.zeros(2, 8)
+    x[1, 3] = bad
+    with pytest.raises(ValueError, match="x"):
+        q.quantize(x)
+    with pytest.raises(ValueError, match="x"):
+        q.round(x)
+
+
+def test_bad_shapes_and_codes_raise(q: E8P) -> None:
+    with pytest.raises(ValueError, match="block size"):
+        q.quantize(torch.zeros(4, 12))
+    with pytest.raises(ValueError, match="x"):
+        q.quantize(torch.tensor(1.0))
+    with pytest.raises(ValueError, match="floating"):
+        q.quantize(torch.zeros(8, dtype=torch.int32))
+    with pytest.raises(ValueError, match="codes"):
+        q.dequantize(torch.tensor([65536]))
+    with pytest.raises(ValueError, match="codes"):
+        q.dequantize(torch.tensor([-1]))
+    with pytest.raises(ValueError, match="codes"):
+        q.dequantize(torch.tensor([1.0]))

@@ -1,0 +1,95 @@
+import pytest
+import torch
+
+from caldera.regression import (
+    HessianSqrt,
+    rank_constrained_regression,
+    rank_constrained_regression_pd,
+    top_k_svd,
+)
+from tests.helpers import gen, llm_like
+
+
+def objective(X, Z, Y):
+    return float((X.double() @ Z.double() - Y.double()).pow(2).sum())
+
+
+@pytest.mark.parametrize("m,d,n,k", [(6, 10, 7, 2), (10, 10, 6, 3), (15, 6, 8, 2), (20, 5, 9, 4)])
+def test_rank_constrained_regression_is_optimal(m, d, n, k):
+    g = gen(m * 100 + d)
+    X = torch.randn(m, d, generator=g, dtype=torch.float64)
+    Y = torch.randn(m, n, generator=g, dtype=torch.float64)
+    sol = rank_constrained_regression(X, Y, k)
+    assert torch.linalg.matrix_rank(sol.Z) <= k
+    assert objective(X, sol.Z, Y) == pytest.approx(sol.value, rel=1e-9, abs=1e-9)
+    # closed form for the optimal value
+    if m <= d:
+        s = torch.linalg.svdvals(Y)
+        assert sol.value == pytest.approx(float(s[k:].pow(2).sum()), rel=1e-9)
+    else:
+        U, _, _ = torch.linalg.svd(X, full_matrices=True)
+        Ud, Uo = U[:, :d], U[:, d:]
+        s = torch.linalg.svdvals(Ud.T @ Y)
+        assert sol.value == pytest.approx(float(s[k:].pow(2).sum() + (Uo.T @ Y).pow(2).sum()), rel=1e-9)
+    # oracle: SVD of the projected target (P Y with P the projector on range(X)) truncated to rank k
+    P = X @ torch.linalg.pinv(X)
+    Ut, St, Vt = torch.linalg.svd(P @ Y, full_matrices=False)
+    best = (Ut[:, :k] * St[:k]) @ Vt[:k]
+    Z_oracle = torch.linalg.lstsq(X, best).solution if m >= d else torch.linalg.pinv(X) @ best
+    assert objective(X, Z_oracle, Y) == pytest.approx(sol.value, rel=1e-8, abs=1e-9)
+    # no random rank-k candidate or local perturbation beats it
+    for _ in range(20):
+        A = torch.randn(d, k, generator=g, dtype=torch.float64)
+        B = torch.randn(k, n, generator=g, dtype=torch.float64)
+        assert objective(X, A @ B, Y) >= sol.value
+        pert = (sol.left + 1e-3 * torch.randn(sol.left.shape, generator=g, dtype=torch.float64)) @ sol.right
+        assert objective(X, pert, Y) >= sol.value - 1e-12
+
+
+def test_rank_deficient_X_uses_pseudo_inverse():
+    g = gen(7)
+    X = torch.randn(12, 3, generator=g, dtype=torch.float64) @ torch.randn(3, 8, generator=g, dtype=torch.float64)
+    Y = torch.randn(12, 5, generator=g, dtype=torch.float64)
+    sol = rank_constrained_regression(X, Y, 2)
+    assert objective(X, sol.Z, Y) == pytest.approx(sol.value, rel=1e-8)
+    P = X @ torch.linalg.pinv(X)
+    s = torch.linalg.svdvals(P @ Y)
+    assert sol.value == pytest.approx(float(s[2:].pow(2).sum() + ((torch.eye(12) - P) @ Y).pow(2).sum()), rel=1e-8)
+
+
+def test_pd_closed_form_equals_lemma():
+    W, H = llm_like(20, 16, seed=3, cond=1e3)
+    X = torch.linalg.cholesky(H).T  # H = XᵀX, X (d, d)
+    L, R, value = rank_constrained_regression_pd(W.double(), H, 4)
+    sol = rank_constrained_regression(X, X @ W.double().T, 4)
+    assert value == pytest.approx(sol.value, rel=1e-8)
+    got = float(((L @ R - W.double()) @ X.T).pow(2).sum())
+    assert got == pytest.approx(sol.value, rel=1e-8)
+    assert torch.allclose(L.T @ L, torch.eye(4, dtype=L.dtype), atol=1e-10)
+
+
+def test_hessian_sqrt():
+    _, H = llm_like(4, 16, seed=1)
+    hs = HessianSqrt.of(H)
+    assert torch.allclose(hs.half @ hs.half.T, H, atol=1e-12)
+    assert torch.allclose(hs.half @ hs.inv_half, torch.eye(16, dtype=H.dtype), atol=1e-9)
+    with pytest.raises(ValueError, match="positive definite"):
+        HessianSqrt.of(-torch.eye(3))
+
+
+def test_randomized_svd_close_to_exact_and_deterministic():
+    W, _ = llm_like(200, 150, seed=2, decay=1.0)
+    U1, S1, V1 = top_k_svd(W.double(), 10, method="randomized", generator=gen(0))
+    U2, S2, V2 = top_k_svd(W.double(), 10, method="randomized", generator=gen(0))
+    assert torch.equal(S1, S2)
+    _, Se, _ = top_k_svd(W.double(), 10)
+    assert torch.allclose(S1, Se, rtol=1e-6)
+    with pytest.raises(ValueError, match="Generator"):
+        top_k_svd(W.double(), 10, method="randomized")
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="rows"):
+        rank_constrained_regression(torch.randn(3, 4), torch.randn(5, 2), 1)
+    with pytest.raises(ValueError, match="k=0"):
+        rank_constrained_regression(torch.randn(3, 4), torch.randn(3, 2), 0)

@@ -1,0 +1,28 @@
+rule assets:
+    output:
+        f"{RES}/assets.json",
+    log:
+        f"{RES}/logs/assets.log",
+    params:
+        step="assets",
+    conda:
+        "../envs/caldera.yaml"
+    script:
+        "../scripts/run_step.py"
+
+
+rule hessians:
+    input:
+        f"{RES}/assets.json",
+    output:
+        f"{RES}/hessians/{{model}}/hessians.json",
+    log:
+        f"{RES}/logs/hessians/{{model}}.log",
+    params:
+        step="hessians",
+    resources:
+        gpu=1,
+    conda:
+        "../envs/caldera.yaml"
+    script:
+        "../scripts/run_step.py"

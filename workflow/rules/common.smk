@@ -1,0 +1,82 @@
+import json
+
+from snakemake.utils import validate
+
+from caldera.experiments.plan import all_variants
+
+validate(config, "../schemas/config.schema.yaml")
+
+RUN = config["name"]
+RES = f"results/{RUN}"
+TABLES_DIR = config["tables_dir"]
+VARIANTS = all_variants(config)
+COMPRESSED = sorted(v for v, spec in VARIANTS.items() if spec.method != "dense")
+FIG_MODEL = config["figures"]["model"]
+
+
+wildcard_constraints:
+    chunk=r"\d{3}",
+    corpus="|".join(config["eval"]["ppl"]),
+
+
+def layers_of(model):
+    if config.get("layers") is not None:
+        return [int(x) for x in config["layers"]]
+    return list(range(int(config["models"][model]["num_layers"])))
+
+
+def layer_chunks(model):
+    """Decoder layers split into jobs of ``layers_per_job`` (1 at paper scale: one job per layer)."""
+    ls, k = layers_of(model), int(config.get("layers_per_job", 1))
+    return [ls[i : i + k] for i in range(0, len(ls), k)]
+
+
+def get_chunk_jsons(wildcards):
+    v = VARIANTS[wildcards.variant]
+    n = len(layer_chunks(v.model))
+    return [f"{RES}/compressed/{v.id}/layers/chunk_{c:03d}.json" for c in range(n)]
+
+
+def get_hessian_summary(wildcards):
+    return f"{RES}/hessians/{VARIANTS[wildcards.variant].model}/hessians.json"
+
+
+def get_eval_input(wildcards):
+    if VARIANTS[wildcards.variant].method == "dense":
+        return f"{RES}/assets.json"
+    return f"{RES}/compressed/{wildcards.variant}/summary.json"
+
+
+def get_table_targets():
+    return [f"{TABLES_DIR}/{t}.{ext}" for t in config["tables"] for ext in ("md", "tex", "csv", "json")]
+
+
+def get_figure_targets():
+    return [f"{TABLES_DIR}/figure{n}.{ext}" for n in (1, 3, 4) for ext in ("png", "pdf")]
+
+
+def get_final_targets():
+    return (
+        get_table_targets()
+        + get_figure_targets()
+        + [f"{TABLES_DIR}/theory.md", f"{TABLES_DIR}/claims.md", f"{RES}/timings.json"]
+    )
+
+
+def get_table_inputs(wildcards):
+    from caldera.experiments.plan import table_rows
+
+    files = []
+    for row in table_rows(config, wildcards.table):
+        v = row["variant"]
+        if v is None:
+            continue
+        files += [f"{RES}/eval/{v.id}/ppl_{c}.json" for c in config["eval"]["ppl"]]
+        files.append(f"{RES}/eval/{v.id}/zeroshot.json")
+        if v.method != "dense":
+            files.append(f"{RES}/compressed/{v.id}/summary.json")
+    return sorted(set(files))
+
+
+def get_all_logs_inputs():
+    return get_table_targets() + get_figure_targets()

@@ -1,0 +1,32 @@
+# One job per (variant, chunk of `layers_per_job` decoder layers): with layers_per_job = 1 (paper scale) the
+# compression fans out across GPUs or cluster nodes one layer per job.
+rule compress_layers:
+    input:
+        get_hessian_summary,
+    output:
+        f"{RES}/compressed/{{variant}}/layers/chunk_{{chunk}}.json",
+    log:
+        f"{RES}/logs/compress/{{variant}}/chunk_{{chunk}}.log",
+    params:
+        step="compress_layers",
+    resources:
+        gpu=1,
+    conda:
+        "../envs/caldera.yaml"
+    script:
+        "../scripts/run_step.py"
+
+
+rule assemble_checkpoint:
+    input:
+        get_chunk_jsons,
+    output:
+        summary=f"{RES}/compressed/{{variant}}/summary.json",
+    log:
+        f"{RES}/logs/compress/{{variant}}/assemble.log",
+    params:
+        step="assemble",
+    conda:
+        "../envs/caldera.yaml"
+    script:
+        "../scripts/run_step.py"

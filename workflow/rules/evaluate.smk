@@ -1,0 +1,32 @@
+rule eval_ppl:
+    input:
+        get_eval_input,
+    output:
+        f"{RES}/eval/{{variant}}/ppl_{{corpus}}.json",
+    log:
+        f"{RES}/logs/eval/{{variant}}/ppl_{{corpus}}.log",
+    params:
+        step="eval_ppl",
+    resources:
+        gpu=1,
+    conda:
+        "../envs/caldera.yaml"
+    script:
+        "../scripts/run_step.py"
+
+
+rule eval_zeroshot:
+    input:
+        get_eval_input,
+    output:
+        f"{RES}/eval/{{variant}}/zeroshot.json",
+    log:
+        f"{RES}/logs/eval/{{variant}}/zeroshot.log",
+    params:
+        step="eval_zeroshot",
+    resources:
+        gpu=1,
+    conda:
+        "../envs/caldera.yaml"
+    script:
+        "../scripts/run_step.py"

@@ -1,0 +1,126 @@
+rule weight_spectra:
+    input:
+        f"{RES}/assets.json",
+    output:
+        f"{RES}/figures/figure1.json",
+    log:
+        f"{RES}/logs/figures/figure1.log",
+    params:
+        step="spectra",
+    conda:
+        "../envs/caldera.yaml"
+    script:
+        "../scripts/run_step.py"
+
+
+rule ablation_traces:
+    input:
+        f"{RES}/hessians/{FIG_MODEL}/hessians.json",
+    output:
+        f"{RES}/figures/figure3.json",
+    log:
+        f"{RES}/logs/figures/figure3.log",
+    params:
+        step="ablation_traces",
+    resources:
+        gpu=1,
+    conda:
+        "../envs/caldera.yaml"
+    script:
+        "../scripts/run_step.py"
+
+
+rule lplr_traces:
+    input:
+        f"{RES}/hessians/{FIG_MODEL}/hessians.json",
+    output:
+        f"{RES}/figures/figure4.json",
+    log:
+        f"{RES}/logs/figures/figure4.log",
+    params:
+        step="lplr_traces",
+    conda:
+        "../envs/caldera.yaml"
+    script:
+        "../scripts/run_step.py"
+
+
+rule plot_figure:
+    input:
+        f"{RES}/figures/figure{{n}}.json",
+    output:
+        png=report(f"{TABLES_DIR}/figure{{n}}.png", category="Figures"),
+        pdf=f"{TABLES_DIR}/figure{{n}}.pdf",
+    log:
+        f"{RES}/logs/figures/plot{{n}}.log",
+    params:
+        step="plot",
+    conda:
+        "../envs/caldera.yaml"
+    script:
+        "../scripts/run_step.py"
+
+
+rule make_table:
+    input:
+        get_table_inputs,
+    output:
+        md=report(f"{TABLES_DIR}/{{table}}.md", category="Tables"),
+        tex=f"{TABLES_DIR}/{{table}}.tex",
+        csv=f"{TABLES_DIR}/{{table}}.csv",
+        json=f"{TABLES_DIR}/{{table}}.json",
+    log:
+        f"{RES}/logs/tables/{{table}}.log",
+    params:
+        step="table",
+    conda:
+        "../envs/caldera.yaml"
+    script:
+        "../scripts/run_step.py"
+
+
+rule theory_report:
+    output:
+        md=report(f"{TABLES_DIR}/theory.md", category="Theory"),
+        json=f"{TABLES_DIR}/theory.json",
+    log:
+        f"{RES}/logs/theory.log",
+    params:
+        step="theory",
+    conda:
+        "../envs/caldera.yaml"
+    script:
+        "../scripts/run_step.py"
+
+
+rule claims:
+    input:
+        fig3=f"{RES}/figures/figure3.json",
+        fig4=f"{RES}/figures/figure4.json",
+        tables=[f"{TABLES_DIR}/{t}.json" for t in config["tables"]],
+    output:
+        md=report(f"{TABLES_DIR}/claims.md", category="Claims"),
+        json=f"{TABLES_DIR}/claims.json",
+    log:
+        f"{RES}/logs/claims.log",
+    params:
+        step="claims",
+    conda:
+        "../envs/caldera.yaml"
+    script:
+        "../scripts/run_step.py"
+
+
+rule timings:
+    input:
+        get_all_logs_inputs(),
+    output:
+        f"{RES}/timings.json",
+    log:
+        f"{RES}/logs/timings.log",
+    params:
+        step="timings",
+    conda:
+        "../envs/caldera.yaml"
+    script:
+        "../scripts/run_step.py"
