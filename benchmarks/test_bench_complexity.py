@@ -4,7 +4,7 @@
 
 These are measurements, not asserts (small sizes understate asymptotic exponents). Run with
 ``pytest benchmarks/test_bench_complexity.py --benchmark-enable --benchmark-json out.json``; the sweep uses
-``CALDERA_BENCH_SIZES`` (comma-separated, default 64,128,256,512) and one thread.
+``CALDERA_BENCH_SIZES`` (comma-separated, default 128,256,512,1024) and one thread.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from caldera.theory.common import torch_threads
 from caldera.theory.complexity import ROUTINES, Routine, measure_exponent
 
-SIZES = [int(s) for s in os.environ.get("CALDERA_BENCH_SIZES", "64,128,256,512").split(",")]
+SIZES = [int(s) for s in os.environ.get("CALDERA_BENCH_SIZES", "128,256,512,1024").split(",")]
 
 
 @pytest.mark.parametrize("routine", ROUTINES, ids=[r.name.split(" ")[0] for r in ROUTINES])

@@ -1,7 +1,6 @@
 """Hypothesis profiles for the theory checks and a single-thread guard.
 
-``HYPOTHESIS_PROFILE=ci`` (default): few examples per property so that ``pytest theory`` finishes in under
-three
+``HYPOTHESIS_PROFILE=ci`` (default): few examples per property so that ``pytest theory`` finishes in under three
 minutes on two cores; ``HYPOTHESIS_PROFILE=thorough``: derandomized, many examples (the reproducibility run).
 Profiles are loaded here, at collection time, so they apply to the ``@given`` tests of this folder.
 """
@@ -15,7 +14,7 @@ import torch
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
-    "ci", max_examples=6, deadline=None, print_blob=True,
+    "ci", max_examples=10, deadline=None, print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.register_profile(

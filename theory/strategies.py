@@ -18,8 +18,7 @@ condition_numbers = st.sampled_from([1.0, 3.0, 10.0, 1e2, 1e3, 1e4])
 
 @st.composite
 def spectra(draw, size: int, max_cond: float = 1e4) -> torch.Tensor:
-    """``size`` positive singular values, descending: log-spaced over a drawn condition number, or a power "
-    "law."""
+    """``size`` positive singular values, descending: log-spaced over a drawn condition number, or a power law."""
     cond = draw(st.floats(min_value=1.0, max_value=max_cond, allow_nan=False, allow_infinity=False))
     if draw(st.booleans()):
         return torch.logspace(0, -float(torch.log10(torch.tensor(cond))), size, dtype=torch.float64)
@@ -60,8 +59,7 @@ def regression_instances(draw, case: str = "any", rank_deficient: bool = False):
 
 @st.composite
 def hessians(draw, sizes: tuple[int, ...] = (8, 16, 24), max_cond: float = 1e3):
-    """(H, seed): the library's calibration Hessian (log-spaced spectrum, random basis, optional sample "
-    "version)."""
+    """(H, seed): the library's calibration Hessian (log-spaced spectrum, random basis, optional sample version)."""
     d = draw(st.sampled_from(sizes))
     seed = draw(seeds)
     cond = draw(st.floats(min_value=1.0, max_value=max_cond, allow_nan=False))
@@ -84,7 +82,7 @@ def factor_problems(draw):
 
 quantizer_params = st.tuples(
     st.floats(min_value=0.1, max_value=10.0, allow_nan=False, allow_infinity=False),
-    st.integers(min_value=1, max_value=8),
+    st.integers(min_value=1, max_value=16),
 )
 
 mp_ratios = st.floats(min_value=0.005, max_value=4.0, allow_nan=False, allow_infinity=False)

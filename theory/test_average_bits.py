@@ -1,5 +1,4 @@
-"""App. E.5 (``subapp:computation_of_per_parameter_bit_budget``): every printed Avg Bits cell recomputed from
-the
+"""App. E.5 (``subapp:computation_of_per_parameter_bit_budget``): every printed Avg Bits cell recomputed from the
 model shapes, including the variant with r = 64 fine-tuned 16-bit factors."""
 
 from __future__ import annotations

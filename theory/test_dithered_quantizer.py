@@ -1,5 +1,4 @@
-"""App. F.2 (``lem:uniformly-dithered-scalar-quantizer-mean-variance``): *"For scalar x with |x| ≤ R […] E[ε]
-= 0
+"""App. F.2 (``lem:uniformly-dithered-scalar-quantizer-mean-variance``): *"For scalar x with |x| ≤ R […] E[ε] = 0
 and Var(ε) ≤ R²/(2^B − 1)²"*; saturated inputs (|x| > R) break unbiasedness. Statistical tests at α = 1e-6."""
 
 from __future__ import annotations
@@ -79,4 +78,24 @@ def test_detects_a_biased_quantizer():
 
 def test_detects_a_tightened_variance_bound():
     r = dq.check_variance(1.0, 3, seed=6, trials=2000, bound_factor=0.5)
+    assert not r.holds
+
+
+class _Coarse(_Nearest):
+    """Rounds on a grid 4× coarser: outputs are not the two neighbours of x."""
+
+    def __init__(self, R, bits):
+        super().__init__(R, bits)
+        self.d *= 4
+
+    def dequantize(self, c):
+        return (-self.R + c.double() * self.d).float()
+
+
+def test_detects_outputs_off_the_two_neighbours():
+    assert not dq.check_support(1.0, 4, seed=7, trials=50, quantizer=_Coarse(1.0, 4)).holds
+
+
+def test_saturation_check_does_not_fire_inside_the_range():
+    r = dq.check_saturation_bias(1.0, 3, seed=8, offsets=(-0.5, -0.2))  # x = ±0.5R, ±0.8R: unbiased
     assert not r.holds

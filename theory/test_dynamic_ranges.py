@@ -44,3 +44,9 @@ def test_detects_a_too_small_left_range():
     A, X = instance(5000, 24, 16)
     r = dr.check_left_saturation(A, X, 2, 0.5 * sq_fro(X @ A.T), seed=5000, trials=100, range_factor_L=0.01)
     assert not r.holds and r.details["frequency"] > 0.5
+
+
+def test_detects_a_too_small_range_in_the_deterministic_step():
+    A, X = instance(5001, 24, 16)
+    r = dr.check_left_range_deterministic(A, X, 2, 0.5 * sq_fro(X @ A.T), seed=1, trials=10, range_factor=0.02)
+    assert not r.holds and r.ratio > 1

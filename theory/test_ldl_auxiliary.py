@@ -72,3 +72,10 @@ def test_min_singular_value_counterexample_with_sigma_rank_convention():
     assert aux.check_min_singular_value(A, B, seed=4000, convention="weyl").holds
     r = aux.check_min_singular_value(A, B, seed=4000, convention="paper")
     assert not r.holds and r.counterexample["sigma_min(A+B)"] < r.counterexample["sigma_min(A)-||B||"]
+
+
+def test_detects_a_tightened_min_singular_value_bound():
+    g = gen(9)
+    A, B = randn(7, 5, g=g), 0.5 * randn(7, 5, g=g)
+    assert aux.check_min_singular_value(A, B, seed=9, convention="weyl").holds
+    assert not aux.check_min_singular_value(A, B, seed=9, convention="weyl", norm_factor=0.0).holds

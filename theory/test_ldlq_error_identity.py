@@ -24,8 +24,8 @@ def ldlq_instances(draw):
 
 
 def _range(W, H, m, bits, seed):
-    """An unsaturated dynamic range, or skip the example (the theorem assumes one exists; see "
-    "test_theorem)."""
+    """An unsaturated dynamic range, or skip the example (the theorem assumes one exists; see
+    test_theorem)."""
     R = unsaturated_range(W, block_ldl(m * H.double(), 8)[0], bits, seed)
     assume(R is not None)
     return R
@@ -81,3 +81,9 @@ def test_detects_a_tightened_quip_bound():
     R = li.safe_range(W, H, 16, 2, 7002)
     r = li.check_quip_bound(W, H, 16, seed=7002, R=R, bits=2, trials=30, bound_factor=0.4)
     assert not r.holds
+
+
+def test_detects_a_perturbed_library_output():
+    W, H, X = li.instance(7003, 16, 16, cond=10.0)
+    assert li.check_library_identity(W, H, 16, seed=7003).holds
+    assert not li.check_library_identity(W, H, 16, seed=7003, Q_perturb=1e-2).holds

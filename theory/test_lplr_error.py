@@ -1,5 +1,4 @@
-"""Lemma C.3 (``lem:approximation_error_data-aware-LPLRFactorize``): E‖(LR − A)Xᵀ‖² ≤ Σ_{i>k}σ_i² + ε under
-the
+"""Lemma C.3 (``lem:approximation_error_data-aware-LPLRFactorize``): E‖(LR − A)Xᵀ‖² ≤ Σ_{i>k}σ_i² + ε under the
 lemma's dynamic ranges and bit budgets (dithered quantizers), by Monte Carlo with a CLT bound at α = 1e-6."""
 
 from __future__ import annotations

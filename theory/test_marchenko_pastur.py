@@ -1,6 +1,5 @@
 """App. C.3 Marchenko–Pastur step: the MP law of (1/d)Σ_jη_jη_jᵀ, the trailing-sum approximation
-(eq. ``MP_upper_bound_trailing_singular_values``), the linear inverse-CDF bound and the printed CDF lower
-bound
+(eq. ``MP_upper_bound_trailing_singular_values``), the linear inverse-CDF bound and the printed CDF lower bound
 (eq. ``inverse_cdf_MP_upper_bound``), over their whole range."""
 
 from __future__ import annotations

@@ -49,3 +49,8 @@ def test_detects_a_wrong_closed_form():
 
     assert not pd.check_closed_form(A, X, 3, seed=3, solver=wrong).holds
     assert not pd.check_pd_optimality(A, X, 3, seed=3, solver=wrong).holds
+
+
+def test_detects_an_objective_chain_without_the_factor_m():
+    A, X = pd.instance(4, 12, 8, 10, 10.0)
+    assert not pd.check_objective_chain(A, X, seed=4, with_m=False).holds

@@ -1,7 +1,6 @@
 """Lemma 4.2 / B.1 (``lem:rank-constrained-regression``): global optimality of rank-constrained regression.
 
-*"for k ≤ m, the solution of min_{rank(Z) ≤ k} ‖XZ − Y‖_F² is Z* = (V I_m Σ⁻¹ Ũ I_k)(I_kᵀ Σ̃ Ṽᵀ) […] the
-optimal
+*"for k ≤ m, the solution of min_{rank(Z) ≤ k} ‖XZ − Y‖_F² is Z* = (V I_m Σ⁻¹ Ũ I_k)(I_kᵀ Σ̃ Ṽᵀ) […] the optimal
 value is Σ_{i=k+1}^{m} σ_i²(Y) if m ≤ d, and Σ_{i>k} σ_i²((U I_d)ᵀY) + ‖(U Ī_{m−d})ᵀY‖_F² otherwise"*; Remark:
 *"It is not necessary for X to be full rank […] with Σ⁻¹ replaced by Σ†."*
 """

@@ -1,7 +1,6 @@
 """Thm. 4.1 (``thm:approximation-error-Q-plus-LR``) and Thm. C.1
 (``thm:approximation-error-Q-plus-LR-formal``):
-E‖(Q + LR − W)Xᵀ‖² ≤ m Σ_{i>k}Eλ_i(ηDηᵀ) + ε ≲ 4mdλ_maxR²/(π(2^{B_Q} − 1)²)(1 − k/n)(n − k/2) + ε, the
-informal
+E‖(Q + LR − W)Xᵀ‖² ≤ m Σ_{i>k}Eλ_i(ηDηᵀ) + ε ≲ 4mdλ_maxR²/(π(2^{B_Q} − 1)²)(1 − k/n)(n − k/2) + ε, the informal
 (1 − k/2n)² form, and the regimes (i)/(ii)."""
 
 from __future__ import annotations
@@ -53,3 +52,13 @@ def test_unsaturated_range_assumption_can_be_infeasible():
     assert not th.check_unsaturated_range_exists(W, X, 2, seed=8000, label_cond=1e2).holds
     W, X = th.llm_instance(8000, 64, 64, cond=10.0)
     assert th.check_unsaturated_range_exists(W, X, 2, seed=8000, label_cond=10.0).holds
+
+
+def test_detects_a_tightened_informal_bound():
+    r = th.check_formal_mp_counterexample([16, 32], trials=6, form="informal", bound_factor=0.2)
+    assert not r.holds
+
+
+def test_regime_i_fails_with_fewer_bits_than_its_threshold():
+    r = th.check_regime_i(trials=3, bits_offset=-4)
+    assert not r.holds and r.ratio > 1

@@ -1,6 +1,5 @@
 """App. C.1 (``subapp:update-equations-low-rank-factors``): *"L̃ = (AXᵀ)(RXᵀ)† = AHRᵀ(RHRᵀ)⁻¹"* minimizes
-‖(ZR − A)Xᵀ‖²; *"R̃ = L†AHH† is a solution"* of min_Z ‖(LZ − A)Xᵀ‖²; and the irreducible + reducible
-error split."""
+‖(ZR − A)Xᵀ‖²; *"R̃ = L†AHH† is a solution"* of min_Z ‖(LZ − A)Xᵀ‖²; and the irreducible + reducible error split."""
 
 from __future__ import annotations
 
@@ -53,3 +52,9 @@ def test_printed_hh_pinv_intermediate_is_found_wrong():
     X = ue.random_instance(3, 8, 10, 8, 2)["X"]
     r = ue.check_printed_hh_pinv_identity(X, seed=3)
     assert not r.holds and r.counterexample["rel_dev_with_V_transposed"] < 1e-10
+
+
+def test_detects_a_wrong_error_split():
+    inst = ue.random_instance(4, 8, 10, 13, 3)
+    assert ue.check_error_decomposition(inst["A"], inst["X"], inst["R"], seed=4).holds
+    assert not ue.check_error_decomposition(inst["A"], inst["X"], inst["R"], seed=4, split_shift=1).holds

@@ -95,14 +95,16 @@ def layers_prefix(model: nn.Module) -> str:
 
 def _jsonable(x: Any) -> Any:
     return json.loads(
-        json.dumps(
-            x, default=lambda o: str(o).removeprefix("torch.") if isinstance(o, torch.dtype) else repr(o)
-        )
+        json.dumps(x, default=lambda o: str(o).removeprefix("torch.") if isinstance(o, torch.dtype) else repr(o))
     )
 
 
 def read_layer_result(
-    out_dir: str | os.PathLike, layer: int, method: str | None = None, method_config: dict | None = None
+    out_dir: str | os.PathLike,
+    layer: int,
+    method: str | None = None,
+    method_config: dict | None = None,
+    ft_rank: int | None = None,
 ) -> dict[str, Any] | None:
     """The layer's JSON if the layer is done and trustworthy (see module docstring), else None.
 
@@ -116,11 +118,12 @@ def read_layer_result(
         return None
     if not isinstance(info, dict) or info.get("format") != FORMAT:
         return None
-    if method is not None and (info.get("method") != method or info.get("method_config") != method_config):
+    same = info.get("method") == method and info.get("method_config") == method_config
+    if method is not None and not (same and (ft_rank is None or info.get("ft_rank", 0) == ft_rank)):
         raise ValueError(
-            f"{js} was computed with method {info.get('method')!r} and config {info.get('method_config')}, "
-            f"not "
-            f"{method!r} with {method_config}; use another output folder or delete the old per-layer files"
+            f"{js} was computed with method {info.get('method')!r}, config {info.get('method_config')} and "
+            f"ft_rank {info.get('ft_rank', 0)}, not {method!r} with {method_config} and ft_rank {ft_rank}; "
+            "use another output folder or delete the old per-layer files"
         )
     if not st.is_file() or sha256_file(st) != info.get("sha256"):
         return None
@@ -223,26 +226,21 @@ def compress_model(
     wanted = sorted(set(range(n_layers) if layers is None else (int(x) for x in layers)))
     bad = [x for x in wanted if not 0 <= x < n_layers]
     if bad:
-        raise ValueError(
-            f"layers {bad} out of range; the model has {n_layers} decoder layers (0..{n_layers - 1})"
-        )
+        raise ValueError(f"layers {bad} out of range; the model has {n_layers} decoder layers (0..{n_layers - 1})")
     hessian_dir = Path(hessian_dir)
     missing = [x for x in wanted if not layer_file(hessian_dir, x).is_file()]
     if missing:
         raise FileNotFoundError(
-            f"no Hessians for layers {missing} in {hessian_dir}; "
-            "run `caldera hessians` (with these layers) first"
+            f"no Hessians for layers {missing} in {hessian_dir}; run `caldera hessians` (with these layers) first"
         )
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     results: dict[int, dict[str, Any]] = {}
     computed, skipped = [], []
     t_start = time.perf_counter()
-    bar = tqdm(
-        total=len(wanted) * len(LINEARS), desc=f"compress {method}", unit="matrix", disable=not progress
-    )
+    bar = tqdm(total=len(wanted) * len(LINEARS), desc=f"compress {method}", unit="matrix", disable=not progress)
     for li in wanted:
-        done = read_layer_result(out_dir, li, method, cfg_dict)
+        done = read_layer_result(out_dir, li, method, cfg_dict, ft_rank)
         if done is not None:
             results[li] = done
             skipped.append(li)
@@ -315,8 +313,7 @@ def bits_summary(model: nn.Module, matrices: Sequence[dict[str, Any]]) -> dict[s
     else:  # mixed settings: the same formula, matrix by matrix
         num = sum(
             m["b_q"] * m["shape"][0] * m["shape"][1]
-            + ((m["rank"] - m["ft_rank"]) * (m["b_lr"] or 0) + m["ft_rank"] * 16)
-            * (m["shape"][0] + m["shape"][1])
+            + ((m["rank"] - m["ft_rank"]) * (m["b_lr"] or 0) + m["ft_rank"] * 16) * (m["shape"][0] + m["shape"][1])
             for m in matrices
         )
         out["average_bits"] = num / sum(m["shape"][0] * m["shape"][1] for m in matrices)
@@ -369,16 +366,13 @@ def assemble_checkpoint(
             continue
         lt = load_layer_tensors(layer_dir, li)
         if sha256_file(layer_paths(layer_dir, li)[0]) != info["sha256"]:
-            raise ValueError(
-                f"{layer_paths(layer_dir, li)[0]} changed while assembling; re-run `caldera compress`"
-            )
+            raise ValueError(f"{layer_paths(layer_dir, li)[0]} changed while assembling; re-run `caldera compress`")
         for k, v in lt.items():
             tensors[f"{prefix}.{li}.{k}"] = v
         for name, m in info["matrices"].items():
             modules[f"{prefix}.{li}.{name}"] = m["module"]
             errors[f"{prefix}.{li}.{name}"] = {
-                f: m[f]
-                for f in ("error", "error_reg", "frobenius_error", "wall_s", "best_iter", "storage_bits")
+                f: m[f] for f in ("error", "error_reg", "frobenius_error", "wall_s", "best_iter", "storage_bits")
             }
             matrices.append(m)
     bits = bits_summary(model, matrices)

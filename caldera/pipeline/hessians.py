@@ -71,9 +71,7 @@ class HessianAccumulator:
 
     def update(self, x: Tensor) -> None:
         if not isinstance(x, Tensor) or not x.is_floating_point():
-            raise ValueError(
-                f"x must be a floating-point tensor, got {type(x).__name__} {getattr(x, 'dtype', '')}"
-            )
+            raise ValueError(f"x must be a floating-point tensor, got {type(x).__name__} {getattr(x, 'dtype', '')}")
         if x.shape[-1] != self.d:
             raise ValueError(f"x has last dimension {x.shape[-1]}; this accumulator expects d={self.d}")
         X = x.detach().reshape(-1, self.d).to(device=self.S.device, dtype=torch.float64)
@@ -326,11 +324,7 @@ def collect_hessians(
     """
     from tqdm.auto import tqdm
 
-    if (
-        not isinstance(calibration_ids, Tensor)
-        or calibration_ids.ndim != 2
-        or calibration_ids.is_floating_point()
-    ):
+    if not isinstance(calibration_ids, Tensor) or calibration_ids.ndim != 2 or calibration_ids.is_floating_point():
         raise ValueError("calibration_ids must be an (N, T) integer tensor of token ids")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -339,9 +333,7 @@ def collect_hessians(
     wanted = sorted(set(range(n_layers) if layers is None else (int(x) for x in layers)))
     bad = [x for x in wanted if not 0 <= x < n_layers]
     if bad:
-        raise ValueError(
-            f"layers {bad} out of range; the model has {n_layers} decoder layers (0..{n_layers - 1})"
-        )
+        raise ValueError(f"layers {bad} out of range; the model has {n_layers} decoder layers (0..{n_layers - 1})")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     fp = calibration_fingerprint(calibration_ids)
@@ -377,10 +369,8 @@ def collect_hessians(
                 if li in todo:
                     for g, (path, _) in GROUPS.items():
                         mod = _get(layer, path)
-                        acc = accs[g] = HessianAccumulator(mod.in_features, device="cpu")
-                        handles.append(
-                            mod.register_forward_pre_hook(lambda _m, args, _acc=acc: _acc.update(args[0]))
-                        )
+                        acc = accs[g] = HessianAccumulator(mod.in_features, device=mod.weight.device)
+                        handles.append(mod.register_forward_pre_hook(lambda _m, args, _acc=acc: _acc.update(args[0])))
                 try:
                     states = [(_run_layer(layer, hs, kw), kw) for hs, kw in states]
                 finally:
@@ -401,9 +391,7 @@ def collect_hessians(
                         "dtype": str(store_dtype).removeprefix("torch."),
                         "calibration_sha256": fp,
                     }
-                    atomic_save_file(
-                        tensors, layer_file(out_dir, li), {META_KEY: json.dumps(meta, sort_keys=True)}
-                    )
+                    atomic_save_file(tensors, layer_file(out_dir, li), {META_KEY: json.dumps(meta, sort_keys=True)})
                     bar.update(1)
             bar.close()
         finally:

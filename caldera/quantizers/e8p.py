@@ -27,11 +27,24 @@ The 227 short patterns are exactly 7 permutation-closed classes ``{½⁸}, {3/2^
 {5/2 ½⁷}, {5/2 3/2 ½⁶}`` (1 + 8 + 28 + 56 + 70 + 8 + 56), each containing a ``½``; by the rearrangement
 inequality the best member of a class puts its largest entries on the largest ``|y_i|`` and, when the
 parity is odd, flips the smallest ``|y_i|`` (which carries a ``½``). So sorting ``|y|`` once per shift scores
-all 227 patterns with a few O(1) formulas. The 29 norm-12 patterns are not permutation-closed; their score
-is at most ``2 Σ_{5 largest}|y| − 12 (− 2 min|y| if odd)``, and only rows where that bound beats the best
-class (a few percent at RMS 1.03) get an exact 29-pattern search. The result attains the brute-force
-minimum distance over all 65,536 codewords (ties broken arbitrarily); ``tests/quantizers/test_e8p.py``
-checks this against brute force.
+all 227 patterns with a few O(1) formulas. The 29 norm-12 patterns (3/2)⁵ ½³ are not permutation-closed:
+their gain is at most ``ub = 2 Σ_{5 largest}|y| − 12`` (``− 2 min|y|`` if the parity is odd). Where ``ub``
+beats the best class (4 % / 8 % / 43 % of (vector, shift) pairs at RMS 0.9 / 1.03 / 2 for Gaussian data)
+and the five largest coordinates form one of the 29 patterns, ``ub`` is attained; otherwise the five 3/2s
+cover at most ranks 1–4 and 6, a second bound, and only where that one still beats the best (0.6 % / 1.4 % /
+12 %) an exact search over the 29 patterns runs, batched after the main pass. The result attains the
+brute-force minimum distance over all 65,536 codewords up to float32 rounding (ties broken arbitrarily);
+``tests/quantizers/test_e8p.py`` checks this against brute force on Gaussian, adversarial and random inputs.
+
+(The Conway–Sloane decoder of D̂8 followed by a membership test of ``|b|`` in S, the other obvious design,
+falls back for 17 % / 32 % / 95 % of pairs at RMS 0.9 / 1.03 / 2: at the design RMS the nearest D̂8 point is
+often outside the codebook, so the exact fallback would dominate the cost.)
+
+**Implementation.** Pure torch on CPU. The 8 coordinates are held as 8 separate rows of up to ``_COLS``
+(8-vector, shift) columns, so that every op has fewer than 32768 elements and runs on the calling thread
+(torch's OpenMP grain size): ~200 small ops per 16k 8-vectors, no ``torch.sort`` (a 19-comparator sorting
+network on packed int32 keys), no boolean masks in the hot path (float 0/1 masks and arithmetic
+selection). Large inputs are split into blocks on ``torch.get_num_threads()`` Python threads.
 
 Shapes and dtypes: ``quantize`` takes ``(..., n)`` floating tensors with ``n % 8 == 0`` and returns
 ``(..., n // 8)`` int32 codes in ``[0, 65535]``; ``dequantize`` returns float32 ``(..., n)``.
@@ -41,6 +54,8 @@ Shapes and dtypes: ``quantize`` takes ``(..., n)`` floating tensors with ``n % 8
 from __future__ import annotations
 
 import functools
+import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
@@ -56,19 +71,25 @@ NORM12_PATTERNS_2X: tuple[str, ...] = (
     "31331313 13331133 13333311 13333131 13331331 13333113 13331313 11331333 33113331"
 ).split()
 
-_CHUNK_ROWS = 2040  # 8-vectors per search chunk: 8 x 2 x 2040 < 32768, see _N12_COLS
-_BLOCK_ROWS = 1 << 18  # 8-vectors per block: bounds the (2, block) gain/code buffers to 6 MiB
+# Inputs are searched in float32; beyond this magnitude sums of |x| in the scores could overflow.
+MAX_ABS_INPUT = 1e36
+_BLOCK_ROWS = 1 << 18  # 8-vectors per block: bounds the (2, block) objective/code buffers to 6 MiB
 _NUM_CODES = 1 << 16
 
 
-def check_finite(x: Tensor, arg: str) -> None:
-    """Raise ``ValueError`` naming ``arg`` if ``x`` is not a floating tensor or has NaN/Inf entries."""
+def check_finite(x: Tensor, arg: str, bound: float | None = None) -> None:
+    """Raise ``ValueError`` naming ``arg`` unless ``x`` is a floating tensor of finite values (and, if
+    ``bound`` is given, ``max|x| ≤ bound``). One pass over ``x`` (``amax`` propagates NaN)."""
     if not isinstance(x, Tensor):
         raise ValueError(f"{arg}: expected a torch.Tensor, got {type(x).__name__}")
     if not x.is_floating_point():
         raise ValueError(f"{arg}: expected a floating-point tensor, got dtype {x.dtype}")
-    if x.numel() and not bool(torch.isfinite(x).all()):
-        raise ValueError(f"{arg}: contains NaN or Inf entries; only finite values can be quantized")
+    if x.numel():
+        m = float(x.detach().abs().amax())
+        if not math.isfinite(m):
+            raise ValueError(f"{arg}: contains NaN or Inf entries; only finite values can be quantized")
+        if bound is not None and m > bound:
+            raise ValueError(f"{arg}: max |{arg}| = {m:g} exceeds {bound:g}; scale the input first")
 
 
 def check_codes(codes: Tensor, arg: str, upper: int) -> None:
@@ -89,12 +110,11 @@ def check_codes(codes: Tensor, arg: str, upper: int) -> None:
 class _E8PTables:
     abs2: Tensor  # (256, 8) int64, 2|x| of the abs patterns S
     abs_f: Tensor  # (256, 8) float32, the abs patterns S
-    sum_odd: Tensor  # (256,) int64, 1 where sum(S[k]) is odd (last coordinate negated before flipping)
-    key_to_index: Tensor  # (4**8,) int64: base-4 key of (2|x|-1)/2 -> row of S (or -1)
+    sum_odd: Tensor  # (256,) int32, 1 where sum(S[k]) is odd (last coordinate negated before flipping)
+    key_to_index: Tensor  # (4**8,) float32: base-4 key of (2|x| - 1)/2 -> row of S (or -1)
     codebook: Tensor  # (65536, 8) float32
     n12_abs: Tensor  # (29, 8) float32, the norm-12 patterns (rows 227..255 of S)
     n12_mask3: Tensor  # (29, 8) float32, 1 where the norm-12 pattern is 3/2
-    top5_to_norm12: Tensor  # (256,) int64: bit mask of the 3/2 positions -> norm-12 pattern 0..28 (or -1)
 
 
 def _short_patterns_2x() -> Tensor:
@@ -122,11 +142,8 @@ def _tables() -> _E8PTables:
 
     digits = (abs2 - 1) // 2  # 0, 1, 2 for 1/2, 3/2, 5/2
     keys = (digits * (4 ** torch.arange(8))).sum(1)
-    key_to_index = torch.full((4**8,), -1, dtype=torch.int64)
-    key_to_index[keys] = torch.arange(256)
-
-    top5 = torch.full((256,), -1, dtype=torch.int64)
-    top5[((abs2[227:] == 3).to(torch.int64) << torch.arange(8)).sum(1)] = torch.arange(29)
+    key_to_index = torch.full((4**8,), -1.0)
+    key_to_index[keys] = torch.arange(256, dtype=torch.float32)
 
     codes = torch.arange(_NUM_CODES)
     k = codes >> 8
@@ -140,32 +157,20 @@ def _tables() -> _E8PTables:
     return _E8PTables(
         abs2=abs2,
         abs_f=abs_f,
-        sum_odd=sum_odd,
+        sum_odd=sum_odd.to(torch.int32),
         key_to_index=key_to_index,
         codebook=cb.to(torch.float32).contiguous(),
         n12_abs=abs_f[227:].contiguous(),
         n12_mask3=(abs2[227:] == 3).to(torch.float32).contiguous(),
-        top5_to_norm12=top5,
     )
 
 
-# Scoring constants (see the module docstring). Score rows 0..6 are the permutation-closed classes
-# ½⁸, (3/2)^k ½^(8−k) for k = 1..4, 5/2 ½⁷, 5/2 3/2 ½⁶; row 7 is the upper bound for the norm-12 patterns
-# (3/2)⁵ ½³. Relative to Σ|y|, class c scores  2·Σ_k (a_(k) − ½)·y(k) − ‖a‖² − 2·y(8)·odd_c  with
-# odd_c = (Σa_c + #negatives) mod 2 = sa_c + q − 2·sa_c·q.
-_SCORE_NORM2 = torch.tensor([2, 4, 6, 8, 10, 8, 10, 12], dtype=torch.float32)[:, None]  # ‖a‖²
-_SCORE_SUM_ODD = torch.tensor([0, 1, 0, 1, 0, 0, 1, 1], dtype=torch.float32)[:, None]  # sa: Σa mod 2
-_PEN_Y8 = -2 * _SCORE_SUM_ODD  # coefficient of y(8)
-_PEN_QY8 = -2 * (1 - 2 * _SCORE_SUM_ODD)  # coefficient of q·y(8)
-_CLASS_SUM_ODD = _SCORE_SUM_ODD[:7, 0].to(torch.int64)
-# Base-4 key digits (0: 1/2, 1: 3/2, 2: 5/2) of each class on the coordinates ranked 1..4 by |y|.
-_CLASS_DIGITS_T = torch.tensor(
-    [[0, 0, 0, 0], [1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1], [2, 0, 0, 0], [2, 1, 0, 0]],
-    dtype=torch.float32,
-).T.contiguous()  # (4, 7)
+# Class scores (see the module docstring). Classes 0..6 are the permutation-closed classes ½⁸,
+# (3/2)^k ½^(8−k) for k = 1..4, 5/2 ½⁷ and 5/2 3/2 ½⁶. Relative to Σ|y| (|y| sorted: y(1) ≥ … ≥ y(8)),
+# class c scores  2·Σ_k (a_(k) − ½)·y(k) − ‖a‖² − 2·y(8)·odd_c,  odd_c = (Σa_c + #negatives) mod 2.
+# A pattern is identified by its base-4 key Σ_i d_i 4^i, digit d_i = (2|x_i| − 1)/2 (0, 1, 2 for ½, 3/2, 5/2).
 _POW4_F = 4.0 ** torch.arange(8, dtype=torch.float32)
 _POW2_COL = (2 ** torch.arange(8, dtype=torch.int32))[:, None]
-_ROW_INDEX = torch.arange(8, dtype=torch.int32)[:, None]
 _PARITY8 = torch.tensor([bin(i).count("1") & 1 for i in range(256)], dtype=torch.float32)
 # Optimal 19-comparator sorting network for 8 inputs (Knuth, TAOCP vol. 3, 5.3.4); checked by the 0-1
 # principle in tests/quantizers/test_e8p.py. Each pair (i, j), i < j, leaves the larger value at i.
@@ -173,37 +178,45 @@ SORT8_NETWORK: tuple[tuple[int, int], ...] = (
     (0, 2), (1, 3), (4, 6), (5, 7), (0, 4), (1, 5), (2, 6), (3, 7), (0, 1), (2, 3),
     (4, 5), (6, 7), (2, 4), (3, 5), (1, 4), (3, 6), (1, 2), (3, 4), (5, 6),
 )  # fmt: skip
-# torch runs an elementwise op or reduction on one thread when it has fewer than 32768 elements
-# (at::internal::GRAIN_SIZE). Every op in the search works on at most 8 × (2 × _CHUNK_ROWS) or
-# 29 × 8 × _N12_COLS elements, so the search never opens an OpenMP parallel region: thousands of tiny
-# parallel regions are slow, and catastrophically so when other processes compete for the cores.
-_N12_COLS = 128
+# torch runs an elementwise op on one thread when it has fewer than 32768 elements
+# (at::internal::GRAIN_SIZE) and opens an OpenMP parallel region otherwise. The search keeps the 8
+# coordinates as 8 separate rows of _COLS columns (one column per (8-vector, shift) pair) and every op
+# works on one row, so it never opens a parallel region: thousands of small parallel regions are slow,
+# and catastrophically so when other processes compete for the cores. Rows of ~32k elements keep the
+# per-op Python/dispatch overhead small relative to the arithmetic.
+_COLS = 32640
+_CHUNK_ROWS = _COLS // 2  # 8-vectors per search chunk (both shifts of each vector are searched at once)
+_N12_COLS = 128  # columns per exact norm-12 batch: 29 x 8 x 128 < 32768
 
 
-def _sort_desc(ay: Tensor) -> tuple[Tensor, Tensor]:
-    """Sort the 8 rows of ``ay`` (``(8, m)`` float32, ≥ 0) per column, descending.
+def _sign_byte(rows: list[Tensor]) -> tuple[Tensor, Tensor]:
+    """``(negbyte, q)`` for 8 rows ``y_i`` (float32, same shape): bit ``i`` of ``negbyte`` (int32) is the sign
+    bit of ``y_i``; ``q`` (float32 0/1) is the parity of the number of set bits."""
+    negbyte = (rows[0].view(torch.int32) >> 31) & 1
+    for i in range(1, 8):
+        # arithmetic shift: bit i of (v >> (31 − i)) is the sign bit of v
+        negbyte |= (rows[i].view(torch.int32) >> (31 - i)) & (1 << i)
+    return negbyte, _PARITY8.index_select(0, negbyte)
 
-    Returns ``(vals, pos)`` for ranks 1–5, 8 and 6 (in that order): ``vals`` ``(7, m)`` float32 and
-    ``pos`` ``(7, m)`` int32 (the coordinate holding each rank). Non-negative float32 values order like their bit patterns
-    read as int32, so each entry is packed as its bits with the 3 lowest mantissa bits replaced by the
-    coordinate (distinct keys, ties broken by coordinate) and sorted with a sorting network of elementwise
-    ``maximum``/``minimum`` (several times faster than ``torch.sort`` on rows of 8). ``vals`` are the packed
-    values with those 3 bits cleared: they, and the order of values closer than 8 ulps, are off by at most
-    a relative 2⁻²⁰, which moves a score by at most ~2⁻¹⁸·|y|, the size of float32 rounding in the
-    scores themselves.
+
+def _sort8(rows: list[Tensor]) -> list[Tensor]:
+    """Elementwise descending sort of 8 same-shape tensors with :data:`SORT8_NETWORK` (ranks 1..8)."""
+    r = list(rows)
+    for i, j in SORT8_NETWORK:
+        r[i], r[j] = torch.maximum(r[i], r[j]), torch.minimum(r[i], r[j])
+    return r
+
+
+def _packed_keys(abs_rows: list[Tensor]) -> list[Tensor]:
+    """int32 sort keys of non-negative float32 rows: the value's bits with the 3 lowest mantissa bits
+    replaced by the row (coordinate) index.
+
+    Non-negative float32 values order like their bit patterns read as int32, so sorting the keys sorts the
+    values and carries the coordinate along (distinct keys; ties broken by coordinate). ``key & -8`` read as
+    float32 is the value to within a relative 2⁻²⁰ (8 ulps): values that close may come out in either order
+    and the scores move by at most ~2⁻¹⁸·|y|, the size of float32 rounding in the scores themselves.
     """
-    keys = (ay.view(torch.int32) & -8) | _ROW_INDEX
-    r = list(keys.unbind(0))
-    sel = torch.empty((7, ay.shape[1]), dtype=torch.int32)
-    # Ranks 1, 8, 2..5 are final after comparators 9, 12, 17, 18; the last one (5, 6) yields rank 6.
-    final = {8: (0, None), 11: (None, 5), 16: (1, 2), 17: (3, 4), 18: (6, None)}
-    for n, (i, j) in enumerate(SORT8_NETWORK):
-        oi, oj = final.get(n, (None, None))
-        hi = torch.maximum(r[i], r[j], out=sel[oi]) if oi is not None else torch.maximum(r[i], r[j])
-        if n < 18:
-            r[j] = torch.minimum(r[i], r[j], out=sel[oj]) if oj is not None else torch.minimum(r[i], r[j])
-        r[i] = hi
-    return (sel & -8).view(torch.float32), sel & 7
+    return [(a.view(torch.int32) & -8).bitwise_or_(i) for i, a in enumerate(abs_rows)]
 
 
 def _argmax_rows(s: Tensor) -> tuple[Tensor, Tensor]:
@@ -236,121 +249,192 @@ def _norm12_gain(ay: Tensor, odd: Tensor, t: _E8PTables) -> tuple[Tensor, Tensor
     return _argmax_rows(g)
 
 
+def _best_points(y: list[Tensor], t: _E8PTables) -> tuple[Tensor, Tensor, Tensor]:
+    """Best ``b ∈ B`` for each column of the 8 coordinate rows ``y`` (float32 ``(M,)`` each, ``M ≤ _COLS``).
+
+    Returns ``(gain, code8, hard)``: ``gain = 2⟨b, y⟩ − ‖b‖²`` (float32 ``(M,)``); ``code8`` (int32 ``(M,)``)
+    is ``(k << 8) | low`` for the shift ``p = 0`` convention (XOR bit 0 with ``p`` for the other shift);
+    ``hard`` (int64) lists the columns where a norm-12 pattern might still win: their result is the best
+    of the other 227 patterns and must be finished by :func:`_norm12_finish`.
+
+    Selections use float 0/1 masks and arithmetic (``a += m·(b − a)``): boolean masks, ``masked_fill_`` and
+    ``where`` with scalars cost several times more per element in torch's CPU kernels.
+    """
+    M = y[0].shape[0]
+    ay = [v.abs() for v in y]
+    tmp = torch.empty(M)
+    negf = torch.lt(y[0], 0, out=torch.empty(M))  # bit i: y_i < 0 (−0.0 counts as positive)
+    for i in range(1, 8):
+        negf.add_(torch.lt(y[i], 0, out=tmp), alpha=1 << i)
+    neg = negf.to(torch.int32)
+    q = _PARITY8.index_select(0, neg)  # parity of the number of negative coordinates (float 0/1)
+    r = _sort8(_packed_keys(ay))
+    y1, y2, y3, y4, y5, y6, _, y8 = [(k & -8).view(torch.float32) for k in r]
+    w = [_POW4_F.index_select(0, r[k] & 7) for k in range(5)]  # 4**(coordinate of rank k+1)
+
+    p2 = y1 + y2
+    p3 = p2 + y3
+    p4 = p3 + y4
+    y8q = y8 * q
+    neg_e = y8q * -2  # minus the parity penalty of classes with even Σa (odd iff q = 1)
+    neg_o = torch.sub(y8q, y8).mul_(2)  # ... and of classes with odd Σa (odd iff q = 0)
+    # (score, base-4 key of the arrangement, Σa mod 2) of classes 1..6; class 0 (½⁸) has key 0, Σa even.
+    k2 = w[0] + w[1]
+    k3 = k2 + w[2]
+    classes = (
+        (torch.add(neg_o, y1, alpha=2).sub_(4), w[0], 1),
+        (torch.add(neg_e, p2, alpha=2).sub_(6), k2, 0),
+        (torch.add(neg_o, p3, alpha=2).sub_(8), k3, 1),
+        (torch.add(neg_e, p4, alpha=2).sub_(10), k3 + w[3], 0),
+        (torch.add(neg_e, y1, alpha=4).sub_(8), w[0] * 2, 0),
+        (torch.add(neg_o, y1, alpha=4).add_(y2, alpha=2).sub_(10), torch.add(w[1], w[0], alpha=2), 1),
+    )
+    best = neg_e - 2
+    key = torch.zeros(M)
+    sa = torch.zeros(M)
+    for score, k, odd_sum in classes:
+        better = torch.gt(score, best, out=tmp)  # strict: the first best class wins ties
+        torch.maximum(best, score, out=best)
+        key.addcmul_(better, k - key)
+        sa.addcmul_(better, (1 - sa) if odd_sum else -sa)
+    index = t.key_to_index.index_select(0, key.to(torch.int32))  # keys < 2**16 are exact in float32
+    odd = (sa - q).abs_()  # (Σa + #negatives) mod 2: flip one sign
+
+    # Norm-12 patterns (3/2)⁵ ½³ (Σa = 9, odd). Putting the 3/2s on the five largest |y_i| bounds their gain
+    # by ub; when those five coordinates form one of the 29 patterns (its base-4 key is then in S) the bound
+    # is attained (the 1/2s sit on ranks 6..8, so an odd parity flips rank 8, as for the classes).
+    # Otherwise the 3/2s cover at most ranks 1-4 and 6, which bounds the gain by ub2; columns where that
+    # beats the best are "hard".
+    ub = torch.add(neg_o, p4, alpha=2).add_(y5, alpha=2).sub_(12)
+    ub2 = torch.add(neg_o, p4, alpha=2).add_(y6, alpha=2).sub_(12)
+    k5 = t.key_to_index.index_select(0, (k3 + w[3] + w[4]).to(torch.int32))  # 227..255, or -1
+    valid = torch.gt(k5, 0, out=torch.empty(M))
+    easy = torch.gt(ub, best, out=tmp).mul_(valid)
+    best.addcmul_(easy, ub - best)
+    index.addcmul_(easy, k5 - index)
+    odd.addcmul_(easy, (1 - q).sub_(odd))
+    hard = torch.gt(ub2, best, out=tmp).mul_(valid.neg_().add_(1)).nonzero().squeeze(1)
+
+    # Code: high byte = row of S; low byte = sign bits relative to the base pattern a' (last coordinate
+    # negated when Σa is odd), with the smallest |y_i| (rank 8) flipped when the parity is odd.
+    idx = index.to(torch.int32)
+    low = neg ^ (odd.to(torch.int32) << (r[7] & 7)) ^ (t.sum_odd.index_select(0, idx) << 7)
+    code8 = (idx << 8).bitwise_or_(low)
+    total = ay[0] + ay[1]
+    for a in ay[2:]:
+        total += a
+    return total.add_(best), code8, hard
+
+
 def _signs_and_parity(y: Tensor) -> tuple[Tensor, Tensor]:
-    """``(negbyte, q)`` for ``y`` ``(8, m)``: bit ``i`` of ``negbyte`` (int64) is the sign bit of ``y_i``;
-    ``q`` (float32 0/1) is the parity of the number of set bits."""
+    """:func:`_sign_byte` for a small ``(8, c)`` tensor: ``(negbyte int64 (c,), q float32 (c,))``."""
     negbyte = ((y.view(torch.int32) >> 31) & _POW2_COL).sum(0)
     return negbyte, _PARITY8.index_select(0, negbyte)
 
 
-def _best_points(y: Tensor, t: _E8PTables) -> tuple[Tensor, Tensor, Tensor]:
-    """Best ``b ∈ B`` for each column of ``y`` (``(8, m)`` float32, one 8-vector per column).
+def _norm12_finish(x: Tensor, cols: Tensor, obj: Tensor, code: Tensor, t: _E8PTables) -> None:
+    """Exact norm-12 search for the ``cols`` flagged by :func:`_best_points`; updates ``obj``/``code``.
 
-    Returns ``(gain, code8, hard)``: ``gain = 2⟨b, y⟩ − ‖b‖²`` (float32 ``(m,)``); ``code8`` (int64 ``(m,)``)
-    is ``(k << 8) | low`` for the shift ``p = 0`` convention (XOR bit 0 with ``p`` for the other shift);
-    ``hard`` (int64) lists the columns where a norm-12 pattern might still win: their result is the best
-    of the other 227 patterns and must be finished by :func:`_norm12_finish`.
-    """
-    m = y.shape[1]
-    ay = y.abs()
-    negbyte, q = _signs_and_parity(y)
-    qi = q.to(torch.int64)
-    vals, pos = _sort_desc(ay)
-    y1, y2, y8, y6 = vals[0], vals[1], vals[5], vals[6]
-
-    lin = torch.empty(8, m)  # 2 Σ_k (a_(k) − ½) y(k) for each class
-    lin[0] = 0
-    torch.cumsum(vals[:4], 0, out=lin[1:5])
-    torch.add(lin[4], vals[4], out=lin[7])
-    lin[1:5] *= 2
-    lin[7] *= 2
-    torch.mul(y1, 4, out=lin[5])
-    torch.add(lin[5], y2, alpha=2, out=lin[6])
-    # Bound for norm-12 patterns not on the five largest |y_i|: 2(y(1)+…+y(4)+y(6)) − 12 (− 2 y(8) if odd).
-    ub2 = torch.add(lin[4], y6, alpha=2).sub_(12)
-    y8q = y8 * q
-    scores = lin.sub_(_SCORE_NORM2).addcmul_(_PEN_Y8, y8).addcmul_(_PEN_QY8, y8q)
-    best, cls = _argmax_rows(scores[:7])
-
-    # Base-4 key of the winning arrangement: the class digits sit on the top-ranked coordinates.
-    pow4 = _POW4_F.index_select(0, pos[:4].reshape(-1)).view(4, m)
-    key = (_CLASS_DIGITS_T.index_select(1, cls) * pow4).sum(0).to(torch.int64)  # exact: < 2**24
-    index = t.key_to_index.index_select(0, key)
-    odd = _CLASS_SUM_ODD.index_select(0, cls) ^ qi
-
-    # Norm-12 patterns (3/2)⁵ ½³ (Σa = 9, odd). Score row 7 bounds their gain by putting the 3/2s on the
-    # five largest |y_i|; when those five positions are one of the 29 patterns the bound is attained (the
-    # 1/2s sit on ranks 6..8, so an odd parity flips rank 8, like the classes).
-    ub = scores[7]
-    k5 = t.top5_to_norm12.index_select(0, (1 << pos[:5]).sum(0))
-    easy = (ub > best) & (k5 >= 0)
-    best = torch.where(easy, ub, best)
-    index = torch.where(easy, k5 + 227, index)
-    odd = torch.where(easy, 1 - qi, odd)
-    # Odd parity: flip the sign of the smallest |y_i| (it carries a 1/2 in every case above).
-    signs = negbyte ^ (odd << pos[5])
-    code8 = (index << 8) | (signs ^ (t.sum_odd.index_select(0, index) << 7))  # relative to base pattern a'
-    ub2.sub_(2 * y8 - 2 * y8q)
-    hard = ((k5 < 0) & (ub2 > best)).nonzero().squeeze(1)
-    return ay.sum(0) + best, code8, hard
-
-
-def _norm12_finish(x: Tensor, cols: Tensor, gain: Tensor, code: Tensor, t: _E8PTables) -> None:
-    """Exact norm-12 search for the ``cols`` flagged by :func:`_best_points`; updates ``gain``/``code``.
-
-    ``x`` is ``(n, 8)`` float32; ``gain`` and ``code`` are ``(2 n,)`` views (shift ``p = 0`` then ``p = 1``)
-    and ``cols`` (int64) index them.
+    ``x`` is ``(n, 8)`` float32; ``obj`` and ``code`` are ``(2 n,)`` (shift ``p = 0`` then ``p = 1``; ``obj``
+    is the gain plus ``(½ − p)·Σx``, see :func:`_encode`) and ``cols`` (int64) index them.
     """
     n = x.shape[0]
     for s in range(0, cols.numel(), _N12_COLS):
         h = cols[s : s + _N12_COLS]
         p = torch.div(h, n, rounding_mode="floor")
-        y = x.index_select(0, h - p * n).T + (p.to(torch.float32) * 0.5 - 0.25)  # x − ¼ (p = 0), x + ¼
+        xs = x.index_select(0, h - p * n)  # (c, 8)
+        pf = p.to(torch.float32)
+        y = xs.T + (pf * 0.5 - 0.25)  # x − ¼𝟙 (p = 0) or x + ¼𝟙 (p = 1), (8, c)
         ay = y.abs()
         negbyte, q = _signs_and_parity(y)
         odd = 1 - q  # Σa = 9 is odd
         g, k = _norm12_gain(ay, odd, t)
-        g += ay.sum(0)
-        win = (g > gain.index_select(0, h)).nonzero().squeeze(1)
+        g += ay.sum(0) + (0.5 - pf) * xs.sum(1)
+        win = (g > obj.index_select(0, h)).nonzero().squeeze(1)
         if win.numel():
             hw, kw = h[win], k[win]
             j = (t.n12_abs[kw] * ay[:, win].T).argmin(1)  # coordinate to flip if the parity is odd
             low = negbyte[win] ^ (odd[win].to(torch.int64) << j) ^ 128 ^ p[win]  # sum_odd = 1 for all 29
-            gain[hw] = g[win]
-            code[hw] = ((kw + 227) << 8) | low
+            obj[hw] = g[win]
+            code[hw] = (((kw + 227) << 8) | low).to(code.dtype)
 
 
-def _encode(x: Tensor, t: _E8PTables) -> Tensor:
-    """Codes (int64 ``(n,)``) of the nearest codewords to the rows of ``x`` (float32 ``(n, 8)``)."""
+def _encode(x: Tensor, t: _E8PTables, out: Tensor) -> None:
+    """Write the codes of the nearest codewords to the rows of ``x`` (float32 ``(n, 8)``) into ``out``
+    (integer ``(n,)``).
+
+    Every torch op here works on at most ``_COLS`` elements (single-threaded, see ``_COLS``), except the
+    rare exact norm-12 batches which are smaller still.
+    """
     n = x.shape[0]
-    gain = torch.empty(2 * n)  # [:n]: shift p = 0 (x − ¼𝟙), [n:]: p = 1 (x + ¼𝟙)
-    code = torch.empty(2 * n, dtype=torch.int64)
+    # ‖x − s𝟙 − b‖² = ‖x‖² − 2sΣx + 8s² − gain, and ‖x‖², 8s² do not depend on the shift s = ±¼, so the
+    # shift with the larger obj = gain + 2sΣx = gain ± ½Σx wins. [:n]: p = 0 (x − ¼𝟙), [n:]: p = 1 (x + ¼𝟙).
+    obj = torch.empty(2 * n)
+    code = torch.empty(2 * n, dtype=torch.int32)
     hard = []
     for start in range(0, n, _CHUNK_ROWS):
         stop = min(start + _CHUNK_ROWS, n)
         m = stop - start
         xc = x[start:stop]
-        # Both shifts at once, one 8-vector per column: columns [:m] hold x − ¼𝟙, [m:] x + ¼𝟙.
+        # Both shifts at once: row i holds coordinate i, columns [:m] of x − ¼𝟙 and [m:] of x + ¼𝟙.
         y = torch.empty(8, 2 * m)
-        torch.sub(xc.T, 0.25, out=y[:, :m])
-        torch.add(xc.T, 0.25, out=y[:, m:])
-        g, c, h = _best_points(y, t)
-        gain[start:stop], gain[n + start : n + stop] = g[:m], g[m:]
-        code[start:stop], code[n + start : n + stop] = c[:m], c[m:] ^ 1  # p = 1: bit 0 carries the parity
+        half_sx = torch.mul(xc[:, 0], 0.5)
+        for i in range(8):
+            torch.sub(xc[:, i], 0.25, out=y[i, :m])
+            torch.add(xc[:, i], 0.25, out=y[i, m:])
+            if i:
+                half_sx.add_(xc[:, i], alpha=0.5)
+        g, c, h = _best_points(list(y.unbind(0)), t)
+        torch.add(g[:m], half_sx, out=obj[start:stop])
+        torch.sub(g[m:], half_sx, out=obj[n + start : n + stop])
+        code[start:stop] = c[:m]
+        torch.bitwise_xor(c[m:], 1, out=code[n + start : n + stop])  # p = 1: bit 0 carries the parity
         if h.numel():
             hard.append(h + torch.where(h < m, start, n + start - m))
     if hard:
-        _norm12_finish(x, torch.cat(hard), gain, code, t)
-    # ‖x − s𝟙 − b‖² = ‖x‖² − 2sΣx + 8s² − gain; ‖x‖² and 8s² are the same for both shifts.
-    half_sx = 0.5 * x.sum(1)
-    return torch.where(gain[:n] + half_sx >= gain[n:] - half_sx, code[:n], code[n:])
+        _norm12_finish(x, torch.cat(hard), obj, code, t)
+    for start in range(0, n, _CHUNK_ROWS):
+        stop = min(start + _CHUNK_ROWS, n)
+        plus = obj[start:stop] >= obj[n + start : n + stop]
+        out[start:stop] = torch.where(plus, code[start:stop], code[n + start : n + stop])
+
+
+@functools.lru_cache(maxsize=4)
+def _pool(workers: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="caldera-e8p")
+
+
+def _encode_all(x: Tensor, t: _E8PTables, out: Tensor) -> None:
+    """:func:`_encode` over ``x`` (``(n, 8)`` float32) in blocks, writing int32 codes into ``out`` ``(n,)``.
+
+    The search itself is single-threaded (see ``_COLS``); large inputs are split into blocks that run on
+    ``torch.get_num_threads()`` Python threads (torch releases the GIL inside its kernels, so the blocks
+    overlap). Every 8-vector is searched independently, so the result does not depend on the split.
+    """
+    n = x.shape[0]
+    workers = torch.get_num_threads()
+    if workers <= 1 or n < 2 * _CHUNK_ROWS:
+        for start in range(0, n, _BLOCK_ROWS):
+            _encode(x[start : start + _BLOCK_ROWS], t, out[start : start + _BLOCK_ROWS])
+        return
+    step = min(_BLOCK_ROWS, max(_CHUNK_ROWS, -(-n // (4 * workers))))  # ≥ 4 blocks per worker if possible
+    jobs = [
+        _pool(workers).submit(_encode, x[start : start + step], t, out[start : start + step])
+        for start in range(0, n, step)
+    ]
+    for job in jobs:
+        job.result()
 
 
 class E8P(Quantizer):
     """QuIP#'s E8P12 codebook: 65,536 codewords in ``E8 + ¼𝟙``, 16-bit code per 8 weights (2 bits/weight).
 
-    ``quantize(x)``: ``x`` ``(..., n)`` floating, ``n % 8 == 0``, finite -> int32 codes ``(..., n // 8)`` in
-    ``[0, 65535]`` (exact nearest codeword). ``dequantize(codes)``: integer codes -> float32 ``(..., n)``.
+    ``quantize(x)``: ``x`` ``(..., n)`` floating (any float dtype, searched in float32), ``n % 8 == 0``,
+    finite with ``max|x| ≤ 1e36`` -> int32 codes ``(..., n // 8)`` in ``[0, 65535]`` of the nearest codewords
+    (exact search, see the module docstring). ``dequantize(codes)``: integer codes ``(..., m)`` -> float32
+    ``(..., 8 m)``. ``round(x)`` = ``dequantize(quantize(x))``. Codes are stored as int32 but carry exactly
+    16 bits; :meth:`pack_codes` gives the 2-bytes-per-code form. Instances are stateless and share the
+    tables, which are built once per process (~20 ms).
     """
 
     name = "e8p"
@@ -374,7 +458,7 @@ class E8P(Quantizer):
         return self._t.abs_f.clone()
 
     def _flat(self, x: Tensor, arg: str) -> Tensor:
-        check_finite(x, arg)
+        check_finite(x, arg, MAX_ABS_INPUT)
         self.check_shape(x, arg)
         return x.detach().to(torch.float32).reshape(-1, 8).contiguous()
 
@@ -382,26 +466,21 @@ class E8P(Quantizer):
         """Nearest-codeword codes: float ``(..., n)`` -> int32 ``(..., n // 8)``."""
         xf = self._flat(x, "x")
         codes = torch.empty(xf.shape[0], dtype=torch.int32)
-        for start in range(0, xf.shape[0], _BLOCK_ROWS):
-            stop = min(start + _BLOCK_ROWS, xf.shape[0])
-            codes[start:stop] = _encode(xf[start:stop], self._t)
+        _encode_all(xf, self._t, codes)
         return codes.reshape(*x.shape[:-1], x.shape[-1] // 8)
 
     def dequantize(self, codes: Tensor) -> Tensor:
         """Codewords for int codes ``(..., m)`` in ``[0, 65535]`` -> float32 ``(..., 8 m)``."""
         check_codes(codes, "codes", _NUM_CODES)
-        flat = self._t.codebook.index_select(0, codes.reshape(-1).to(torch.int64))
+        idx = codes.reshape(-1)
+        if idx.dtype not in (torch.int32, torch.int64):
+            idx = idx.to(torch.int64)
+        flat = self._t.codebook.index_select(0, idx)
         return flat.reshape(*codes.shape[:-1], codes.shape[-1] * 8)
 
     def round(self, x: Tensor) -> Tensor:
-        """Nearest codewords, float32 with ``x``'s shape."""
-        xf = self._flat(x, "x")
-        out = torch.empty_like(xf)
-        cb = self._t.codebook
-        for start in range(0, xf.shape[0], _BLOCK_ROWS):
-            stop = min(start + _BLOCK_ROWS, xf.shape[0])
-            torch.index_select(cb, 0, _encode(xf[start:stop], self._t), out=out[start:stop])
-        return out.reshape(x.shape)
+        """Nearest codewords, float32 with ``x``'s shape (``dequantize(quantize(x))``)."""
+        return self.dequantize(self.quantize(x)).reshape(x.shape)
 
     @staticmethod
     def pack_codes(codes: Tensor) -> Tensor:

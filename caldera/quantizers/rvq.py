@@ -32,7 +32,7 @@ from . import e8p as _e8p
 from .base import Quantizer
 from .e8p import E8P, check_codes, check_finite
 
-_E81B_CHUNK = 4080  # 8 x 4080 < 32768: single-threaded torch ops (see e8p._N12_COLS)
+_E81B_CHUNK = _e8p._COLS  # rows per search chunk (single-threaded torch ops, see e8p._COLS)
 _PAIRS = list(itertools.combinations(range(8), 2))
 _PAIR_LUT = torch.full((64,), -1, dtype=torch.int64)
 for _p, (_i, _j) in enumerate(_PAIRS):
@@ -58,26 +58,38 @@ def e81b_codebook() -> Tensor:
     return cb
 
 
-def _e81b_chunk(r: Tensor) -> Tensor:
-    """E81B codes (int64 ``(m,)``) for the columns of ``r`` (``(8, m)`` float32)."""
-    ar = r.abs()
-    negbyte, q = _e8p._signs_and_parity(r)
-    vals, pos = _e8p._sort_desc(ar)
-    p1, p2, p8 = pos[0].to(torch.int64), pos[1].to(torch.int64), pos[5].to(torch.int64)
-    # ±2e_i: the largest |r_i|, except that the last coordinate only offers +2e_8 (gain 4·r_8 − 4).
-    w = ar.clone()
-    w[7] = r[7]
-    kmax = ((w.view(torch.int32) & -8) | _e8p._ROW_INDEX).amax(0)  # packed keys, as in e8p._sort_desc
+def _e81b_chunk(x: Tensor) -> Tensor:
+    """E81B codes (int64 ``(m,)``) for the rows of ``x`` (float32 ``(m, 8)``, ``m < 32768``).
+
+    Works on the 8 coordinate columns as separate rows (see ``e8p._COLS``: single-threaded torch ops).
+    """
+    r = list(x.T.unbind(0))
+    ar = [v.abs() for v in r]
+    negbyte, q = _e8p._sign_byte(r)
+    negbyte = negbyte.to(torch.int64)
+    keys = _e8p._packed_keys(ar)
+    s = _e8p._sort8(keys)
+    v1, v2, v8 = [(s[k] & -8).view(torch.float32) for k in (0, 1, 7)]
+    p1, p2, p8 = [(s[k] & 7).to(torch.int64) for k in (0, 1, 7)]
+    # ±2e_i: the largest |r_i|, except that the last coordinate only offers +2e_8 (gain 4·r_8 − 4); a
+    # negative r_8 packs to a negative key, below every other key.
+    kmax = (r[7].view(torch.int32) & -8).bitwise_or_(7)
+    for k in keys[:7]:
+        kmax = torch.maximum(kmax, k)
     pe = (kmax & 7).to(torch.int64)
-    gains = torch.stack(
-        (
-            torch.zeros_like(vals[0]),  # origin
-            2 * (vals[0] + vals[1]) - 2,  # s_i e_i + s_j e_j on the two largest |r_i|
-            ar.sum(0) - 2 * q * vals[5] - 2,  # (±½)⁸ with the signs of r (flip the smallest if odd)
-            4 * (kmax & -8).view(torch.float32) - 4,  # ±2e_i
-        )
+    total = ar[0] + ar[1]
+    for a in ar[2:]:
+        total += a
+    gains = (
+        torch.add(v1, v2).mul_(2).sub_(2),  # s_i e_i + s_j e_j on the two largest |r_i|
+        total.sub_(2 * q * v8).sub_(2),  # (±½)⁸ with the signs of r (flip the smallest if the parity is odd)
+        (kmax & -8).view(torch.float32).mul(4).sub_(4),  # ±2e_i
     )
-    _, family = _e8p._argmax_rows(gains)
+    best = torch.zeros_like(v1)  # the origin
+    family = torch.zeros(v1.shape, dtype=torch.int64)
+    for f, g in enumerate(gains, start=1):
+        family.masked_fill_(g > best, f)
+        torch.maximum(best, g, out=best)
     a, b = torch.minimum(p1, p2), torch.maximum(p1, p2)
     root = 1 + 4 * _PAIR_LUT.index_select(0, 8 * a + b) + 2 * ((negbyte >> a) & 1) + ((negbyte >> b) & 1)
     half = 113 + ((negbyte ^ (q.to(torch.int64) << p8)) & 127)
@@ -113,7 +125,7 @@ class E81B(Quantizer):
         xf = x.detach().to(torch.float32).reshape(-1, 8)
         codes = torch.empty(xf.shape[0], dtype=torch.int32)
         for s in range(0, xf.shape[0], _E81B_CHUNK):
-            codes[s : s + _E81B_CHUNK] = _e81b_chunk(xf[s : s + _E81B_CHUNK].T.contiguous())
+            codes[s : s + _E81B_CHUNK] = _e81b_chunk(xf[s : s + _E81B_CHUNK])
         return codes.reshape(*x.shape[:-1], x.shape[-1] // 8)
 
     def dequantize(self, codes: Tensor) -> Tensor:

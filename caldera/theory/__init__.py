@@ -1,7 +1,6 @@
 """Checks of the CALDERA paper's theory (§4, Appendices B–F) against the library.
 
-One module per result; each exposes pure check functions returning :class:`CheckResult` (measured quantity as
-a
+One module per result; each exposes pure check functions returning :class:`CheckResult` (measured quantity as a
 ratio to the paper's bound, verdict, counterexample with a seed) and a ``run(profile)`` used by the report
 (``python -m caldera.theory.report``). The Hypothesis property tests live in the top-level ``theory/`` folder.
 """

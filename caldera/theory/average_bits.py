@@ -6,8 +6,7 @@ B_LR, and the rank of the factors is k, the average number of bits per parameter
 Σ_{i=1}^7 (B_Q n_i d_i + k B_LR (n_i + d_i)) / Σ_{i=1}^7 n_i d_i"*, and with r = 64 factors fine-tuned in
 16-bit precision *"Σ_i (B_Q n_i d_i + (k − r) B_LR (n_i + d_i) + 16 r (n_i + d_i)) / Σ_i n_i d_i"*.
 
-What is checked: every printed "Avg Bits" cell of every table (``caldera.paper_tables``) is recomputed from
-the
+What is checked: every printed "Avg Bits" cell of every table (``caldera.paper_tables``) is recomputed from the
 model shapes (``caldera.bits.MODEL_SHAPES``) with :func:`caldera.bits.average_bits` — the fine-tuned-factor
 variant for rows with an ``ft_rank`` — and rounded half-up to the printed number of decimals. The ratio is
 |computed − printed| / (half a unit of the printed last digit) (≤ 1: consistent with the rounding). The
@@ -39,8 +38,7 @@ def round_like(value: float, printed: str) -> str:
 def table_rows() -> list[tuple[str, int, dict, dict]]:
     rows = []
     for name in list_reference_tables():
-        for i, (raw, parsed) in enumerate(zip(load_reference_table(name, raw=True),
-                                              load_reference_table(name))):
+        for i, (raw, parsed) in enumerate(zip(load_reference_table(name, raw=True), load_reference_table(name))):
             if raw.get("avg_bits"):
                 rows.append((name, i, raw, parsed))
     return rows
@@ -87,13 +85,11 @@ def check_tables(*, with_ft: bool = True, formula_offset: float = 0.0,
     variant = "with fine-tuned 16-bit factors (r = ft_rank)" if with_ft else "zero-shot formula for every row"
     return CheckResult(
         f"avg-bits[{'ft-variant' if with_ft else 'no-ft'}]", LABEL,
-        f"printed Avg Bits = Σ(B_Q nd + (k − r)B_LR(n + d) + 16r(n + d))/Σ nd, "
-        f"{variant}", holds, worst, len(rows),
+        f"printed Avg Bits = Σ(B_Q nd + (k − r)B_LR(n + d) + 16r(n + d))/Σ nd, {variant}", holds, worst, len(rows),
         counterexample={"mismatches": mismatches, "library_vs_formula": lib_dev} if mismatches else None,
         reasoning="The formula is a ratio of exact integers; the only disagreement is the LQ-LoRA LLaMa-3 "
-                  "cell of the "
-                  "fine-tuning table, which repeats the LLaMa-2 value 2.95 although the LLaMa-3 shapes give "
-                  "2.942.",
+                  "cell of the fine-tuning table, which repeats the LLaMa-2 value 2.95 although the LLaMa-3 "
+                  "shapes give 2.942.",
         details={"rows": len(rows), "mismatches": mismatches, "library_vs_formula": lib_dev},
     )
 

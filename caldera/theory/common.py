@@ -43,8 +43,7 @@ class CheckResult:
         claim: short identifier, e.g. ``"optimality"``.
         label: the paper's ``\\label`` of the result (``lem:rank-constrained-regression``).
         statement: what was checked, in words (quotes the paper's formula where short).
-        holds: True when no instance contradicted the claim (at false-alarm rate :data:`ALPHA` if
-        statistical).
+        holds: True when no instance contradicted the claim (at false-alarm rate :data:`ALPHA` if statistical).
         ratio: worst measured quantity divided by the bound it is claimed to respect (``<= 1`` = respected);
             for identities the worst relative deviation divided by the tolerance.
         examples: number of instances examined.
@@ -52,6 +51,11 @@ class CheckResult:
         counterexample: parameters (with a seed) of an instance where the claim fails, or None.
         reasoning: one or two sentences of mathematics behind the verdict.
         details: raw numbers (go to the JSON report).
+        kind: what is being checked — ``statement`` (a lemma/theorem statement or a claim the paper makes),
+            ``proof-step`` (an intermediate formula as printed in a derivation), ``corrected`` (our corrected
+            version of a printed formula), ``library`` (the library's implementation of a result),
+            ``assumption`` (a hypothesis of the paper), ``consistency`` (two statements against each other) or
+            ``measurement``. A result's verdict is decided by its ``statement`` claims.
     """
 
     claim: str
@@ -64,6 +68,7 @@ class CheckResult:
     counterexample: dict[str, Any] | None = None
     reasoning: str = ""
     details: dict[str, Any] = field(default_factory=dict)
+    kind: str = "statement"
 
     def __post_init__(self) -> None:
         if not self.verdict:
@@ -99,6 +104,7 @@ def combine(results: list[CheckResult], *, claim: str | None = None, statement: 
         counterexample=failing[0].counterexample if failing else None,
         reasoning=reasoning or (failing[0].reasoning if failing else first.reasoning),
         details={"instances": [r.details for r in results][:50], "worst": worst.details},
+        kind=first.kind,
     )
 
 
@@ -113,7 +119,7 @@ class Profile:
 
 
 PROFILES: dict[str, Profile] = {
-    "ci": Profile("ci", examples=4, trials=200, scale=1),
+    "ci": Profile("ci", examples=6, trials=300, scale=1),
     "thorough": Profile("thorough", examples=40, trials=2000, scale=2),
 }
 
@@ -128,8 +134,7 @@ def get_profile(name: str | Profile) -> Profile:
 
 @contextlib.contextmanager
 def torch_threads(n: int = 1) -> Iterator[None]:
-    """Run with ``n`` intra-op threads and restore the previous setting (small LAPACK calls on a shared
-    machine
+    """Run with ``n`` intra-op threads and restore the previous setting (small LAPACK calls on a shared machine
     are 10–100× slower with oversubscribed threads than with one)."""
     old = torch.get_num_threads()
     torch.set_num_threads(n)

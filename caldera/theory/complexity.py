@@ -1,5 +1,4 @@
-"""§3 "Computational Complexity" and App. D (label ``app:caldera_computational_complexity``): scaling
-exponents of
+"""§3 "Computational Complexity" and App. D (label ``app:caldera_computational_complexity``): scaling exponents of
 the library's routines, measured as the least-squares slope of log(time) against log(size).
 
 Claims (App. D): pre-processing *"H = (1/m)XᵀX, which requires O(md²)"*, *"the LDL decomposition of H […]
@@ -7,8 +6,7 @@ O(d³)"*; LDLQ *"quantizing all columns from k = 1, …, n would require O(n Σ_
 O(n²)"* (the sum is n·n(n+1)/2 = O(n³) for an n×n matrix, and O(nd²) for n×d: column k costs O(n(k − 1)));
 rank-constrained regression *"O(m²(n + d))"*; each LPLRFactorize inner iteration *"O(ndk)"*.
 
-These are measurements, not asserts: at the small sizes that run in seconds, BLAS efficiency grows with size
-and
+These are measurements, not asserts: at the small sizes that run in seconds, BLAS efficiency grows with size and
 per-call Python overhead is visible, so measured exponents sit below the asymptotic ones. The report lists the
 claimed exponent, the exponent implied by the operation count, and the measured one.
 """
@@ -134,7 +132,7 @@ def measure_exponent(routine: Routine, sizes: list[int], repeats: int = 3) -> di
 
 
 def check_complexity(sizes: list[int] | None = None, repeats: int = 3) -> list[CheckResult]:
-    sizes = sizes or [64, 128, 256, 512]
+    sizes = sizes or [128, 256, 512, 1024]
     out = []
     for r in ROUTINES:
         m = measure_exponent(r, sizes, repeats)
@@ -142,12 +140,11 @@ def check_complexity(sizes: list[int] | None = None, repeats: int = 3) -> list[C
             f"exponent[{r.name}]", LABEL, f"{r.claim}: time ∝ {r.sweep}^p", True, float(m["fitted_exponent"]),
             len(sizes), verdict=INFO,
             reasoning=(f"claimed p = {r.claimed_exponent:g}, operation count p = {r.counted_exponent:g}, "
-                       f"measured "
-                       f"p = {m['fitted_exponent']:.2f} over sizes {sizes[0]}–{sizes[-1]} (small sizes "
-                       f"understate p).")
+                       f"measured p = {m['fitted_exponent']:.2f} over sizes {sizes[0]}–{sizes[-1]} (small "
+                       f"sizes understate p).")
             + (" The paper's O(n²) for LDLQ drops a factor: n·Σ_{k≤n} k = O(n³) for n×n, O(nd²) for n×d."
                if "ldlq" in r.name else ""),
-            details=m,
+            details=m, kind="measurement",
         ))
     return out
 

@@ -5,12 +5,10 @@ q_j = −R + (j − 1)Δ, Δ = 2R/(2^B − 1)); the library's LDLQ/LPLR entry po
 ``quantize(x)`` has no generator argument, so :class:`SeededDithered` binds a ``torch.Generator`` (and counts
 saturated inputs |x| > R, which the lemmas exclude).
 
-The library's ``DitheredUniform`` accepts 1–8 bits and dequantizes to float32. The bit budgets of Lemma C.3
-are
-typically 9–14 bits, so :func:`dithered_round` uses :func:`reference_dithered_codes` — the same algorithm, the
-same draws from the generator, float64 output — above 8 bits; ``theory/test_dithered_quantizer.py`` checks
-that
-the two give identical codes for 1–8 bits.
+The library's ``DitheredUniform`` accepts 1–16 bits (and dequantizes to float32). Budgets above that (the
+bit budgets of Lemma C.3 are typically 9–14 bits, but grow with log(1/ε)) go through
+:func:`reference_dithered_codes` — the same algorithm, the same float64 draws from the generator, float64
+output; ``theory/test_dithered_quantizer.py`` checks that the two give identical codes where both apply.
 """
 
 from __future__ import annotations
@@ -28,23 +26,21 @@ def step(R: float, bits: int) -> float:
 
 
 #: Largest bit width the library's DitheredUniform accepts.
-LIBRARY_MAX_BITS = 8
+LIBRARY_MAX_BITS = 16
 
 
 def reference_dithered_codes(x: Tensor, R: float, bits: int, g: torch.Generator) -> Tensor:
-    """App. F's Q_{R,B} as integer grid indices (int64), drawing one uniform per entry from ``g``: x ∈ [q_k,
-    q_{k+1})
+    """App. F's Q_{R,B} as integer grid indices (int64), drawing one uniform per entry from ``g``: x ∈ [q_k, q_{k+1})
     goes up with probability r = (x − q_k)/Δ; inputs beyond ±R are clamped (saturation)."""
     d = step(R, bits)
     t = (torch.clamp(x.double(), -R, R) + R) / d
-    lo = torch.floor(t)
+    lo = torch.floor(t).clamp(max=2**bits - 2)  # x = R uses the top cell, as the library does
     up = torch.rand(x.shape, generator=g, dtype=torch.float64) < (t - lo)
     return torch.clamp(lo + up, 0, 2**bits - 1).to(torch.int64)
 
 
 def dithered_round(x: Tensor, R: float, bits: int, g: torch.Generator) -> Tensor:
-    """Q_{R,B}(x) entrywise with dither drawn from ``g`` (float64 out): the library's DitheredUniform up to 8
-    bits,
+    """Q_{R,B}(x) entrywise with dither drawn from ``g`` (float64 out): the library's DitheredUniform up to 8 bits,
     the identical reference algorithm (float64) above."""
     if bits <= LIBRARY_MAX_BITS:
         q = DitheredUniform(R, bits)
@@ -53,8 +49,7 @@ def dithered_round(x: Tensor, R: float, bits: int, g: torch.Generator) -> Tensor
 
 
 class SeededDithered(Quantizer):
-    """``DitheredUniform(R, bits)`` with a bound generator, usable by ``block_ldlq``; counts saturated "
-    "entries."""
+    """``DitheredUniform(R, bits)`` with a bound generator, usable by ``block_ldlq``; counts saturated entries."""
 
     block_size = 1
 
@@ -83,10 +78,8 @@ class SeededDithered(Quantizer):
 
 def unsaturated_range(W: Tensor, L: Tensor, bits: int, seed: int, *, pilots: int = 4, headroom: float = 1.25,
                       max_iter: int = 15) -> float | None:
-    """A dynamic range R for which BlockLDLQ of W (feedback L) with ``DitheredUniform(R, bits)`` kept every
-    input
-    below R/headroom in ``pilots`` draws; None when no such R was found (the feedback gain of L at this bit
-    width
+    """A dynamic range R for which BlockLDLQ of W (feedback L) with ``DitheredUniform(R, bits)`` kept every input
+    below R/headroom in ``pilots`` draws; None when no such R was found (the feedback gain of L at this bit width
     is too large: the inputs grow with R).
 
     The LDLQ inputs are W plus fed-back errors of size ~Δ ∝ R, so max|input| ≈ max|W| + c·R: the iteration

@@ -1,31 +1,24 @@
 """App. C.3 — the LDLQ error identity (eq. ``ldlq-error-in-terms-of-quantizer-error``, in the proof of
 ``thm:approximation-error-Q-plus-LR-formal``).
 
-Statements: *"if η = Q_Q(W + (W − Q)M) − (W + (W − Q)M) denotes the quantization error, then it can be seen
-that
+Statements: *"if η = Q_Q(W + (W − Q)M) − (W + (W − Q)M) denotes the quantization error, then it can be seen that
 Q − W = η(M + I)⁻¹"* and, since mH = XᵀX = (M + I)D(M + I)ᵀ,
 
-    E σ_i²((Q − W)Xᵀ) = E λ_i((Q − W)H(Q − W)ᵀ) =(i) E λ_i(η(M + I)⁻¹(M + I)D(M + I)ᵀ(M + I)⁻ᵀηᵀ) = E
-    λ_i(ηDηᵀ).
+    E σ_i²((Q − W)Xᵀ) = E λ_i((Q − W)H(Q − W)ᵀ) =(i) E λ_i(η(M + I)⁻¹(M + I)D(M + I)ᵀ(M + I)⁻ᵀηᵀ) = E λ_i(ηDηᵀ).
 
-What exactly holds: the end-to-end equality σ_i²((Q − W)Xᵀ) = λ_i(ηDηᵀ) holds *pathwise* (so in expectation)
-with
+What exactly holds: the end-to-end equality σ_i²((Q − W)Xᵀ) = λ_i(ηDηᵀ) holds *pathwise* (so in expectation) with
 D from the LDL of mH; the middle expression λ_i((Q − W)H(Q − W)ᵀ) is smaller by the factor m. The theorem
 statement defines η with Q_Q(**Q** + (W − Q)M) − (**Q** + (W − Q)M), and the proof also writes
-"Q = Q_Q(Q + (W − Q)M)"; with that η the identity is false (it needs W + (W − Q)M, as in eq. 3 and in the
-proof's
+"Q = Q_Q(Q + (W − Q)M)"; with that η the identity is false (it needs W + (W − Q)M, as in eq. 3 and in the proof's
 definition).
 
 What is checked:
 
-* ``paper-column-identity`` — a reference implementation of the paper's eq. 3 (column by column, M from the
-upper
+* ``paper-column-identity`` — a reference implementation of the paper's eq. 3 (column by column, M from the upper
   LDL of mH): Q − W = η(M + I)⁻¹ exactly, η being the recorded quantization errors;
-* ``statement-eta`` — the same with the theorem statement's η (deterministic nearest rounding so that Q_Q can
-be
+* ``statement-eta`` — the same with the theorem statement's η (deterministic nearest rounding so that Q_Q can be
   re-evaluated): fails;
-* ``library-blockldlq-identity`` — the library's BlockLDLQ (``ldlq_quantize`` with E8P, and ``block_ldlq``
-with
+* ``library-blockldlq-identity`` — the library's BlockLDLQ (``ldlq_quantize`` with E8P, and ``block_ldlq`` with
   the dithered quantizer): η := (Q − W)L is a quantization error of the recurrence input (the E8P codeword
   nearest to it / a grid neighbour) and Q − W = ηL⁻¹;
 * ``spectrum-identity`` — σ_i²((Q − W)Xᵀ) = λ_i(ηDηᵀ) for all i (D: 8×8 blocks of the LDL of mH), and the
@@ -135,9 +128,8 @@ def check_statement_eta(W: Tensor, H: Tensor, m: int, *, seed: int, R: float, bi
                                            "rel_dev_proof_eta": dev_proof,
                                            "max |Q_Q(Q + (W−Q)M) − Q|": fixed_point, "R": R, "bits": bits},
         reasoning="With the statement's η the identity reads Q − W = η'(M + I)⁻¹ with η' the rounding error "
-                  "of "
-                  "Q + (W − Q)M; even when Q happens to be a fixed point of that rounding, η' = (Q − W)M and "
-                  "(Q − W)M(M + I)⁻¹ ≠ Q − W. The proof's η (input W + (W − Q)M) is the right one.",
+                  "of Q + (W − Q)M; even when Q happens to be a fixed point of that rounding, η' = (Q − W)M "
+                  "and (Q − W)M(M + I)⁻¹ ≠ Q − W. The proof's η (input W + (W − Q)M) is the right one.",
         details={"rel_dev_statement_eta": dev_stmt, "rel_dev_proof_eta": dev_proof,
                  "fixed_point_gap": fixed_point},
     )
@@ -145,8 +137,7 @@ def check_statement_eta(W: Tensor, H: Tensor, m: int, *, seed: int, R: float, bi
 
 def library_ldlq(W: Tensor, mH: Tensor, kind: str, *, seed: int, R: float = 0.0, bits: int = 2
                  ) -> tuple[Tensor, Tensor, Tensor, Tensor, int]:
-    """(Q, L, D, η := (Q − W)L, saturated) from the library (E8P via ldlq_quantize, or block_ldlq + "
-    "dithered)."""
+    """(Q, L, D, η := (Q − W)L, saturated) from the library (E8P via ldlq_quantize, or block_ldlq + dithered)."""
     L, D = block_ldl(mH, 8)
     if kind == "e8p":
         qb = ldlq_quantize(W.float(), mH.float(), E8P(), ldl=(L.float(), D.float()))
@@ -160,10 +151,14 @@ def library_ldlq(W: Tensor, mH: Tensor, kind: str, *, seed: int, R: float = 0.0,
 
 
 def check_library_identity(W: Tensor, H: Tensor, m: int, *, seed: int, kind: str = "e8p", R: float = 0.0,
-                           bits: int = 2) -> CheckResult:
-    """Library BlockLDLQ: η = (Q − W)L is a quantization error of the recurrence input, and Q − W = ηL⁻¹."""
+                           bits: int = 2, Q_perturb: float = 0.0) -> CheckResult:
+    """Library BlockLDLQ: η = (Q − W)L is a quantization error of the recurrence input, and Q − W = ηL⁻¹.
+    ``Q_perturb`` > 0 adds noise to the library's Q (a deliberately wrong output that must be caught)."""
     W = W.double()
     Q, L, D, eta, sat = library_ldlq(W, m * H.double(), kind, seed=seed, R=R, bits=bits)
+    if Q_perturb:
+        Q = Q + Q_perturb * torch.randn(Q.shape, generator=gen(seed + 1), dtype=torch.float64)
+        eta = (Q - W) @ L
     x = Q - eta  # the recurrence inputs W_k + (W_{>k} − Q_{>k}) L_{>k,k}
     if kind == "e8p":
         scale = float(rms(W.float()) / E8P.opt_scale)  # ldlq_quantize's scale
@@ -184,15 +179,14 @@ def check_library_identity(W: Tensor, H: Tensor, m: int, *, seed: int, kind: str
         counterexample=None if holds else {"seed": seed, "kind": kind, "rel_dev": dev, "quant_dev": quant_dev,
                                            "saturated": sat},
         reasoning="BlockLDLQ quantizes blocks last-to-first with feedback through the unit block-lower L of "
-                  "H = LDLᵀ, "
-                  "which is eq. 3 on the block-reversed problem: (Q − W)L = η.",
+                  "H = LDLᵀ, which is eq. 3 on the block-reversed problem: (Q − W)L = η.",
         details={"rel_dev": dev, "quant_dev": quant_dev, "saturated": sat},
+        kind="library",
     )
 
 
 def check_spectrum_identity(W: Tensor, X: Tensor, *, seed: int, R: float, bits: int) -> CheckResult:
-    """σ_i²((Q − W)Xᵀ) = λ_i(ηDηᵀ) for every i (pathwise); the printed middle term λ_i((Q−W)H(Q−W)ᵀ) is 1/m "
-    "of it."""
+    """σ_i²((Q − W)Xᵀ) = λ_i(ηDηᵀ) for every i (pathwise); the printed middle term λ_i((Q−W)H(Q−W)ᵀ) is 1/m of it."""
     X = X.double()
     m = X.shape[0]
     mH = X.T @ X
@@ -212,8 +206,7 @@ def check_spectrum_identity(W: Tensor, X: Tensor, *, seed: int, R: float, bits: 
         dev / TOL32, r,
         counterexample=None if holds else {"seed": seed, "rel_dev": dev, "saturated": sat},
         reasoning="(Q − W)XᵀX(Q − W)ᵀ = ηL⁻¹(LDLᵀ)L⁻ᵀηᵀ = ηDηᵀ exactly; the printed middle step uses H = "
-                  "XᵀX/m and so "
-                  "is smaller by the factor m.",
+                  "XᵀX/m and so is smaller by the factor m.",
         details={"rel_dev": dev, "middle_term_factor": middle_factor, "m": m},
     )
 
@@ -229,9 +222,9 @@ def check_middle_term(W: Tensor, X: Tensor, *, seed: int, R: float, bits: int) -
         factor, 1,
         counterexample=None if holds else {"seed": seed, "m": m, "sigma_i^2 / lambda_i(middle)": factor},
         reasoning="σ_i²((Q − W)Xᵀ) = λ_i((Q − W)XᵀX(Q − W)ᵀ) = m·λ_i((Q − W)H(Q − W)ᵀ); the chain's end "
-                  "result "
-                  "λ_i(ηDηᵀ) is right because D comes from the LDL of mH.",
+                  "result λ_i(ηDηᵀ) is right because D comes from the LDL of mH.",
         details={"factor": factor, "m": m},
+        kind="proof-step",
     )
 
 
@@ -277,8 +270,8 @@ def instance(seed: int, n: int, d: int, cond: float = 1e2) -> tuple[Tensor, Tens
 
 
 def safe_range(W: Tensor, H: Tensor, m: int, bits: int, seed: int) -> float:
-    """A dynamic range R for which the dithered BlockLDLQ of W stays unsaturated (see "
-    "``unsaturated_range``)."""
+    """A dynamic range R for which the dithered BlockLDLQ of W stays unsaturated (see
+    ``unsaturated_range``)."""
     L, _ = block_ldl(m * H.double(), 8)
     R = unsaturated_range(W, L, bits, seed)
     if R is None:

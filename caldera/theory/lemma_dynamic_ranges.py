@@ -1,32 +1,24 @@
 """App. C.2 — dynamic ranges of the quantizers (labels ``lem:maxnorm_right_quantizer`` and
 ``lem:maxnorm_left_quantizer``).
 
-* Right quantizer: *"Given matrices A ∈ R^{n×d} and X ∈ R^{m×d}, let σ_max denote the maximum singular value
-of
-  XAᵀ. Then, the quantizer Q_R remains unsaturated if the dynamic range is chosen to be R_R = σ_max."* Its
-  input
+* Right quantizer: *"Given matrices A ∈ R^{n×d} and X ∈ R^{m×d}, let σ_max denote the maximum singular value of
+  XAᵀ. Then, the quantizer Q_R remains unsaturated if the dynamic range is chosen to be R_R = σ_max."* Its input
   is I_kᵀΣ̃Ṽᵀ (Alg. 2 line 3), and ‖·‖_max ≤ ‖·‖_2 = σ_max.
-* Left quantizer: *"[…] let λ_min denote the smallest eigenvalue of H = XᵀX/m, and let σ_max and σ_k denote
-the
-  largest and the k-th singular values of XAᵀ. For some small ε > 0 and an absolute constant C, suppose the
-  number
+* Left quantizer: *"[…] let λ_min denote the smallest eigenvalue of H = XᵀX/m, and let σ_max and σ_k denote the
+  largest and the k-th singular values of XAᵀ. For some small ε > 0 and an absolute constant C, suppose the number
   of bits for the right quantizer Q_R satisfies B_R ≥ log₂(4Cσ_max/(σ_k log 2)(√d + √k +
   √(log(8‖XAᵀ‖_F²/ε)))).
-  Then, if the dynamic range of Q_L is chosen to be R_L = 2σ_max/(σ_k√(mλ_min)), then Q_L remains unsaturated
-  with
+  Then, if the dynamic range of Q_L is chosen to be R_L = 2σ_max/(σ_k√(mλ_min)), then Q_L remains unsaturated with
   probability exceeding 1 − 0.25 ε ‖XAᵀ‖_F⁻²."* (The statement declares X ∈ R^{m×n}; it is m×d.)
 
 What is checked (the second factor is formed as in :mod:`caldera.theory.lemma_lplr_error`, the only
 dimensionally consistent reading of the proof):
 
-* ``right-range`` — max-norm of the library's ``rank_constrained_regression(X, XAᵀ, k).right`` (= I_kᵀΣ̃Ṽᵀ)
-over
+* ``right-range`` — max-norm of the library's ``rank_constrained_regression(X, XAᵀ, k).right`` (= I_kᵀΣ̃Ṽᵀ) over
   σ_max(XAᵀ) (ratio ≤ 1; tight when the top right singular vector of XAᵀ is a coordinate vector);
 * ``left-range-deterministic`` — the proof's implication ‖E_R‖ ≤ σ_k/2 ⇒ ‖G̃‖_max ≤ R_L on every draw;
-* ``left-saturation`` — Monte Carlo saturation frequency with B_R at the bound (C = 1), Clopper–Pearson
-interval
-  at α = 1e-6 against 0.25ε‖XAᵀ‖_F⁻²; plus the smallest C on a grid for which no violation is detected (the
-  lemma
+* ``left-saturation`` — Monte Carlo saturation frequency with B_R at the bound (C = 1), Clopper–Pearson interval
+  at α = 1e-6 against 0.25ε‖XAᵀ‖_F⁻²; plus the smallest C on a grid for which no violation is detected (the lemma
   only promises *some* absolute C).
 """
 
@@ -64,8 +56,7 @@ def check_right_range(A: Tensor, X: Tensor, k: int, *, seed: int, bound_factor: 
 
 
 def tight_right_instance(seed: int, n: int = 12, d: int = 10, m: int = 8) -> tuple[Tensor, Tensor]:
-    """A whose first row dominates, so XAᵀ's top right singular vector is ≈ e_1 and the bound is nearly "
-    "tight."""
+    """A whose first row dominates, so XAᵀ's top right singular vector is ≈ e_1 and the bound is nearly tight."""
     g = gen(seed)
     A = 1e-3 * randn(n, d, g=g)
     A[0] = randn(d, g=g)
@@ -74,8 +65,7 @@ def tight_right_instance(seed: int, n: int = 12, d: int = 10, m: int = 8) -> tup
 
 def check_left_range_deterministic(A: Tensor, X: Tensor, k: int, eps: float, *, seed: int, trials: int = 100,
                                    bits_R: int | None = None, range_factor: float = 1.0) -> CheckResult:
-    """On every draw with ‖E_R‖ ≤ σ_k/2: ‖G̃‖_max ≤ range_factor·R_L. ratio = max ‖G̃‖_max / R_L over those "
-    "draws."""
+    """On every draw with ‖E_R‖ ≤ σ_k/2: ‖G̃‖_max ≤ range_factor·R_L. ratio = max ‖G̃‖_max / R_L over those draws."""
     st = setup(A, X, k, eps, bits_R=bits_R)
     g = gen(seed)
     sk = float(st.sigma[k - 1])
@@ -91,9 +81,9 @@ def check_left_range_deterministic(A: Tensor, X: Tensor, k: int, eps: float, *, 
         worst,
         used, counterexample=None if holds else {"seed": seed, "worst_ratio": worst, **st.as_dict()},
         reasoning="‖G̃‖_max ≤ ‖F†‖‖A‖ ≤ (σ_k − ‖E_R‖)⁻¹ σ_max/√(mλ_min) ≤ 2σ_max/(σ_k√(mλ_min)) (Weyl for "
-                  "σ_k(F), "
-                  "and σ_max(XAᵀ) ≥ √(mλ_min)‖A‖).",
+                  "σ_k(F), and σ_max(XAᵀ) ≥ √(mλ_min)‖A‖).",
         details={"worst_ratio": worst, "draws_with_small_E_R": used, "trials": trials, **st.as_dict()},
+        kind="proof-step",
     )
 
 
@@ -124,9 +114,8 @@ def check_left_saturation(A: Tensor, X: Tensor, k: int, eps: float, *, seed: int
         counterexample=None if holds else {"seed": seed, "C": C, "B_R": B_R, "saturations": sat, "trials": n,
                                            "cp_lower": lo, "bound": bound},
         reasoning="With B_R ≥ B_2 the dither error satisfies ‖E_R‖ ≤ σ_k/2 except with probability 2e^{−t²} "
-                  "= "
-                  "ε/(4‖XAᵀ‖²) (subgaussian spectral bound), and then the deterministic implication gives no "
-                  "saturation; the absolute constant C is unspecified, so only 'some C works' is testable.",
+                  "= ε/(4‖XAᵀ‖²) (subgaussian spectral bound), and then the deterministic implication gives "
+                  "no saturation; the absolute constant C is unspecified, so only 'some C works' is testable.",
         details={"saturations": sat, "trials": n, "frequency": sat / n, "cp": [lo, hi], "bound": bound,
                  "C": C,
                  "B_R": B_R},

@@ -34,8 +34,7 @@ TOL = 1e-9
 
 
 def upper_ldl(H: Tensor) -> tuple[Tensor, Tensor]:
-    """(M, D) with H = (M + I) diag(D) (M + I)ᵀ, M strictly upper triangular, via the library's block_ldl(·, "
-    "1)."""
+    """(M, D) with H = (M + I) diag(D) (M + I)ᵀ, M strictly upper triangular, via the library's block_ldl(·, 1)."""
     H = H.double()
     d = H.shape[0]
     p = torch.arange(d - 1, -1, -1)
@@ -69,9 +68,9 @@ def check_ldl_pivot_bound(H: Tensor, *, seed: int, block: int = 1, bound_factor:
                                            "lambda_max": lam_max,
                                            "bound_factor": bound_factor, "recon_dev": recon_dev},
         reasoning="Each pivot D_jj is a Schur complement of a principal submatrix, so D_jj ≤ H_jj = e_jᵀHe_j "
-                  "≤ "
-                  "λ_max (diagonal H attains equality).",
+                  "≤ λ_max (diagonal H attains equality).",
         details={"max_D": dmax, "lambda_max": lam_max, "recon_dev": recon_dev},
+        kind="statement" if block == 1 else "library",
     )
 
 
@@ -91,9 +90,9 @@ def check_ldl_printed_identity(H: Tensor, *, seed: int) -> CheckResult:
         counterexample=None if holds else {"seed": seed, "d": H.shape[0], "rel_dev_printed": dev_p,
                                            "rel_dev_with_D_ii": dev_c},
         reasoning="(M+I)D(M+I)ᵀ has diagonal D_jj + Σ_{i>j} M_ji² D_ii; the printed identity is right only "
-                  "when "
-                  "D = I, but the lemma's conclusion follows from the corrected one since D_ii ≥ 0.",
+                  "when D = I, but the lemma's conclusion follows from the corrected one since D_ii ≥ 0.",
         details={"rel_dev_printed": dev_p, "rel_dev_corrected": dev_c},
+        kind="proof-step",
     )
 
 
@@ -131,18 +130,19 @@ def check_loewner(A: Tensor, B: Tensor, *, seed: int, side: str = "both",
                                            "rank(A)": int(torch.linalg.matrix_rank(A)),
                                            "lower_violation": viol_lo, "upper_violation": viol_hi},
         reasoning="vᵀBᵀAᵀABv = ‖ABv‖² ≤ σ_max²‖Bv‖² always; ‖ABv‖² ≥ σ_min²‖Bv‖² needs Bv ⟂ ker(A), i.e. A "
-                  "of "
-                  "full column rank, otherwise a v with Bv ∈ ker(A) \\ {0} breaks it.",
+                  "of full column rank, otherwise a v with Bv ∈ ker(A) \\ {0} breaks it.",
         details={"lower_violation": viol_lo, "upper_violation": viol_hi, "sigma_min": smin,
                  "sigma_max": smax},
     )
 
 
-def check_min_singular_value(A: Tensor, B: Tensor, *, seed: int, convention: str = "paper") -> CheckResult:
-    """σ_min(A + B) ≥ σ_min(A) − ‖B‖ under ``convention`` ("paper": σ_rank; "weyl": σ_min(p,q))."""
+def check_min_singular_value(A: Tensor, B: Tensor, *, seed: int, convention: str = "paper",
+                             norm_factor: float = 1.0) -> CheckResult:
+    """σ_min(A + B) ≥ σ_min(A) − norm_factor·‖B‖ under ``convention`` ("paper": σ_rank; "weyl": σ_min(p,q));
+    ``norm_factor`` < 1 tightens the bound (sensitivity)."""
     A, B = A.double(), B.double()
     lhs = _sv_min(A + B, convention)
-    rhs = _sv_min(A, convention) - float(torch.linalg.matrix_norm(B, ord=2))
+    rhs = _sv_min(A, convention) - norm_factor * float(torch.linalg.matrix_norm(B, ord=2))
     holds = lhs >= rhs - TOL * max(1.0, abs(rhs))
     ratio = rhs / lhs if lhs > 0 else (float("inf") if rhs > 0 else 0.0)
     return CheckResult(
@@ -154,8 +154,7 @@ def check_min_singular_value(A: Tensor, B: Tensor, *, seed: int, convention: str
                                            "sigma_min(A)-||B||": rhs},
         reasoning="Weyl: |σ_i(A+B) − σ_i(A)| ≤ ‖B‖ for every index i, so the bound holds for the min(p,q)-th "
                   "singular value; with σ_min = σ_rank a rank-deficient A (σ_rank(A) > 0) plus a small B "
-                  "that fills "
-                  "the kernel gives σ_rank(A+B) ≈ ‖B‖ < σ_rank(A) − ‖B‖.",
+                  "that fills the kernel gives σ_rank(A+B) ≈ ‖B‖ < σ_rank(A) − ‖B‖.",
         details={"lhs": lhs, "rhs": rhs},
     )
 
@@ -164,8 +163,7 @@ def check_min_singular_value(A: Tensor, B: Tensor, *, seed: int, convention: str
 
 
 def wide_kernel_instance(seed: int, p: int = 4, q: int = 6, r: int = 3) -> tuple[Tensor, Tensor]:
-    """A (p×q, p < q: non-trivial kernel) and B (q×r) whose first column lies in ker(A): BᵀAᵀAB is singular
-    while
+    """A (p×q, p < q: non-trivial kernel) and B (q×r) whose first column lies in ker(A): BᵀAᵀAB is singular while
     σ_rank(A)²BᵀB is not, so the Loewner lower bound fails."""
     g = gen(seed)
     A = randn(p, q, g=g)
@@ -188,15 +186,12 @@ def run(profile: Profile) -> list[CheckResult]:
         H = random_hessian(seed, d, cond=10 ** (1 + i % 5), m=None if i % 2 else 4 * d)
         Hdiag = torch.diag(torch.rand(d, generator=g, dtype=torch.float64) + 0.1)
         for Hi in (H, Hdiag):
-            out.setdefault("ldl-pivot-bound[scalar, paper "
-                           "form]", []).append(check_ldl_pivot_bound(Hi, seed=seed, block=1))
-            out.setdefault("ldl-pivot-bound[8×8 blocks, "
-                           "library]", []).append(check_ldl_pivot_bound(Hi, seed=seed, block=8))
+            for block, claim in ((1, "ldl-pivot-bound[scalar, paper form]"), (8, "ldl-pivot-bound[8×8 blocks]")):
+                out.setdefault(claim, []).append(check_ldl_pivot_bound(Hi, seed=seed, block=block))
         out.setdefault("ldl-proof-identity", []).append(check_ldl_printed_identity(H, seed=seed))
         p, q, r = 6 + i % 3, 4 + i % 2, 3 + i % 4
         A_tall = randn(p, q, g=g)
-        out.setdefault("loewner[full-column-rank "
-                       "A]", []).append(check_loewner(A_tall, randn(q, r, g=g), seed=seed))
+        out.setdefault("loewner[full-column-rank A]", []).append(check_loewner(A_tall, randn(q, r, g=g), seed=seed))
         A_wide = randn(q, p, g=g)  # wide: nontrivial kernel
         out.setdefault("loewner-upper[wide A]", []).append(
             check_loewner(A_wide, randn(p, r, g=g), seed=seed, side="upper"))

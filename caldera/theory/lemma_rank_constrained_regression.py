@@ -16,14 +16,11 @@ What is checked (library: :func:`caldera.regression.rank_constrained_regression`
 * ``optimality`` — no rank-k candidate beats the library's Z*: random factor pairs, local perturbations of its
   factors, alternating-least-squares local optima from random starts, and an independent SVD oracle
   (best rank-k approximation of the projection of Y on range(X), mapped back with X†).
-* ``value`` — the optimal value equals the lemma's formula, in both cases (m ≤ d and m > d with the
-  irreducible term).
+* ``value`` — the optimal value equals the lemma's formula, in both cases (m ≤ d and m > d with the irreducible term).
 * ``printed-m>d-formula`` — the m > d solution *as printed* ends in ``Vᵀ`` (X's right singular vectors):
-  it has the wrong shape unless n = d, and for n = d it is not optimal. With ``Ṽᵀ`` it is (the library
-  uses Ṽᵀ).
+  it has the wrong shape unless n = d, and for n = d it is not optimal. With ``Ṽᵀ`` it is (the library uses Ṽᵀ).
 * ``remark-pinv`` — with rank-deficient X the library (thin SVD X = U_r Σ_r V_rᵀ, SVD of U_rᵀY) is optimal;
-  the Remark read literally (Σ⁻¹ → Σ† but the SVD still of the full UᵀY, and the value Σ_{i>k} σ_i²(Y)) is
-  not.
+  the Remark read literally (Σ⁻¹ → Σ† but the SVD still of the full UᵀY, and the value Σ_{i>k} σ_i²(Y)) is not.
 """
 
 from __future__ import annotations
@@ -109,8 +106,7 @@ def oracle_value_and_solution(X: Tensor, Y: Tensor, k: int) -> tuple[float, Tens
 
 
 def _als_candidate(X: Tensor, Y: Tensor, k: int, g: torch.Generator, iters: int = 30) -> Tensor:
-    """A local optimum of ‖X A B − Y‖² over A (d×k), B (k×n) by alternating least squares from a random "
-    "start."""
+    """A local optimum of ‖X A B − Y‖² over A (d×k), B (k×n) by alternating least squares from a random start."""
     d, n = X.shape[1], Y.shape[1]
     A = randn(d, k, g=g)
     B = randn(k, n, g=g)
@@ -159,8 +155,7 @@ def check_optimality(X: Tensor, Y: Tensor, k: int, *, seed: int, solver: Solver 
         "optimality", LABEL, "no rank-k candidate (random, local perturbation, ALS, SVD oracle) beats Z*",
         holds, ratio, 1, counterexample=cex,
         reasoning="Z* reaches the Eckart–Young value of the projected target, which lower-bounds every "
-                  "rank-k "
-                  "candidate since ‖XZ − Y‖² = ‖XZ − PY‖² + ‖(I − P)Y‖².",
+                  "rank-k candidate since ‖XZ − Y‖² = ‖XZ − PY‖² + ‖(I − P)Y‖².",
         details={"f": f, "best_candidate": best_name, "best": best, "oracle": oracle_val, "rank": rank},
     )
 
@@ -187,8 +182,7 @@ def check_value(X: Tensor, Y: Tensor, k: int, *, seed: int,
         "optimal value = Σ_{i>k} σ_i²(Y) (m ≤ d); Σ_{i>k} σ_i²((U I_d)ᵀY) + ‖(U Ī_{m−d})ᵀY‖² (m > d)",
         holds, dev / RTOL, 1, counterexample=cex,
         reasoning="U is orthogonal, so σ_i(UᵀY) = σ_i(Y) when range(X) = R^m; for m > d the rows of UᵀY "
-                  "outside "
-                  "range(X) cannot be fitted and add their energy.",
+                  "outside range(X) cannot be fitted and add their energy.",
         details={"formula": formula, "attained": attained, "library_value": sol.value, "oracle": oracle},
     )
 
@@ -239,11 +233,10 @@ def check_pinv_remark(X: Tensor, Y: Tensor, k: int, *, seed: int, literal: bool 
         f"remark-pinv[{'literal' if literal else 'library'}]", LABEL,
         f"rank-deficient X: {who} is optimal", holds, f / max(opt, 1e-300), 1, counterexample=cex,
         reasoning="For rank(X) = r < min(m, d) the rows of UᵀY beyond r are unreachable; the top-k SVD of "
-                  "the "
-                  "full UᵀY is steered by them, so Σ† must be paired with the SVD of U_rᵀY (and the value "
-                  "gains "
-                  "the irreducible term ‖(I − U_rU_rᵀ)Y‖²).",
+                  "the full UᵀY is steered by them, so Σ† must be paired with the SVD of U_rᵀY (and the "
+                  "value gains the irreducible term ‖(I − U_rU_rᵀ)Y‖²).",
         details={"f": f, "optimum": opt, "printed_value": printed_value},
+        kind="statement" if literal else "library",
     )
 
 

@@ -16,8 +16,7 @@ using *"the following linear upper bound on the inverse CDF: F_mp⁻¹(x) ≤ λ
 Notation here: γ = n/d, σ² the entry variance (the paper's parametrization is σ² = Δ²/4, the variance *bound*
 of the dithered quantizer; i.i.d. uniform errors on [−Δ/2, Δ/2] have σ² = Δ²/12), c = (λ₊ + λ₋)/2 = σ²(1 + γ),
 a = (λ₊ − λ₋)/2 = 2σ²√γ. With x = c − a cos θ the MP integrals are elementary:
-F(x) = (1 − 1/γ)₊ + ∫₀^θ a² sin²φ / (2πσ²γ(c − a cos φ)) dφ and ∫_{λ₋}^{x} t f(t) dt = (2σ²/π)(θ/2 − sin
-2θ/4).
+F(x) = (1 − 1/γ)₊ + ∫₀^θ a² sin²φ / (2πσ²γ(c − a cos φ)) dφ and ∫_{λ₋}^{x} t f(t) dt = (2σ²/π)(θ/2 − sin 2θ/4).
 
 What is checked:
 
@@ -43,7 +42,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from caldera.theory.common import CheckResult, Profile, combine, gen, loglog_slope
+from caldera.theory.common import ASYMPTOTIC, FAILS, CheckResult, Profile, combine, gen, loglog_slope
 
 LABEL = "thm:approximation-error-Q-plus-LR-formal"
 LABEL_INV = "eq:inverse_cdf_MP_upper_bound"
@@ -206,8 +205,7 @@ def check_empirical_spectrum(ns: list[int], gamma: float, *, seed: int, kind: st
     """Kolmogorov distance between the empirical spectrum and MP(γ, σ²·sigma2_factor) for growing n.
 
     Holds when the fitted exponent of distance vs n is ≤ ``max_slope`` (the distance shrinks at least like
-    n^(−1/2)). A few matrices per size (``trials``): pooling many would hide the finite-n fluctuations that
-    the
+    n^(−1/2)). A few matrices per size (``trials``): pooling many would hide the finite-n fluctuations that the
     distance is meant to show shrinking. ``sigma2_factor`` ≠ 1 models a mis-scaled density (the paper's Δ²/4
     for uniform errors is 3).
     """
@@ -222,13 +220,13 @@ def check_empirical_spectrum(ns: list[int], gamma: float, *, seed: int, kind: st
     return CheckResult(
         f"empirical-spectrum[{kind}, σ²×{sigma2_factor:g}]", LABEL,
         "Kolmogorov distance(empirical spectrum of (1/d)ηηᵀ, MP) shrinks as n grows", holds,
-        max_slope / slope if slope < 0 else float("inf"), len(ns),
+        max_slope / slope if slope < 0 else float("inf"), len(ns), verdict=ASYMPTOTIC if holds else FAILS,
         counterexample=None if holds else {"seed": seed, "gamma": gamma, "ns": ns, "distances": dists,
                                            "slope": slope, "kind": kind, "sigma2_factor": sigma2_factor},
         reasoning="For i.i.d. entries of variance σ² the empirical spectral law converges to MP(γ, σ²); a "
-                  "density "
-                  "with another σ² is a different law and the distance stalls at a positive value.",
+                  "density with another σ² is a different law and the distance stalls at a positive value.",
         details={"ns": ns, "distances": dists, "slope": slope, "gamma": gamma},
+        kind="statement" if sigma2_factor != 1.0 else "corrected",
     )
 
 
@@ -246,8 +244,7 @@ def check_density_normalization(gamma: float, sigma2: float = 0.25) -> CheckResu
         counterexample=None if holds else {"gamma": gamma, "mass": mass,
                                            "note": "n > d: the printed density has mass d/n (no atom at 0)"},
         reasoning="With x = c − a cos θ, ∫ f = a²/(2σ²γ)·(1/2)·(2/π)·… = 1 for γ ≤ 1; for γ > 1 the law has "
-                  "an "
-                  "atom 1 − d/n at 0 that the printed density omits.",
+                  "an atom 1 − d/n at 0 that the printed density omits.",
         details={"mass": mass, "mean": mean},
     )
 
@@ -281,14 +278,14 @@ def check_trailing_sum(ns: list[int], gamma: float, t: float, *, seed: int, form
         ("Σ_{i>k} Eλ_i ≈ (n − k)∫_{λ₋}^{q} x f_mp" if form == "paper"
          else "Σ_{i>k} Eλ_i ≈ n∫_{λ₋}^{q} x f_mp"),
         holds, max(abs(r - 1) for r in ratios[-1:]) / rtol, len(ns),
-        verdict="" if holds else "fails",
+        verdict=ASYMPTOTIC if holds else FAILS,  # "≈": exact only as n → ∞ (finite-n deviations shrink)
         counterexample=None if holds else {"seed": seed, "gamma": gamma, "k/n": t, "ns": ns,
                                            "empirical/approximation": ratios,
                                            "limit": 1 / (1 - t) if form == "paper" else 1.0},
         reasoning="A fraction F(q) = 1 − k/n of the n eigenvalues lies below q, so their sum is n∫_{λ₋}^{q} "
-                  "x f; "
-                  "the printed prefactor (n − k) undercounts it by the factor 1 − k/n at every n.",
+                  "x f; the printed prefactor (n − k) undercounts it by the factor 1 − k/n at every n.",
         details={"ns": ns, "ratios": ratios, "gamma": gamma, "t": t},
+        kind="statement" if form == "paper" else "corrected",
     )
 
 
@@ -317,9 +314,8 @@ def check_inverse_cdf_bound(gammas: list[float], *, slope_factor: float = 1.0,
         "F_mp⁻¹(x) ≤ λ₊ − ((λ₊ − λ₋)/2)(1 − x) for all x ∈ [0, 1]", holds, worst, len(gammas) * points,
         counterexample=None if holds else arg,
         reasoning="The MP density decreases on [c, λ₊] (its mode is below c = σ²(1 + γ)), so F is concave "
-                  "there and "
-                  "lies above the chord from (c, 0) to (λ₊, 1); inverting gives F⁻¹(x) ≤ c + a x = λ₊ − a(1 "
-                  "− x).",
+                  "there and lies above the chord from (c, 0) to (λ₊, 1); inverting gives F⁻¹(x) ≤ c + a x = "
+                  "λ₊ − a(1 − x).",
         details={"worst": arg, "gammas": gammas},
     )
 
@@ -355,11 +351,10 @@ def check_cdf_lower_bound(gammas: list[float], sigma2s: list[float], *, form: st
         f"cdf-lower-bound[{form}]", LABEL_INV, stmt, holds, worst, len(gammas) * len(sigma2s) * points,
         counterexample=None if holds else {"smallest failing scale": first_fail, "worst": arg},
         reasoning="The printed bound a(x − c) has units of λ² while F is a probability: at x = λ₊ it equals "
-                  "a², "
-                  "which exceeds F = 1 as soon as a = 2σ²√γ > 1; it also does not imply F⁻¹(y) ≤ c + a y "
-                  "(that "
-                  "needs F ≥ (x − c)/a).",
+                  "a², which exceeds F = 1 as soon as a = 2σ²√γ > 1; it also does not imply F⁻¹(y) ≤ c + a y "
+                  "(that needs F ≥ (x − c)/a).",
         details={"worst": arg},
+        kind="statement" if form == "printed" else "corrected",
     )
 
 
@@ -394,8 +389,8 @@ def run(profile: Profile) -> list[CheckResult]:
     out.append(r)
     r = check_empirical_spectrum(ns, 0.5, seed=9000, kind="uniform", sigma2_factor=3.0)
     r.claim = "empirical-spectrum[uniform errors (the paper's assumption) vs printed MP(σ² = Δ²/4)]"
-    r.reasoning = ("Uniform errors on [−Δ/2, Δ/2] have variance Δ²/12, so their spectrum follows MP with "
-                   "σ² = Δ²/12; the printed λ± = (Δ²/4)(1 ± √(n/d))² are 3× too large (conservative for an "
+    r.reasoning = ("Uniform errors on [−Δ/2, Δ/2] have variance Δ²/12, so their spectrum follows MP with σ² "
+                   "= Δ²/12; the printed λ± = (Δ²/4)(1 ± √(n/d))² are 3× too large (conservative for an "
                    "upper bound).")
     out.append(r)
     out.append(combine([check_density_normalization(g) for g in (0.05, 0.25, 0.5, 1.0)],

@@ -7,8 +7,7 @@ Statement: with H = UΛUᵀ ≻ 0 and H^{1/2} = UΛ^{1/2}Uᵀ,
                                  ≡ min ‖Y − ZUΛ^{1/2}‖² (Y = AUΛ^{1/2}) ≡ min_{rank Z' ≤ k} ‖Y − Z'‖²,
 
 *"the optimal solution is Z'_* = (U I_k)(I_kᵀΣVᵀ) […] So the final solution is given by
-Z_* = (U I_k)(I_kᵀΣVᵀΛ^{-1/2}Uᵀ)"* (U, Σ, V of Y's SVD on the left; U, Λ of H's eigendecomposition on the
-right).
+Z_* = (U I_k)(I_kᵀΣVᵀΛ^{-1/2}Uᵀ)"* (U, Σ, V of Y's SVD on the left; U, Λ of H's eigendecomposition on the right).
 
 What is checked: every objective in the chain agrees on random Z (exactly, up to the factor m from H = XᵀX/m
 that the "≡" of equivalent problems ignores); the library's
@@ -53,12 +52,12 @@ def library_pd(A: Tensor, H: Tensor, k: int) -> Tensor:
     return L.double() @ R.double()
 
 
-def check_objective_chain(A: Tensor, X: Tensor, *, seed: int, k: int = 2) -> CheckResult:
-    """All objectives of the chain agree for random rank-k Z: ‖(A − Z)Xᵀ‖² = m·tr(…) = m·‖(A − Z)H^{1/2}‖² = "
-    "…"""
+def check_objective_chain(A: Tensor, X: Tensor, *, seed: int, k: int = 2, with_m: bool = True) -> CheckResult:
+    """All objectives of the chain agree for random rank-k Z: ‖(A − Z)Xᵀ‖² = m·tr(…) = m·‖(A − Z)H^{1/2}‖² = …
+    (``with_m=False`` drops the factor m from H = XᵀX/m: a wrong identity unless m = 1, for sensitivity tests)."""
     A, X = A.double(), X.double()
-    m = X.shape[0]
-    H = X.T @ X / m
+    m = X.shape[0] if with_m else 1
+    H = X.T @ X / X.shape[0]
     lam, U = torch.linalg.eigh(H)
     Hh = (U * lam.sqrt()) @ U.T
     UL = U * lam.sqrt()
@@ -78,16 +77,14 @@ def check_objective_chain(A: Tensor, X: Tensor, *, seed: int, k: int = 2) -> Che
         "m‖Y − ZUΛ^{1/2}‖²", holds, worst / RTOL, 1,
         counterexample=None if holds else {"seed": seed, "rel_dev": worst},
         reasoning="XᵀX = mH = (UΛ^{1/2})(UΛ^{1/2})ᵀ, so all the objectives are the same quadratic form up to "
-                  "the "
-                  "constant m, which does not change the minimizer.",
+                  "the constant m, which does not change the minimizer.",
         details={"rel_dev": worst},
     )
 
 
 def check_closed_form(A: Tensor, X: Tensor, k: int, *, seed: int,
                       solver: PDSolver = library_pd) -> CheckResult:
-    """``solver`` (default: the library) = paper's closed form = Lemma 4.2 solution (transposed); equal "
-    "values."""
+    """``solver`` (default: the library) = paper's closed form = Lemma 4.2 solution (transposed); equal values."""
     A, X = A.double(), X.double()
     m = X.shape[0]
     H = X.T @ X / m
@@ -110,8 +107,8 @@ def check_closed_form(A: Tensor, X: Tensor, k: int, *, seed: int,
         counterexample=None if holds else {"seed": seed, "dev_paper": dev_paper, "dev_lemma": dev_lemma,
                                            "dev_value": dev_value, "dev_attained": dev_attained},
         reasoning="With H ≻ 0, Z ↦ ZUΛ^{1/2} is a rank-preserving bijection, so Eckart–Young on Y = "
-                  "AUΛ^{1/2} gives the "
-                  "global optimum, the same one Lemma 4.2 finds (unique when σ_k(Y) > σ_{k+1}(Y)).",
+                  "AUΛ^{1/2} gives the global optimum, the same one Lemma 4.2 finds (unique when σ_k(Y) > "
+                  "σ_{k+1}(Y)).",
         details={"dev_paper": dev_paper, "dev_lemma": dev_lemma, "dev_value": dev_value},
     )
 

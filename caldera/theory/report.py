@@ -58,41 +58,32 @@ ITEMS: tuple[Item, ...] = (
          "global optimality vs random/perturbed/ALS/oracle candidates; optimal value both cases; printed m>d "
          "formula; rank-deficient X (Remark)",
          "The lemma is Eckart–Young applied to UᵀY (projected target), so the library's solution and both "
-         "value "
-         "formulas are exact. Two printing defects: the m > d solution ends in Vᵀ (should be Ṽᵀ; wrong shape "
-         "unless "
-         "n = d and suboptimal when n = d), and the Remark's 'Σ⁻¹ → Σ†' is only optimal if the SVD is taken "
-         "of U_rᵀY, "
-         "not of the full UᵀY, and the value then gains ‖(I − U_rU_rᵀ)Y‖²."),
+         "value formulas are exact. Two printing defects: the m > d solution ends in Vᵀ (should be Ṽᵀ; wrong "
+         "shape unless n = d and suboptimal when n = d), and the Remark's 'Σ⁻¹ → Σ†' is only optimal if the "
+         "SVD is taken of U_rᵀY, not of the full UᵀY, and the value then gains ‖(I − U_rU_rᵀ)Y‖²."),
     Item(2, "LPLR update equations (App. C.1)", "subapp:update-equations-low-rank-factors",
          "update_equations",
          "normal equations, perturbations, library LS solver, pinv form, irreducible + reducible split",
          "Both updates are zero-gradient points of convex quadratics (L̃ unique when RXᵀ has full row rank; "
-         "R̃ one of "
-         "many minimizers) and the error split is an orthogonal decomposition. The derivation's intermediate "
-         "XᵀU_x(Σ̃_x†)ᵀV_x = HH† is missing a transpose (V_xᵀ); the final formula is right."),
+         "R̃ one of many minimizers) and the error split is an orthogonal decomposition. The derivation's "
+         "intermediate XᵀU_x(Σ̃_x†)ᵀV_x = HH† is missing a transpose (V_xᵀ); the final formula is right."),
     Item(3, "Uniformly dithered scalar quantizer (App. F.2)",
          "lem:uniformly-dithered-scalar-quantizer-mean-variance",
          "lemma_dithered_quantizer",
          "support on grid neighbours; E[Q(x)] = x and E(Q(x) − x)² ≤ Δ²/4 by Hoeffding tests (α = 1e-6); "
          "saturated inputs",
          "E Q(x) = q_k + Δr = x and E ε² = (x − q_k)(q_{k+1} − x) ≤ Δ²/4 with equality at cell midpoints; "
-         "outside "
-         "[−R, R] the output stays in [−R, R], so the error has a non-zero mean (confirmed)."),
+         "outside [−R, R] the output stays in [−R, R], so the error has a non-zero mean (confirmed)."),
     Item(4, "Auxiliary linear algebra (App. F.1): LDL pivot bound, Loewner ordering, minimum singular value",
          "lem:upper_bound_LDL_decomposition_eigenvalue, lemma:loewner_order-matrix-product, "
          "lem:lower-bound-minimum-singular-value-matrix-sum",
          "lemma_ldl_auxiliary",
          "max D_jj ≤ λ_max (scalar upper LDL and library 8×8 block LDL); the proof's diagonal identity; "
-         "Loewner "
-         "bounds for tall and wide A; σ_min(A+B) ≥ σ_min(A) − ‖B‖ under both conventions",
+         "Loewner bounds for tall and wide A; σ_min(A+B) ≥ σ_min(A) − ‖B‖ under both conventions",
          "Pivots are Schur complements, so D_jj ≤ H_jj ≤ λ_max (the proof's identity drops a factor D_ii but "
-         "the "
-         "conclusion survives). The Loewner lower bound and the σ_min lemma are false 'for any A' with App. "
-         "A's "
-         "σ_min = σ_rank (wide or rank-deficient A); they hold for full-column-rank A / the min(p,q)-th "
-         "singular "
-         "value, which is how the proofs use them."),
+         "the conclusion survives). The Loewner lower bound and the σ_min lemma are false 'for any A' with "
+         "App. A's σ_min = σ_rank (wide or rank-deficient A); they hold for full-column-rank A / the "
+         "min(p,q)-th singular value, which is how the proofs use them."),
     Item(5, "Dynamic ranges of the quantizers (App. C.2)",
          "lem:maxnorm_right_quantizer, lem:maxnorm_left_quantizer",
          "lemma_dynamic_ranges",
@@ -100,85 +91,81 @@ ITEMS: tuple[Item, ...] = (
          "0.25ε‖XAᵀ‖_F⁻² (Clopper–Pearson, α = 1e-6)",
          "‖M‖_max ≤ ‖M‖₂ = σ_max gives the right range (tight); the left range follows from Weyl and "
          "σ_max(XAᵀ) ≥ √(mλ_min)‖A‖ and is loose by ≈ 7× here; no saturation was seen even with 1-bit Q_R, "
-         "so the "
-         "unspecified constant C is never binding. Alg. 2 / App. C write the first-quantized factor as k×n "
-         "where k×d "
-         "is declared: only the transposed reading type-checks, and it is what is tested."),
+         "so the unspecified constant C is never binding. Alg. 2 / App. C write the first-quantized factor "
+         "as k×n where k×d is declared: only the transposed reading type-checks, and it is what is tested."),
     Item(6, "LPLRFactorize error (Lemma C.3)", "lem:approximation_error_data-aware-LPLRFactorize",
          "lemma_lplr_error",
          "E‖(LR − A)Xᵀ‖² − Σ_{i>k}σ_i² vs ε with the lemma's ranges and budgets, dithered quantizers, Monte "
-         "Carlo "
-         "(CLT bound, α = 1e-6); the lemma's own procedure (not the library's rms-scaled LPLR)",
+         "Carlo (CLT bound, α = 1e-6); the lemma's own procedure (not the library's rms-scaled LPLR)",
          "The excess is E‖E_R‖² plus G-step terms, each budgeted to ε/4 with generous constants (κ², Δ²/4), "
-         "so the "
-         "measured excess is a few percent of ε."),
+         "so the measured excess is a few percent of ε."),
     Item(7, "LDLQ error identity (App. C.3)", "eq:ldlq-error-in-terms-of-quantizer-error",
          "ldlq_error_identity",
          "Q − W = η(M + I)⁻¹ (reference eq. 3 and the library's BlockLDLQ with E8P and dithered Q_Q); "
          "σ_i²((Q−W)Xᵀ) = λ_i(ηDηᵀ); statement's η; E η = 0 and E tr(ηDηᵀ) ≤ nΔ²tr(D)/4",
          "(Q − W)(M + I) = η by eq. 3, hence (Q − W)XᵀX(Q − W)ᵀ = ηDηᵀ pathwise (so the expectations agree). "
-         "The "
-         "theorem statement's η (input Q + (W − Q)M) breaks the identity, and the printed middle term "
+         "The theorem statement's η (input Q + (W − Q)M) breaks the identity, and the printed middle term "
          "λ_i((Q − W)H(Q − W)ᵀ) is smaller by the factor m."),
     Item(8, "Approximation error of CALDERA (Thm. 4.1 informal, Thm. C.1 formal)",
          "thm:approximation-error-Q-plus-LR, thm:approximation-error-Q-plus-LR-formal",
          "theorem_caldera_error",
          "full procedure (library BlockLDLQ + dithered Q_Q, LPLR lemma) vs Σ_{i>k}Eλ_i(ηDηᵀ) + ε and both "
-         "final "
-         "RHS over sizes; worst-variance midpoint instance; regimes (i), (ii); informal vs formal",
+         "final RHS over sizes; worst-variance midpoint instance; regimes (i), (ii); informal vs formal",
          "The first inequality holds (pathwise identity + Lemma C.3). The formal '≲' fails even "
-         "asymptotically when "
-         "the errors attain Var = Δ²/4 (midpoint inputs) with n ≪ d and k/n ≳ 0.45, because eq. "
-         "MP_upper_bound uses "
-         "(n − k) where n is right; the informal (1 − k/2n)² form survives (worst MP ratio π/4). Regime "
-         "(ii)'s "
-         "threshold has md instead of (md)^{-1/2}; the statements also disagree on factors of m and on ε."),
+         "asymptotically when the errors attain Var = Δ²/4 (midpoint inputs) with n ≪ d and k/n ≳ 0.45, "
+         "because eq. MP_upper_bound uses (n − k) where n is right; the informal (1 − k/2n)² form survives "
+         "(worst MP ratio π/4). Regime (ii)'s threshold has md instead of (md)^{-1/2}; the statements also "
+         "disagree on factors of m and on ε."),
     Item(9, "Marchenko–Pastur step (App. C.3)",
-         "thm:approximation-error-Q-plus-LR-formal (eq. MP_upper_bound_trailing_singular_values, "
-         "eq. inverse_cdf_MP_upper_bound)", "marchenko_pastur",
+         "thm:approximation-error-Q-plus-LR-formal (eq. MP_upper_bound_trailing_singular_values, eq. "
+         "inverse_cdf_MP_upper_bound)", "marchenko_pastur",
          "empirical spectra vs MP (Kolmogorov distance vs n); density normalization; trailing-sum "
-         "approximation; "
-         "linear inverse-CDF bound and printed CDF lower bound over their whole range",
+         "approximation; linear inverse-CDF bound and printed CDF lower bound over their whole range",
          "The spectrum converges to MP with the errors' true variance (uniform errors: Δ²/12, not the "
-         "printed Δ²/4). "
-         "The trailing sum is n∫_{λ₋}^{q}x f_mp, not (n − k)∫ (off by 1 − k/n at every n). The inverse-CDF "
-         "bound holds "
-         "(F is concave above c = (λ₊ + λ₋)/2); the printed CDF lower bound a(x − c) is not scale invariant "
-         "and "
-         "fails once a = (λ₊ − λ₋)/2 > 1 — the bound equivalent to the inverse-CDF one is (x − c)/a."),
+         "printed Δ²/4). The trailing sum is n∫_{λ₋}^{q}x f_mp, not (n − k)∫ (off by 1 − k/n at every n). "
+         "The inverse-CDF bound holds (F is concave above c = (λ₊ + λ₋)/2); the printed CDF lower bound a(x "
+         "− c) is not scale invariant and fails once a = (λ₊ − λ₋)/2 > 1 — the bound equivalent to the "
+         "inverse-CDF one is (x − c)/a."),
     Item(10, "PD Hessian simplification (App. C.4)", "subapp:positive_definite_hessian_simplification",
          "pd_hessian_simplification",
          "objective chain on random Z; library closed form vs independent closed form vs Lemma 4.2 "
-         "(solution, value); "
-         "global optimality",
+         "(solution, value); global optimality",
          "Z ↦ ZUΛ^{1/2} is a rank-preserving bijection when H ≻ 0, so the problem is Eckart–Young on "
-         "AUΛ^{1/2}; the "
-         "'≡' chain is exact up to the constant m from H = XᵀX/m."),
+         "AUΛ^{1/2}; the '≡' chain is exact up to the constant m from H = XᵀX/m."),
     Item(11, "Average bits per parameter (App. E.5)", "subapp:computation_of_per_parameter_bit_budget",
          "average_bits",
          "every printed Avg Bits cell of Tables 1–7 recomputed from the model shapes (fine-tuned-factor "
-         "variant for "
-         "the LoRA table) and rounded as printed",
+         "variant for the LoRA table) and rounded as printed",
          "The formula is exact arithmetic on the shapes; all cells match except the LQ-LoRA LLaMa-3 8B cell "
-         "of the "
-         "fine-tuning table (printed 2.95, computed 2.942 → 2.94; 2.95 is the LLaMa-2 7B value)."),
+         "of the fine-tuning table (printed 2.95, computed 2.942 → 2.94; 2.95 is the LLaMa-2 7B value)."),
     Item(12, "Computational complexity (§3, App. D)", "app:caldera_computational_complexity", "complexity",
          "time vs size of the library's routines, log-log slope (single thread, small sizes)",
          "Measured exponents are below the operation counts at these sizes (BLAS efficiency grows with "
-         "size); the "
-         "paper's O(n²) for LDLQ is an arithmetic slip: n·Σ_{k≤n}k = O(n³) (O(nd²) for n×d)."),
+         "size); the paper's O(n²) for LDLQ is an arithmetic slip: n·Σ_{k≤n}k = O(n³) (O(nd²) for n×d)."),
 )
 
 
 def item_verdict(results: list[CheckResult]) -> str:
-    failing = [r for r in results if r.verdict == FAILS]
+    """Verdict of a result from its ``statement`` claims; failures of other kinds are counted as defects."""
+    stmt = [r for r in results if r.kind == "statement"]
+    failing = [r for r in stmt if r.verdict == FAILS]
     if failing:
-        return f"{FAILS} ({len(failing)} of {len(results)} claims)"
-    if any(r.verdict == ASYMPTOTIC for r in results):
-        return ASYMPTOTIC
-    if all(r.verdict == INFO for r in results):
-        return INFO
-    return HOLDS
+        verdict = FAILS
+    elif any(r.verdict == ASYMPTOTIC for r in stmt):
+        verdict = ASYMPTOTIC
+    elif not stmt and all(r.verdict == INFO for r in results):
+        verdict = INFO
+    else:
+        verdict = HOLDS
+    other = [r for r in results if r.kind != "statement" and r.verdict == FAILS]
+    notes = []
+    if failing:
+        notes.append(f"{len(failing)} of {len(stmt)} stated claims")
+    for kind in ("proof-step", "consistency", "assumption", "library"):
+        n = sum(r.kind == kind for r in other)
+        if n:
+            notes.append(f"{n} {kind} defect{'s' if n > 1 else ''}")
+    return verdict + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def _fmt(x: float) -> str:
@@ -207,8 +194,7 @@ def run_item(item: Item, profile: Profile) -> tuple[list[CheckResult], float]:
 
 
 def mp_figure(seed: int = 9900) -> bytes:
-    """Histogram of the eigenvalues of (1/d)ηηᵀ (uniform and ±Δ/2 errors, n = 400, d = 800) vs MP "
-    "densities."""
+    """Histogram of the eigenvalues of (1/d)ηηᵀ (uniform and ±Δ/2 errors, n = 400, d = 800) vs MP densities."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -239,57 +225,50 @@ def mp_figure(seed: int = 9900) -> bytes:
 
 
 def render_markdown(items: list[dict[str, Any]], profile: Profile, runtime: float, figure_name: str) -> str:
-    lines = [
-        "# Theory checks: CALDERA (NeurIPS 2024), §4 and Appendices B–F",
-        "",
+    head = (
         f"Generated by `python -m caldera.theory.report --profile {profile.name}` in {runtime:.0f} s "
-        f"(torch {torch.__version__}, {platform.machine()}, 1 thread). Statistical decisions use a "
-        f"false-alarm "
-        f"rate α = {ALPHA:g} per test. *Worst ratio* = worst measured quantity / the paper's bound (≤ 1: "
-        f"respected); "
-        "for identities, worst relative deviation / tolerance; for complexity, the fitted exponent.",
-        "",
-        "## Summary",
-        "",
-        "| # | Result (paper label) | What was checked | Examples | Worst ratio | Verdict | Counterexample "
-        "(seed) |",
+        f"(torch {torch.__version__}, {platform.machine()}, 1 thread). Statistical decisions use a false-alarm "
+        f"rate α = {ALPHA:g} per test. *Worst ratio* = worst measured quantity / the paper's bound over the stated "
+        "claims (≤ 1: respected); for identities, worst relative deviation / tolerance; for complexity, the fitted "
+        "exponent. A result's verdict is decided by its *statement* claims; failures of intermediate formulas in "
+        "the proofs (*proof-step*), of the library, of the paper's assumptions or between the informal and formal "
+        "statements are listed as defects."
+    )
+    lines = [
+        "# Theory checks: CALDERA (NeurIPS 2024), §4 and Appendices B–F", "", head, "", "## Summary", "",
+        "| # | Result (paper label) | What was checked | Examples | Worst ratio | Verdict | Counterexample (seed) |",
         "|---|---|---|---|---|---|---|",
     ]
     for it in items:
         res = it["results"]
-        failing = [r for r in res if r.verdict == FAILS]
-        worst = max(failing or res, key=lambda r: r.ratio if math.isfinite(r.ratio) else 1e300)
-        cex = "; ".join(f"**{r.claim}**: {_cex(r.counterexample, 260)}" for r in failing) or "—"
-        lines.append(
-            f"| {it['number']} | {it['title']} (`{it['labels']}`) | {it['checked']} | "
-            f"{sum(r.examples for r in res)} | {_fmt(worst.ratio)} ({worst.claim}) | {it['verdict']} | {cex} "
-            f"|")
+        failing = sorted((r for r in res if r.verdict == FAILS), key=lambda r: r.kind != "statement")
+        pool = [r for r in res if r.kind == "statement"] or res
+        worst = max(pool, key=lambda r: r.ratio if math.isfinite(r.ratio) else 1e300)
+        cex = "; ".join(f"**{r.claim}** ({r.kind}): {_cex(r.counterexample, 240)}" for r in failing) or "—"
+        examples = sum(r.examples for r in res)
+        lines.append(f"| {it['number']} | {it['title']} (`{it['labels']}`) | {it['checked']} | {examples} | "
+                     f"{_fmt(worst.ratio)} ({worst.claim}) | {it['verdict']} | {cex} |")
     lines += ["", "## Reasoning", ""]
-    for it in items:
-        lines.append(f"{it['number']}. **{it['title']}** — {it['reasoning']}")
+    lines += [f"{it['number']}. **{it['title']}** — {it['reasoning']}" for it in items]
     lines += ["", "## All claims", "",
-              "| # | Claim | Label | Statement | Examples | Worst ratio | Verdict | Reasoning | "
-              "Counterexample |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "| # | Claim | Kind | Label | Statement | Examples | Worst ratio | Verdict | Reasoning "
+              "| Counterexample |", "|---|---|---|---|---|---|---|---|---|---|"]
     for it in items:
         for r in it["results"]:
-            lines.append(f"| {it['number']} | {r.claim} | `{r.label}` | {r.statement} | {r.examples} | "
-                         f"{_fmt(r.ratio)} "
-                         f"| {r.verdict} | {r.reasoning} | {_cex(r.counterexample)} |")
+            lines.append(f"| {it['number']} | {r.claim} | {r.kind} | `{r.label}` | {r.statement} | {r.examples} | "
+                         f"{_fmt(r.ratio)} | {r.verdict} | {r.reasoning} | {_cex(r.counterexample)} |")
     comp = next((it for it in items if it["module"] == "complexity"), None)
     if comp:
         lines += ["", "## Complexity exponents (time ∝ size^p)", "",
-                  "| Routine | Paper's claim | Sweep | Sizes | p claimed | p by operation count | p measured "
-                  "|",
+                  "| Routine | Paper's claim | Sweep | Sizes | p claimed | p by operation count | p measured |",
                   "|---|---|---|---|---|---|---|"]
         for r in comp["results"]:
             d = r.details
-            lines.append(f"| {d['routine']} | {d['claim']} | {d['sweep']} | {d['sizes']} | "
-                         f"{d['claimed_exponent']:g} "
+            lines.append(f"| {d['routine']} | {d['claim']} | {d['sweep']} | {d['sizes']} | {d['claimed_exponent']:g} "
                          f"| {d['counted_exponent']:g} | {d['fitted_exponent']:.2f} |")
+    timings = ", ".join(f"{it['number']}: {it['seconds']:.1f} s" for it in items)
     lines += ["", f"![Marchenko–Pastur density vs empirical spectra]({figure_name})", "",
-              "Timings per result: " + ", ".join(f"{it['number']}: {it['seconds']:.1f} s" for it in items),
-              ""]
+              f"Timings per result: {timings}", ""]
     return "\n".join(lines)
 
 

@@ -78,8 +78,7 @@ def check_left_update(A: Tensor, X: Tensor, R: Tensor, *, seed: int,
         counterexample=None if holds else {"seed": seed, "normal_residual": normal_res, "dev_pinv": dev_pinv,
                                            "dev_library": dev_lib, "objective_drop": worst_drop},
         reasoning="The objective is a convex quadratic in Z with Hessian ∝ RHRᵀ ≻ 0 (RXᵀ of full row rank), "
-                  "so the "
-                  "zero-gradient point AHRᵀ(RHRᵀ)⁻¹ is the unique minimizer.",
+                  "so the zero-gradient point AHRᵀ(RHRᵀ)⁻¹ is the unique minimizer.",
         details={"f": f, "normal_residual": normal_res, "dev_pinv": dev_pinv, "dev_library": dev_lib},
     )
 
@@ -111,16 +110,16 @@ def check_right_update(A: Tensor, X: Tensor, L: Tensor, *, seed: int,
         counterexample=None if holds else {"seed": seed, "normal_residual": normal_res, "f": f,
                                            "f_opt": f_opt},
         reasoning="Lᵀ(LL†AHH† − A)H = LᵀAHH†H − LᵀAH = 0 because LᵀLL† = Lᵀ and HH†H = H: the gradient "
-                  "vanishes "
-                  "and the objective is convex.",
+                  "vanishes and the objective is convex.",
         details={"f": f, "f_opt": f_opt, "normal_residual": normal_res},
     )
 
 
-def check_error_decomposition(A: Tensor, X: Tensor, R: Tensor, *, seed: int) -> CheckResult:
-    """eq. updating_left_factor-1: optimum = irreducible term; objective − irreducible = reducible term."""
+def check_error_decomposition(A: Tensor, X: Tensor, R: Tensor, *, seed: int, split_shift: int = 0) -> CheckResult:
+    """eq. updating_left_factor-1: optimum = irreducible term; objective − irreducible = reducible term.
+    ``split_shift`` ≠ 0 moves the split between the two terms (a deliberately wrong decomposition)."""
     A, X, R = A.double(), X.double(), R.double()
-    k = R.shape[0]
+    k = R.shape[0] + split_shift
     Y = X @ A.T
     Uxr, Sxr, Vxr_h = torch.linalg.svd(X @ R.T, full_matrices=True)
     irreducible = sq_fro(Uxr[:, k:].T @ Y)
@@ -131,8 +130,9 @@ def check_error_decomposition(A: Tensor, X: Tensor, R: Tensor, *, seed: int) -> 
     scale = sq_fro(Y)
     dev = abs(f_opt - irreducible) / scale
     for _ in range(3):
-        Z = randn(k, A.shape[0], g=g)
-        reducible = sq_fro(Sxr[:, None] * (Vxr_h @ Z) - Uxr[:, :k].T @ Y)
+        Z = randn(R.shape[0], A.shape[0], g=g)
+        kk = R.shape[0]
+        reducible = sq_fro(Sxr[:kk, None] * (Vxr_h @ Z) - Uxr[:, :kk].T @ Y)
         dev = max(dev, abs(sq_fro(X @ R.T @ Z - Y) - irreducible - reducible) / scale)
     holds = dev <= RTOL
     return CheckResult(
@@ -140,8 +140,7 @@ def check_error_decomposition(A: Tensor, X: Tensor, R: Tensor, *, seed: int) -> 
         "min_Z ‖XRᵀZ − Y‖² = ‖(U_xr Ī_{m−k})ᵀY‖² + min ‖Σ_xr Z' − (U_xr I_k)ᵀY‖²",
         holds, dev / RTOL, 1, counterexample=None if holds else {"seed": seed, "deviation": dev},
         reasoning="U_xr is orthogonal, so the residual splits into the rows in range(XRᵀ) (fitted exactly at "
-                  "the "
-                  "optimum) and the m − k rows orthogonal to it (irreducible).",
+                  "the optimum) and the m − k rows orthogonal to it (irreducible).",
         details={"irreducible": irreducible, "optimum": f_opt},
     )
 
@@ -169,6 +168,7 @@ def check_printed_hh_pinv_identity(X: Tensor, *, seed: int) -> CheckResult:
         reasoning="XᵀU(Σ̃†)ᵀ = VΣ̃ᵀ(Σ̃†)ᵀ, so the product must end in Vᵀ to give the projector VPVᵀ = HH†; the "
                   "final formula R̃ = L†AHH† is nevertheless right.",
         details={"rel_dev_printed": dev_printed, "rel_dev_corrected": dev_corrected},
+        kind="proof-step",
     )
 
 
