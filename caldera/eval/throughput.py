@@ -76,9 +76,7 @@ def decode_throughput(
             _sync(device)
             times.append(time.perf_counter() - t0)
             if out.shape[1] - ids.shape[1] != new_tokens:
-                raise RuntimeError(
-                    f"generate produced {out.shape[1] - ids.shape[1]} tokens, not {new_tokens}"
-                )
+                raise RuntimeError(f"generate produced {out.shape[1] - ids.shape[1]} tokens, not {new_tokens}")
     finally:
         model.train(was_training)
     med = statistics.median(times)

@@ -57,7 +57,7 @@ def step_ablation_traces(config: dict[str, Any], model: str, hessian_dir: str, o
             for ablation in fc["ablations"]:
                 cfg = CalderaConfig.preset(ablation)
                 r = mapped_rank(config, paper_model, paper_rank, cfg.l_bits)
-                cfg = cfg.replace(rank=r, outer_iters=fc["outer_iters"])
+                cfg = cfg.replace(rank=r, outer_iters=fc["outer_iters"], svd=fc.get("svd", cfg.svd))
                 dec = caldera_decompose(W, H, cfg)
                 errs = [e["error"] for e in dec.error_trace if e["step"] == "LR"]
                 res["curves"].append({"matrix": name, "paper_rank": paper_rank, "rank": r, "method": ablation,

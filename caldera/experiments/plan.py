@@ -86,8 +86,12 @@ def variant_for_row(config: dict[str, Any], row: dict[str, Any]) -> Variant | No
 def table_rows(config: dict[str, Any], table: str) -> list[dict[str, Any]]:
     """Reference rows of a zero-shot table with their variant (None: not run here) plus the extra rows."""
     rows = []
+    keep = config.get("paper_ranks")  # optional: run only rows with these paper ranks (rank-0 rows always run)
     for ref in load_reference_table(table):
-        rows.append({"ref": ref, "variant": variant_for_row(config, ref)})
+        v = variant_for_row(config, ref)
+        if keep is not None and v is not None and v.rank and int(ref["rank"]) not in keep:
+            v = None
+        rows.append({"ref": ref, "variant": v})
     stand_ins = sorted({config["stand_ins"][r["ref"]["model"]] for r in rows if r["variant"] is not None})
     for extra in config.get("extra_methods", []):
         for model in stand_ins:

@@ -110,9 +110,7 @@ def write_checkpoint(
         flat = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
         save_file(flat, str(tmp / MODEL_FILE), metadata={"format": f"caldera-checkpoint/{FORMAT_VERSION}"})
         cfg = {"format_version": FORMAT_VERSION, **config}
-        (tmp / CONFIG_FILE).write_text(
-            json.dumps(cfg, indent=1, sort_keys=True, default=_json_default) + "\n"
-        )
+        (tmp / CONFIG_FILE).write_text(json.dumps(cfg, indent=1, sort_keys=True, default=_json_default) + "\n")
         if tokenizer is not None:
             tokenizer.save_pretrained(str(tmp))
         sums = {p.relative_to(tmp).as_posix(): sha256_file(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
@@ -175,9 +173,7 @@ def verify_checksums(folder: str | os.PathLike) -> dict[str, str]:
         if not isinstance(sums, dict) or MODEL_FILE not in sums or CONFIG_FILE not in sums:
             raise ValueError("incomplete file list")
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ValueError(
-            f"{cpath} is missing or corrupt ({e}); the checkpoint cannot be trusted: {_RERUN}"
-        ) from None
+        raise ValueError(f"{cpath} is missing or corrupt ({e}); the checkpoint cannot be trusted: {_RERUN}") from None
     for name, expected in sums.items():
         p = folder / name
         if not p.is_file():
@@ -185,8 +181,7 @@ def verify_checksums(folder: str | os.PathLike) -> dict[str, str]:
         got = sha256_file(p)
         if got != expected:
             raise ValueError(
-                f"checkpoint file {p} is corrupt or truncated (sha256 {got[:12]}… != {expected[:12]}…); "
-                f"{_RERUN}"
+                f"checkpoint file {p} is corrupt or truncated (sha256 {got[:12]}… != {expected[:12]}…); {_RERUN}"
             )
     return sums
 
@@ -224,9 +219,7 @@ def load_compressed(
     for path, meta in cfg["modules"].items():
         prefix = path + "."
         own = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
-        replace_module(
-            model, path, CompressedLinear.from_tensors(meta, own, cache_dequantized=cache_dequantized)
-        )
+        replace_module(model, path, CompressedLinear.from_tensors(meta, own, cache_dequantized=cache_dequantized))
     compressed_keys = {k for k in tensors if any(k.startswith(p + ".") for p in cfg["modules"])}
     rest = {k: v for k, v in tensors.items() if k not in compressed_keys}
     missing, unexpected = model.load_state_dict(rest, strict=False, assign=True)
@@ -246,9 +239,7 @@ def load_compressed(
         if any(b is not None and b.device.type == "meta" for b in mod.buffers(recurse=False)):
             if hasattr(mod, "inv_freq"):
                 replace_module(model, mpath, type(mod)(config=config))
-    left = [
-        n for n, t in list(model.named_parameters()) + list(model.named_buffers()) if t.device.type == "meta"
-    ]
+    left = [n for n, t in list(model.named_parameters()) + list(model.named_buffers()) if t.device.type == "meta"]
     if left:
         raise ValueError(f"{folder}: tensors {left[:5]} were not restored; {_RERUN}")
     model.eval()

@@ -174,9 +174,7 @@ class CompressedLinear(nn.Module):
         for k in need:
             t = tensors[k]
             if k in trainable:
-                self.register_parameter(
-                    k, nn.Parameter(t.clone() if t.requires_grad else t, requires_grad=True)
-                )
+                self.register_parameter(k, nn.Parameter(t.clone() if t.requires_grad else t, requires_grad=True))
             else:
                 self.register_buffer(k, t)
         if tuple(self.Q_codes.shape[:1]) != (n,):
@@ -275,9 +273,7 @@ class CompressedLinear(nn.Module):
                     Lt = dequantize(lname, Lc, Ls, meta["lr_codes_dtype"])
                     Rq = dequantize(rname, Rc, Rs, meta["lr_codes_dtype"])
                     if not (_close(Lt.T, L) and _close(Rq, R)):
-                        raise ValueError(
-                            f"L/R codes decoded with {lname!r}/{rname!r} do not reproduce dec.L/dec.R"
-                        )
+                        raise ValueError(f"L/R codes decoded with {lname!r}/{rname!r} do not reproduce dec.L/dec.R")
                 if k > ft_rank:
                     tensors.update(
                         L_codes=Lc[ft_rank:].contiguous(),
@@ -316,9 +312,7 @@ class CompressedLinear(nn.Module):
     def make_signs_trainable(self) -> "CompressedLinear":
         """Turn ``S_U``/``S_V`` into float32 ``nn.Parameter``s (RHT fine-tuning). Requires an RHT."""
         if not self.meta["rht"]:
-            raise ValueError(
-                "this CompressedLinear has no RHT (decomposed with rht=False): no signs to train"
-            )
+            raise ValueError("this CompressedLinear has no RHT (decomposed with rht=False): no signs to train")
         if self.meta["signs_trainable"]:
             return self
         for name in ("S_U", "S_V"):
@@ -447,9 +441,7 @@ class CompressedLinear(nn.Module):
         w = self.bit_widths()
         k_q = self.rank - r
         num_scales = self.Q_scale.numel() + (
-            self.L_scale.numel() + self.R_scale.numel()
-            if self.meta["lr_format"] == "quantized" and k_q
-            else 0
+            self.L_scale.numel() + self.R_scale.numel() if self.meta["lr_format"] == "quantized" and k_q else 0
         )
         sign_bits = (32 if self.meta["signs_trainable"] else 1) if self.meta["rht"] else 0
         bits = storage_bits(

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import math
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -36,15 +37,20 @@ def _check_bits(bits: object, lo: int = 1, hi: int = 16) -> int:
 
 
 def _gaussian_mse(step: float, levels: int) -> float:
-    """MSE of rounding N(0, 1) to ``levels`` points ``(k − (levels − 1)/2)·step`` (nearest, saturating)."""
-    c = (torch.arange(levels, dtype=torch.float64) - (levels - 1) / 2) * step
+    """MSE of rounding N(0, 1) to ``levels`` points ``(k − (levels − 1)/2)·step`` (nearest, saturating).
+
+    numpy/scipy in float64 (single-threaded and exact enough; no torch parallel regions for large grids).
+    """
+    from scipy.special import ndtr
+
+    c = (np.arange(levels, dtype=np.float64) - (levels - 1) / 2) * step
     t = (c[1:] + c[:-1]) / 2  # decision thresholds
 
-    def prim(x: Tensor, ck: Tensor) -> Tensor:  # ∫^x (u − ck)² φ(u) du = (1 + ck²) Φ(x) + (2ck − x) φ(x)
-        return (1 + ck**2) * torch.special.ndtr(x) + (2 * ck - x) * torch.exp(-0.5 * x**2) / math.sqrt(2 * math.pi)
+    def prim(x: np.ndarray, ck: np.ndarray) -> np.ndarray:  # ∫^x (u − ck)² φ(u) du
+        return (1 + ck**2) * ndtr(x) + (2 * ck - x) * np.exp(-0.5 * x**2) / math.sqrt(2 * math.pi)
 
-    upper = torch.cat((prim(t, c[:-1]), 1 + c[-1:] ** 2))  # Φ(+∞) = 1, φ(±∞) = 0
-    lower = torch.cat((torch.zeros(1, dtype=torch.float64), prim(t, c[1:])))
+    upper = np.concatenate((prim(t, c[:-1]), 1 + c[-1:] ** 2))  # Φ(+∞) = 1, φ(±∞) = 0
+    lower = np.concatenate(([0.0], prim(t, c[1:])))
     return float((upper - lower).sum())
 
 
@@ -138,7 +144,8 @@ class UniformRTN(Quantizer):
 
 
 class DitheredUniform(Quantizer):
-    """The CALDERA paper's uniformly dithered scalar quantizer ``Q_{R,B}`` (appendix, eq. 14).
+    """The CALDERA paper's uniformly dithered scalar quantizer ``Q_{R,B}`` (appendix "Uniformly dithered
+    scalar quantizer", eq. ``uniform-dithered-quantizer``, and the lemma after it).
 
     Args:
         R: dynamic range, finite and > 0; points ``−R + kΔ``, ``Δ = 2R/(2**B − 1)``.

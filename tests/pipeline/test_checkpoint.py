@@ -173,9 +173,7 @@ def test_corrupt_byte_refused(saved, tmp_path):
     data = bytearray((ck / MODEL_FILE).read_bytes())
     data[len(data) // 2] ^= 0x01
     (ck / MODEL_FILE).write_bytes(bytes(data))
-    with pytest.raises(
-        ValueError, match=r"model\.safetensors is corrupt or truncated.*re-run `caldera compress`"
-    ):
+    with pytest.raises(ValueError, match=r"model\.safetensors is corrupt or truncated.*re-run `caldera compress`"):
         load_compressed(ck)
 
 

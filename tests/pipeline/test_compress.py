@@ -111,9 +111,7 @@ def test_quip_sharp_and_rtn(setup):
     loaded, _ = load_compressed(path)
     assert loaded.model.layers[0].mlp.down_proj.rank == 0
     # RTN has no shared Hessian context and no RHT
-    s = C.compress_model(
-        model, root / "hess", "rtn", {"bits": 4}, root / "rtn.layers", layers=[1], progress=False
-    )
+    s = C.compress_model(model, root / "hess", "rtn", {"bits": 4}, root / "rtn.layers", layers=[1], progress=False)
     assert s["computed"] == [1] and all(m["error"] < 1 for m in s["matrices"].values())
     with pytest.raises(ValueError, match=r"layers \[0\].*not compressed"):
         C.assemble_checkpoint(model, root / "rtn.layers", root / "rtn.ckpt", "rtn", {"bits": 4})
@@ -158,6 +156,8 @@ def test_crash_leaves_nothing_trusted(setup, monkeypatch):
 
     with pytest.raises(ValueError, match="another output folder"):
         C.compress_model(model, root / "hess", "quip#", {"refine_passes": 1}, ld, progress=False)
+    with pytest.raises(ValueError, match="ft_rank"):
+        C.compress_model(model, root / "hess", "quip#", {}, ld, progress=False, ft_rank=1)
     with pytest.raises(FileNotFoundError, match="caldera hessians"):
         C.compress_model(model, root / "nohess", "quip#", {}, root / "x", progress=False)
     with pytest.raises(ValueError, match="out of range"):

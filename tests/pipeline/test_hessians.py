@@ -66,12 +66,7 @@ def test_accumulator_errors_and_roundtrip(tmp_path):
     acc.update(torch.randn(10, 8, generator=torch.Generator().manual_seed(1)))
     p = acc.save(tmp_path / "h.safetensors", layer=3, group="qkv", seed=7, model="m")
     back, meta = HessianAccumulator.load(p)
-    assert (
-        meta["layer"] == 3
-        and meta["group"] == "qkv"
-        and meta["n_tokens"] == 10
-        and meta["dtype"] == "float64"
-    )
+    assert meta["layer"] == 3 and meta["group"] == "qkv" and meta["n_tokens"] == 10 and meta["dtype"] == "float64"
     torch.testing.assert_close(back.H, acc.H, rtol=0, atol=1e-15)
     torch.testing.assert_close(back.mean, acc.mean, rtol=0, atol=1e-15)
     assert back.count == 10
