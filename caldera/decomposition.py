@@ -91,6 +91,7 @@ class Decomposition:
     error: float = float("nan")
     best_iter: int = -1
     config: dict[str, Any] = field(default_factory=dict)
+    q_quantizer: str | None = None  # registry name of the quantizer that produced Q_codes (caldera.quantizers)
 
     @property
     def rank(self) -> int:
@@ -199,5 +200,5 @@ def caldera_decompose(
     err, t_best, Qb, L, R, L_sc, R_sc = best  # type: ignore[misc]
     return Decomposition(
         method="caldera", Q=Qb.Q, L=L, R=R, Q_codes=Qb.codes, Q_scale=Qb.scale, L_codes=L_sc, R_codes=R_sc,
-        rht=rht, error_trace=trace, error=err, best_iter=t_best, config=cfg.to_dict(),
+        rht=rht, error_trace=trace, error=err, best_iter=t_best, config=cfg.to_dict(), q_quantizer=qQ.name,
     )

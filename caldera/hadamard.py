@@ -20,9 +20,10 @@ is also the inverse.
 Speed (CPU): ``H_{2^p}`` is factored into Sylvester Kronecker factors of size ≤ 64
 (``H_{2^p} = H_{2^a} ⊗ H_{2^b} ⊗ …``), so ``U_n = (H_K/√K) ⊗ (H_{2^a}/√2^a) ⊗ …``; each factor is a small
 matmul over a reshaped view (2·f flops per element for a factor of size f). The CPU kernel works on
-cache-sized blocks of the input (all factors applied while the block is in L2), which makes the transform
-about one memory pass. Large fresh outputs cost page faults on some VMs; PyTorch's
-``THP_MEM_ALLOC_ENABLE=1`` (transparent huge pages for CPU tensors) roughly halves that cost.
+cache-sized blocks of the input (all factors applied while the block is in cache), which makes the transform
+about one memory pass. Notes measured on a 2-core VM: a fresh 64 MiB output costs ~15–30 ms of page faults
+(PyTorch's ``THP_MEM_ALLOC_ENABLE=1`` roughly halves that); on an oversubscribed machine every OpenMP
+region waits for a time slice, so many small ops get slow — ``torch.set_num_threads(1)`` helps there.
 """
 
 from __future__ import annotations
@@ -57,8 +58,9 @@ SUPPORTED_K: tuple[int, ...] = (172, 156, 140, 124, 116, 108, 60, 52, 36, 28, 20
 #: A Sylvester part 2^p with p ≤ this is applied as one factor; larger ones are split into factors ≤ 2^5.
 _WHOLE_FACTOR_LOG2 = 6
 _SPLIT_FACTOR_LOG2 = 5
-#: Elements per block of the CPU kernel (1 MiB of float32: two blocks fit a 2 MiB L2).
-_BLOCK_ELEMS = 1 << 18
+#: Elements per block of the CPU kernel: row blocks (contiguous) and column blocks (strided, staged).
+_ROW_BLOCK_ELEMS = 1 << 20
+_COL_BLOCK_ELEMS = 1 << 18
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -84,9 +86,8 @@ def load_hadamard(K: int) -> Tensor:
     matrix is cached; a fresh copy is returned so callers may modify it.
     """
     if not isinstance(K, int) or isinstance(K, bool) or (K != 1 and K not in SUPPORTED_K):
-        raise ValueError(
-            f"K={K!r} has no stored Hadamard matrix; accepted: 1 or one of {sorted(SUPPORTED_K)}"
-        )
+        accepted = sorted(SUPPORTED_K)
+        raise ValueError(f"K={K!r} has no stored Hadamard matrix; accepted: 1 or one of {accepted}")
     return _load_hadamard_cached(K).clone()
 
 
@@ -178,9 +179,11 @@ def _kron_apply(
 ) -> Tensor:
     """``out = post ⊙ U(pre ⊙ x)`` along ``dim`` (U = U_n or U_nᵀ), blocked; ``pre``/``post`` are (n,).
 
-    ``x`` is viewed as (A, n, C). Blocks of shape (R, n, Cb) are copied (and pre-scaled) into a contiguous
-    scratch, every Kronecker factor is applied as a matmul over a (R·P, f, Q·Cb) view, and the result is
-    post-scaled into ``out``. ``out`` may be ``x`` itself (blocks are disjoint and read before written).
+    ``x`` is viewed as (A, n, C) and cut into blocks (R, n, Cb): whole rows when ``n·C`` is small (read and
+    written in place when no scale is needed), else column strips staged through a contiguous scratch
+    (pre-scaled on the way in, post-scaled on the way out). Factor t (size f, P = product of the factors
+    before it, Q = after) is one matmul over the (R·P, f, Q·Cb) view. On non-CPU devices the whole tensor is
+    one block. ``out`` may be ``x`` itself: blocks are disjoint and each is read before it is written.
     """
     n = x.shape[dim]
     A, C = math.prod(x.shape[:dim]), math.prod(x.shape[dim + 1 :])
@@ -194,35 +197,40 @@ def _kron_apply(
     pre3 = None if pre is None else pre.to(x.dtype).view(1, n, 1)
     post3 = None if post is None else post.to(x.dtype).view(1, n, 1)
 
-    budget = _BLOCK_ELEMS if x.device.type == "cpu" else x.numel()
-    if n * C <= budget:
-        R, Cb = max(1, budget // (n * C)), C
-    else:
-        R, Cb = 1, max(1, budget // n)
-    s1 = torch.empty(R * n * Cb, dtype=x.dtype, device=x.device)
-    s2 = torch.empty_like(s1)
+    whole = x.device.type != "cpu"
+    if n * C <= _ROW_BLOCK_ELEMS or whole:  # row blocks (R, n, C): contiguous slices of x3 and out3
+        R, Cb = (A, C) if whole else (max(1, _ROW_BLOCK_ELEMS // (n * C)), C)
+    else:  # column blocks (1, n, Cb): strided, always staged through the scratch
+        R, Cb = 1, max(1, _COL_BLOCK_ELEMS // n)
+    rows = Cb == C
+    direct_in = rows and pre3 is None and len(fs) > 0 and x3.is_contiguous()
+    direct_out = rows and post3 is None and len(fs) > 0 and (len(fs) > 1 or not direct_in)
+    s = torch.empty(2, R * n * Cb, dtype=x.dtype, device=x.device)
 
     for a0 in range(0, A, R):
         for c0 in range(0, C, Cb):
-            src = x3[a0 : a0 + R, :, c0 : c0 + Cb]
+            src, dst = x3[a0 : a0 + R, :, c0 : c0 + Cb], out3[a0 : a0 + R, :, c0 : c0 + Cb]
             r, cb = src.shape[0], src.shape[2]
-            cur, nxt = s1[: r * n * cb].view(src.shape), s2[: r * n * cb]
-            if pre3 is None:
-                cur.copy_(src)
+            m = r * n * cb
+            if direct_in:
+                cur, k = src, 0
             else:
-                torch.mul(src, pre3, out=cur)
-            P = 1
-            for f, M in zip(fs, mats):
-                Q = n // (P * f)
-                if Q * cb == 1:
-                    dst = nxt.view(r * P, f)
-                    torch.mm(cur.view(r * P, f), M.T, out=dst)
+                cur, k = s[0, :m].view(src.shape), 1
+                if pre3 is None:
+                    cur.copy_(src)
                 else:
-                    dst = nxt.view(r * P, f, Q * cb)
-                    torch.matmul(M, cur.view(r * P, f, Q * cb), out=dst)
-                cur, nxt = dst.view(src.shape), cur.view(-1)
-                P *= f
-            dst = out3[a0 : a0 + R, :, c0 : c0 + Cb]
+                    torch.mul(src, pre3, out=cur)
+            P = 1
+            for t, (f, M) in enumerate(zip(fs, mats)):
+                Q = n // (P * f)
+                nxt = dst if direct_out and t == len(fs) - 1 else s[k, :m]
+                if Q * cb == 1:
+                    torch.mm(cur.reshape(r * P, f), M.T, out=nxt.view(r * P, f))
+                else:
+                    torch.matmul(M, cur.reshape(r * P, f, Q * cb), out=nxt.view(r * P, f, Q * cb))
+                cur, k, P = nxt.view(src.shape), k ^ 1, P * f
+            if direct_out:
+                continue
             if post3 is None:
                 dst.copy_(cur)
             else:

@@ -147,9 +147,7 @@ def test_transform_matches_dense_oracle_and_is_orthonormal(n):
     assert torch.allclose(Ut.T @ Ut, torch.eye(n, dtype=F64), atol=1e-12)
     x = randn(3, n, 5, seed=n)
     assert torch.allclose(hadamard_transform(x, dim=1), torch.einsum("ij,bjc->bic", U, x), atol=1e-12)
-    assert torch.allclose(
-        hadamard_transform(x, dim=1, transpose=True), torch.einsum("ji,bjc->bic", U, x), atol=1e-12
-    )
+    assert torch.allclose(hadamard_transform(x, dim=1, transpose=True), torch.einsum("ji,bjc->bic", U, x), atol=1e-12)
     y = randn(2, 4, n, seed=n + 1)
     assert torch.allclose(hadamard_transform(y), y @ U.T, atol=1e-12)
     assert torch.allclose(hadamard_transform(y.float()).to(F64), y @ U.T, atol=1e-5)

@@ -74,6 +74,7 @@ def quip_sharp(W: torch.Tensor, H: torch.Tensor, config: QuipSharpConfig, contex
     return Decomposition(
         method=name, Q=Qb.Q, L=L, R=R, Q_codes=Qb.codes, Q_scale=Qb.scale, rht=rht,
         error_trace=[{"outer": 0, "step": "Q", "error": err}], error=err, best_iter=0, config=asdict(config),
+        q_quantizer=q.name,
     )
 
 

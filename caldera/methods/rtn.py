@@ -34,4 +34,5 @@ def rtn(W: torch.Tensor, H: torch.Tensor, config: RTNConfig, context=None) -> De
     return Decomposition(
         method="rtn", Q=Q, L=None, R=None, Q_codes=sc.codes, Q_scale=sc.scale,
         error_trace=[{"outer": 0, "step": "Q", "error": err}], error=err, best_iter=0, config=asdict(config),
+        q_quantizer=q.name,
     )

@@ -106,6 +106,8 @@ def dequantize(name: str, codes: Tensor, scale: Tensor, codes_dtype: str | None 
 
 
 def _infer_q_quantizer(dec: Decomposition) -> str:
+    if dec.q_quantizer is not None:
+        return dec.q_quantizer
     cfg = dec.config or {}
     if "q_bits" in cfg:
         return quantizer_name_for_bits(cfg["q_bits"])

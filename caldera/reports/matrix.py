@@ -56,6 +56,10 @@ def methods(rank: int, outer: int) -> dict[str, tuple[str, dict[str, Any]]]:
         "CALDERA 4-bit, no RHT": ("caldera", {"preset": "4bit-no-rht", **it}),
         "CALDERA 4-bit, no LDLQ": ("caldera", {"preset": "4bit-no-ldlq", **it}),
         "CALDERA 16-bit + Hessian update": ("caldera", {"preset": "16bit-hessian-update", **it}),
+        "CALDERA paper preset (4-bit, Q first)": ("caldera", {"preset": "paper", **it}),
+        "RTN 2-bit (per row)": ("rtn", {"bits": 2}),
+        "GPTQ 2-bit (per row, sym)": ("gptq", {"bits": 2}),
+        f"LoftQ NF2 + rank-{rank} fp16 LR": ("loftq", {"bits": 2, "rank": rank}),
     }
 
 
