@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from caldera.eval.perplexity import make_windows, perplexity
+from tests.helpers import tiny_llama as _tiny_llama
 
 
 def missing_assets(reason: str):
@@ -19,19 +20,7 @@ def missing_assets(reason: str):
 
 
 def tiny_llama(vocab_size: int = 50, seed: int = 0):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=vocab_size,
-        max_position_embeddings=128,
-    )
-    return LlamaForCausalLM(cfg).eval()
+    return _tiny_llama(seed, vocab_size=vocab_size, max_positions=128)
 
 
 class Recorder(torch.nn.Module):

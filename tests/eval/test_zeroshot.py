@@ -8,9 +8,9 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
 
 from caldera.eval import zeroshot as zs
+from tests.helpers import tiny_llama as _tiny_llama
 
 WINO = [
     {
@@ -60,19 +60,7 @@ def byte_tokenizer():
 
 
 def tiny_llama(vocab_size: int):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=vocab_size,
-        max_position_embeddings=512,
-    )
-    return LlamaForCausalLM(cfg).eval()
+    return _tiny_llama(0, vocab_size=vocab_size, max_positions=512)
 
 
 def write_fake_olmo(root: Path) -> Path:

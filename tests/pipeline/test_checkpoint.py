@@ -22,6 +22,7 @@ from caldera.pipeline.checkpoint import (
 )
 from caldera.pipeline.compressed_linear import CompressedLinear
 from caldera.pipeline.hessians import decoder_layers
+from tests.helpers import tiny_llama as _tiny_llama
 
 ROOT = Path(__file__).resolve().parents[2]
 LINEARS = (
@@ -36,23 +37,7 @@ LINEARS = (
 
 
 def tiny_llama(seed: int = 0, tie: bool = True):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=128,
-        max_position_embeddings=64,
-        tie_word_embeddings=tie,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
-    )
-    return LlamaForCausalLM(cfg).eval()
+    return _tiny_llama(seed, tie_word_embeddings=tie, bos_token_id=1, eos_token_id=2, pad_token_id=0)
 
 
 def word_tokenizer():

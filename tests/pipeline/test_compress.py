@@ -14,25 +14,13 @@ from caldera.pipeline import compress as C
 from caldera.pipeline.checkpoint import load_compressed
 from caldera.pipeline.compressed_linear import CompressedLinear
 from caldera.pipeline.hessians import collect_hessians, decoder_layers
+from tests.helpers import tiny_llama as _tiny_llama
 
 CALDERA = {"rank": 4, "outer_iters": 2, "inner_iters": 2}
 
 
 def tiny_llama(seed: int = 0):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=128,
-        max_position_embeddings=64,
-        tie_word_embeddings=False,
-    )
-    return LlamaForCausalLM(cfg).eval()
+    return _tiny_llama(seed, tie_word_embeddings=False)
 
 
 @pytest.fixture(scope="module")

@@ -16,23 +16,11 @@ from caldera.pipeline.hessians import (
     load_layer_hessians,
     read_layer_hessians,
 )
+from tests.helpers import tiny_llama as _tiny_llama
 
 
 def tiny_llama(seed: int = 0):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=128,
-        max_position_embeddings=64,
-        tie_word_embeddings=False,
-    )
-    return LlamaForCausalLM(cfg).eval()
+    return _tiny_llama(seed, tie_word_embeddings=False)
 
 
 def calib(n=5, t=12, seed=0):
