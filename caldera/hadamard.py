@@ -246,7 +246,7 @@ def _fht_apply(x: Tensor, dim: int, transpose: bool) -> Tensor:
     y = _fht(y.contiguous(), 1.0 / math.sqrt(1 << p))
     if K > 1:
         y = torch.matmul(_factor_matrix(K, True, transpose, x.dtype, x.device), y)
-    return y.reshape(x.movedim(dim, -1).shape).movedim(-1, dim)
+    return y.reshape(x.movedim(dim, -1).shape).movedim(-1, dim).contiguous()
 
 
 def _forward(x: Tensor, dim: int, transpose: bool) -> Tensor:
