@@ -3,14 +3,14 @@ quantization and an SVD of the residual, with 16-bit low-rank factors.
 
 ``res = W``; for T iterations: ``Q = NF_k(res)`` (absmax blocks of 64 weights), ``L, R = SVD_r(W − Q)`` with
 ``L = U_r √S_r``, ``R = √S_r V_rᵀ``, ``res = W − L R``. No Hessian is used (H only scores the result).
-The NF-k levels here are the 2^k quantiles of N(0, 1) at probabilities (i + ½)/2^k, scaled to [−1, 1]
+The NF-k levels (:class:`caldera.quantizers.NormalFloat`) are the 2^k quantiles of N(0, 1) at probabilities
+(i + ½)/2^k, scaled to [−1, 1]
 (QLoRA's NF4 adds an exact zero level; this symmetric variant has none).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from functools import lru_cache
 
 import torch
 from torch import Tensor
@@ -19,23 +19,14 @@ from caldera.decomposition import Decomposition
 from caldera.ldl import regularize_hessian
 from caldera.methods.registry import register_method
 from caldera.metrics import relative_data_aware_error
+from caldera.quantizers.normalfloat import NormalFloat, nf_levels  # noqa: F401  (nf_levels re-exported)
 from caldera.validation import check_rank, check_W_H
 
 
-@lru_cache(maxsize=None)
-def nf_levels(bits: int) -> Tensor:
-    p = (torch.arange(2**bits, dtype=torch.float64) + 0.5) / 2**bits
-    v = torch.special.ndtri(p)
-    return (v / v.abs().max()).float()
-
-
 def nf_quantize(x: Tensor, bits: int, block: int = 64) -> Tensor:
-    """Round x (any shape, numel % block == 0) to absmax-scaled NF levels per block of ``block`` weights."""
-    flat = x.reshape(-1, block)
-    amax = flat.abs().amax(dim=1, keepdim=True).clamp_min(1e-12)
-    lv = nf_levels(bits)
-    idx = ((flat / amax)[..., None] - lv).abs().argmin(-1)
-    return (lv[idx] * amax).reshape(x.shape)
+    """Round x (..., n), n % block == 0, to absmax-scaled NF levels per block of ``block`` weights."""
+    q = NormalFloat(bits, block)
+    return q.dequantize_with_scale(q.quantize_with_scale(x))
 
 
 @dataclass(frozen=True)
@@ -55,17 +46,20 @@ def loftq(W: Tensor, H: Tensor, config: LoftQConfig, context=None) -> Decomposit
     check_W_H(W, H)
     n, d = W.shape
     check_rank(config.rank, n, d)
-    if W.numel() % config.block:
-        raise ValueError(f"W has {W.numel()} entries, not a multiple of LoftQConfig.block={config.block}")
+    if d % config.block:
+        raise ValueError(f"W has {d} columns, not a multiple of LoftQConfig.block={config.block}")
     W = W.float()
     H_eval = regularize_hessian(H)
+    nf = NormalFloat(config.bits, config.block)
     res, trace = W, []
     for t in range(config.iters):
-        Q = nf_quantize(res, config.bits, config.block)
+        sc = nf.quantize_with_scale(res)
+        Q = nf.dequantize_with_scale(sc)
         U, S, Vh = torch.linalg.svd(W - Q, full_matrices=False)
         s = S[: config.rank].sqrt()
         L, R = (U[:, : config.rank] * s).half().float(), (s[:, None] * Vh[: config.rank]).half().float()
         res = W - L @ R
         trace.append({"outer": t, "step": "LR", "error": relative_data_aware_error(Q + L @ R, W, H_eval)})
-    return Decomposition(method="loftq", Q=Q, L=L, R=R, Q_codes=None, Q_scale=None, error_trace=trace,
-                         error=trace[-1]["error"], best_iter=config.iters - 1, config=asdict(config))
+    return Decomposition(method="loftq", Q=Q, L=L, R=R, Q_codes=sc.codes, Q_scale=sc.scale, error_trace=trace,
+                         error=trace[-1]["error"], best_iter=config.iters - 1, config=asdict(config),
+                         q_quantizer=nf.name)

@@ -11,6 +11,7 @@ from functools import lru_cache
 
 from .base import Quantizer, ScaledCodes, dequantize_scaled, quantize_scaled, rms
 from .e8p import E8P
+from .normalfloat import NormalFloat
 from .rvq import E8PRVQ3, E8PRVQ4
 from .scalar import DitheredUniform, Identity16, UniformRTN
 
@@ -28,17 +29,20 @@ __all__ = [
     "Identity16",
     "get_quantizer",
     "quantizer_for_bits",
+    "NormalFloat",
 ]
 
 _FIXED = {"e8p": E8P, "e8p-rvq4": E8PRVQ4, "e8p-rvq3": E8PRVQ3, "identity": Identity16}
 _BY_BITS = {2: "e8p", 3: "e8p-rvq3", 4: "e8p-rvq4", 16: "identity"}
-_ACCEPTED = "'e8p', 'e8p-rvq4', 'e8p-rvq3', 'identity' or 'uniform-<B>' with B in 1..16"
+_ACCEPTED = "'e8p', 'e8p-rvq4', 'e8p-rvq3', 'identity', 'uniform-<B>' with B in 1..16 or 'nf-<B>' with B in 1..8"
 
 
 @lru_cache(maxsize=None)
 def _cached(name: str) -> Quantizer:
     if name in _FIXED:
         return _FIXED[name]()
+    if name.startswith("nf-"):
+        return NormalFloat(int(name[len("nf-") :]))
     return UniformRTN(int(name[len("uniform-") :]))
 
 
@@ -54,6 +58,8 @@ def get_quantizer(name: str) -> Quantizer:
         return _cached(name)
     suffix = name[len("uniform-") :] if name.startswith("uniform-") else ""
     if suffix.isascii() and suffix.isdigit() and 1 <= int(suffix) <= 16 and suffix == str(int(suffix)):
+        return _cached(name)
+    if name in {f"nf-{b}" for b in range(1, 9)}:  # NormalFloat, absmax blocks of 64 (LoftQ)
         return _cached(name)
     raise ValueError(f"name={name!r}: unknown quantizer; accepted: {_ACCEPTED}")
 

@@ -65,3 +65,14 @@ def test_loftq_levels_and_alternation():
     assert dec.error < nf and one.error < nf
     with pytest.raises(ValueError, match="rank"):
         spec.fn(W, H, spec.make_config({"rank": 64}))
+
+
+def test_loftq_codes_store_in_compressed_linear():
+    from caldera.pipeline.compressed_linear import CompressedLinear
+
+    W, H = llm_like(32, 128, seed=7)
+    spec = get_method("loftq")
+    dec = spec.fn(W, H, spec.make_config({"rank": 4, "iters": 2}))
+    lin = CompressedLinear.from_decomposition(dec)
+    x = torch.randn(3, 128, generator=torch.Generator().manual_seed(1))
+    assert torch.allclose(lin(x), x @ dec.reconstruction().T, atol=1e-4)

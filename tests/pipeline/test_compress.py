@@ -150,3 +150,16 @@ def test_crash_leaves_nothing_trusted(setup, monkeypatch):
         C.compress_model(model, root / "nohess", "quip#", {}, root / "x", progress=False)
     with pytest.raises(ValueError, match="out of range"):
         C.compress_model(model, root / "hess", "quip#", {}, ld, layers=[5], progress=False)
+
+
+@pytest.mark.parametrize("method,params", [("gptq", {"bits": 2}), ("loftq", {"rank": 4, "iters": 1})])
+def test_every_registered_baseline_compresses_a_model(tmp_path, method, params):
+    model = tiny_llama(3)
+    ids = torch.randint(0, 128, (4, 16), generator=torch.Generator().manual_seed(0))
+    collect_hessians(model, ids, tmp_path / "h", progress=False)
+    C.compress_model(model, tmp_path / "h", method, params, tmp_path / "layers", progress=False)
+    path, summary = C.assemble_checkpoint(model, tmp_path / "layers", tmp_path / "ckpt", method, params)
+    loaded, _ = load_compressed(path)
+    with torch.no_grad():
+        assert torch.isfinite(loaded(ids).logits).all()
+    assert summary["bits"]["n_matrices_compressed"] == 14
