@@ -77,11 +77,12 @@ def step_hessians(config: dict[str, Any], model: str, out_dir: str) -> dict[str,
     return res
 
 
-def layer_chunk(config: dict[str, Any], model: str, chunk: int) -> list[int]:
+def layer_chunks(config: dict[str, Any], model: str) -> list[list[int]]:
+    """Decoder layers to compress (``config["layers"]`` or all), split into jobs of ``layers_per_job``."""
     layers = config.get("layers")
     layers = list(range(int(config["models"][model]["num_layers"]))) if layers is None else [int(x) for x in layers]
     k = int(config.get("layers_per_job", 1))
-    return layers[chunk * k : (chunk + 1) * k]
+    return [layers[i : i + k] for i in range(0, len(layers), k)]
 
 
 def step_compress_layers(config: dict[str, Any], v: Variant, hessian_dir: str, chunk: int, out: str) -> dict:
@@ -89,7 +90,7 @@ def step_compress_layers(config: dict[str, Any], v: Variant, hessian_dir: str, c
     from caldera.pipeline.compress import compress_model
 
     mdl, _ = load_dense(config, v.model)
-    layers = layer_chunk(config, v.model, chunk)
+    layers = layer_chunks(config, v.model)[chunk]
     res = compress_model(mdl, hessian_dir, v.method, dict(v.params), os.path.dirname(out), layers=layers,
                          progress=True)
     res = {"layers": layers, "wall_s": res.get("wall_s"), "computed": res.get("computed"),

@@ -3,6 +3,7 @@ import json
 from snakemake.utils import validate
 
 from caldera.experiments.plan import all_variants
+from caldera.experiments.steps import layer_chunks
 
 validate(config, "../schemas/config.schema.yaml")
 
@@ -19,21 +20,9 @@ wildcard_constraints:
     corpus="|".join(config["eval"]["ppl"]),
 
 
-def layers_of(model):
-    if config.get("layers") is not None:
-        return [int(x) for x in config["layers"]]
-    return list(range(int(config["models"][model]["num_layers"])))
-
-
-def layer_chunks(model):
-    """Decoder layers split into jobs of ``layers_per_job`` (1 at paper scale: one job per layer)."""
-    ls, k = layers_of(model), int(config.get("layers_per_job", 1))
-    return [ls[i : i + k] for i in range(0, len(ls), k)]
-
-
 def get_chunk_jsons(wildcards):
     v = VARIANTS[wildcards.variant]
-    n = len(layer_chunks(v.model))
+    n = len(layer_chunks(config, v.model))
     return [f"{RES}/compressed/{v.id}/layers/chunk_{c:03d}.json" for c in range(n)]
 
 
