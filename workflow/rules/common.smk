@@ -18,6 +18,8 @@ FIG_MODEL = config["figures"]["model"]
 wildcard_constraints:
     chunk=r"\d{3}",
     corpus="|".join(config["eval"]["ppl"]),
+    table="|".join(config["tables"]),  # so claims.md / theory.md never match make_table
+    n="1|3|4",
 
 
 def get_chunk_jsons(wildcards):
