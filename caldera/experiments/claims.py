@@ -8,9 +8,10 @@ Figure 3/4 data JSONs of :mod:`caldera.experiments.figures`.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Callable
+
+from caldera.atomic import write_atomic
 
 
 def _final(curve: dict[str, Any]) -> float:
@@ -116,10 +117,6 @@ def write_claims(fig3_json: str, fig4_json: str, table_jsons: list[str], out_md:
     lines = ["# Claims of the paper, checked on this run", "", "| claim | source | verdict | numbers |",
              "|---|---|---|---|"]
     lines += [f"| {c['claim']} | {c['source']} | **{c['verdict']}** | {c['numbers']} |" for c in claims]
-    p = Path(out_md)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    os.replace(tmp, p)
+    write_atomic(out_md, "\n".join(lines) + "\n")
     write_json(out_json, claims)
     return claims

@@ -14,15 +14,12 @@ from typing import Any
 
 import torch
 
+from caldera.atomic import write_atomic
 from caldera.experiments.plan import Variant
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True, default=str))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(obj, indent=1, sort_keys=True, default=str))
 
 
 def read_json(path: str | os.PathLike) -> Any:

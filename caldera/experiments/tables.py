@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from caldera.atomic import write_atomic
 from caldera.bits import MODEL_SHAPES, average_bits
 from caldera.experiments.plan import table_rows
 
@@ -129,10 +130,6 @@ def write_table(results_dir: str, config: dict[str, Any], table: str, out_md: st
                + ", ".join(f"{k}={v['source']}" for k, v in config["eval"]["ppl"].items()) + ".")
     md, tex, csvtext = render(tab, caption)
     for path, text in ((out_md, md), (out_tex, tex), (out_csv, csvtext)):
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(p.name + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, p)
+        write_atomic(path, text)
     write_json(out_json, {**tab, "caption": caption})
     return tab

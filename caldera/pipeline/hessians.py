@@ -38,6 +38,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, safe_open, save_file
 from torch import Tensor, nn
 
+from caldera.atomic import write_atomic
+
 FORMAT = "caldera-hessians/1"
 META_KEY = "caldera_hessians"
 
@@ -156,19 +158,7 @@ def atomic_save_file(tensors: dict[str, Tensor], path: str | os.PathLike, metada
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+    return write_atomic(path, text)
 
 
 def _corrupt(path: str | os.PathLike, why: str) -> ValueError:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from caldera.atomic import write_atomic
 from caldera.ldl import regularize_hessian
 from caldera.methods import get_method
 from caldera.metrics import relative_data_aware_error
@@ -109,12 +109,6 @@ def to_markdown(rows: list[dict[str, Any]], claims: list[dict[str, Any]], rank: 
     for c in claims:
         lines.append(f"| {c['claim']} | {c['holds_in']}/{c['of']} cases |")
     return "\n".join(lines) + "\n"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,16 +14,15 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 from scipy import stats
 from torch import Tensor
+
+from caldera.atomic import write_atomic  # noqa: F401  (re-exported for the theory modules)
 
 #: False-alarm rate of every statistical decision (per check function call).
 ALPHA = 1e-6
@@ -238,21 +237,6 @@ def _jsonable(x: Any) -> Any:
     if hasattr(x, "item"):
         return _jsonable(x.item())
     return str(x)
-
-
-def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file in the same folder and an atomic rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def dumps_json(obj: Any) -> str:
