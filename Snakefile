@@ -1,6 +1,6 @@
 # CALDERA reproduction: one command regenerates every table and figure of the paper.
-#   snakemake --cores 2                      # default "mini-core" config: offline, CPU, SmolLM2-135M stand-in
-#   snakemake --cores 2 --configfile config/mini.yaml       # every zero-shot table at small scale (hours)
+#   snakemake --cores 2                      # default "mini" config: every table, offline, CPU (SmolLM2, Gemma-3)
+#   snakemake --cores 2 --configfile config/mini-full.yaml  # the same at larger settings (hours)
 #   snakemake --cores 2 --configfile config/smoke.yaml      # minutes; used by the test suite
 #   snakemake --profile workflow/profiles/slurm --configfile config/paper.yaml   # paper scale, GPU cluster
 from snakemake.utils import min_version
@@ -8,7 +8,7 @@ from snakemake.utils import min_version
 min_version("8.0")
 
 
-configfile: "config/mini-core.yaml"
+configfile: "config/mini.yaml"
 
 
 include: "workflow/rules/common.smk"

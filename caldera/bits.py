@@ -70,7 +70,7 @@ def block_shapes(
 
 #: Public (Hugging Face ``config.json``) values used to build :data:`MODEL_SHAPES`:
 #: ``(hidden_size, intermediate_size, num_attention_heads, num_key_value_heads, head_dim)``;
-#: ``head_dim = hidden_size / num_attention_heads`` for all of them.
+#: ``head_dim = hidden_size / num_attention_heads`` for all of them except Gemma-3 (256 > 640 / 4).
 MODEL_CONFIGS: dict[str, tuple[int, int, int, int, int]] = {
     # meta-llama/Llama-2-7b-hf: hidden 4096, intermediate 11008, 32 heads, 32 KV heads (MHA), head_dim 128.
     "llama-2-7b": (4096, 11008, 32, 32, 128),
@@ -89,6 +89,9 @@ MODEL_CONFIGS: dict[str, tuple[int, int, int, int, int]] = {
     # HuggingFaceTB/SmolLM2-135M: hidden 576, intermediate 1536, 9 heads, 3 KV heads, head_dim 64
     # -> k_proj/v_proj are 192 x 576.
     "smollm2-135m": (576, 1536, 9, 3, 64),
+    # google/gemma-3-270m (the offline second family): hidden 640, intermediate 2048, 4 heads, 1 KV head,
+    # head_dim 256 -> q_proj 1024 x 640, k_proj/v_proj 256 x 640, o_proj 640 x 1024.
+    "gemma3-270m": (640, 2048, 4, 1, 256),
 }
 
 #: ``num_hidden_layers`` from the same configs (every block has identical shapes).
@@ -99,6 +102,7 @@ NUM_HIDDEN_LAYERS: dict[str, int] = {
     "llama-3-8b": 32,
     "mistral-7b": 32,
     "smollm2-135m": 30,
+    "gemma3-270m": 18,
 }
 
 #: Per-block linear shapes ``(n, d) = (out_features, in_features)`` in the order

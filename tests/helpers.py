@@ -43,3 +43,16 @@ def tiny_llama(seed: int = 0, vocab_size: int = 128, max_positions: int = 64, **
                       num_key_value_heads=2, vocab_size=vocab_size, max_position_embeddings=max_positions,
                       **overrides)
     return LlamaForCausalLM(cfg).eval()
+
+
+def tiny_gemma3(seed: int = 0, vocab_size: int = 128, max_positions: int = 64, **overrides):
+    """A 3-layer random Gemma3ForCausalLM (hidden 64, 1 KV head, head_dim 16): two sliding-window layers
+    (window 4, local RoPE) and one global layer, so layers receive different masks and rotary tables."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(seed)
+    cfg = Gemma3TextConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
+                           num_key_value_heads=1, head_dim=16, vocab_size=vocab_size, sliding_window=4,
+                           max_position_embeddings=max_positions,
+                           layer_types=["sliding_attention", "sliding_attention", "full_attention"], **overrides)
+    return Gemma3ForCausalLM(cfg).eval()

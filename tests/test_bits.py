@@ -25,7 +25,7 @@ from caldera.paper_tables import list_reference_tables, load_reference_table
 
 def test_model_shapes_from_configs():
     assert set(MODEL_SHAPES) == {"llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "mistral-7b",
-                                 "smollm2-135m"}
+                                 "smollm2-135m", "gemma3-270m"}
     assert MODEL_SHAPES["llama-2-7b"] == [(4096, 4096)] * 4 + [(11008, 4096)] * 2 + [(4096, 11008)]
     assert MODEL_SHAPES["llama-2-13b"] == [(5120, 5120)] * 4 + [(13824, 5120)] * 2 + [(5120, 13824)]
     assert MODEL_SHAPES["llama-2-70b"] == [(8192, 8192), (1024, 8192), (1024, 8192), (8192, 8192),
@@ -35,6 +35,8 @@ def test_model_shapes_from_configs():
     assert MODEL_SHAPES["mistral-7b"] == MODEL_SHAPES["llama-3-8b"]
     assert MODEL_SHAPES["smollm2-135m"] == [(576, 576), (192, 576), (192, 576), (576, 576),
                                             (1536, 576), (1536, 576), (576, 1536)]
+    assert MODEL_SHAPES["gemma3-270m"] == [(1024, 640), (256, 640), (256, 640), (640, 1024),
+                                           (2048, 640), (2048, 640), (640, 2048)]
 
 
 def test_smollm2_parameter_count():

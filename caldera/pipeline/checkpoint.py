@@ -12,7 +12,7 @@ Layout of a checkpoint folder::
     checksums.json         sha256 of every other file
 
 The folder is written under a temporary sibling name and renamed into place. :func:`load_compressed`
-verifies every checksum first, then builds ``LlamaForCausalLM(LlamaConfig(**base_config))`` (on the meta
+verifies every checksum first, then builds ``AutoModelForCausalLM.from_config(base_config)`` (on the meta
 device: no random initialization, no hub access), swaps in the ``CompressedLinear`` modules and assigns the
 stored tensors.
 """
@@ -195,10 +195,11 @@ def load_compressed(
 ) -> tuple[nn.Module, Any | None]:
     """Load a checkpoint written by :func:`save_compressed` / ``assemble_checkpoint``.
 
-    Returns ``(model, tokenizer or None)``; the model is a ``LlamaForCausalLM`` in eval mode whose compressed
-    linear layers are :class:`CompressedLinear`. Checksums are verified before anything is parsed.
+    Returns ``(model, tokenizer or None)``; the model is the base architecture (``LlamaForCausalLM``,
+    ``Gemma3ForCausalLM``, ...) in eval mode whose compressed linear layers are :class:`CompressedLinear`.
+    Checksums are verified before anything is parsed.
     """
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     folder = Path(folder)
     verify_checksums(folder)
@@ -213,9 +214,10 @@ def load_compressed(
     except (SafetensorError, OSError) as e:
         raise ValueError(f"checkpoint file {folder / MODEL_FILE} cannot be read ({e}); {_RERUN}") from None
 
-    config = LlamaConfig(**cfg["base_config"])
+    base = dict(cfg["base_config"])
+    config = AutoConfig.for_model(base.pop("model_type", "llama"), **base)
     with torch.device("meta"):
-        model = LlamaForCausalLM(config)
+        model = AutoModelForCausalLM.from_config(config)
     for path, meta in cfg["modules"].items():
         prefix = path + "."
         own = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
@@ -234,11 +236,19 @@ def load_compressed(
         a_owner, _, a_name = alias.rpartition(".")
         s_owner, _, s_name = source.rpartition(".")
         setattr(_get_module(model, a_owner), a_name, getattr(_get_module(model, s_owner), s_name))
-    # Non-persistent buffers (rotary inv_freq) were created on the meta device: rebuild those modules.
+    # Non-persistent buffers (rotary inv_freq, Gemma's embed_scale) were created on the meta device: rebuild
+    # rotary modules from the config; take any other such buffer from a model built on the CPU.
     for mpath, mod in list(model.named_modules()):
         if any(b is not None and b.device.type == "meta" for b in mod.buffers(recurse=False)):
-            if hasattr(mod, "inv_freq"):
+            if "RotaryEmbedding" in type(mod).__name__:
                 replace_module(model, mpath, type(mod)(config=config))
+    meta_buffers = [n for n, b in model.named_buffers() if b.device.type == "meta"]
+    if meta_buffers:
+        reference = dict(AutoModelForCausalLM.from_config(config).named_buffers())
+        for name in meta_buffers:
+            owner, _, attr = name.rpartition(".")
+            _get_module(model, owner).register_buffer(attr, reference[name].clone(), persistent=False)
+        del reference
     left = [n for n, t in list(model.named_parameters()) + list(model.named_buffers()) if t.device.type == "meta"]
     if left:
         raise ValueError(f"{folder}: tensors {left[:5]} were not restored; {_RERUN}")

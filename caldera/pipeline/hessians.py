@@ -3,9 +3,9 @@
 As in QuIP#'s ``hessian_offline_llama.py`` (used by the CALDERA authors; authors-code.md §4), the
 calibration activations are propagated **layer by layer through the original model**:
 
-1. the inputs of decoder layer 0 (hidden states plus the keyword arguments the layer needs: rotary
-   ``position_embeddings``, the causal ``attention_mask``, ``position_ids``, ...) are captured by a
-   forward pre-hook that stores them and stops the forward with a private exception;
+1. the hidden states entering decoder layer 0 and the keyword arguments every layer receives (rotary
+   ``position_embeddings``, the causal or sliding-window ``attention_mask``, ``position_ids``, ...) are
+   captured by one forward per batch with the layers swapped for recorders (:func:`capture_layer_inputs`);
 2. for each layer ``l``: forward pre-hooks on ``self_attn.q_proj`` (group ``"qkv"``, shared by q/k/v),
    ``self_attn.o_proj`` (``"o"``), ``mlp.up_proj`` (``"up"``, shared by gate/up) and ``mlp.down_proj``
    (``"down"``) accumulate ``Σ x xᵀ``, ``Σ x`` and the token count in float64 while the layer runs on every
@@ -245,7 +245,7 @@ def decoder_layers(model: nn.Module) -> nn.ModuleList:
     if not isinstance(layers, nn.ModuleList):
         raise ValueError(
             f"{type(model).__name__} has no decoder layers at .model.layers or .layers; "
-            "only LLaMA-architecture models (LlamaForCausalLM, LlamaModel) are supported"
+            "supported: decoder-only models with q/k/v/o and gate/up/down projections (LLaMA, Mistral, Gemma-3)"
         )
     return layers
 
@@ -254,30 +254,58 @@ def calibration_fingerprint(ids: Tensor) -> str:
     return hashlib.sha256(ids.to(torch.int64).cpu().contiguous().numpy().tobytes()).hexdigest()[:16]
 
 
+class _Recorder(nn.Module):
+    """Stands in for decoder layer ``index`` during capture: records its inputs, passes the hidden states on."""
+
+    def __init__(self, index: int, last: bool, sink: list):
+        super().__init__()
+        self.index, self.last, self.sink = index, last, sink
+
+    def forward(self, hidden_states: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        if args:
+            raise RuntimeError("decoder layers called with extra positional arguments; cannot capture their inputs")
+        if self.index == 0:
+            self.sink.append(hidden_states.detach())
+        self.sink.append(dict(kwargs))
+        if self.last:
+            raise _StopForward
+        return hidden_states
+
+
 @torch.no_grad()
-def capture_layer0_inputs(model: nn.Module, batches: Iterable[Tensor]) -> list[tuple[Tensor, dict[str, Any]]]:
-    """``[(hidden_states, kwargs)]`` given to decoder layer 0, one entry per batch of token ids."""
+def capture_layer_inputs(
+    model: nn.Module, batches: Iterable[Tensor]
+) -> list[tuple[Tensor, list[dict[str, Any]]]]:
+    """``[(hidden_states into layer 0, [keyword arguments of layer l for every l])]``, one entry per batch.
+
+    The keyword arguments (rotary ``position_embeddings``, attention masks, ``position_ids``) depend only on
+    the token positions, not on the hidden states, but they may differ between layers: Gemma-3 gives its
+    sliding-window layers a local RoPE and a windowed mask and its global layers others. The decoder layers
+    are swapped for recorders for one cheap forward per batch (embeddings only; no layer runs), so each
+    layer later receives exactly what the model's own forward would pass it.
+    """
     inner = getattr(model, "model", model)
-    layer0 = decoder_layers(model)[0]
-    store: list[tuple[Tensor, dict[str, Any]]] = []
-
-    def hook(_module, args, kwargs):
-        hs = args[0] if args else kwargs.pop("hidden_states")
-        kw = dict(kwargs)
-        store.append((hs.detach(), kw))
-        raise _StopForward
-
-    handle = layer0.register_forward_pre_hook(hook, with_kwargs=True)
+    layers = decoder_layers(model)
+    originals = list(layers)
+    store: list[tuple[Tensor, list[dict[str, Any]]]] = []
     device = next(model.parameters()).device
     try:
         for ids in batches:
+            sink: list = []
+            for i in range(len(originals)):
+                layers[i] = _Recorder(i, i == len(originals) - 1, sink)
             try:
                 inner(input_ids=ids.to(device), use_cache=False)
             except _StopForward:
-                continue
-            raise RuntimeError("decoder layer 0 was never called: cannot capture its inputs")
+                pass
+            else:
+                raise RuntimeError("the last decoder layer was never called: cannot capture the layer inputs")
+            if len(sink) != len(originals) + 1:
+                raise RuntimeError(f"captured inputs of {len(sink) - 1} of {len(originals)} decoder layers")
+            store.append((sink[0], sink[1:]))
     finally:
-        handle.remove()
+        for i, layer in enumerate(originals):
+            layers[i] = layer
     return store
 
 
@@ -349,7 +377,9 @@ def collect_hessians(
         model.eval()
         try:
             batches = calibration_ids.split(batch_size)
-            states = capture_layer0_inputs(model, batches)
+            captured = capture_layer_inputs(model, batches)
+            states = [hs for hs, _ in captured]
+            layer_kwargs = [kws for _, kws in captured]
             last = max(todo)
             bar = tqdm(total=len(todo), desc="hessians", unit="layer", disable=not progress)
             for li in range(last + 1):
@@ -362,7 +392,7 @@ def collect_hessians(
                         acc = accs[g] = HessianAccumulator(mod.in_features, device=mod.weight.device)
                         handles.append(mod.register_forward_pre_hook(lambda _m, args, _acc=acc: _acc.update(args[0])))
                 try:
-                    states = [(_run_layer(layer, hs, kw), kw) for hs, kw in states]
+                    states = [_run_layer(layer, hs, kws[li]) for hs, kws in zip(states, layer_kwargs)]
                 finally:
                     for h in handles:
                         h.remove()

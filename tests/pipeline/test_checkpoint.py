@@ -22,6 +22,7 @@ from caldera.pipeline.checkpoint import (
 )
 from caldera.pipeline.compressed_linear import CompressedLinear
 from caldera.pipeline.hessians import decoder_layers
+from tests.helpers import tiny_gemma3
 from tests.helpers import tiny_llama as _tiny_llama
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,6 +144,23 @@ def test_load_in_process_types(saved):
     assert isinstance(lin, CompressedLinear) and lin.Q_codes.dtype == torch.uint16
     assert loaded.lm_head.weight is loaded.model.embed_tokens.weight
     assert tok is not None and not loaded.training
+
+
+def test_gemma3_round_trip(tmp_path):
+    # Second architecture: Gemma3ForCausalLM (q/k norms, sliding-window layers, a non-persistent embed_scale
+    # buffer that the meta-device rebuild must restore).
+    import dataclasses
+
+    model, cfg = compress_in_place(tiny_gemma3(tie_word_embeddings=True, bos_token_id=1, eos_token_id=2,
+                                               pad_token_id=0))
+    path = save_compressed(model, tmp_path / "ck", method="quip#", method_config=dataclasses.asdict(cfg))
+    loaded, _ = load_compressed(path)
+    assert type(loaded).__name__ == "Gemma3ForCausalLM"
+    assert isinstance(loaded.model.layers[2].self_attn.o_proj, CompressedLinear)
+    ids = torch.tensor(IDS)
+    with torch.no_grad():
+        assert torch.equal(loaded(ids).logits, model(ids).logits)
+    assert torch.equal(loaded.model.embed_tokens.embed_scale, model.model.embed_tokens.embed_scale)
 
 
 def _copy(path, dst):

@@ -26,7 +26,7 @@ def test_lint_is_clean():
     assert "good condition" in r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("cfg", ["mini-core", "mini", "smoke", "paper"])
+@pytest.mark.parametrize("cfg", ["mini-core", "mini", "mini-full", "smoke", "paper"])
 def test_dry_run_builds_the_dag(cfg, tmp_path):
     # a copy of the workflow so the dry run writes no state into the checkout
     for item in ("Snakefile", "workflow", "config"):
@@ -67,8 +67,12 @@ def test_smoke_workflow_end_to_end(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = tmp_path / "results/smoke/tables"
     for name in ("table7_mistral.md", "table7_mistral.tex", "table7_mistral.csv", "figure1.png", "figure3.pdf",
-                 "figure4.png", "theory.md", "claims.md"):
+                 "figure4.png", "theory.md", "claims.md", "table3_llama2_rhtft.md", "table6_throughput.csv",
+                 "timings.md"):
         assert (out / name).stat().st_size > 0, name
+    timings = json.loads((tmp_path / "results/smoke/timings.json").read_text())
+    assert {"calibration (Hessians)", "compression", "evaluation", "figures"} <= set(timings["stages"])
+    assert timings["span_s"] > 0 and timings["n_jobs"] >= 10
     claims = json.loads((out / "claims.json").read_text())
     assert {c["verdict"] for c in claims} <= {"holds", "fails", "not testable at this scale",
                                               "pending (its issue has not landed)"}

@@ -1,6 +1,8 @@
 rule assets:
     output:
         f"{RES}/assets.json",
+    benchmark:
+        f"{RES}/benchmarks/assets/assets.tsv"
     log:
         f"{RES}/logs/assets.log",
     params:
@@ -16,6 +18,8 @@ rule hessians:
         f"{RES}/assets.json",
     output:
         f"{RES}/hessians/{{model}}/hessians.json",
+    benchmark:
+        f"{RES}/benchmarks/hessians/{{model}}.tsv"
     log:
         f"{RES}/logs/hessians/{{model}}.log",
     params:

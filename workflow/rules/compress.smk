@@ -5,6 +5,8 @@ rule compress_layers:
         get_hessian_summary,
     output:
         f"{RES}/compressed/{{variant}}/layers/chunk_{{chunk}}.json",
+    benchmark:
+        f"{RES}/benchmarks/compress_layers/{{variant}}_{{chunk}}.tsv"
     log:
         f"{RES}/logs/compress/{{variant}}/chunk_{{chunk}}.log",
     params:
@@ -22,6 +24,8 @@ rule assemble_checkpoint:
         get_chunk_jsons,
     output:
         summary=f"{RES}/compressed/{{variant}}/summary.json",
+    benchmark:
+        f"{RES}/benchmarks/assemble_checkpoint/{{variant}}.tsv"
     log:
         f"{RES}/logs/compress/{{variant}}/assemble.log",
     params:

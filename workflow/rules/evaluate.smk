@@ -3,6 +3,8 @@ rule eval_ppl:
         get_eval_input,
     output:
         f"{RES}/eval/{{variant}}/ppl_{{corpus}}.json",
+    benchmark:
+        f"{RES}/benchmarks/eval_ppl/{{variant}}_{{corpus}}.tsv"
     log:
         f"{RES}/logs/eval/{{variant}}/ppl_{{corpus}}.log",
     params:
@@ -20,6 +22,8 @@ rule eval_zeroshot:
         get_eval_input,
     output:
         f"{RES}/eval/{{variant}}/zeroshot.json",
+    benchmark:
+        f"{RES}/benchmarks/eval_zeroshot/{{variant}}.tsv"
     log:
         f"{RES}/logs/eval/{{variant}}/zeroshot.log",
     params:

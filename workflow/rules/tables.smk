@@ -3,6 +3,8 @@ rule weight_spectra:
         f"{RES}/assets.json",
     output:
         f"{RES}/figures/figure1.json",
+    benchmark:
+        f"{RES}/benchmarks/weight_spectra/figure1.tsv"
     log:
         f"{RES}/logs/figures/figure1.log",
     params:
@@ -18,6 +20,8 @@ rule ablation_traces:
         f"{RES}/hessians/{FIG_MODEL}/hessians.json",
     output:
         f"{RES}/figures/figure3.json",
+    benchmark:
+        f"{RES}/benchmarks/ablation_traces/figure3.tsv"
     log:
         f"{RES}/logs/figures/figure3.log",
     params:
@@ -35,6 +39,8 @@ rule lplr_traces:
         f"{RES}/hessians/{FIG_MODEL}/hessians.json",
     output:
         f"{RES}/figures/figure4.json",
+    benchmark:
+        f"{RES}/benchmarks/lplr_traces/figure4.tsv"
     log:
         f"{RES}/logs/figures/figure4.log",
     params:
@@ -51,6 +57,8 @@ rule plot_figure:
     output:
         png=report(f"{TABLES_DIR}/figure{{n}}.png", category="Figures"),
         pdf=f"{TABLES_DIR}/figure{{n}}.pdf",
+    benchmark:
+        f"{RES}/benchmarks/plot_figure/figure{{n}}.tsv"
     log:
         f"{RES}/logs/figures/plot{{n}}.log",
     params:
@@ -69,6 +77,8 @@ rule make_table:
         tex=f"{TABLES_DIR}/{{table}}.tex",
         csv=f"{TABLES_DIR}/{{table}}.csv",
         json=f"{TABLES_DIR}/{{table}}.json",
+    benchmark:
+        f"{RES}/benchmarks/make_table/{{table}}.tsv"
     log:
         f"{RES}/logs/tables/{{table}}.log",
     params:
@@ -79,10 +89,29 @@ rule make_table:
         "../scripts/run_step.py"
 
 
+rule pending_table:
+    output:
+        md=report(f"{TABLES_DIR}/{{ptable}}.md", category="Tables (pending)"),
+        tex=f"{TABLES_DIR}/{{ptable}}.tex",
+        csv=f"{TABLES_DIR}/{{ptable}}.csv",
+    benchmark:
+        f"{RES}/benchmarks/pending_table/{{ptable}}.tsv"
+    log:
+        f"{RES}/logs/tables/{{ptable}}.log",
+    params:
+        step="pending_table",
+    conda:
+        "../envs/caldera.yaml"
+    script:
+        "../scripts/run_step.py"
+
+
 rule theory_report:
     output:
         md=report(f"{TABLES_DIR}/theory.md", category="Theory"),
         json=f"{TABLES_DIR}/theory.json",
+    benchmark:
+        f"{RES}/benchmarks/theory_report/theory.tsv"
     log:
         f"{RES}/logs/theory.log",
     params:
@@ -101,6 +130,8 @@ rule claims:
     output:
         md=report(f"{TABLES_DIR}/claims.md", category="Claims"),
         json=f"{TABLES_DIR}/claims.json",
+    benchmark:
+        f"{RES}/benchmarks/claims/claims.tsv"
     log:
         f"{RES}/logs/claims.log",
     params:
@@ -115,7 +146,8 @@ rule timings:
     input:
         get_all_logs_inputs(),
     output:
-        f"{RES}/timings.json",
+        json=f"{RES}/timings.json",
+        md=report(f"{TABLES_DIR}/timings.md", category="Timings"),
     log:
         f"{RES}/logs/timings.log",
     params:
