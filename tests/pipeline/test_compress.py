@@ -14,6 +14,7 @@ from caldera.pipeline import compress as C
 from caldera.pipeline.checkpoint import load_compressed
 from caldera.pipeline.compressed_linear import CompressedLinear
 from caldera.pipeline.hessians import collect_hessians, decoder_layers
+from tests.helpers import tiny_gemma3
 from tests.helpers import tiny_llama as _tiny_llama
 
 CALDERA = {"rank": 4, "outer_iters": 2, "inner_iters": 2}
@@ -163,3 +164,22 @@ def test_every_registered_baseline_compresses_a_model(tmp_path, method, params):
     with torch.no_grad():
         assert torch.isfinite(loaded(ids).logits).all()
     assert summary["bits"]["n_matrices_compressed"] == 14
+
+
+def test_gemma3_caldera_end_to_end(tmp_path):
+    # The second model family (Gemma-3: q/k norms, sliding-window layers, 1 KV head): Hessians, CALDERA on every
+    # layer, assembly and reload; the compressed model stays close to the dense one on its calibration text.
+    model = tiny_gemma3(1, tie_word_embeddings=True)
+    ids = torch.randint(0, 128, (4, 16), generator=torch.Generator().manual_seed(0))
+    collect_hessians(model, ids, tmp_path / "h", progress=False)
+    s = C.compress_model(model, tmp_path / "h", "caldera", CALDERA, tmp_path / "layers", progress=False)
+    assert s["computed"] == [0, 1, 2]
+    path, summary = C.assemble_checkpoint(model, tmp_path / "layers", tmp_path / "ckpt", "caldera", CALDERA)
+    assert summary["bits"]["n_matrices_compressed"] == 21
+    loaded, _ = load_compressed(path)
+    assert type(loaded).__name__ == "Gemma3ForCausalLM"
+    with torch.no_grad():
+        dense, comp = model(ids).logits, loaded(ids).logits
+    assert torch.isfinite(comp).all()
+    rel = (comp - dense).norm() / dense.norm()
+    assert 0 < rel < 0.5, rel
