@@ -112,12 +112,91 @@ def prepare_task_data(olmo_root: str | Path | None = None) -> Path:
     return assets.build_atomically(target, key, build)
 
 
+def continuation_lm_class():
+    """lm-eval's ``HFLM`` with the LM head applied only at the positions lm-eval scores (built lazily).
+
+    For a causal LM, ``HFLM._loglikelihood_tokens`` right-pads each batch to length T, takes the full
+    ``(batch, T, vocab)`` logits and reads, per row, only the continuation positions
+    ``[inplen − contlen, inplen)``. With a large vocabulary the LM head over every context token dominates
+    the cost (Gemma-3 270M, vocab 262,144: 2/3 of a forward). This subclass asks the model for the logits of
+    the last ``T − start`` positions only (``logits_to_keep``), where ``start`` is the first continuation
+    position of any row in the batch. lm-eval's own slicing already allows for a logits tensor shorter than
+    the input ("virtual tokens": it offsets by ``logits.shape[1] − T``), so every score it reads is computed
+    by the same model on the same positions and nothing else changes.
+
+    ``start`` comes from the requests themselves: before delegating, :meth:`_loglikelihood_tokens` records
+    each model input (``(context + continuation)[-(max_length + 1):][:-1]``, as lm-eval builds it) with its
+    continuation length; :meth:`_model_call` matches each padded row against those inputs (every prefix of
+    the row followed only by padding zeros is a candidate, so a real trailing token 0 cannot mislead it) and
+    falls back to the full logits whenever a row is not found or the model has no ``logits_to_keep``.
+    """
+    import inspect
+
+    import torch
+    from lm_eval.models.huggingface import HFLM
+
+    class ContinuationLogitsLM(HFLM):
+        _caldera_spans: dict[tuple[int, ...], int] | None = None
+
+        def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, override_bs=None):
+            spans: dict[tuple[int, ...], int] = {}
+            for _, context_enc, continuation_enc in requests:
+                inp = tuple((context_enc + continuation_enc)[-(self.max_length + 1) :][:-1])
+                spans[inp] = max(spans.get(inp, 0), len(continuation_enc))
+            self._caldera_spans = spans
+            try:
+                return super()._loglikelihood_tokens(requests, disable_tqdm=disable_tqdm, override_bs=override_bs)
+            finally:
+                self._caldera_spans = None
+
+        def first_scored_position(self, inps: "torch.Tensor") -> int:
+            """Smallest continuation start over the rows of a right-padded batch (0: keep all logits)."""
+            spans = self._caldera_spans
+            if not spans or self.backend != "causal":
+                return 0
+            T = inps.shape[1]
+            start = T
+            for row in inps.tolist():
+                found, n = False, T
+                while True:  # candidates: row[:n] with only zeros (padding) after it
+                    c = spans.get(tuple(row[:n]))
+                    if c is not None:
+                        found, start = True, min(start, n - c)
+                    if n == 0 or row[n - 1] != 0:
+                        break
+                    n -= 1
+                if not found:
+                    return 0
+            return max(start, 0)
+
+        def _model_call(self, inps, attn_mask=None, labels=None):
+            start = 0
+            if attn_mask is None and labels is None and _accepts_logits_to_keep(self.model):
+                start = self.first_scored_position(inps)
+            if start <= 0:
+                return super()._model_call(inps, attn_mask=attn_mask, labels=labels)
+            dtype = getattr(self, "mixed_precision_dtype", None)
+            with torch.no_grad(), torch.autocast(device_type=self.device.type, dtype=dtype,
+                                                 enabled=dtype is not None):
+                return self.model(inps, logits_to_keep=inps.shape[1] - start).logits
+
+    def _accepts_logits_to_keep(model) -> bool:
+        return "logits_to_keep" in inspect.signature(type(model).forward).parameters
+
+    return ContinuationLogitsLM
+
+
 def _short(task: str) -> str:
     return task if task.startswith("caldera_") else f"caldera_{task}"
 
 
-def zeroshot(model, tokenizer, tasks=TASKS, limit: int | float | None = None, batch_size: int = 8) -> dict:
+def zeroshot(
+    model, tokenizer, tasks=TASKS, limit: int | float | None = None, batch_size: int = 8, trim_logits: bool = True
+) -> dict:
     """Evaluate an in-memory causal LM on local lm-eval tasks (0-shot).
+
+    ``trim_logits`` (default) computes the LM head only at the scored positions
+    (:func:`continuation_lm_class`; same scores, less work); ``False`` runs lm-eval's plain ``HFLM``.
 
     ``tasks``: names from :data:`TASKS` (the ``caldera_`` prefix may be left out) or the tag
     ``caldera_zeroshot`` (all five). ``limit``: at most this
@@ -140,7 +219,8 @@ def zeroshot(model, tokenizer, tasks=TASKS, limit: int | float | None = None, ba
                 raise ValueError(f"unknown task {t!r}; expected names from {TASKS} or 'caldera_zeroshot'")
             if n not in names:
                 names.append(n)
-    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
+    lm_class = continuation_lm_class() if trim_logits else HFLM
+    lm = lm_class(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
     tm = TaskManager(include_path=str(tasks_dir()), include_defaults=False)
     res = lm_eval.simple_evaluate(
         model=lm, tasks=names, task_manager=tm, limit=limit, num_fewshot=0, log_samples=False
@@ -164,4 +244,5 @@ def zeroshot(model, tokenizer, tasks=TASKS, limit: int | float | None = None, ba
         "lm_eval_version": getattr(lm_eval, "__version__", None),
         "limit": limit,
         "batch_size": batch_size,
+        "trim_logits": trim_logits,
     }

@@ -183,3 +183,38 @@ def test_real_task_data_sizes():
         missing_assets("task data not prepared (run caldera.eval.zeroshot.prepare_task_data())")
     counts = {n: len((tasks / f"{n}.jsonl").read_text().splitlines()) for n in zs._ARROW | zs._ARC_TEST}
     assert counts == {"winogrande": 1267, "rte": 277, "piqa": 1838, "arc_easy": 2376, "arc_challenge": 1172}
+
+
+def test_continuation_logits_give_lm_evals_scores(monkeypatch):
+    """The trimmed LM head scores exactly what plain HFLM scores, on right-padded batches of unequal rows,
+    including a real input that ends in token 0 (which looks like padding) -- and it really trims."""
+    pytest.importorskip("lm_eval")
+    import torch
+    from lm_eval.models.huggingface import HFLM
+
+    tok = byte_tokenizer()
+    model = tiny_llama(len(tok))
+    g = torch.Generator().manual_seed(0)
+
+    def ids(n):
+        return torch.randint(3, len(tok), (n,), generator=g).tolist()
+
+    requests = [(("", ""), ids(c), ids(k)) for c, k in [(9, 2), (4, 1), (13, 5), (6, 3), (2, 7), (11, 1)]]
+    requests.append((("", ""), ids(5) + [0], [0, 0]))  # context and continuation end in token 0
+    requests.append((("", ""), ids(5), [0]))  # the same kind of input, one token shorter
+
+    plain = HFLM(pretrained=model, tokenizer=tok, batch_size=3)._loglikelihood_tokens(requests)
+    lm = zs.continuation_lm_class()(pretrained=model, tokenizer=tok, batch_size=3)
+    kept = []
+    forward = model.forward
+
+    def spy(*args, **kwargs):
+        kept.append((args[0].shape[1] if args else kwargs["input_ids"].shape[1], kwargs.get("logits_to_keep")))
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", spy)
+    trimmed = lm._loglikelihood_tokens(requests)
+    assert [b for _, b in trimmed] == [b for _, b in plain]
+    assert torch.allclose(torch.tensor([a for a, _ in trimmed]), torch.tensor([a for a, _ in plain]), atol=1e-5)
+    assert any(k is not None and 0 < k < T for T, k in kept)  # the LM head ran on fewer positions
+    assert lm.first_scored_position(torch.tensor([[5, 6, 7]])) == 0  # an unknown row: keep every position
