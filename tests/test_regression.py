@@ -77,6 +77,19 @@ def test_hessian_sqrt():
         HessianSqrt.of(-torch.eye(3))
 
 
+def test_every_square_root_gives_app_c4_optimum():
+    # App. C.4 writes H^{1/2} = U Λ^{1/2}; the Cholesky factor used by HessianSqrt.of differs from it by an
+    # orthogonal factor, so the optimum (value and Z = L R) is the same.
+    W, H = llm_like(40, 48, seed=4, cond=1e4)
+    chol, eig = HessianSqrt.of(H), HessianSqrt.eigen(H)
+    assert torch.allclose(eig.half @ eig.half.T, H, atol=1e-12)
+    assert torch.allclose(torch.tril(chol.half), chol.half)  # a triangular factor, not the eigen one
+    Lc, Rc, vc = rank_constrained_regression_pd(W.double(), chol, 5)
+    Le, Re, ve = rank_constrained_regression_pd(W.double(), eig, 5)
+    assert vc == pytest.approx(ve, rel=1e-9)
+    assert torch.allclose(Lc @ Rc, Le @ Re, atol=1e-8)
+
+
 def test_randomized_svd_close_to_exact_and_deterministic():
     W, _ = llm_like(200, 150, seed=2, decay=1.0)
     U1, S1, V1 = top_k_svd(W.double(), 10, method="randomized", generator=gen(0))

@@ -92,8 +92,10 @@ def step_compress_layers(config: dict[str, Any], v: Variant, hessian_dir: str, c
 
     mdl, _ = load_dense(config, v.model)
     layers = layer_chunks(config, v.model)[chunk]
+    # Snakemake reruns this job exactly when its inputs or declared config changed: layers left from an
+    # earlier config are replaced, not refused.
     res = compress_model(mdl, hessian_dir, v.method, dict(v.params), os.path.dirname(out), layers=layers,
-                         progress=True)
+                         progress=True, replace_stale=True)
     res = {"layers": layers, "wall_s": res.get("wall_s"), "computed": res.get("computed"),
            "skipped": res.get("skipped")}
     write_json(out, res)

@@ -34,10 +34,13 @@ class QuipSharpConfig:
     refine_passes: int = 0
     sigma_reg: float = 0.01
     seed: int = 0
+    svd: str = "exact"  # top-k SVDs of the LR part: "exact" or "randomized" (seeded by ``seed``)
 
     def __post_init__(self) -> None:
         if self.q_bits not in (2, 3, 4):
             raise ValueError(f"QuipSharpConfig.q_bits={self.q_bits!r}; accepted: 2, 3, 4")
+        if self.svd not in ("exact", "randomized"):
+            raise ValueError(f"QuipSharpConfig.svd={self.svd!r}; accepted: 'exact', 'randomized'")
         if self.lr_rank < 0 or self.refine_passes < 0:
             raise ValueError("QuipSharpConfig.lr_rank and refine_passes must be >= 0")
 
@@ -59,13 +62,14 @@ def quip_sharp(W: torch.Tensor, H: torch.Tensor, config: QuipSharpConfig, contex
         L = R = None
     else:
         M = cholesky_or_raise(Hr)
-        U, _, V = top_k_svd(Wr.double() @ M, r)
+        gen = torch.Generator().manual_seed(config.seed + 2)
+        U, _, V = top_k_svd(Wr.double() @ M, r, method=config.svd, generator=gen)
         MV = M @ V
         H_down = Hr - MV @ MV.T
         H_down.diagonal().add_(config.sigma_reg * float(Hr.diagonal().mean()))
         W_res = Wr - (U @ (U.T @ Wr.double())).float()
         Qb = ldlq_quantize(W_res, H_down, q, refine_passes=config.refine_passes)
-        L, R, _ = rank_constrained_regression_pd(Wr - Qb.Q, ctx.sqrt, r)
+        L, R, _ = rank_constrained_regression_pd(Wr - Qb.Q, ctx.sqrt, r, svd=config.svd, generator=gen)
         s = (R.norm(dim=1) / L.norm(dim=0).clamp_min(1e-12)).sqrt()  # equal column/row scale
         L, R = (L * s).half().float(), (R / s[:, None]).half().float()
     W_hat_r = Qb.Q if L is None else Qb.Q + L @ R

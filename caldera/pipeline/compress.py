@@ -14,9 +14,12 @@ Per layer two files are written, each atomically (tmp + ``os.replace``), the JSO
     layer_{l:03d}.json          method + config, per-matrix metadata, relative data-aware error (raw and
                                 regularized H), error trace, wall time, bits; sha256 of the safetensors file
 
-A layer counts as done only if its JSON parses, names the same method and config, and its checksum matches
-the safetensors file; anything else (a crash mid-layer, a safetensors file without JSON, a stale JSON) is
-recomputed. ``layers=[...]`` runs a subset (per-layer parallel jobs write to the same folder).
+A layer counts as done only if its JSON parses, names the same method and config, its checksum matches
+the safetensors file and it was computed from the same Hessian file (sha256); anything else (a crash
+mid-layer, a safetensors file without JSON, a stale JSON, Hessians recomputed since) is recomputed. A layer
+done with another method or config raises ``ValueError`` (two experiments in one folder), unless
+``replace_stale=True`` (the workflow: it reruns a job exactly when its config changed) deletes it and
+recomputes. ``layers=[...]`` runs a subset (per-layer parallel jobs write to the same folder).
 
 :func:`assemble_checkpoint` then builds the final checkpoint (:mod:`caldera.pipeline.checkpoint`) from the
 per-layer files plus the base model's non-linear weights.
@@ -105,11 +108,12 @@ def read_layer_result(
     method: str | None = None,
     method_config: dict | None = None,
     ft_rank: int | None = None,
+    hessian_sha256: str | None = None,
 ) -> dict[str, Any] | None:
     """The layer's JSON if the layer is done and trustworthy (see module docstring), else None.
 
     Raises ``ValueError`` when the layer was done with a different method or config (another experiment
-    in the same folder).
+    in the same folder). With ``hessian_sha256`` given, a layer computed from other Hessians is not done.
     """
     st, js = layer_paths(out_dir, layer)
     try:
@@ -127,7 +131,16 @@ def read_layer_result(
         )
     if not st.is_file() or sha256_file(st) != info.get("sha256"):
         return None
+    if hessian_sha256 is not None and info.get("hessian_sha256") != hessian_sha256:
+        log.info("layer %d in %s was computed from other Hessians: recomputing it", layer, out_dir)
+        return None
     return info
+
+
+def discard_layer(out_dir: str | os.PathLike, layer: int) -> None:
+    """Delete a layer's files, the JSON first (so no half-deleted layer is ever taken as done)."""
+    for path in reversed(layer_paths(out_dir, layer)):
+        path.unlink(missing_ok=True)
 
 
 def load_layer_tensors(out_dir: str | os.PathLike, layer: int) -> dict[str, Tensor]:
@@ -208,8 +221,11 @@ def compress_model(
     layers: Sequence[int] | None = None,
     progress: bool = True,
     ft_rank: int = 0,
+    replace_stale: bool = False,
 ) -> dict[str, Any]:
     """Compress the decoder layers of ``model`` into per-layer files in ``out_dir`` (module docstring).
+
+    ``replace_stale``: recompute (instead of refusing) layers that were done with another method or config.
 
     ``method_params`` go through ``get_method(method).make_config`` (a ``"preset"`` key selects a preset).
     Returns ``{"method", "method_config", "computed", "skipped", "matrices", "bits", "wall_s"}`` where
@@ -240,7 +256,15 @@ def compress_model(
     t_start = time.perf_counter()
     bar = tqdm(total=len(wanted) * len(LINEARS), desc=f"compress {method}", unit="matrix", disable=not progress)
     for li in wanted:
-        done = read_layer_result(out_dir, li, method, cfg_dict, ft_rank)
+        h_sha = sha256_file(layer_file(hessian_dir, li))
+        try:
+            done = read_layer_result(out_dir, li, method, cfg_dict, ft_rank, hessian_sha256=h_sha)
+        except ValueError:
+            if not replace_stale:
+                raise
+            log.info("layer %d in %s was done with another method or config: recomputing it", li, out_dir)
+            discard_layer(out_dir, li)
+            done = None
         if done is not None:
             results[li] = done
             skipped.append(li)
@@ -267,6 +291,7 @@ def compress_model(
             "method_config": cfg_dict,
             "ft_rank": ft_rank,
             "hessian_file": str(layer_file(hessian_dir, li)),
+            "hessian_sha256": h_sha,
             "wall_s": time.perf_counter() - t0,
             "finished_at": time.time(),
             "matrices": matrices,

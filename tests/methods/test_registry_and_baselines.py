@@ -29,6 +29,18 @@ def test_quip_sharp_variants_and_rtn_ordering():
     assert err["quip#-lr"] < err["quip#"]
 
 
+def test_quip_sharp_lr_randomized_svd_matches_exact():
+    W, H = llm_like(96, 64, seed=7, decay=0.6, cond=1e3)
+    spec = get_method("quip#-lr")
+    exact = spec.fn(W, H, spec.make_config({"lr_rank": 8}))
+    fast = spec.fn(W, H, spec.make_config({"lr_rank": 8, "svd": "randomized"}))
+    again = spec.fn(W, H, spec.make_config({"lr_rank": 8, "svd": "randomized"}))
+    assert fast.error == pytest.approx(exact.error, rel=0.02)
+    assert torch.equal(fast.Q_codes, again.Q_codes) and torch.equal(fast.L, again.L)  # seeded
+    with pytest.raises(ValueError, match="svd"):
+        spec.make_config({"svd": "fast"})
+
+
 def test_quip_sharp_lr_factors_are_fp16():
     W, H = llm_like(32, 32, seed=6)
     spec = get_method("quip#-lr")

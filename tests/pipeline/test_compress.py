@@ -147,6 +147,10 @@ def test_crash_leaves_nothing_trusted(setup, monkeypatch):
         C.compress_model(model, root / "hess", "quip#", {"refine_passes": 1}, ld, progress=False)
     with pytest.raises(ValueError, match="ft_rank"):
         C.compress_model(model, root / "hess", "quip#", {}, ld, progress=False, ft_rank=1)
+    # the workflow reruns a job when its config changed: the old layers are replaced instead of refused
+    s = C.compress_model(model, root / "hess", "quip#", {"refine_passes": 1}, ld, progress=False, replace_stale=True)
+    assert s["computed"] == [0, 1]
+    assert all(C.read_layer_result(ld, li)["method_config"]["refine_passes"] == 1 for li in (0, 1))
     with pytest.raises(FileNotFoundError, match="caldera hessians"):
         C.compress_model(model, root / "nohess", "quip#", {}, root / "x", progress=False)
     with pytest.raises(ValueError, match="out of range"):
@@ -183,3 +187,18 @@ def test_gemma3_caldera_end_to_end(tmp_path):
     assert torch.isfinite(comp).all()
     rel = (comp - dense).norm() / dense.norm()
     assert 0 < rel < 0.5, rel
+
+
+def test_layers_from_other_hessians_are_recomputed(tmp_path):
+    # Hessians recomputed (e.g. another calibration set) make every layer computed from the old ones stale.
+    model = tiny_llama(2)
+    g = torch.Generator().manual_seed(0)
+    collect_hessians(model, torch.randint(0, 128, (4, 16), generator=g), tmp_path / "h", progress=False)
+    s = C.compress_model(model, tmp_path / "h", "quip#", {}, tmp_path / "layers", progress=False)
+    assert s["computed"] == [0, 1]
+    first = C.read_layer_result(tmp_path / "layers", 0)["matrices"]["mlp.up_proj"]["error"]
+    collect_hessians(model, torch.randint(0, 128, (4, 16), generator=g), tmp_path / "h2", progress=False)
+    (tmp_path / "h2" / "layer_000.safetensors").replace(tmp_path / "h" / "layer_000.safetensors")
+    s = C.compress_model(model, tmp_path / "h", "quip#", {}, tmp_path / "layers", progress=False)
+    assert s["computed"] == [0] and s["skipped"] == [1]
+    assert C.read_layer_result(tmp_path / "layers", 0)["matrices"]["mlp.up_proj"]["error"] != first

@@ -7,6 +7,7 @@ rule assets:
         f"{RES}/logs/assets.log",
     params:
         step="assets",
+        spec=declared({m: spec["source"] for m, spec in config["models"].items()}),
     conda:
         "../envs/caldera.yaml"
     script:
@@ -24,6 +25,7 @@ rule hessians:
         f"{RES}/logs/hessians/{{model}}.log",
     params:
         step="hessians",
+        spec=lambda w: declared(config["models"][w.model], config["calibration"], config.get("layers")),
     resources:
         gpu=1,
     conda:

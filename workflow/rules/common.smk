@@ -1,3 +1,4 @@
+import dataclasses
 import json
 
 from snakemake.utils import validate
@@ -21,6 +22,22 @@ wildcard_constraints:
     table="|".join(config["tables"]),  # so claims.md / theory.md never match make_table
     n="1|3|4",
     ptable="|".join(PENDING_TABLES),
+
+
+def declared(*parts):
+    """A rule's declared configuration, as its `spec` param: Snakemake reruns a finished job when this
+    string changes (rerun trigger "params"), so editing a config redoes exactly the jobs that read the edit."""
+    return json.dumps(parts, sort_keys=True, default=str)
+
+
+def variant_spec(wildcards):
+    v = VARIANTS[wildcards.variant]
+    return declared(dataclasses.asdict(v), config["models"][v.model]["source"], config.get("layers"))
+
+
+def compress_spec(wildcards):
+    v = VARIANTS[wildcards.variant]
+    return declared(variant_spec(wildcards), layer_chunks(config, v.model)[int(wildcards.chunk)])
 
 
 def get_chunk_jsons(wildcards):

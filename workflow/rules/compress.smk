@@ -11,6 +11,7 @@ rule compress_layers:
         f"{RES}/logs/compress/{{variant}}/chunk_{{chunk}}.log",
     params:
         step="compress_layers",
+        spec=compress_spec,
     resources:
         gpu=1,
     conda:
@@ -30,6 +31,7 @@ rule assemble_checkpoint:
         f"{RES}/logs/compress/{{variant}}/assemble.log",
     params:
         step="assemble",
+        spec=variant_spec,
     conda:
         "../envs/caldera.yaml"
     script:

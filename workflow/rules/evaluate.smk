@@ -9,6 +9,7 @@ rule eval_ppl:
         f"{RES}/logs/eval/{{variant}}/ppl_{{corpus}}.log",
     params:
         step="eval_ppl",
+        spec=lambda w: declared(variant_spec(w), config["eval"]["ppl"][w.corpus]),
     resources:
         gpu=1,
     conda:
@@ -28,6 +29,7 @@ rule eval_zeroshot:
         f"{RES}/logs/eval/{{variant}}/zeroshot.log",
     params:
         step="eval_zeroshot",
+        spec=lambda w: declared(variant_spec(w), config["eval"]["zeroshot"]),
     resources:
         gpu=1,
     conda:

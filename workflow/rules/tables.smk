@@ -9,6 +9,7 @@ rule weight_spectra:
         f"{RES}/logs/figures/figure1.log",
     params:
         step="spectra",
+        spec=declared(config["models"][FIG_MODEL]),
     conda:
         "../envs/caldera.yaml"
     script:
@@ -26,6 +27,7 @@ rule ablation_traces:
         f"{RES}/logs/figures/figure3.log",
     params:
         step="ablation_traces",
+        spec=declared(config["figures"], config["stand_ins"], config["rank_multiple"], config["models"][FIG_MODEL]),
     resources:
         gpu=1,
     conda:
@@ -45,6 +47,7 @@ rule lplr_traces:
         f"{RES}/logs/figures/figure4.log",
     params:
         step="lplr_traces",
+        spec=declared(config["figures"], config["stand_ins"], config["rank_multiple"], config["models"][FIG_MODEL]),
     conda:
         "../envs/caldera.yaml"
     script:
@@ -83,6 +86,7 @@ rule make_table:
         f"{RES}/logs/tables/{{table}}.log",
     params:
         step="table",
+        spec=declared(config),
     conda:
         "../envs/caldera.yaml"
     script:
@@ -116,6 +120,7 @@ rule theory_report:
         f"{RES}/logs/theory.log",
     params:
         step="theory",
+        spec=declared(config.get("theory")),
     conda:
         "../envs/caldera.yaml"
     script:
