@@ -92,3 +92,15 @@ def test_e8p_rvq4_quantize(benchmark, W: torch.Tensor) -> None:
     q = get_quantizer("e8p-rvq4")
     codes, _ = _run(benchmark, q.quantize, W, rounds=2)
     assert codes.shape == (N, N // 8) and codes.dtype == torch.int64
+
+
+@pytest.mark.benchmark(group="e8p")
+def test_e8p_table_build(benchmark) -> None:
+    """Building the E8P search tables (once per process; was a timed assert in the unit tests)."""
+
+    def build():
+        e8p_mod._tables.cache_clear()
+        return e8p_mod._tables()
+
+    t = benchmark.pedantic(build, rounds=3, iterations=1, warmup_rounds=0)
+    assert t.codebook.shape == (65536, 8)

@@ -112,7 +112,7 @@ class HessianSqrt:
         if int(info) != 0:
             lam_min = float(torch.linalg.eigvalsh(Hd)[0])
             raise ValueError(f"H is not positive definite (λ_min = {lam_min:.3g}); regularize it first")
-        eye = torch.eye(Hd.shape[0], dtype=torch.float64)
+        eye = torch.eye(Hd.shape[0], dtype=torch.float64, device=Hd.device)
         return cls(M, torch.linalg.solve_triangular(M, eye, upper=False))
 
     @classmethod

@@ -40,11 +40,24 @@ def model_source(config: dict[str, Any], model: str) -> str:
     return src
 
 
-def load_dense(config: dict[str, Any], model: str):
+def run_device(config: dict[str, Any]) -> torch.device:
+    """``config["device"]``: where Hessian collection and evaluation run (``auto``: CUDA when available).
+
+    The decomposition always runs on the CPU (:func:`caldera.pipeline.compress.compress_model` moves each
+    weight and Hessian there), so compression jobs keep their model on the CPU.
+    """
+    want = config.get("device", "auto")
+    if want == "cuda" and not torch.cuda.is_available():
+        raise ValueError("config device: cuda, but torch sees no CUDA device; set device: auto or cpu")
+    return torch.device("cuda" if want == "cuda" or (want == "auto" and torch.cuda.is_available()) else "cpu")
+
+
+def load_dense(config: dict[str, Any], model: str, device: torch.device | str = "cpu"):
     from caldera.pipeline.assets import load_model
 
     torch.manual_seed(0)
-    return load_model(model_source(config, model))
+    mdl, tok = load_model(model_source(config, model))
+    return mdl.to(device), tok
 
 
 def step_assets(config: dict[str, Any], out: str) -> dict[str, Any]:
@@ -70,7 +83,7 @@ def step_hessians(config: dict[str, Any], model: str, out_dir: str) -> dict[str,
 
     cal = config["calibration"]
     t0 = time.perf_counter()
-    mdl, tok = load_dense(config, model)
+    mdl, tok = load_dense(config, model, run_device(config))
     ids = calibration_sequences(tok, cal["n_samples"], cal["seq_len"], cal["seed"], source=cal["source"])
     res = collect_hessians(mdl, ids, out_dir, layers=config.get("layers"), batch_size=cal.get("batch_size", 8),
                            seed=cal["seed"], model_name=model)
@@ -112,14 +125,16 @@ def step_assemble(config: dict[str, Any], v: Variant, layer_dir: str, out_dir: s
 
 
 def load_variant(config: dict[str, Any], v: Variant, checkpoint: str | None):
+    """The dense or compressed model of a variant, on :func:`run_device`, with its tokenizer."""
+    device = run_device(config)
     if v.method == "dense":
-        return load_dense(config, v.model)
+        return load_dense(config, v.model, device)
     from caldera.pipeline.checkpoint import load_compressed
 
     mdl, tok = load_compressed(checkpoint)
     if tok is None:
         _, tok = load_dense(config, v.model)
-    return mdl, tok
+    return mdl.to(device), tok
 
 
 def step_eval_ppl(config: dict[str, Any], v: Variant, checkpoint: str | None, corpus: str, out: str) -> dict:

@@ -122,3 +122,12 @@ def test_smollm2_perplexity_on_real_text():
     stream = text.perplexity_stream(tok, "wiki-squad")
     out = perplexity(model, stream, 256, max_windows=2, progress=False)
     assert 5.0 < out["ppl"] < 60.0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (paper-scale evaluation runs on a GPU)")
+def test_perplexity_on_cuda_matches_cpu():
+    model = tiny_llama()
+    stream = torch.randint(0, 50, (1, 70), generator=torch.Generator().manual_seed(1))
+    cpu = perplexity(model, stream, 16, progress=False)
+    gpu = perplexity(tiny_llama().cuda(), stream, 16, progress=False)
+    assert gpu["ppl"] == pytest.approx(cpu["ppl"], rel=1e-4)

@@ -124,3 +124,14 @@ def test_rejections(decs):
         CompressedLinear.from_decomposition(decs["caldera-16bit"], ft_rank=5)
     with pytest.raises(ValueError, match="last dimension"):
         CompressedLinear.from_decomposition(dec)(torch.randn(2, D + 1))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (paper-scale evaluation runs on a GPU)")
+@pytest.mark.parametrize("kind", ["caldera-e8p-rvq4", "caldera-16bit", "caldera-no-rht", "quip#", "rtn"])
+def test_forward_on_cuda_matches_cpu(decs, kind):
+    mod = CompressedLinear.from_decomposition(decs[kind])
+    x = _x(3, 5)
+    ref = mod(x)
+    gpu = mod.to("cuda")
+    assert all(t.is_cuda for t in gpu.state_dict().values())
+    torch.testing.assert_close(gpu(x.cuda()).cpu(), ref, rtol=1e-4, atol=1e-5 * float(ref.abs().max()))

@@ -132,3 +132,14 @@ def test_resume_subset_and_corrupt(tmp_path):
     with pytest.raises(ValueError, match="out of range"):
         collect_hessians(model, ids, tmp_path, layers=[2], progress=False)
     assert not list(tmp_path.glob("*.tmp-*"))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (paper-scale Hessians run on a GPU)")
+def test_hessians_on_cuda_match_cpu(tmp_path):
+    model, ids = tiny_llama(), calib()
+    collect_hessians(model, ids, tmp_path / "cpu", progress=False)
+    collect_hessians(tiny_llama().cuda(), ids, tmp_path / "cuda", progress=False)
+    for li in range(len(decoder_layers(model))):
+        a, b = (load_layer_hessians(layer_file(tmp_path / d, li)) for d in ("cpu", "cuda"))
+        for g in a:
+            torch.testing.assert_close(b[g], a[g], rtol=1e-4, atol=1e-5 * float(a[g].abs().max()))

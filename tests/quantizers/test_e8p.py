@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import time
 
 import pytest
 import torch
@@ -145,14 +144,14 @@ def test_sort_network_zero_one_principle() -> None:
         assert v == sorted(bits, reverse=True)
 
 
-def test_attributes_and_build_time() -> None:
+def test_attributes_and_table_rebuild() -> None:
+    # (the build time of the tables is measured in benchmarks/test_bench_quantizers.py, not asserted here)
     q = get_quantizer("e8p")
     assert (q.name, q.block_size, q.bits_per_weight, q.opt_scale) == ("e8p", 8, 2.0, 1.03)
     assert q.code_dtype == torch.int32
+    before = q.codebook
     e8p_mod._tables.cache_clear()
-    t0 = time.process_time()
-    e8p_mod._tables()
-    assert time.process_time() - t0 < 1.0
+    assert torch.equal(e8p_mod._tables().codebook, before)  # a rebuild gives the same codebook
 
 
 # ---------------------------------------------------------------- nearest search
