@@ -30,6 +30,14 @@ def _pairwise(curves, a: str, b: str, pred: Callable[[float, float], bool]) -> t
     return len(ok), len(keys), detail
 
 
+def _bits(r: dict[str, Any]) -> str:
+    """A row's B_LR as "4" / "16" whether the table wrote 4, 4.0, "4.0" or "—"."""
+    try:
+        return str(int(float(r["b_lr"])))
+    except (TypeError, ValueError):
+        return str(r["b_lr"])
+
+
 def _ppl_rows(table: dict[str, Any]) -> list[dict[str, Any]]:
     return [r for r in table["rows"] if r["variant"] and r["ours"].get("wiki2_ppl") is not None]
 
@@ -37,7 +45,7 @@ def _ppl_rows(table: dict[str, Any]) -> list[dict[str, Any]]:
 def _ppl_ratios(table: dict[str, Any], paper_model: str) -> tuple[str | None, dict[tuple, tuple[float, float]]]:
     """``(stand-in label, {(method, paper rank, b_lr): (ours ppl / ours dense ppl, paper's same ratio)})``."""
     rows = [r for r in _ppl_rows(table) if r["paper_model"] == paper_model]
-    dense = [r for r in rows if r["method"] == "Unquantized"]
+    dense = [r for r in rows if r["method"].startswith("Unquantized")]
     if not dense:
         return None, {}
     d = dense[0]
@@ -45,7 +53,7 @@ def _ppl_ratios(table: dict[str, Any], paper_model: str) -> tuple[str | None, di
     for r in rows:
         if r is d or r["paper"].get("wiki2_ppl") is None:
             continue
-        out[(r["method"], int(r["paper_rank"]), str(r["b_lr"]))] = (
+        out[(r["method"].split(" (")[0], int(r["paper_rank"]), _bits(r))] = (
             r["ours"]["wiki2_ppl"] / d["ours"]["wiki2_ppl"], r["paper"]["wiki2_ppl"] / d["paper"]["wiki2_ppl"])
     return d["stand_in"], out
 
@@ -119,7 +127,7 @@ def check(fig3: dict[str, Any], fig4: dict[str, Any], tables: dict[str, dict[str
         for pm in sorted({r["paper_model"] for r in comp}):
             block = [r for r in comp if r["paper_model"] == pm]
             best = min(block, key=lambda r: r["ours"]["wiki2_ppl"])
-            cald = [r for r in block if r["method"].startswith("CALDERA") and str(r["b_lr"]) == "4"]
+            cald = [r for r in block if r["method"].startswith("CALDERA") and _bits(r) == "4"]
             if cald:
                 top = max(cald, key=lambda r: int(r["paper_rank"]))
                 add(f"{name} [{pm}]: highest-rank 4-bit CALDERA has the lowest perplexity among compressed rows", name,
@@ -132,7 +140,7 @@ def check(fig3: dict[str, Any], fig4: dict[str, Any], tables: dict[str, dict[str
                 q_best = min(r["ours"]["wiki2_ppl"] for r in q)
                 add(f"{name} [{pm}]: CALDERA beats QuIP# (best rows, ≤ 2.4 bits)", name,
                     "holds" if c_best < q_best else "fails", f"CALDERA {c_best:.3f} vs QuIP# {q_best:.3f}")
-            c16 = [r for r in block if r["method"].startswith("CALDERA") and str(r["b_lr"]) == "16"]
+            c16 = [r for r in block if r["method"].startswith("CALDERA") and _bits(r) == "16"]
             if c16 and cald:
                 hi = max(cald, key=lambda r: int(r["paper_rank"]))
                 add(f"{name} [{pm}]: 4-bit rank-256 beats 16-bit rank-64 at equal bits", name,

@@ -38,3 +38,19 @@ def test_degradation_not_testable_with_one_stand_in_or_one_table():
     t = _tables(100.0)
     del t["table2_llama3_zeroshot"]
     assert degradation(t)["verdict"] == "not testable at this scale"
+
+
+def test_bits_and_method_labels_as_the_tables_write_them():
+    # Reference tables give B_LR as 4.0 / "16.0" and label rows "CALDERA (7B)", "Unquantized (7B)": the table
+    # claims must still find their rows (they were silently dropped before).
+    from caldera.experiments.claims import _bits, _ppl_ratios
+
+    assert [_bits({"b_lr": b}) for b in (4, 4.0, "16.0", "—")] == ["4", "4", "16", "—"]
+    rows = [
+        {"method": "Unquantized (7B)", "paper_model": "llama-2-7b", "paper_rank": 0, "b_lr": "—", "variant": "d",
+         "stand_in": "S", "ours": {"wiki2_ppl": 10.0}, "paper": {"wiki2_ppl": 5.0}},
+        {"method": "CALDERA (7B)", "paper_model": "llama-2-7b", "paper_rank": 64, "b_lr": 4.0, "variant": "c",
+         "stand_in": "S", "ours": {"wiki2_ppl": 30.0}, "paper": {"wiki2_ppl": 7.5}},
+    ]
+    stand, ratios = _ppl_ratios({"rows": rows}, "llama-2-7b")
+    assert stand == "S" and ratios == {("CALDERA", 64, "4"): (3.0, 1.5)}
