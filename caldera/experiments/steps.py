@@ -125,36 +125,44 @@ def step_assemble(config: dict[str, Any], v: Variant, layer_dir: str, out_dir: s
 
 
 def load_variant(config: dict[str, Any], v: Variant, checkpoint: str | None):
-    """The dense or compressed model of a variant, on :func:`run_device`, with its tokenizer."""
+    """The dense or compressed model of a variant, on :func:`run_device`, with its tokenizer. With
+    ``eval.weights: reconstructed`` the compressed layers are replaced by their dense Ŵ (:func:`materialize`)."""
     device = run_device(config)
     if v.method == "dense":
         return load_dense(config, v.model, device)
-    from caldera.pipeline.checkpoint import load_compressed
+    from caldera.pipeline.checkpoint import load_compressed, materialize
 
     mdl, tok = load_compressed(checkpoint)
+    if config["eval"].get("weights", "compressed") == "reconstructed":
+        materialize(mdl)
     if tok is None:
         _, tok = load_dense(config, v.model)
     return mdl.to(device), tok
 
 
-def step_eval_ppl(config: dict[str, Any], v: Variant, checkpoint: str | None, corpus: str, out: str) -> dict:
+def step_eval_ppl(config: dict[str, Any], v: Variant, checkpoint: str | None, outs: dict[str, str]) -> dict:
+    """Perplexity of variant ``v`` on each corpus ``c`` of ``outs`` (keys of ``config["eval"]["ppl"]``),
+    written to ``outs[c]``; the model is loaded once. Returns ``{corpus: result}``."""
     from caldera.eval.perplexity import perplexity
     from caldera.pipeline.text import perplexity_stream, random_windows
 
-    spec = config["eval"]["ppl"][corpus]
     mdl, tok = load_variant(config, v, checkpoint)
-    t0 = time.perf_counter()
-    if spec["protocol"] == "stream":
-        data = perplexity_stream(tok, spec["source"])
-        n = spec.get("n_windows")
-        if n:
-            data = data[:, : n * spec["seq_len"]]
-    else:
-        data = random_windows(tok, spec["source"], spec["seq_len"], spec["n_windows"], seed=spec.get("seed", 0))
-    res = perplexity(mdl, data, spec["seq_len"])
-    res.update({"variant": v.id, "corpus": corpus, "source": spec["source"], "wall_s": time.perf_counter() - t0})
-    write_json(out, res)
-    return res
+    results = {}
+    for corpus, out in outs.items():
+        spec = config["eval"]["ppl"][corpus]
+        t0 = time.perf_counter()
+        if spec["protocol"] == "stream":
+            data = perplexity_stream(tok, spec["source"])
+            n = spec.get("n_windows")
+            if n:
+                data = data[:, : n * spec["seq_len"]]
+        else:
+            data = random_windows(tok, spec["source"], spec["seq_len"], spec["n_windows"], seed=spec.get("seed", 0))
+        res = perplexity(mdl, data, spec["seq_len"])
+        res.update({"variant": v.id, "corpus": corpus, "source": spec["source"], "wall_s": time.perf_counter() - t0})
+        write_json(out, res)
+        results[corpus] = res
+    return results
 
 
 def step_eval_zeroshot(config: dict[str, Any], v: Variant, checkpoint: str | None, out: str) -> dict:

@@ -398,6 +398,19 @@ class CompressedLinear(nn.Module):
         r = self.rht()
         return r.unrotate_W(W) if r is not None else W
 
+    def to_linear(self) -> nn.Linear:
+        """A dense ``nn.Linear`` (float32, frozen) with ``weight = Ŵ`` = :meth:`weight_reconstruction` and the
+        same bias: the same function as :meth:`forward` up to float rounding, without the per-call RHT.
+        For evaluation on CPUs, where the two Kronecker-Hadamard transforms per call cost ~30 % of a
+        forward; the storage savings are of course gone."""
+        has_bias = "bias" in self._buffers
+        # built on the meta device: no random initialisation of a weight that is overwritten anyway
+        lin = nn.Linear(self.in_features, self.out_features, bias=has_bias, device="meta")
+        lin.weight = nn.Parameter(self.weight_reconstruction().float().contiguous(), requires_grad=False)
+        if has_bias:
+            lin.bias = nn.Parameter(self.bias.float().clone(), requires_grad=False)
+        return lin
+
     def forward(self, x: Tensor) -> Tensor:
         if x.shape[-1] != self.in_features:
             raise ValueError(f"input has last dimension {x.shape[-1]}; this layer expects {self.in_features}")

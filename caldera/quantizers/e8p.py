@@ -404,22 +404,64 @@ def _pool(workers: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="caldera-e8p")
 
 
-def _encode_all(x: Tensor, t: _E8PTables, out: Tensor) -> None:
+#: Search backends: "numba" (compiled loop, :mod:`caldera.quantizers.e8p_kernel`) and "torch" (the
+#: vectorised reference above). "auto" picks numba when it imports.
+BACKENDS = ("auto", "numba", "torch")
+
+
+@functools.lru_cache(maxsize=1)
+def _numba_kernel():
+    """``(kernel, key_to_index, sum_odd, n12_abs)`` for the compiled search, or ``None`` without Numba."""
+    try:
+        from .e8p_kernel import _encode_rows
+    except ImportError:
+        return None
+    t = _tables()
+    return (
+        _encode_rows,
+        t.key_to_index.to(torch.int64).numpy(),
+        t.sum_odd.to(torch.int64).numpy(),
+        t.n12_abs.to(torch.float64).numpy(),
+    )
+
+
+def _resolve_backend(backend: str) -> str:
+    if backend not in BACKENDS:
+        raise ValueError(f"E8P backend={backend!r}; accepted: {', '.join(BACKENDS)}")
+    if backend == "torch":
+        return "torch"
+    if _numba_kernel() is None:
+        if backend == "numba":
+            raise ImportError("E8P backend='numba' needs the numba package: pip install numba")
+        return "torch"
+    return "numba"
+
+
+def _encode_numba(x: Tensor, t: _E8PTables, out: Tensor) -> None:
+    """:func:`_encode` with the compiled kernel (same contract; ``t`` is unused, the kernel's tables are
+    derived from it once)."""
+    kernel, key_to_index, sum_odd, n12_abs = _numba_kernel()
+    kernel(x.numpy(), key_to_index, sum_odd, n12_abs, out.numpy())
+
+
+def _encode_all(x: Tensor, t: _E8PTables, out: Tensor, backend: str = "torch") -> None:
     """:func:`_encode` over ``x`` (``(n, 8)`` float32) in blocks, writing int32 codes into ``out`` ``(n,)``.
 
-    The search itself is single-threaded (see ``_COLS``); large inputs are split into blocks that run on
-    ``torch.get_num_threads()`` Python threads (torch releases the GIL inside its kernels, so the blocks
-    overlap). Every 8-vector is searched independently, so the result does not depend on the split.
+    The search itself is single-threaded (see ``_COLS``; the Numba kernel releases the GIL); large inputs
+    are split into blocks that run on ``torch.get_num_threads()`` Python threads (torch releases the GIL
+    inside its kernels, so the blocks overlap). Every 8-vector is searched independently, so the result
+    does not depend on the split.
     """
+    encode = _encode_numba if backend == "numba" else _encode
     n = x.shape[0]
     workers = torch.get_num_threads()
     if workers <= 1 or n < 2 * _CHUNK_ROWS:
         for start in range(0, n, _BLOCK_ROWS):
-            _encode(x[start : start + _BLOCK_ROWS], t, out[start : start + _BLOCK_ROWS])
+            encode(x[start : start + _BLOCK_ROWS], t, out[start : start + _BLOCK_ROWS])
         return
     step = min(_BLOCK_ROWS, max(_CHUNK_ROWS, -(-n // (4 * workers))))  # ≥ 4 blocks per worker if possible
     jobs = [
-        _pool(workers).submit(_encode, x[start : start + step], t, out[start : start + step])
+        _pool(workers).submit(encode, x[start : start + step], t, out[start : start + step])
         for start in range(0, n, step)
     ]
     for job in jobs:
@@ -435,6 +477,9 @@ class E8P(Quantizer):
     ``(..., 8 m)``. ``round(x)`` = ``dequantize(quantize(x))``. Codes are stored as int32 but carry exactly
     16 bits; :meth:`pack_codes` gives the 2-bytes-per-code form. Instances are stateless and share the
     tables, which are built once per process (~20 ms).
+
+    ``backend``: ``"auto"`` (default: the compiled Numba search when Numba imports, else torch), ``"numba"``
+    or ``"torch"`` (the vectorised reference). Both are exact; they can differ only on float ties.
     """
 
     name = "e8p"
@@ -444,8 +489,9 @@ class E8P(Quantizer):
     code_dtype = torch.int32
     num_codes = _NUM_CODES
 
-    def __init__(self) -> None:
+    def __init__(self, backend: str = "auto") -> None:
         self._t = _tables()
+        self.backend = _resolve_backend(backend)
 
     @property
     def codebook(self) -> Tensor:
@@ -466,7 +512,7 @@ class E8P(Quantizer):
         """Nearest-codeword codes: float ``(..., n)`` -> int32 ``(..., n // 8)``."""
         xf = self._flat(x, "x")
         codes = torch.empty(xf.shape[0], dtype=torch.int32)
-        _encode_all(xf, self._t, codes)
+        _encode_all(xf, self._t, codes, self.backend)
         return codes.reshape(*x.shape[:-1], x.shape[-1] // 8)
 
     def dequantize(self, codes: Tensor) -> Tensor:

@@ -17,6 +17,7 @@ from caldera.pipeline.checkpoint import (
     CONFIG_FILE,
     MODEL_FILE,
     load_compressed,
+    materialize,
     replace_module,
     save_compressed,
 )
@@ -144,6 +145,21 @@ def test_load_in_process_types(saved):
     assert isinstance(lin, CompressedLinear) and lin.Q_codes.dtype == torch.uint16
     assert loaded.lm_head.weight is loaded.model.embed_tokens.weight
     assert tok is not None and not loaded.training
+
+
+def test_materialize_keeps_the_function(saved):
+    """eval.weights: reconstructed swaps every CompressedLinear for its dense Ŵ; the logits stay the same
+    (float rounding) and the tied head stays tied."""
+    _, path = saved
+    loaded, _ = load_compressed(path, load_tokenizer=False)
+    ids = torch.tensor(IDS)
+    with torch.no_grad():
+        ref = loaded(ids).logits
+        assert materialize(loaded) == 14
+        got = loaded(ids).logits
+    assert not any(isinstance(m, CompressedLinear) for m in loaded.modules())
+    assert loaded.lm_head.weight is loaded.model.embed_tokens.weight
+    torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4 * float(ref.abs().max()))
 
 
 def test_gemma3_round_trip(tmp_path):

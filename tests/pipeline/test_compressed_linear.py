@@ -56,6 +56,20 @@ def test_forward_matches_reconstruction(decs, kind):
     torch.testing.assert_close(mod.weight_reconstruction(), dec.reconstruction(), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("kind", ["caldera-e8p-rvq4", "caldera-16bit", "caldera-no-rht", "quip#"])
+def test_to_linear_same_function(decs, kind):
+    """The dense stand-in used for evaluation (``eval.weights: reconstructed``) computes x Ŵᵀ + b too."""
+    dec = decs[kind]
+    bias = torch.linspace(-1, 1, N)
+    mod = CompressedLinear.from_decomposition(dec, bias=bias)
+    lin = mod.to_linear()
+    assert isinstance(lin, torch.nn.Linear) and not lin.weight.requires_grad
+    x = _x(3, 4, seed=2)
+    ref = x.double() @ dec.reconstruction().double().T + bias.double()
+    torch.testing.assert_close(lin(x).double(), ref, rtol=1e-4, atol=1e-5 * float(ref.abs().max()))
+    torch.testing.assert_close(lin(x), mod(x), rtol=1e-4, atol=1e-5 * float(ref.abs().max()))
+
+
 def test_storage_formats(decs):
     m = CompressedLinear.from_decomposition(decs["caldera-e8p-rvq4"])
     assert m.meta["q_quantizer"] == "e8p" and m.meta["lr_format"] == "quantized"

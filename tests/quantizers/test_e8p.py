@@ -19,9 +19,12 @@ NORM12_2X = (
 ).split()
 
 
-@pytest.fixture(scope="module")
-def q() -> E8P:
-    return E8P()
+@pytest.fixture(scope="module", params=["numba", "torch"])
+def q(request: pytest.FixtureRequest) -> E8P:
+    """Every search test runs on both backends: the compiled kernel and the vectorised torch reference."""
+    if request.param == "numba":
+        pytest.importorskip("numba")
+    return E8P(backend=request.param)
 
 
 @pytest.fixture(scope="module")
@@ -311,3 +314,16 @@ def test_bad_shapes_and_codes_raise(q: E8P) -> None:
         q.dequantize(torch.tensor([-1]))
     with pytest.raises(ValueError, match="codes"):
         q.dequantize(torch.tensor([1.0]))
+
+
+def test_backends_agree_and_validate() -> None:
+    """The compiled and torch searches return the same codes (float ties aside: none occur on these
+    draws), the default is the compiled one when Numba imports, and a bad backend name is refused."""
+    pytest.importorskip("numba")
+    assert E8P().backend == "numba"
+    g = torch.Generator().manual_seed(5)
+    for rms in (0.5, 1.03, 3.0):
+        x = torch.randn(20000, 8, generator=g) * rms
+        assert torch.equal(E8P(backend="numba").quantize(x), E8P(backend="torch").quantize(x))
+    with pytest.raises(ValueError, match="backend"):
+        E8P(backend="cuda")

@@ -18,7 +18,6 @@ FIG_MODEL = config["figures"]["model"]
 
 wildcard_constraints:
     chunk=r"\d{3}",
-    corpus="|".join(config["eval"]["ppl"]),
     table="|".join(config["tables"]),  # so claims.md / theory.md never match make_table
     n="1|3|4",
     ptable="|".join(PENDING_TABLES),
@@ -33,6 +32,10 @@ def declared(*parts):
 def variant_spec(wildcards):
     v = VARIANTS[wildcards.variant]
     return declared(dataclasses.asdict(v), config["models"][v.model]["source"], config.get("layers"))
+
+
+def eval_weights():
+    return config["eval"].get("weights", "compressed")
 
 
 def compress_spec(wildcards):

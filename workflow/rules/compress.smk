@@ -13,7 +13,7 @@ rule compress_layers:
         step="compress_layers",
         spec=compress_spec,
     resources:
-        gpu=1,
+        gpu=0,  # caldera_decompose runs on the CPU (its E8P search is a CPU kernel)
     conda:
         "../envs/caldera.yaml"
     script:

@@ -1,15 +1,16 @@
 rule eval_ppl:
+    # every perplexity corpus of one variant in one job: the model is loaded once
     input:
         get_eval_input,
     output:
-        f"{RES}/eval/{{variant}}/ppl_{{corpus}}.json",
+        [f"{RES}/eval/{{variant}}/ppl_{c}.json" for c in config["eval"]["ppl"]],
     benchmark:
-        f"{RES}/benchmarks/eval_ppl/{{variant}}_{{corpus}}.tsv"
+        f"{RES}/benchmarks/eval_ppl/{{variant}}.tsv"
     log:
-        f"{RES}/logs/eval/{{variant}}/ppl_{{corpus}}.log",
+        f"{RES}/logs/eval/{{variant}}/ppl.log",
     params:
         step="eval_ppl",
-        spec=lambda w: declared(variant_spec(w), config["eval"]["ppl"][w.corpus]),
+        spec=lambda w: declared(variant_spec(w), config["eval"]["ppl"], eval_weights()),
     resources:
         gpu=1,
     conda:
@@ -29,7 +30,7 @@ rule eval_zeroshot:
         f"{RES}/logs/eval/{{variant}}/zeroshot.log",
     params:
         step="eval_zeroshot",
-        spec=lambda w: declared(variant_spec(w), config["eval"]["zeroshot"]),
+        spec=lambda w: declared(variant_spec(w), config["eval"]["zeroshot"], eval_weights()),
     resources:
         gpu=1,
     conda:

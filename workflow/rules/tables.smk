@@ -29,7 +29,7 @@ rule ablation_traces:
         step="ablation_traces",
         spec=declared(config["figures"], config["stand_ins"], config["rank_multiple"], config["models"][FIG_MODEL]),
     resources:
-        gpu=1,
+        gpu=0,  # decompositions: CPU
     conda:
         "../envs/caldera.yaml"
     script:

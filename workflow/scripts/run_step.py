@@ -31,7 +31,7 @@ with open(sm.log[0], "w") as log, contextlib.redirect_stdout(log), contextlib.re
     elif step == "assemble":
         steps.write_json(out.summary, steps.step_assemble(cfg, v, f"{res}/compressed/{v.id}/layers", ckpt))
     elif step == "eval_ppl":
-        steps.step_eval_ppl(cfg, v, ckpt, w.corpus, out[0])
+        steps.step_eval_ppl(cfg, v, ckpt, dict(zip(cfg["eval"]["ppl"], out)))
     elif step == "eval_zeroshot":
         steps.step_eval_zeroshot(cfg, v, ckpt, out[0])
     elif step == "spectra":
