@@ -140,13 +140,12 @@ def load_variant(config: dict[str, Any], v: Variant, checkpoint: str | None):
     return mdl.to(device), tok
 
 
-def step_eval_ppl(config: dict[str, Any], v: Variant, checkpoint: str | None, outs: dict[str, str]) -> dict:
-    """Perplexity of variant ``v`` on each corpus ``c`` of ``outs`` (keys of ``config["eval"]["ppl"]``),
-    written to ``outs[c]``; the model is loaded once. Returns ``{corpus: result}``."""
+def eval_ppl(config: dict[str, Any], v: Variant, mdl, tok, outs: dict[str, str]) -> dict[str, dict]:
+    """Perplexity of the loaded model of variant ``v`` on each corpus ``c`` of ``outs`` (keys of
+    ``config["eval"]["ppl"]``), each written to ``outs[c]``. Returns ``{corpus: result}``."""
     from caldera.eval.perplexity import perplexity
     from caldera.pipeline.text import perplexity_stream, random_windows
 
-    mdl, tok = load_variant(config, v, checkpoint)
     results = {}
     for corpus, out in outs.items():
         spec = config["eval"]["ppl"][corpus]
@@ -165,16 +164,27 @@ def step_eval_ppl(config: dict[str, Any], v: Variant, checkpoint: str | None, ou
     return results
 
 
-def step_eval_zeroshot(config: dict[str, Any], v: Variant, checkpoint: str | None, out: str) -> dict:
+def eval_zeroshot(config: dict[str, Any], v: Variant, mdl, tok, out: str) -> dict:
+    """lm-eval zero-shot accuracies of the loaded model of variant ``v`` (``config["eval"]["zeroshot"]``),
+    written to ``out``."""
     from caldera.eval.zeroshot import zeroshot
 
     zs = config["eval"]["zeroshot"]
-    mdl, tok = load_variant(config, v, checkpoint)
     t0 = time.perf_counter()
     res = zeroshot(mdl, tok, tasks=zs["tasks"], limit=zs.get("limit"), batch_size=zs.get("batch_size", 8))
     res = {"variant": v.id, "limit": zs.get("limit"), "results": res, "wall_s": time.perf_counter() - t0}
     write_json(out, res)
     return res
+
+
+def step_evaluate(
+    config: dict[str, Any], v: Variant, checkpoint: str | None, ppl_outs: dict[str, str], zeroshot_out: str
+) -> dict[str, Any]:
+    """Every evaluation of one variant in one job (the model is loaded once): perplexity on each corpus of
+    ``ppl_outs`` (:func:`eval_ppl`), then zero-shot (:func:`eval_zeroshot`)."""
+    mdl, tok = load_variant(config, v, checkpoint)
+    ppl = eval_ppl(config, v, mdl, tok, ppl_outs)
+    return {"ppl": ppl, "zeroshot": eval_zeroshot(config, v, mdl, tok, zeroshot_out)}
 
 
 #: Snakemake rule -> workflow stage, for the timings report.
@@ -183,8 +193,7 @@ STAGES = {
     "hessians": "calibration (Hessians)",
     "compress_layers": "compression",
     "assemble_checkpoint": "compression",
-    "eval_ppl": "evaluation",
-    "eval_zeroshot": "evaluation",
+    "evaluate": "evaluation",
     "weight_spectra": "figures",
     "ablation_traces": "figures",
     "lplr_traces": "figures",

@@ -32,6 +32,14 @@ def _load(path: Path) -> Any:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def _bits_label(b: Any) -> int | float | str:
+    """B_LR as the paper prints it: 4 / 16 (the paper-table data hold floats), "—" where it has none."""
+    if b in (None, "", "—"):
+        return "—"
+    f = float(b)
+    return int(f) if f.is_integer() else f
+
+
 def measured_row(results_dir: Path, config: dict[str, Any], table: str, row: dict[str, Any]) -> dict[str, Any]:
     v = row["variant"]
     out: dict[str, Any] = {}
@@ -82,7 +90,7 @@ def build_table(results_dir: str | os.PathLike, config: dict[str, Any], table: s
             "stand_in": config["models"][v.model]["label"] if v else "not run here",
             "paper_rank": ref["rank"] if ref else "—",
             "rank": v.rank if v else "—",
-            "b_lr": (ref or {}).get("b_lr") or "—",
+            "b_lr": _bits_label((ref or {}).get("b_lr")),
             "variant": v.id if v else None,
             "paper": {c: (ref or {}).get(c) for c in cols},
             "ours": {c: meas.get(c) for c in cols},

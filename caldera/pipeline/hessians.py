@@ -57,9 +57,10 @@ def layer_file(out_dir: str | os.PathLike, layer: int) -> Path:
 
 
 class HessianAccumulator:
-    """Streaming float64 accumulation of ``S = Σ x xᵀ``, ``s = Σ x`` and the number of rows.
+    """Streaming accumulation of ``S = Σ x xᵀ``, ``s = Σ x`` (float64) and the number of rows.
 
-    ``update(x)`` takes ``(..., d)`` of any float dtype (all leading dims are rows). ``H = S / count`` is
+    ``update(x)`` takes ``(..., d)`` of any float dtype (all leading dims are rows; each call's ``xᵀx`` is
+    formed in float32 unless ``x`` is float64, and added to the float64 sum). ``H = S / count`` is
     the uncentered second moment ``E[x xᵀ]`` (d, d) float64; ``mean = s / count`` (d,) float64.
     """
 
@@ -76,9 +77,15 @@ class HessianAccumulator:
             raise ValueError(f"x must be a floating-point tensor, got {type(x).__name__} {getattr(x, 'dtype', '')}")
         if x.shape[-1] != self.d:
             raise ValueError(f"x has last dimension {x.shape[-1]}; this accumulator expects d={self.d}")
-        X = x.detach().reshape(-1, self.d).to(device=self.S.device, dtype=torch.float64)
-        self.S.addmm_(X.T, X)
-        self.sum.add_(X.sum(0))
+        X = x.detach().reshape(-1, self.d).to(device=self.S.device)
+        if X.dtype == torch.float64:
+            self.S.addmm_(X.T, X)
+        else:
+            # one batch's product in float32 (2x faster than float64 on CPUs; relative error ~1e-7·√rows,
+            # far below the sampling noise of a calibration set), accumulated across batches in float64
+            X = X.float()
+            self.S.add_((X.T @ X).double())
+        self.sum.add_(X.sum(0, dtype=torch.float64))
         self.count += X.shape[0]
 
     def _check_nonempty(self) -> None:

@@ -34,10 +34,6 @@ def variant_spec(wildcards):
     return declared(dataclasses.asdict(v), config["models"][v.model]["source"], config.get("layers"))
 
 
-def eval_weights():
-    return config["eval"].get("weights", "compressed")
-
-
 def compress_spec(wildcards):
     v = VARIANTS[wildcards.variant]
     return declared(variant_spec(wildcards), layer_chunks(config, v.model)[int(wildcards.chunk)])

@@ -30,10 +30,8 @@ with open(sm.log[0], "w") as log, contextlib.redirect_stdout(log), contextlib.re
         steps.step_compress_layers(cfg, v, f"{res}/hessians/{v.model}", int(w.chunk), out[0])
     elif step == "assemble":
         steps.write_json(out.summary, steps.step_assemble(cfg, v, f"{res}/compressed/{v.id}/layers", ckpt))
-    elif step == "eval_ppl":
-        steps.step_eval_ppl(cfg, v, ckpt, dict(zip(cfg["eval"]["ppl"], out)))
-    elif step == "eval_zeroshot":
-        steps.step_eval_zeroshot(cfg, v, ckpt, out[0])
+    elif step == "evaluate":
+        steps.step_evaluate(cfg, v, ckpt, dict(zip(cfg["eval"]["ppl"], out.ppl)), out.zeroshot)
     elif step == "spectra":
         figures.step_spectra(cfg, cfg["figures"]["model"], out[0])
     elif step == "ablation_traces":
