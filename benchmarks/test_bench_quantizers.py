@@ -57,8 +57,9 @@ def _run(benchmark, fn, arg, rounds: int) -> tuple[object, int]:
 
 
 @pytest.mark.benchmark(group="e8p")
-def test_e8p_quantize(benchmark, W: torch.Tensor, monkeypatch: pytest.MonkeyPatch) -> None:
-    q = get_quantizer("e8p")
+def test_e8p_quantize_torch(benchmark, W: torch.Tensor, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The vectorised torch search (reference backend), with the share of its exact norm-12 pass."""
+    q = e8p_mod.E8P(backend="torch")
     hard = [0]
     finish = e8p_mod._norm12_finish
 
@@ -70,6 +71,31 @@ def test_e8p_quantize(benchmark, W: torch.Tensor, monkeypatch: pytest.MonkeyPatc
     codes, calls = _run(benchmark, q.quantize, W, rounds=3)
     benchmark.extra_info["norm12_exact_frac"] = hard[0] / (calls * 2 * W.numel() // 8)
     assert codes.shape == (N, N // 8) and codes.dtype == torch.int32
+
+
+@pytest.mark.benchmark(group="e8p")
+def test_e8p_quantize_numba(benchmark, W: torch.Tensor) -> None:
+    """The compiled search (default backend) on the same matrix."""
+    pytest.importorskip("numba")
+    q = e8p_mod.E8P(backend="numba")
+    q.quantize(W[:8])  # compile / load the cached kernel outside the timing
+    codes, _ = _run(benchmark, q.quantize, W, rounds=3)
+    assert codes.shape == (N, N // 8) and codes.dtype == torch.int32
+
+
+@pytest.mark.benchmark(group="e8p-ldlq-block")
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+def test_e8p_quantize_ldlq_block(benchmark, W: torch.Tensor, backend: str) -> None:
+    """One BlockLDLQ step's call: 8 columns of a 576-row matrix (SmolLM2's hidden size), 576 8-vectors.
+    Compression makes thousands of these per layer, so the per-call cost is what matters there."""
+    if backend == "numba":
+        pytest.importorskip("numba")
+    q = e8p_mod.E8P(backend=backend)
+    x = W[:576, :8].contiguous()
+    q.quantize(x)
+    codes = benchmark.pedantic(q.quantize, args=(x,), rounds=200, iterations=1, warmup_rounds=5)
+    benchmark.extra_info["torch_threads"] = torch.get_num_threads()
+    assert codes.shape == (576, 1)
 
 
 @pytest.mark.benchmark(group="e8p")

@@ -76,7 +76,8 @@ def degradation(tables: dict[str, dict[str, Any]]) -> dict[str, str]:
         return {"verdict": "not testable at this scale",
                 "numbers": f"both families map to the same stand-in ({s2}); add a second family to `stand_ins`"}
     more = [k for k in keys if r3[k][0] > r2[k][0]]
-    detail = "; ".join(f"{m} k={k} {b}-bit LR: ×{r3[(m, k, b)][0]:.2f} vs ×{r2[(m, k, b)][0]:.2f} "
+    lr = {b: f"{b}-bit LR" if b != "—" else "no LR" for _, _, b in keys}
+    detail = "; ".join(f"{m} k={k} {lr[b]}: ×{r3[(m, k, b)][0]:.2f} vs ×{r2[(m, k, b)][0]:.2f} "
                        f"(paper ×{r3[(m, k, b)][1]:.2f} vs ×{r2[(m, k, b)][1]:.2f})" for m, k, b in keys)
     return {"verdict": "holds" if len(more) == len(keys) else "fails",
             "numbers": f"{len(more)}/{len(keys)} rows; perplexity ratio compressed/unquantized, {s3} (for "
