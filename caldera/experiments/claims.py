@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from caldera.atomic import write_atomic
+from caldera.experiments.tables import _bits_label
 
 
 def _final(curve: dict[str, Any]) -> float:
@@ -31,11 +32,9 @@ def _pairwise(curves, a: str, b: str, pred: Callable[[float, float], bool]) -> t
 
 
 def _bits(r: dict[str, Any]) -> str:
-    """A row's B_LR as "4" / "16" whether the table wrote 4, 4.0, "4.0" or "—"."""
-    try:
-        return str(int(float(r["b_lr"])))
-    except (TypeError, ValueError):
-        return str(r["b_lr"])
+    """A row's B_LR as "4" / "16" whether the table wrote 4, 4.0, "4.0" or "—" (tables written before
+    :func:`caldera.experiments.tables._bits_label` normalised it hold floats)."""
+    return str(_bits_label(r["b_lr"]))
 
 
 def _ppl_rows(table: dict[str, Any]) -> list[dict[str, Any]]:
