@@ -8,7 +8,11 @@ from snakemake.utils import min_version
 min_version("8.0")
 
 
-configfile: "config/mini.yaml"
+# An explicit --configfile is the whole config; config/mini.yaml is read only when none is given (a `configfile:`
+# directive would deep-merge every --configfile over it, so paper.yaml would run with mini's settings).
+# --config KEY=VALUE still overrides either. The effective settings are printed when the workflow is parsed.
+if not workflow.overwrite_configfiles:
+    workflow.configfile("config/mini.yaml")
 
 
 include: "workflow/rules/common.smk"

@@ -10,6 +10,11 @@ Each row of a paper table (``caldera.paper_tables``) is mapped to a *variant* of
 
 ``config["extra_methods"]`` adds rows for any other registered method to every zero-shot table, so a new
 method enters the tables by editing config only. Variant ids are filesystem-safe strings.
+
+Every variant carries its method's typed, validated config object (``Variant.config``, built through the
+method registry when the plan is made), and :func:`check_config` checks everything the JSON schema cannot
+(registered methods, presets and parameters, stand-ins, layers, text sources, zero-shot tasks), so that a
+bad config fails ``snakemake -n`` with a message naming the key, never a job hours later.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from caldera.bits import MODEL_SHAPES, average_bits, rank_for_bits
+from caldera.bits import MODEL_SHAPES, NUM_HIDDEN_LAYERS, average_bits, rank_for_bits
 from caldera.paper_tables import load_reference_table
 
 ZERO_SHOT_TABLES = ("table1_llama2_zeroshot", "table2_llama3_zeroshot", "table7_mistral")
@@ -37,18 +42,40 @@ class Variant:
     id: str
     model: str  # key into config["models"]
     method: str  # registry name, or "dense"
-    params: dict[str, Any] = field(default_factory=dict, hash=False)
+    params: dict[str, Any] = field(default_factory=dict, hash=False)  # as written in the config (+ table's rank)
     rank: int = 0
     b_lr: int | None = None
+    #: the method's typed config (``get_method(method).make_config(params)``); None for the dense model
+    config: Any = field(default=None, hash=False, compare=False)
 
 
 def _safe(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9.-]+", "_", s.replace("#", "sharp")).strip("_")
 
 
-def make_variant(model: str, method: str, params: dict[str, Any], rank: int, b_lr: int | None, label: str) -> Variant:
+#: Parameters that the paper table sets per row: a config that also sets them is refused (never overridden).
+TABLE_PARAMS = {"caldera": ("rank", "l_bits", "r_bits"), "quip#": ("lr_rank",), "quip#-lr": ("lr_rank",)}
+
+
+def method_config(method: str, params: dict[str, Any], where: str) -> Any:
+    """The typed config of registered ``method`` from ``params`` (``None`` for ``"dense"``, which takes none);
+    a bad name, preset or value raises ``ValueError`` naming ``where`` (the config key)."""
+    from caldera.methods import get_method
+
+    if method == "dense":
+        if params:
+            raise ValueError(f"{where}: the dense model takes no parameters; remove {sorted(params)}")
+        return None
+    try:
+        return get_method(method).make_config(params)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{where}: {e}") from None
+
+
+def make_variant(model: str, method: str, params: dict[str, Any], rank: int, b_lr: int | None, label: str,
+                 where: str = "method") -> Variant:
     vid = _safe(f"{model}-{label}" + (f"-r{rank}" if rank else "") + (f"-lr{b_lr}" if b_lr else ""))
-    return Variant(vid, model, method, params, rank, b_lr)
+    return Variant(vid, model, method, params, rank, b_lr, method_config(method, params, where))
 
 
 def mapped_rank(config: dict[str, Any], paper_model: str, rank: int, b_lr: int) -> int:
@@ -73,13 +100,15 @@ def variant_for_row(config: dict[str, Any], row: dict[str, Any]) -> Variant | No
     b_lr = int(row["b_lr"]) if row.get("b_lr") not in (None, "") else 16
     r = mapped_rank(config, paper_model, rank, b_lr) if rank else 0
     m = config["methods"]
+    where = f"methods.{{}}.params (row {row['model']} {method} rank {rank} B_LR {b_lr})"
     if method == "CALDERA":
         params = {**m["caldera"]["params"], "rank": r, "l_bits": b_lr, "r_bits": b_lr}
-        return make_variant(model, "caldera", params, r, b_lr, "caldera")
+        return make_variant(model, "caldera", params, r, b_lr, "caldera", where.format("caldera"))
     if method == "QuIP#" and rank:
-        return make_variant(model, "quip#-lr", {**m["quip#-lr"]["params"], "lr_rank": r}, r, 16, "quipsharp-lr")
+        return make_variant(model, "quip#-lr", {**m["quip#-lr"]["params"], "lr_rank": r}, r, 16, "quipsharp-lr",
+                            where.format("quip#-lr"))
     if method == "QuIP#":
-        return make_variant(model, "quip#", dict(m["quip#"]["params"]), 0, None, "quipsharp")
+        return make_variant(model, "quip#", dict(m["quip#"]["params"]), 0, None, "quipsharp", where.format("quip#"))
     return None
 
 
@@ -93,9 +122,10 @@ def table_rows(config: dict[str, Any], table: str) -> list[dict[str, Any]]:
             v = None
         rows.append({"ref": ref, "variant": v})
     stand_ins = sorted({config["stand_ins"][r["ref"]["model"]] for r in rows if r["variant"] is not None})
-    for extra in config.get("extra_methods", []):
+    for i, extra in enumerate(config.get("extra_methods", [])):
         for model in stand_ins:
-            v = make_variant(model, extra["method"], dict(extra.get("params", {})), 0, None, extra["name"])
+            v = make_variant(model, extra["method"], dict(extra.get("params", {})), 0, None, extra["name"],
+                             f"extra_methods[{i}] ({extra['name']})")
             rows.append({"ref": None, "variant": v, "label": extra["name"]})
     return rows
 
@@ -107,3 +137,98 @@ def all_variants(config: dict[str, Any]) -> dict[str, Variant]:
             if row["variant"] is not None:
                 out[row["variant"].id] = row["variant"]
     return out
+
+
+def check_config(config: dict[str, Any]) -> dict[str, Variant]:
+    """Check what the JSON schema cannot, against the library; return :func:`all_variants`.
+
+    Raises ``ValueError`` listing every problem, each naming its config key: stand-ins that are not paper
+    models or not ``models`` keys, parameters the table sets per row (:data:`TABLE_PARAMS`), unknown methods,
+    presets or parameter values (every variant's config is built through the registry), ``layers`` beyond a
+    model's decoder layers, unknown text sources and zero-shot tasks, and a Figure 3/4 setup that does not fit.
+    """
+    from caldera.config import PRESETS
+    from caldera.eval.zeroshot import TASKS
+    from caldera.pipeline.text import HF_TEXT, TEXT_SOURCES
+
+    errors: list[str] = []
+    models = config["models"]
+    paper_models = sorted({r["model"] for t in ZERO_SHOT_TABLES for r in load_reference_table(t)})
+    for pm, si in config["stand_ins"].items():
+        if pm not in paper_models:
+            errors.append(f"stand_ins.{pm}: not a model of the paper's tables; accepted: {paper_models}")
+        if si not in models:
+            errors.append(f"stand_ins.{pm}: {si!r} is not a key of models ({sorted(models)})")
+    for method, keys in TABLE_PARAMS.items():
+        bad = sorted(set(config["methods"][method]["params"]) & set(keys))
+        if bad:
+            errors.append(f"methods.{method}.params: {bad} are set per row by the paper table (rank and bits "
+                          "mapped to the stand-in); remove them")
+    names = [e["name"] for e in config.get("extra_methods", [])]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        errors.append(f"extra_methods: names {dup} appear more than once")
+    if errors:  # the variants below would only repeat these
+        raise ValueError("invalid workflow config:\n  - " + "\n  - ".join(errors))
+    try:
+        variants = all_variants(config)
+    except ValueError as e:
+        errors.append(str(e))
+        variants = {}
+    layers = config.get("layers")
+    for m in sorted({v.model for v in variants.values()} | {config["figures"]["model"]} & set(models)):
+        n = int(models[m]["num_layers"])
+        bad = [x for x in layers or [] if not 0 <= int(x) < n]
+        if bad:
+            errors.append(f"layers: {bad} out of range for models.{m} ({n} decoder layers: 0..{n - 1})")
+        if NUM_HIDDEN_LAYERS.get(models[m]["shapes"], n) != n:
+            errors.append(f"models.{m}: num_layers {n}, but {models[m]['shapes']!r} has "
+                          f"{NUM_HIDDEN_LAYERS[models[m]['shapes']]} decoder layers")
+    sources = sorted(TEXT_SOURCES) + sorted(HF_TEXT)
+    if config["calibration"]["source"] not in sources:
+        errors.append(f"calibration.source: {config['calibration']['source']!r} unknown; accepted: {sources}")
+    for corpus, spec in config["eval"]["ppl"].items():
+        if spec["source"] not in sources:
+            errors.append(f"eval.ppl.{corpus}.source: {spec['source']!r} unknown; accepted: {sources}")
+    tasks = [*TASKS, "caldera_zeroshot"]
+    for t in config["eval"]["zeroshot"]["tasks"]:
+        if (t if t.startswith("caldera_") else f"caldera_{t}") not in tasks:
+            errors.append(f"eval.zeroshot.tasks: {t!r} unknown; accepted: {tasks}")
+    fc = config["figures"]
+    if fc["model"] not in models:
+        errors.append(f"figures.model: {fc['model']!r} is not a key of models ({sorted(models)})")
+    elif config["stand_ins"].get(fc["paper_model"]) != fc["model"]:
+        errors.append(f"figures.paper_model: {fc['paper_model']!r} must have figures.model {fc['model']!r} as its "
+                      "stand-in (stand_ins), so that its ranks map to that model")
+    elif not 0 <= fc["layer"] < int(models[fc["model"]]["num_layers"]):
+        errors.append(f"figures.layer: {fc['layer']} out of range for models.{fc['model']}")
+    elif layers is not None and fc["layer"] not in layers:
+        errors.append(f"figures.layer: {fc['layer']} has no Hessians: it is not in layers {layers}")
+    for a in fc["ablations"]:
+        if a not in PRESETS:
+            errors.append(f"figures.ablations: {a!r} is not a CALDERA preset; accepted: {sorted(PRESETS)}")
+    if errors:
+        raise ValueError("invalid workflow config:\n  - " + "\n  - ".join(errors))
+    return variants
+
+
+def effective_settings(config: dict[str, Any], variants: dict[str, Variant]) -> dict[str, Any]:
+    """What this run will do, as the workflow prints it at parse time: run name, models, calibration,
+    evaluation, and each method's typed config (``{method: {field: value}}``; a parameter the table sets per
+    row, e.g. CALDERA's rank, is shown as the set of values the rows use)."""
+    import dataclasses
+
+    methods: dict[str, dict[str, Any]] = {}
+    for v in sorted(variants.values(), key=lambda v: v.id):
+        if v.config is None:
+            continue
+        fields = dataclasses.asdict(v.config)
+        cur = methods.setdefault(v.method, {k: [] for k in fields})
+        for k, val in fields.items():
+            if str(val) not in map(str, cur[k]):
+                cur[k].append(val)
+    methods = {m: {k: vals[0] if len(vals) == 1 else sorted(vals, key=lambda x: (x is None, x))
+                   for k, vals in f.items()} for m, f in methods.items()}
+    return {"name": config["name"], "models": {m: s["source"] for m, s in config["models"].items()},
+            "layers": config.get("layers"), "calibration": config["calibration"], "eval": config["eval"],
+            "methods": methods, "variants": sorted(variants)}

@@ -107,7 +107,7 @@ def step_compress_layers(config: dict[str, Any], v: Variant, hessian_dir: str, c
     layers = layer_chunks(config, v.model)[chunk]
     # Snakemake reruns this job exactly when its inputs or declared config changed: layers left from an
     # earlier config are replaced, not refused.
-    res = compress_model(mdl, hessian_dir, v.method, dict(v.params), os.path.dirname(out), layers=layers,
+    res = compress_model(mdl, hessian_dir, v.method, v.config, os.path.dirname(out), layers=layers,
                          progress=True, replace_stale=True)
     res = {"layers": layers, "wall_s": res.get("wall_s"), "computed": res.get("computed"),
            "skipped": res.get("skipped")}
@@ -119,7 +119,7 @@ def step_assemble(config: dict[str, Any], v: Variant, layer_dir: str, out_dir: s
     from caldera.pipeline.compress import assemble_checkpoint
 
     mdl, tok = load_dense(config, v.model)
-    _, summary = assemble_checkpoint(mdl, layer_dir, out_dir, v.method, dict(v.params), tokenizer=tok,
+    _, summary = assemble_checkpoint(mdl, layer_dir, out_dir, v.method, v.config, tokenizer=tok,
                                      allow_partial=config.get("layers") is not None)
     return summary
 

@@ -26,17 +26,22 @@ class MethodSpec:
     fn: Callable[..., Decomposition]
     shares_hessian_context: bool
 
-    def make_config(self, params: dict[str, Any] | None = None) -> Any:
+    def make_config(self, params: Any = None) -> Any:
+        """The method's typed config from ``params``: an instance of ``config_cls`` (returned as is) or a dict
+        of its fields, where ``"preset"`` selects a preset that the other keys override. Unknown parameters,
+        presets and bad values raise ``ValueError`` naming them."""
+        if isinstance(params, self.config_cls):
+            return params
         params = dict(params or {})
         preset = params.pop("preset", None)
-        if preset is not None:
-            if not hasattr(self.config_cls, "preset"):
-                raise ValueError(f"method {self.name!r} has no presets; remove 'preset'")
-            return self.config_cls.preset(preset, **params)
         known = {f.name for f in dataclasses.fields(self.config_cls)}
         unknown = set(params) - known
         if unknown:
             raise ValueError(f"method {self.name!r}: unknown parameters {sorted(unknown)}; accepted: {sorted(known)}")
+        if preset is not None:
+            if not hasattr(self.config_cls, "preset"):
+                raise ValueError(f"method {self.name!r} has no presets; remove 'preset'")
+            return self.config_cls.preset(preset, **params)
         return self.config_cls(**params)
 
 

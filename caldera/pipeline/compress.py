@@ -215,7 +215,7 @@ def compress_model(
     model: nn.Module,
     hessian_dir: str | os.PathLike,
     method: str,
-    method_params: dict[str, Any] | None,
+    method_params: Any,
     out_dir: str | os.PathLike,
     *,
     layers: Sequence[int] | None = None,
@@ -227,7 +227,8 @@ def compress_model(
 
     ``replace_stale``: recompute (instead of refusing) layers that were done with another method or config.
 
-    ``method_params`` go through ``get_method(method).make_config`` (a ``"preset"`` key selects a preset).
+    ``method_params``: the method's config object, or a dict for ``get_method(method).make_config`` (a
+    ``"preset"`` key selects a preset).
     Returns ``{"method", "method_config", "computed", "skipped", "matrices", "bits", "wall_s"}`` where
     ``matrices`` maps ``"<layer>.<linear>"`` to its error, wall time and bits, over every layer that is done
     (computed now or before).

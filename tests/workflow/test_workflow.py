@@ -37,15 +37,51 @@ def test_dry_run_builds_the_dag(cfg, tmp_path):
     assert "compress_layers" in r.stdout and "make_table" in r.stdout
 
 
-def test_schema_rejects_a_bad_config(tmp_path):
+def copy_workflow(dst: Path) -> None:
     for item in ("Snakefile", "workflow", "config"):
         src = ROOT / item
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / item)
-    bad = (tmp_path / "config/smoke.yaml").read_text().replace("n_samples: 8", "n_samples: -3")
-    (tmp_path / "config/bad.yaml").write_text(bad)
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, dst / item)
+
+
+def printed_settings(out: str) -> dict:
+    """The effective settings the workflow prints when it is parsed (a JSON object after the header line)."""
+    text = out[out.index("effective settings:\n") + len("effective settings:\n"):]
+    return json.loads(text[: text.index("\n}\n") + 2])
+
+
+@pytest.mark.parametrize("cfg", ["paper", "mini-full"])
+def test_explicit_configfile_is_the_whole_config(cfg, tmp_path):
+    """`--configfile X` runs X's settings, not X merged over the default config/mini.yaml."""
+    import yaml
+    from snakemake.utils import validate
+
+    from caldera.experiments.plan import check_config, effective_settings
+
+    copy_workflow(tmp_path)
+    r = run(["-n", "--cores", "1", "--configfile", f"config/{cfg}.yaml"], tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = printed_settings(r.stderr)
+    own = yaml.safe_load((ROOT / f"config/{cfg}.yaml").read_text())
+    validate(own, str(ROOT / "workflow/schemas/config.schema.yaml"))
+    want = json.loads(json.dumps(effective_settings(own, check_config(own)), default=str))
+    assert got == want
+    mini = yaml.safe_load((ROOT / "config/mini.yaml").read_text())["methods"]["caldera"]["params"]
+    assert got["methods"]["caldera"]["outer_iters"] != mini["outer_iters"]  # the merge bug would show mini's
+
+
+@pytest.mark.parametrize("edit, words", [
+    (("n_samples: 8", "n_samples: -3"), "n_samples"),  # schema
+    (("n_samples: 8", "n_sample: 8"), "'n_sample' was unexpected"),  # schema: a typo is not ignored
+    (("outer_iters: 2, inner_iters: 2", "outer_iters: -1, inner_iters: 2"), "CalderaConfig.outer_iters=-1"),
+])
+def test_bad_config_fails_the_dry_run(edit, words, tmp_path):
+    copy_workflow(tmp_path)
+    bad = (tmp_path / "config/smoke.yaml").read_text()
+    assert edit[0] in bad
+    (tmp_path / "config/bad.yaml").write_text(bad.replace(*edit))
     r = run(["-n", "--cores", "1", "--configfile", "config/bad.yaml"], tmp_path)
     assert r.returncode != 0
-    assert "n_samples" in r.stdout + r.stderr
+    assert words in r.stdout + r.stderr, r.stdout + r.stderr
 
 
 @pytest.mark.model

@@ -1,17 +1,25 @@
 import dataclasses
 import json
+import sys
 
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from caldera.experiments.plan import PENDING_TABLES, all_variants
+from caldera.experiments.plan import PENDING_TABLES, check_config, effective_settings
 from caldera.experiments.steps import layer_chunks
 
+CONFIG_FILES = list(workflow.overwrite_configfiles) or ["config/mini.yaml"]
 validate(config, "../schemas/config.schema.yaml")
+try:
+    VARIANTS = check_config(config)  # every method config built through the registry: fails here, not in a job
+except ValueError as e:
+    raise WorkflowError(f"config {', '.join(map(str, CONFIG_FILES))}: {e}") from None
 
 RUN = config["name"]
 RES = f"results/{RUN}"
 TABLES_DIR = config["tables_dir"]
-VARIANTS = all_variants(config)
+print(f"CALDERA workflow, config {', '.join(map(str, CONFIG_FILES))}; effective settings:\n"
+      + json.dumps(effective_settings(config, VARIANTS), indent=1, sort_keys=True, default=str), file=sys.stderr)
 COMPRESSED = sorted(v for v, spec in VARIANTS.items() if spec.method != "dense")
 FIG_MODEL = config["figures"]["model"]
 

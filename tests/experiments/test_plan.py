@@ -1,0 +1,106 @@
+"""The workflow config contract: the schema plus :func:`check_config` refuse every bad config before any job runs,
+and every variant carries its method's typed config."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from caldera.config import CalderaConfig
+from caldera.experiments.plan import check_config, effective_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = str(ROOT / "workflow/schemas/config.schema.yaml")
+validate = pytest.importorskip("snakemake.utils").validate
+
+
+def load(name: str) -> dict:
+    cfg = yaml.safe_load((ROOT / f"config/{name}.yaml").read_text())
+    validate(cfg, SCHEMA)  # fills the schema's defaults, as the Snakefile does
+    return cfg
+
+
+def checked(cfg: dict):
+    validate(cfg, SCHEMA)
+    return check_config(cfg)
+
+
+@pytest.mark.parametrize("name", ["mini", "mini-full", "mini-core", "smoke", "paper"])
+def test_shipped_configs_pass_and_variants_are_typed(name):
+    cfg = load(name)
+    variants = check_config(cfg)
+    cal = [v for v in variants.values() if v.method == "caldera"]
+    assert cal, "every shipped config has CALDERA rows"
+    for v in cal:
+        assert isinstance(v.config, CalderaConfig)
+        # the table's row sets rank and factor bits; the config's params the rest
+        assert (v.config.rank, v.config.l_bits, v.config.r_bits) == (v.rank, v.b_lr, v.b_lr)
+        want = {k: val for k, val in cfg["methods"]["caldera"]["params"].items() if k != "preset"}
+        assert {k: getattr(v.config, k) for k in want} == want
+    assert all(v.config is None for v in variants.values() if v.method == "dense")
+
+
+def test_paper_settings_are_the_papers():
+    s = effective_settings(cfg := load("paper"), check_config(cfg))
+    cal = s["methods"]["caldera"]
+    assert (cal["outer_iters"], cal["inner_iters"], cal["update_order"], cal["svd"]) == (15, 10, "Q-first", "exact")
+    assert s["calibration"]["n_samples"] == 256 and s["eval"]["weights"] == "compressed"
+
+
+def _set(cfg: dict, path: str, value) -> None:
+    keys = path.split(".")
+    for k in keys[:-1]:
+        cfg = cfg[int(k)] if isinstance(cfg, list) else cfg[k]
+    cfg[keys[-1]] = value
+
+
+# (edit on config/smoke.yaml, words the error must contain)
+BAD = {
+    "typo-top-level": ("layer", [1], "'layer' was unexpected"),
+    "no-name": (None, "name", "'name' is a required property"),
+    "typo-calibration": ("calibration.n_sample", 8, "'n_sample' was unexpected"),
+    "typo-method": ("methods.caldera.param", {}, "'param' was unexpected"),
+    "typo-ppl": ("eval.ppl.wiki.n_window", 2, "'n_window' was unexpected"),
+    "typo-figures": ("figures.layers", 1, "'layers' was unexpected"),
+    "negative-samples": ("calibration.n_samples", -3, "n_samples"),
+    "unknown-extra-method": ("extra_methods", [{"name": "x", "method": "nosuch"}], "unknown method 'nosuch'"),
+    "unknown-preset": ("methods.caldera.params.preset", "nosuch", "unknown CALDERA preset 'nosuch'"),
+    "unknown-caldera-param": ("methods.caldera.params.outer_iter", 3, "unknown parameters ['outer_iter']"),
+    "q_bits-5": ("methods.caldera.params.q_bits", 5, "q_bits"),
+    "outer_iters-negative": ("methods.caldera.params.outer_iters", -1, "outer_iters"),
+    "quip-q_bits": ("methods.quip#.params.q_bits", 7, "methods.quip#.params"),
+    "rtn-bits-99": ("extra_methods.0.params.bits", 99, "extra_methods[0] (rtn-2bit)"),
+    "dense-with-params": ("extra_methods", [{"name": "d", "method": "dense", "params": {"bits": 2}}], "dense"),
+    "duplicate-extra": ("extra_methods", [{"name": "a", "method": "rtn"}] * 2, "more than once"),
+    "rank-set-by-table": ("methods.caldera.params.rank", 64, "set per row by the paper table"),
+    "lr_rank-set-by-table": ("methods.quip#-lr.params.lr_rank", 8, "set per row by the paper table"),
+    "layers-out-of-range": ("layers", [0, 100], "layers: [100] out of range"),
+    "unknown-stand-in": ("stand_ins.mistral-7b", "nosuch", "'nosuch' is not a key of models"),
+    "unknown-paper-model": ("stand_ins.llama-9b", "smollm2", "stand_ins.llama-9b: not a model"),
+    "num_layers-wrong": ("models.smollm2.num_layers", 31, "num_layers 31"),
+    "unknown-task": ("eval.zeroshot.tasks", ["caldera_hellaswag"], "'caldera_hellaswag' unknown"),
+    "unknown-corpus": ("eval.ppl.wiki.source", "wikitext3", "eval.ppl.wiki.source: 'wikitext3' unknown"),
+    "unknown-calibration": ("calibration.source", "pile", "calibration.source: 'pile' unknown"),
+    "unknown-ablation": ("figures.ablations", ["nosuch"], "figures.ablations: 'nosuch'"),
+    "unknown-matrix": ("figures.matrices", ["x_proj"], "x_proj"),
+    "figure-layer-without-hessians": ("figures.layer", 5, "not in layers"),
+    "figure-model-not-stand-in": ("figures.paper_model", "llama-9b", "figures.paper_model"),
+    "unknown-table": ("tables", ["table9"], "table9"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_config_is_refused_with_its_key(case):
+    path, value, words = BAD[case]
+    cfg = load("smoke")
+    cfg = copy.deepcopy(cfg)
+    if path is None:
+        del cfg[value]
+    else:
+        _set(cfg, path, value)
+    with pytest.raises(Exception) as e:
+        checked(cfg)
+    assert words in str(e.value), str(e.value)
