@@ -1,8 +1,8 @@
 """The CALDERA paper's reported numbers, shipped as package data.
 
-The canonical files live in ``caldera/data/paper_tables/`` (one CSV per paper table plus
-``tables.json`` with labels, units and column types); ``paper_tables/reference/`` at the repository
-top level holds byte-identical copies for browsing. Nothing outside the package is read at run time.
+The files live in ``caldera/data/paper_tables/`` only (one CSV per paper table plus ``tables.json`` with
+labels, units and column types; ``paper_tables/README.md`` lists them). Nothing outside the package is read
+at run time.
 
 Every number is stored as the paper prints it (``"10.0"``, ``"8.9"``, ``"85.4"``): use ``raw=True``
 to get those strings, e.g. to compare against a printed rounding. Empty cells mean ``---`` in the paper

@@ -21,7 +21,6 @@ from caldera.paper_tables import list_reference_tables, load_reference_table, re
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "caldera" / "data" / "paper_tables"
-MIRROR = REPO / "paper_tables" / "reference"
 
 ZS = ["model", "method", "method_printed", "rank", "b_q", "b_lr", "rht_ft", "avg_bits", "wiki2_ppl",
       "c4_ppl", "wino_acc", "rte_acc", "piqa_acc", "arce_acc", "arcc_acc", "note"]
@@ -135,16 +134,6 @@ def test_typed_parsing(name):
                 assert p[col] is None
             else:
                 assert type(p[col]) is pytypes[kind], (col, r[col])
-
-
-def test_mirror_is_byte_identical():
-    if not MIRROR.is_dir():
-        pytest.skip("not a source checkout (paper_tables/reference absent)")
-    canon = sorted(p.name for p in DATA.iterdir() if p.is_file())
-    mirror = sorted(p.name for p in MIRROR.iterdir() if p.is_file())
-    assert canon == mirror
-    for name in canon:
-        assert (DATA / name).read_bytes() == (MIRROR / name).read_bytes(), name
 
 
 def test_package_data_glob_covers_files():

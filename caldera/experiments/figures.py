@@ -15,23 +15,25 @@ from typing import Any
 import torch
 
 from caldera.experiments.steps import load_dense, write_json
+from caldera.pipeline.hessians import GROUPS, decoder_layers
 
-LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-GROUP = {"q_proj": "qkv", "k_proj": "qkv", "v_proj": "qkv", "o_proj": "o", "gate_proj": "up", "up_proj": "up",
-         "down_proj": "down"}
+#: short name (``q_proj``) -> path inside a decoder layer (``self_attn.q_proj``), in the paper's order q..down
+PATHS = {m.rsplit(".", 1)[-1]: m for _, members in GROUPS.values() for m in members}
+#: short name -> the Hessian group it reads (``qkv``, ``o``, ``up``, ``down``)
+GROUP = {m.rsplit(".", 1)[-1]: g for g, (_, members) in GROUPS.items() for m in members}
+LINEARS = tuple(PATHS)
 
 
 def _linear(model, layer: int, name: str) -> torch.Tensor:
-    blk = model.model.layers[layer]
-    mod = getattr(blk.self_attn, name, None) or getattr(blk.mlp, name)
-    return mod.weight.detach().float()
+    """Weight (n, d) float32 of linear ``name`` (``q_proj`` ...) of decoder layer ``layer``."""
+    return decoder_layers(model)[layer].get_submodule(PATHS[name]).weight.detach().float()
 
 
 def step_spectra(config: dict[str, Any], model: str, out: str) -> dict[str, Any]:
     mdl, _ = load_dense(config, model)
     res: dict[str, Any] = {"model": model, "label": config["models"][model]["label"], "spectra": {}}
     for name in LINEARS:
-        curves = [torch.linalg.svdvals(_linear(mdl, i, name)) for i in range(len(mdl.model.layers))]
+        curves = [torch.linalg.svdvals(_linear(mdl, i, name)) for i in range(len(decoder_layers(mdl)))]
         S = torch.stack([c / c[0] for c in curves])
         res["spectra"][name] = {"mean": S.mean(0).tolist(), "std": S.std(0).tolist()}
     write_json(out, res)
@@ -164,3 +166,7 @@ def plot_figure4(data: dict[str, Any], out_png: str, out_pdf: str) -> None:
     fig.tight_layout()
     _save(fig, out_png, out_pdf)
     plt.close(fig)
+
+
+#: figure number -> plot function (JSON data, PNG path, PDF path)
+PLOTS = {1: plot_figure1, 3: plot_figure3, 4: plot_figure4}

@@ -100,7 +100,8 @@ def layer_chunks(config: dict[str, Any], model: str) -> list[list[int]]:
 
 
 def step_compress_layers(config: dict[str, Any], v: Variant, hessian_dir: str, chunk: int, out: str) -> dict:
-    """Compress one chunk of decoder layers into ``<dir of out>`` (per-layer files) and write a summary."""
+    """Compress chunk ``chunk`` of :func:`layer_chunks` into ``<dir of out>`` (per-layer files) and write a
+    summary to ``out``. ``v.config``: the method's typed config, built when the plan was made."""
     from caldera.pipeline.compress import compress_model
 
     mdl, _ = load_dense(config, v.model)
@@ -115,7 +116,9 @@ def step_compress_layers(config: dict[str, Any], v: Variant, hessian_dir: str, c
     return res
 
 
-def step_assemble(config: dict[str, Any], v: Variant, layer_dir: str, out_dir: str) -> dict[str, Any]:
+def step_assemble(config: dict[str, Any], v: Variant, layer_dir: str | list[str], out_dir: str) -> dict[str, Any]:
+    """The checkpoint of variant ``v`` in ``out_dir`` from the per-layer files in ``layer_dir`` (a folder or the
+    list of the chunk jobs' folders); returns its summary."""
     from caldera.pipeline.compress import assemble_checkpoint
 
     mdl, tok = load_dense(config, v.model)
@@ -187,50 +190,16 @@ def step_evaluate(
     return {"ppl": ppl, "zeroshot": eval_zeroshot(config, v, mdl, tok, zeroshot_out)}
 
 
-#: Snakemake rule -> workflow stage, for the timings report.
-STAGES = {
-    "assets": "assets",
-    "hessians": "calibration (Hessians)",
-    "compress_layers": "compression",
-    "assemble_checkpoint": "compression",
-    "evaluate": "evaluation",
-    "weight_spectra": "figures",
-    "ablation_traces": "figures",
-    "lplr_traces": "figures",
-    "plot_figure": "figures",
-    "make_table": "tables and reports",
-    "pending_table": "tables and reports",
-    "theory_report": "tables and reports",
-    "claims": "tables and reports",
-}
-
-
-def read_benchmarks(results_dir: str | os.PathLike) -> list[dict[str, Any]]:
-    """One record per finished job from the Snakemake ``benchmark:`` files under ``<results>/benchmarks``:
-    rule, job, wall seconds ``s``, peak RSS (MB) and the end time (the file's mtime)."""
-    out = []
-    for path in sorted(Path(results_dir, "benchmarks").glob("*/*.tsv")):
-        lines = path.read_text().splitlines()
-        if len(lines) < 2:
-            continue
-        row = dict(zip(lines[0].split("\t"), lines[1].split("\t")))
-        try:
-            s = float(row["s"])
-            rss = float(row.get("max_rss", "nan"))
-        except (KeyError, ValueError):
-            continue
-        out.append({"rule": path.parent.name, "job": path.stem, "s": s, "max_rss_mb": rss,
-                    "end": path.stat().st_mtime})
-    return out
-
-
-def step_timings(results_dir: str, out_json: str, out_md: str | None = None) -> dict[str, Any]:
+def step_timings(jobs: list[dict[str, Any]], run: str, out_json: str, out_md: str | None = None) -> dict[str, Any]:
     """Per workflow stage: number of jobs, summed job seconds, the stage's span on the wall clock (first job
-    start to last job end) and the peak memory of a job; plus the whole run's span."""
-    jobs = read_benchmarks(results_dir)
+    start to last job end) and the peak memory of a job; plus the whole run's span.
+
+    ``jobs``: one record per finished job, ``{"stage", "s" (wall seconds), "max_rss_mb", "end" (epoch s)}``
+    (the workflow reads them from its benchmark files); ``run``: the run's name, for the report's title.
+    """
     stages: dict[str, dict[str, Any]] = {}
     for j in jobs:
-        st = stages.setdefault(STAGES.get(j["rule"], j["rule"]),
+        st = stages.setdefault(j["stage"],
                                {"jobs": 0, "job_s": 0.0, "start": float("inf"), "end": 0.0, "max_rss_mb": 0.0})
         st["jobs"] += 1
         st["job_s"] += j["s"]
@@ -247,7 +216,7 @@ def step_timings(results_dir: str, out_json: str, out_md: str | None = None) -> 
            "n_jobs": len(jobs)}
     write_json(out_json, res)
     if out_md is not None:
-        lines = [f"# Run time per stage ({Path(results_dir).name})", "",
+        lines = [f"# Run time per stage ({run})", "",
                  "From the Snakemake benchmark files of this run (all jobs; a resumed run counts only the jobs "
                  "it ran). *Span*: first job start to last job end of the stage, on the wall clock (stages "
                  "overlap: jobs run side by side). *Job time*: the stage's job durations summed.", "",

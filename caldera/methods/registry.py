@@ -1,6 +1,9 @@
 """Method registry: a compression method is a frozen config class plus a function.
 
-``fn(W, H, config, context=None) -> Decomposition`` with W (n, d), H (d, d). Register with::
+``fn(W, H, config, context=None) -> Decomposition`` with W (n, d), H (d, d). A method registered with
+``shares_hessian_context=True`` accepts a :class:`~caldera.decomposition.HessianContext` built once per Hessian
+by :meth:`MethodSpec.prepare_context` (its config has ``rht``, ``seed`` and ``sigma_reg``), so the pipeline shares
+one context between the matrices that read the same Hessian without knowing any method's fields. Register with::
 
     @register_method("my-method", MyConfig)
     def my_method(W, H, config, context=None): ...
@@ -43,6 +46,15 @@ class MethodSpec:
                 raise ValueError(f"method {self.name!r} has no presets; remove 'preset'")
             return self.config_cls.preset(preset, **params)
         return self.config_cls(**params)
+
+    def prepare_context(self, H: Any, config: Any) -> Any:
+        """The shared per-Hessian context for ``fn(..., context=)`` (regularization, RHT signs, factorizations),
+        or None when the method takes none. ``H``: (d, d) float64."""
+        if not self.shares_hessian_context:
+            return None
+        from caldera.decomposition import HessianContext
+
+        return HessianContext.prepare(H, rht=config.rht, seed=config.seed, sigma_reg=config.sigma_reg)
 
 
 _REGISTRY: dict[str, MethodSpec] = {}

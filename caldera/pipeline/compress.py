@@ -51,7 +51,6 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import Tensor, nn
 
-from caldera.decomposition import HessianContext
 from caldera.methods import get_method
 from caldera.metrics import relative_data_aware_error, relative_frobenius_error
 from caldera.pipeline.checkpoint import base_config_dict, sha256_file, tied_keys, write_checkpoint
@@ -79,12 +78,6 @@ def group_seed(seed: int, layer: int, group: str) -> int:
 def layer_paths(out_dir: str | os.PathLike, layer: int) -> tuple[Path, Path]:
     base = Path(out_dir) / f"layer_{layer:03d}"
     return base.with_suffix(".safetensors"), base.with_suffix(".json")
-
-
-def _get(module: nn.Module, path: str) -> nn.Module:
-    for part in path.split("."):
-        module = getattr(module, part)
-    return module
 
 
 def layers_prefix(model: nn.Module) -> str:
@@ -161,12 +154,10 @@ def _decompose_layer(
         H = H_groups[g].double()
         cfg = dataclasses.replace(config, seed=group_seed(config.seed, li, g)) if has_seed else config
         t0 = time.perf_counter()
-        ctx = None
-        if spec.shares_hessian_context:
-            ctx = HessianContext.prepare(H, rht=cfg.rht, seed=cfg.seed, sigma_reg=cfg.sigma_reg)
+        ctx = spec.prepare_context(H, cfg)
         ctx_s = time.perf_counter() - t0
         for name in members:
-            lin = _get(layer, name)
+            lin = layer.get_submodule(name)
             W = lin.weight.detach().float().cpu()
             t1 = time.perf_counter()
             dec = spec.fn(W, H, cfg, context=ctx) if ctx is not None else spec.fn(W, H, cfg)
@@ -319,7 +310,7 @@ def compress_model(
 
 def model_linear_shapes(model: nn.Module) -> list[tuple[int, int]]:
     """(out, in) of the seven linear layers of every decoder layer, in order."""
-    return [tuple(_get(layer, name).weight.shape) for layer in decoder_layers(model) for name in LINEARS]
+    return [tuple(layer.get_submodule(name).weight.shape) for layer in decoder_layers(model) for name in LINEARS]
 
 
 def bits_summary(model: nn.Module, matrices: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -352,16 +343,17 @@ def bits_summary(model: nn.Module, matrices: Sequence[dict[str, Any]]) -> dict[s
 
 def assemble_checkpoint(
     model: nn.Module,
-    layer_dir: str | os.PathLike,
+    layer_dir: str | os.PathLike | Sequence[str | os.PathLike],
     out_dir: str | os.PathLike,
     method: str,
-    params: dict[str, Any] | None,
+    params: Any,
     *,
     tokenizer: Any | None = None,
     allow_partial: bool = False,
     extra: dict[str, Any] | None = None,
 ) -> tuple[Path, dict[str, Any]]:
-    """Build the compressed checkpoint folder ``out_dir`` from ``layer_dir``'s per-layer files.
+    """Build the compressed checkpoint folder ``out_dir`` from ``layer_dir``'s per-layer files (a folder, or
+    several: e.g. one per compression job, each layer taken from the folder that holds it).
 
     Every decoder layer must be done (``allow_partial=True`` keeps the missing ones dense and records them
     as ``dense_layers``). The model itself is not modified. Returns ``(path, summary)``.
@@ -369,7 +361,12 @@ def assemble_checkpoint(
     spec = get_method(method)
     cfg_dict = _jsonable(dataclasses.asdict(spec.make_config(params)))
     n_layers = len(decoder_layers(model))
-    infos = {li: read_layer_result(layer_dir, li, method, cfg_dict) for li in range(n_layers)}
+    dirs = [layer_dir] if isinstance(layer_dir, (str, os.PathLike)) else list(layer_dir)
+    if not dirs:
+        raise ValueError("no per-layer folder given")
+    src = {li: next((d for d in dirs if layer_paths(d, li)[1].is_file()), dirs[0]) for li in range(n_layers)}
+    infos = {li: read_layer_result(src[li], li, method, cfg_dict) for li in range(n_layers)}
+    layer_dir = ", ".join(map(str, dirs))
     missing = [li for li, info in infos.items() if info is None]
     if missing and not allow_partial:
         raise ValueError(
@@ -390,9 +387,9 @@ def assemble_checkpoint(
     for li, info in infos.items():
         if info is None:
             continue
-        lt = load_layer_tensors(layer_dir, li)
-        if sha256_file(layer_paths(layer_dir, li)[0]) != info["sha256"]:
-            raise ValueError(f"{layer_paths(layer_dir, li)[0]} changed while assembling; re-run `caldera compress`")
+        lt = load_layer_tensors(src[li], li)
+        if sha256_file(layer_paths(src[li], li)[0]) != info["sha256"]:
+            raise ValueError(f"{layer_paths(src[li], li)[0]} changed while assembling; re-run `caldera compress`")
         for k, v in lt.items():
             tensors[f"{prefix}.{li}.{k}"] = v
         for name, m in info["matrices"].items():

@@ -202,3 +202,23 @@ def test_layers_from_other_hessians_are_recomputed(tmp_path):
     s = C.compress_model(model, tmp_path / "h", "quip#", {}, tmp_path / "layers", progress=False)
     assert s["computed"] == [0] and s["skipped"] == [1]
     assert C.read_layer_result(tmp_path / "layers", 0)["matrices"]["mlp.up_proj"]["error"] != first
+
+
+def test_assembled_from_one_folder_per_job_equals_one_folder(setup):
+    """The workflow compresses each chunk of layers into its own folder; assembling from those folders gives
+    the same checkpoint as from one folder holding every layer. A typed config is accepted like its dict."""
+    from safetensors.torch import load_file
+
+    model, root = setup
+    cfg = get_method("rtn").make_config({"bits": 3})
+    C.compress_model(model, root / "hess", "rtn", cfg, root / "one", progress=False)
+    for li in (0, 1):
+        C.compress_model(model, root / "hess", "rtn", {"bits": 3}, root / f"job{li}", layers=[li], progress=False)
+    p1, s1 = C.assemble_checkpoint(model, root / "one", root / "one.ckpt", "rtn", cfg)
+    p2, s2 = C.assemble_checkpoint(model, [root / "job1", root / "job0"], root / "jobs.ckpt", "rtn", {"bits": 3})
+    assert s1["dense_layers"] == s2["dense_layers"] == []
+    assert {k: e["error"] for k, e in s1["errors"].items()} == {k: e["error"] for k, e in s2["errors"].items()}
+    t1, t2 = load_file(str(p1 / "model.safetensors")), load_file(str(p2 / "model.safetensors"))
+    assert t1.keys() == t2.keys() and all(torch.equal(t1[k], t2[k]) for k in t1)
+    with pytest.raises(ValueError, match=r"layers \[1\].*not compressed"):
+        C.assemble_checkpoint(model, [root / "job0"], root / "bad.ckpt", "rtn", cfg)

@@ -6,29 +6,28 @@ rule assets:
     log:
         f"{RES}/logs/assets.log",
     params:
-        step="assets",
         spec=declared({m: spec["source"] for m, spec in config["models"].items()}),
     conda:
         "../envs/caldera.yaml"
     script:
-        "../scripts/run_step.py"
+        "../scripts/assets.py"
 
 
+# The per-layer Hessians (layer_NNN.safetensors) and their summary (hessians.json), one folder per model.
 rule hessians:
     input:
         f"{RES}/assets.json",
     output:
-        f"{RES}/hessians/{{model}}/hessians.json",
+        directory(f"{RES}/hessians/{{model}}"),
     benchmark:
         f"{RES}/benchmarks/hessians/{{model}}.tsv"
     log:
         f"{RES}/logs/hessians/{{model}}.log",
     params:
-        step="hessians",
         spec=lambda w: declared(config["models"][w.model], config["calibration"], config.get("layers")),
     resources:
         gpu=1,
     conda:
         "../envs/caldera.yaml"
     script:
-        "../scripts/run_step.py"
+        "../scripts/hessians.py"

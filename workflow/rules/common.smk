@@ -47,20 +47,20 @@ def compress_spec(wildcards):
     return declared(variant_spec(wildcards), layer_chunks(config, v.model)[int(wildcards.chunk)])
 
 
-def get_chunk_jsons(wildcards):
+def get_chunk_dirs(wildcards):
     v = VARIANTS[wildcards.variant]
     n = len(layer_chunks(config, v.model))
-    return [f"{RES}/compressed/{v.id}/layers/chunk_{c:03d}.json" for c in range(n)]
+    return [f"{RES}/compressed/{v.id}/chunks/{c:03d}" for c in range(n)]
 
 
-def get_hessian_summary(wildcards):
-    return f"{RES}/hessians/{VARIANTS[wildcards.variant].model}/hessians.json"
+def get_hessian_dir(wildcards):
+    return f"{RES}/hessians/{VARIANTS[wildcards.variant].model}"
 
 
 def get_eval_input(wildcards):
     if VARIANTS[wildcards.variant].method == "dense":
-        return f"{RES}/assets.json"
-    return f"{RES}/compressed/{wildcards.variant}/summary.json"
+        return {"assets": f"{RES}/assets.json"}
+    return {"checkpoint": f"{RES}/compressed/{wildcards.variant}/checkpoint"}
 
 
 def get_table_targets():

@@ -1,38 +1,40 @@
 # One job per (variant, chunk of `layers_per_job` decoder layers): with layers_per_job = 1 (paper scale) the
-# compression fans out across GPUs or cluster nodes one layer per job.
+# compression fans out across GPUs or cluster nodes one layer per job. Each job's folder holds its layers'
+# files (layer_NNN.safetensors + layer_NNN.json) and chunk.json.
 rule compress_layers:
     input:
-        get_hessian_summary,
+        hessians=get_hessian_dir,
     output:
-        f"{RES}/compressed/{{variant}}/layers/chunk_{{chunk}}.json",
+        layers=directory(f"{RES}/compressed/{{variant}}/chunks/{{chunk}}"),
     benchmark:
         f"{RES}/benchmarks/compress_layers/{{variant}}_{{chunk}}.tsv"
     log:
         f"{RES}/logs/compress/{{variant}}/chunk_{{chunk}}.log",
     params:
-        step="compress_layers",
         spec=compress_spec,
+        variant=lambda w: VARIANTS[w.variant],
     resources:
         gpu=0,  # caldera_decompose runs on the CPU (its E8P search is a CPU kernel)
     conda:
         "../envs/caldera.yaml"
     script:
-        "../scripts/run_step.py"
+        "../scripts/compress_layers.py"
 
 
 rule assemble_checkpoint:
     input:
-        get_chunk_jsons,
+        chunks=get_chunk_dirs,
     output:
+        checkpoint=directory(f"{RES}/compressed/{{variant}}/checkpoint"),
         summary=f"{RES}/compressed/{{variant}}/summary.json",
     benchmark:
         f"{RES}/benchmarks/assemble_checkpoint/{{variant}}.tsv"
     log:
         f"{RES}/logs/compress/{{variant}}/assemble.log",
     params:
-        step="assemble",
         spec=variant_spec,
+        variant=lambda w: VARIANTS[w.variant],
     conda:
         "../envs/caldera.yaml"
     script:
-        "../scripts/run_step.py"
+        "../scripts/assemble_checkpoint.py"

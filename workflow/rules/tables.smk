@@ -8,17 +8,16 @@ rule weight_spectra:
     log:
         f"{RES}/logs/figures/figure1.log",
     params:
-        step="spectra",
         spec=declared(config["models"][FIG_MODEL]),
     conda:
         "../envs/caldera.yaml"
     script:
-        "../scripts/run_step.py"
+        "../scripts/weight_spectra.py"
 
 
 rule ablation_traces:
     input:
-        f"{RES}/hessians/{FIG_MODEL}/hessians.json",
+        hessians=f"{RES}/hessians/{FIG_MODEL}",
     output:
         f"{RES}/figures/figure3.json",
     benchmark:
@@ -26,19 +25,18 @@ rule ablation_traces:
     log:
         f"{RES}/logs/figures/figure3.log",
     params:
-        step="ablation_traces",
         spec=declared(config["figures"], config["stand_ins"], config["rank_multiple"], config["models"][FIG_MODEL]),
     resources:
         gpu=0,  # decompositions: CPU
     conda:
         "../envs/caldera.yaml"
     script:
-        "../scripts/run_step.py"
+        "../scripts/ablation_traces.py"
 
 
 rule lplr_traces:
     input:
-        f"{RES}/hessians/{FIG_MODEL}/hessians.json",
+        hessians=f"{RES}/hessians/{FIG_MODEL}",
     output:
         f"{RES}/figures/figure4.json",
     benchmark:
@@ -46,12 +44,11 @@ rule lplr_traces:
     log:
         f"{RES}/logs/figures/figure4.log",
     params:
-        step="lplr_traces",
         spec=declared(config["figures"], config["stand_ins"], config["rank_multiple"], config["models"][FIG_MODEL]),
     conda:
         "../envs/caldera.yaml"
     script:
-        "../scripts/run_step.py"
+        "../scripts/lplr_traces.py"
 
 
 rule plot_figure:
@@ -64,12 +61,10 @@ rule plot_figure:
         f"{RES}/benchmarks/plot_figure/figure{{n}}.tsv"
     log:
         f"{RES}/logs/figures/plot{{n}}.log",
-    params:
-        step="plot",
     conda:
         "../envs/caldera.yaml"
     script:
-        "../scripts/run_step.py"
+        "../scripts/plot_figure.py"
 
 
 rule make_table:
@@ -85,12 +80,12 @@ rule make_table:
     log:
         f"{RES}/logs/tables/{{table}}.log",
     params:
-        step="table",
         spec=declared(config),
+        results=RES,
     conda:
         "../envs/caldera.yaml"
     script:
-        "../scripts/run_step.py"
+        "../scripts/make_table.py"
 
 
 rule pending_table:
@@ -102,12 +97,10 @@ rule pending_table:
         f"{RES}/benchmarks/pending_table/{{ptable}}.tsv"
     log:
         f"{RES}/logs/tables/{{ptable}}.log",
-    params:
-        step="pending_table",
     conda:
         "../envs/caldera.yaml"
     script:
-        "../scripts/run_step.py"
+        "../scripts/pending_table.py"
 
 
 rule theory_report:
@@ -119,12 +112,12 @@ rule theory_report:
     log:
         f"{RES}/logs/theory.log",
     params:
-        step="theory",
         spec=declared(config.get("theory")),
+        profile=config.get("theory", {}).get("profile", "ci"),
     conda:
         "../envs/caldera.yaml"
     script:
-        "../scripts/run_step.py"
+        "../scripts/theory_report.py"
 
 
 rule claims:
@@ -139,12 +132,10 @@ rule claims:
         f"{RES}/benchmarks/claims/claims.tsv"
     log:
         f"{RES}/logs/claims.log",
-    params:
-        step="claims",
     conda:
         "../envs/caldera.yaml"
     script:
-        "../scripts/run_step.py"
+        "../scripts/claims.py"
 
 
 rule timings:
@@ -156,8 +147,9 @@ rule timings:
     log:
         f"{RES}/logs/timings.log",
     params:
-        step="timings",
+        benchmarks=f"{RES}/benchmarks",
+        run=RUN,
     conda:
         "../envs/caldera.yaml"
     script:
-        "../scripts/run_step.py"
+        "../scripts/timings.py"

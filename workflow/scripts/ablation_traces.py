@@ -1,0 +1,9 @@
+"""Rule ablation_traces: Figure 3 data."""
+
+from caldera_job import job
+
+sm = snakemake  # noqa: F821  (injected by Snakemake)
+with job(sm):
+    from caldera.experiments.figures import step_ablation_traces
+
+    step_ablation_traces(sm.config, sm.config["figures"]["model"], sm.input.hessians, sm.output[0])

@@ -1,0 +1,9 @@
+"""Rule assemble_checkpoint: the variant's checkpoint from its chunks' per-layer files, and its summary."""
+
+from caldera_job import job
+
+sm = snakemake  # noqa: F821  (injected by Snakemake)
+with job(sm):
+    from caldera.experiments.steps import step_assemble, write_json
+
+    write_json(sm.output.summary, step_assemble(sm.config, sm.params.variant, list(sm.input.chunks), sm.output.checkpoint))

@@ -1,0 +1,9 @@
+"""Rule assets: fetch and verify every asset of the run."""
+
+from caldera_job import job
+
+sm = snakemake  # noqa: F821  (injected by Snakemake)
+with job(sm):
+    from caldera.experiments.steps import step_assets
+
+    step_assets(sm.config, sm.output[0])

@@ -1,0 +1,10 @@
+"""Rule compress_layers: one chunk of decoder layers of one variant, into the rule's output folder."""
+
+from caldera_job import job
+
+sm = snakemake  # noqa: F821  (injected by Snakemake)
+with job(sm):
+    from caldera.experiments.steps import step_compress_layers
+
+    step_compress_layers(sm.config, sm.params.variant, sm.input.hessians, int(sm.wildcards.chunk),
+                         f"{sm.output.layers}/chunk.json")

@@ -1,0 +1,9 @@
+"""Rule hessians: the calibration Hessians of one model, into the rule's output folder."""
+
+from caldera_job import job
+
+sm = snakemake  # noqa: F821  (injected by Snakemake)
+with job(sm):
+    from caldera.experiments.steps import step_hessians
+
+    step_hessians(sm.config, sm.wildcards.model, sm.output[0])

@@ -1,0 +1,9 @@
+"""Rule lplr_traces: Figure 4 data."""
+
+from caldera_job import job
+
+sm = snakemake  # noqa: F821  (injected by Snakemake)
+with job(sm):
+    from caldera.experiments.figures import step_lplr_traces
+
+    step_lplr_traces(sm.config, sm.config["figures"]["model"], sm.input.hessians, sm.output[0])

@@ -1,0 +1,10 @@
+"""Rule plot_figure: one figure's PNG and PDF from its JSON."""
+
+from caldera_job import job
+
+sm = snakemake  # noqa: F821  (injected by Snakemake)
+with job(sm):
+    from caldera.experiments.figures import PLOTS
+    from caldera.experiments.steps import read_json
+
+    PLOTS[int(sm.wildcards.n)](read_json(sm.input[0]), sm.output.png, sm.output.pdf)

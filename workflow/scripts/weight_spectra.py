@@ -1,0 +1,9 @@
+"""Rule weight_spectra: Figure 1 data."""
+
+from caldera_job import job
+
+sm = snakemake  # noqa: F821  (injected by Snakemake)
+with job(sm):
+    from caldera.experiments.figures import step_spectra
+
+    step_spectra(sm.config, sm.config["figures"]["model"], sm.output[0])
