@@ -248,3 +248,50 @@ def test_output_side_rht_makes_a_coherent_weight_incoherent():
         assert set(S_V.tolist()) == {-1.0, 1.0}
         row_energy = dec.rht.rotate_W(W).double().pow(2).sum(1)
         assert float(row_energy.max() / row_energy.sum()) < 0.25  # unsigned: ≈ 1 (all energy in one row)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Matrix-level claims at the calibration-aware error, on seeded LLM-like matrices (caldera.synthetic). Only directions
+# that hold with a margin on every seed tried are asserted (seeds 0–3 of 96×128 and 128×128, rank 16, measured
+# 2026-11-23): the no-RHT ablation is left out (the paper itself says RHT helps "for some of the matrices").
+# ------------------------------------------------------------------------------------------------------------------
+
+CLAIM_SEEDS = [(96, 128, 0), (96, 128, 1)]
+
+
+def _claim_case(n, d, seed):
+    return llm_like(n, d, seed=seed, decay=0.6, cond=1e3, outliers=2)
+
+
+@pytest.mark.parametrize("n,d,seed", CLAIM_SEEDS)
+def test_caldera_beats_quip_sharp_and_quip_sharp_lr(n, d, seed):
+    """App. G.1 / Fig. 3: CALDERA (2-bit Q, 4-bit rank-16 factors) has a much lower data-aware error than QuIP#
+    (measured ratio 0.51–0.56), and with 16-bit factors and the Hessian update it beats QuIP# with the same-size
+    fp16 low-rank factors (measured 0.93 at T_out = 8)."""
+    from caldera.methods import get_method
+
+    W, H = _claim_case(n, d, seed)
+    quip = get_method("quip#")
+    quip_lr = get_method("quip#-lr")
+    e_quip = quip.fn(W, H, quip.make_config({})).error
+    e_quip_lr = quip_lr.fn(W, H, quip_lr.make_config({"lr_rank": 16})).error
+    e_cal = caldera_decompose(W, H, CalderaConfig.preset("paper", rank=16, outer_iters=3, inner_iters=3)).error
+    e_cal16 = caldera_decompose(W, H, CalderaConfig.preset("16bit-hessian-update", rank=16, outer_iters=8)).error
+    assert e_cal < 0.7 * e_quip
+    assert e_cal16 < 0.97 * e_quip_lr
+
+
+@pytest.mark.parametrize("n,d,seed", CLAIM_SEEDS)
+def test_ablation_directions(n, d, seed):
+    """App. G.1: 16-bit factors below 4-bit factors, no-LDLQ much worse than LDLQ (measured ≥ 1.5×), and the Hessian
+    update lowering the 16-bit-factor error (measured 0.84–0.85 at T_out = 3)."""
+    W, H = _claim_case(n, d, seed)
+
+    def err(preset):
+        return caldera_decompose(W, H, CalderaConfig.preset(preset, rank=16, outer_iters=3, inner_iters=3)).error
+
+    e16, e4, e_noldlq, e_hu = (err(p) for p in ("16bit-factors", "4bit-factors", "4bit-no-ldlq",
+                                                  "16bit-hessian-update"))
+    assert e16 < 0.8 * e4
+    assert e_noldlq > 1.25 * e4
+    assert e_hu < 0.92 * e16
