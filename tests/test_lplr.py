@@ -178,3 +178,21 @@ def test_lplr_identity_quantizer_init_is_the_rank_k_optimum():
     opt = float((s[5:].pow(2).sum() / s.pow(2).sum()).sqrt())
     assert res.errors[0] == pytest.approx(opt, rel=1e-3)
     assert min(res.errors) == pytest.approx(opt, rel=1e-3)
+
+
+@pytest.mark.parametrize("sweep", ["jacobi", "alternating"])
+def test_lplr_iterations_recover_a_poor_4bit_initialization(sweep):
+    """Fig. 4's claim in the regime where it holds robustly: a 4-bit E8P-RVQ initialization far above the rank-k
+    floor (seeded LLM-like 256×256, rank 32: init 0.427, 16-bit floor 0.109) is cut by the inner iterations to
+    ≤ 0.16 (measured 0.143 jacobi, 0.150 alternating at T_in = 10). On SmolLM2 layer 25 at ranks 8–16 the init
+    is already within 0.02 of the floor and no sweep lowers it (measured 2026-11-23, issue 10)."""
+    from caldera.decomposition import HessianContext
+    from caldera.hadamard import RHT, random_signs
+    from caldera.quantizers import quantizer_for_bits
+
+    W, H = llm_like(256, 256, seed=2, decay=0.7, cond=1e4, outliers=4)
+    ctx = HessianContext.prepare(H, rht=True, seed=0)
+    Wr = RHT(S_U=ctx.S_U, S_V=random_signs(256, torch.Generator().manual_seed(1))).rotate_W(W)
+    q = quantizer_for_bits(4)
+    res = lplr_factorize(Wr, ctx.sqrt, 32, q, q, 10, sweep=sweep)
+    assert res.errors[0] > 0.35 and min(res.errors) < 0.16 and res.best_iter >= 5
