@@ -102,3 +102,197 @@ def test_hessian_update_removes_LR_subspace():
 def test_bad_input_errors_name_the_argument(W, H, rank, match):
     with pytest.raises(ValueError, match=match):
         caldera_decompose(W, H, CalderaConfig(rank=rank, outer_iters=1, inner_iters=1, rht=False))
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Algorithm 1 replayed in float64. The library's BlockLDLQ and LPLRFactorize are recorded as black boxes (each has
+# its own oracle tests); everything around them (what is quantized, which Hessian LDLQ sees, the App. E.2 update,
+# the errors, the best iterate) is recomputed here from the paper's equations.
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def _sqrt_h(H):
+    lam, U = torch.linalg.eigh(H.double())
+    return U * lam.sqrt()
+
+
+def _oracle_hessian_update(H, L, R, sigma_reg):
+    """App. E.2: H̃ = H − M V Vᵀ Mᵀ (H = M Mᵀ, L R M = U Σ Vᵀ, top-k V), then + σ·mean(diag H̃)·I. Any square root M
+    gives the same H̃ (M O has right singular vectors Oᵀ V), so the eigen-square-root is used here."""
+    M = _sqrt_h(H)
+    _, _, Vh = torch.linalg.svd(L.double() @ R.double() @ M)
+    MV = M @ Vh[: L.shape[1]].T
+    Ht = H.double() - MV @ MV.T
+    return Ht + sigma_reg * float(Ht.diagonal().mean()) * torch.eye(H.shape[0], dtype=torch.float64)
+
+
+def _record(monkeypatch):
+    import caldera.decomposition as dm
+
+    calls: list[tuple] = []
+    real_ldlq, real_lplr = dm.ldlq_quantize, dm.lplr_factorize
+
+    def ldlq(A, H, q, **kw):
+        out = real_ldlq(A, H, q, **kw)
+        calls.append(("Q", A.double().clone(), H.double().clone(), out))
+        return out
+
+    def lplr(A, H, k, qL, qR, T, **kw):
+        out = real_lplr(A, H, k, qL, qR, T, **kw)
+        calls.append(("LR", A.double().clone(), (k, T), out))
+        return out
+
+    monkeypatch.setattr(dm, "ldlq_quantize", ldlq)
+    monkeypatch.setattr(dm, "lplr_factorize", lplr)
+    return calls
+
+
+def _close(x, y, rtol=1e-5):
+    return float((x.double() - y.double()).norm()) <= rtol * float(y.double().norm()) + 1e-12
+
+
+def _replay(W, H, cfg, dec, calls):
+    """Check every recorded call against Alg. 1 (lines 3–4, App. E.2) and return the oracle's (error, state) list."""
+    Hr = dec.rht.rotate_H(regularize_hessian(H, cfg.sigma_reg)).double()
+    Wr = dec.rht.rotate_W(W.float()).double()
+    M = _sqrt_h(Hr)
+    denom = float((Wr @ M).norm())
+    n, d = W.shape
+    L, R = torch.zeros(n, cfg.rank, dtype=torch.float64), torch.zeros(cfg.rank, d, dtype=torch.float64)
+    Q = torch.zeros_like(Wr)  # Alg. 1 starts from L_0 = R_0 = 0 (and Q = 0 when LR goes first)
+    states = []
+    assert len(calls) == 2 * cfg.outer_iters
+    for i, (step, A, extra, out) in enumerate(calls):
+        if step == "Q":  # line 3: Q_{t+1} = LDLQ(W − L_t R_t), with H̃ after the first LR (App. E.2)
+            assert _close(A, Wr - L @ R), f"call {i}: LDLQ input is not W − L_t R_t"
+            expect_H = _oracle_hessian_update(Hr, L, R, cfg.sigma_reg) if (cfg.hessian_update and L.any()) else Hr
+            assert _close(extra, expect_H, 1e-6), f"call {i}: LDLQ Hessian is not App. E.2's H̃"
+            Q = out.Q.double()
+        else:  # line 4: L_{t+1}, R_{t+1} = LPLRFactorize(W − Q_{t+1}, k, X, Q_L, Q_R, T_in)
+            assert _close(A, Wr - Q), f"call {i}: LPLR input is not W − Q_{{t+1}}"
+            assert extra == (cfg.rank, cfg.inner_iters)
+            L, R = out.L.double(), out.R.double()
+        err = float(((Q + L @ R - Wr) @ M).norm()) / denom
+        states.append((step, err, Q, L, R))
+    return states
+
+
+def _best_not_last_case():
+    """A seeded LLM-like case whose best outer iterate is not the last: per-outer errors 0.1069, 0.0997, 0.0995,
+    0.1066 with BEST_NOT_LAST (best t = 2 of 4; measured 2026-11-23, asserted by the test below)."""
+    return llm_like(64, 48, seed=5, decay=0.6, cond=1e3, outliers=2)
+
+
+BEST_NOT_LAST = dict(rank=8, outer_iters=4, inner_iters=2)
+
+
+@pytest.mark.parametrize("order,tracking", [("Q-first", "outer"), ("LR-first", "substep")])
+def test_algorithm_1_matches_float64_replay(monkeypatch, order, tracking):
+    """Each Q step quantizes W − L_t R_t against the (App. E.2-updated) Hessian, each LPLR step factors W − Q_{t+1},
+    the trace holds the data-aware errors, and the returned iterate is the best one (lines 5–6)."""
+    W, H = _best_not_last_case()
+    cfg = CalderaConfig(**BEST_NOT_LAST, update_order=order, best_tracking=tracking)
+    calls = _record(monkeypatch)
+    dec = caldera_decompose(W, H, cfg)
+    states = _replay(W, H, cfg, dec, calls)
+    assert [e["step"] for e in dec.error_trace] == [s[0] for s in states]
+    assert [e["error"] for e in dec.error_trace] == pytest.approx([s[1] for s in states], rel=1e-4)
+    if tracking == "outer":
+        eligible = {i: states[i] for i in range(1, len(states), 2)}
+    else:
+        eligible = dict(enumerate(states))
+        del eligible[0]  # both sub-steps must have run once
+    i_best = min(eligible, key=lambda i: eligible[i][1])
+    _, err, Q, L, R = states[i_best]
+    assert dec.best_iter == i_best // 2
+    assert dec.error == pytest.approx(err, rel=1e-4)
+    assert torch.equal(dec.Q.double(), Q) and torch.equal(dec.L.double(), L) and torch.equal(dec.R.double(), R)
+    assert relative_data_aware_error(dec.reconstruction(), W, regularize_hessian(H)) == pytest.approx(
+        dec.error, rel=1e-4)
+
+
+def test_best_iterate_fixture_is_not_the_last():
+    """The fixture above must distinguish 'best' from 'last': its best outer iterate is an earlier one."""
+    W, H = _best_not_last_case()
+    dec = caldera_decompose(W, H, CalderaConfig(**BEST_NOT_LAST))
+    per_outer = [e["error"] for e in dec.error_trace if e["step"] == "LR"]
+    assert dec.best_iter == per_outer.index(min(per_outer)) < len(per_outer) - 1
+    assert dec.error == min(per_outer) < per_outer[-1]
+    assert relative_data_aware_error(dec.reconstruction(), W, regularize_hessian(H)) == pytest.approx(
+        dec.error, rel=1e-4)
+
+
+def test_factors_and_backbone_are_codewords(WH):
+    """Q, L and R are exactly what their codes decode to (Alg. 1 output: Q ∈ Q_Q, L ∈ Q_L, R ∈ Q_R)."""
+    from caldera.quantizers import quantizer_for_bits
+    from caldera.quantizers.base import dequantize_scaled
+
+    W, H = WH
+    cfg = CalderaConfig(**FAST)
+    dec = caldera_decompose(W, H, cfg)
+    qQ, qL, qR = (quantizer_for_bits(b) for b in (cfg.q_bits, cfg.l_bits, cfg.r_bits))
+    assert torch.equal(dec.Q, qQ.dequantize(dec.Q_codes) * dec.Q_scale)
+    assert torch.equal(dec.L.T, dequantize_scaled(qL, dec.L_codes))
+    assert torch.equal(dec.R, dequantize_scaled(qR, dec.R_codes))
+
+
+def test_output_side_rht_makes_a_coherent_weight_incoherent():
+    """§5: W̃ = H_L W H_Rᵀ with random sign diagonals on both sides. A weight whose rows are all equal is mapped by
+    an unsigned Hadamard transform onto a single row; with random output signs its energy is spread over rows."""
+    n, d = 64, 48
+    v = torch.randn(1, d, generator=torch.Generator().manual_seed(0))
+    W = torch.ones(n, 1) @ v + 0.01 * torch.randn(n, d, generator=torch.Generator().manual_seed(1))
+    H = torch.eye(d, dtype=torch.float64)
+    for seed in range(3):
+        dec = caldera_decompose(W, H, CalderaConfig(rank=2, outer_iters=1, inner_iters=1, seed=seed))
+        S_V = dec.rht.S_V
+        assert set(S_V.tolist()) == {-1.0, 1.0}
+        row_energy = dec.rht.rotate_W(W).double().pow(2).sum(1)
+        assert float(row_energy.max() / row_energy.sum()) < 0.25  # unsigned: ≈ 1 (all energy in one row)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Matrix-level claims at the calibration-aware error, on seeded LLM-like matrices (caldera.synthetic). Only directions
+# that hold with a margin on every seed tried are asserted (seeds 0–3 of 96×128 and 128×128, rank 16, measured
+# 2026-11-23): the no-RHT ablation is left out (the paper itself says RHT helps "for some of the matrices").
+# ------------------------------------------------------------------------------------------------------------------
+
+CLAIM_SEEDS = [(96, 128, 0), (96, 128, 1)]
+
+
+def _claim_case(n, d, seed):
+    return llm_like(n, d, seed=seed, decay=0.6, cond=1e3, outliers=2)
+
+
+@pytest.mark.parametrize("n,d,seed", CLAIM_SEEDS)
+def test_caldera_beats_quip_sharp_and_quip_sharp_lr(n, d, seed):
+    """App. G.1 / Fig. 3: CALDERA (2-bit Q, 4-bit rank-16 factors) has a much lower data-aware error than QuIP#
+    (measured ratio 0.51–0.56), and with 16-bit factors and the Hessian update it beats QuIP# with the same-size
+    fp16 low-rank factors (measured 0.93 at T_out = 8)."""
+    from caldera.methods import get_method
+
+    W, H = _claim_case(n, d, seed)
+    quip = get_method("quip#")
+    quip_lr = get_method("quip#-lr")
+    e_quip = quip.fn(W, H, quip.make_config({})).error
+    e_quip_lr = quip_lr.fn(W, H, quip_lr.make_config({"lr_rank": 16})).error
+    e_cal = caldera_decompose(W, H, CalderaConfig.preset("paper", rank=16, outer_iters=3, inner_iters=3)).error
+    e_cal16 = caldera_decompose(W, H, CalderaConfig.preset("16bit-hessian-update", rank=16, outer_iters=8)).error
+    assert e_cal < 0.7 * e_quip
+    assert e_cal16 < 0.97 * e_quip_lr
+
+
+@pytest.mark.parametrize("n,d,seed", CLAIM_SEEDS)
+def test_ablation_directions(n, d, seed):
+    """App. G.1: 16-bit factors below 4-bit factors, no-LDLQ much worse than LDLQ (measured ≥ 1.5×), and the Hessian
+    update lowering the 16-bit-factor error (measured 0.84–0.85 at T_out = 3)."""
+    W, H = _claim_case(n, d, seed)
+
+    def err(preset):
+        return caldera_decompose(W, H, CalderaConfig.preset(preset, rank=16, outer_iters=3, inner_iters=3)).error
+
+    e16, e4, e_noldlq, e_hu = (err(p) for p in ("16bit-factors", "4bit-factors", "4bit-no-ldlq",
+                                                  "16bit-hessian-update"))
+    assert e16 < 0.8 * e4
+    assert e_noldlq > 1.25 * e4
+    assert e_hu < 0.92 * e16

@@ -42,18 +42,157 @@ def test_lplr_16bit_is_closed_form():
     assert torch.equal(res.L, res.L.half().float())
 
 
-def test_lplr_iterations_reduce_error_vs_init_on_average():
-    """Alg. 2 lines 7–14 'can only yield a smaller error' for the returned best."""
-    W, H = llm_like(64, 48, seed=13, decay=0.5)
-    Hr = regularize_hessian(H)
-    q = CoarseGrid()
-    res = lplr_factorize(W, Hr, 8, q, q, inner_iters=10)
-    assert min(res.errors) <= res.errors[0]
-
-
 def test_lplr_bad_arguments():
     W, H = llm_like(16, 16, seed=1)
     with pytest.raises(ValueError, match="both"):
         lplr_factorize(W, regularize_hessian(H), 2, CoarseGrid(), None, 2)
     with pytest.raises(ValueError, match="sweep"):
         lplr_factorize(W, regularize_hessian(H), 2, CoarseGrid(), CoarseGrid(), 2, sweep="x")
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Independent float64 oracle of Algorithm 2, checked step by step through a recording quantizer.
+#
+# The library quantizes every factor through ``quantize_scaled`` (scale rms(x)/opt_scale): the recorder sees the
+# normalized input x/scale and returns the grid's codes. The oracle recomputes each input in float64 from the
+# paper's equations (App. C.4 initialization, App. C.1 updates) using the *recorded* previous outputs, so a
+# single rounding flip cannot compound, and compares directions (the normalization cancels every scale factor).
+# ------------------------------------------------------------------------------------------------------------------
+
+
+class RecordingGrid(CoarseGrid):
+    """CoarseGrid that records (normalized input, dequantized output) of every call."""
+
+    def __init__(self):
+        self.calls: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def quantize(self, x):
+        c = super().quantize(x)
+        self.calls.append((x.double().clone(), super().dequantize(c).double()))
+        return c
+
+
+def _sqrt_h(H):
+    """M with H = M Mᵀ from the eigendecomposition (App. C.4's U Λ^{1/2}; independent of the library's Cholesky)."""
+    lam, U = torch.linalg.eigh(H.double())
+    return U * lam.sqrt(), (U / lam.sqrt()).T
+
+
+def _normalized(x, opt):
+    return x * (opt / x.pow(2).mean().sqrt())
+
+
+def _ls_left(A, H, R):
+    """App. C.1 / Alg. 2 line 9: argmin_Z ‖(Z R − A)Xᵀ‖ = A H Rᵀ (R H Rᵀ)⁻¹ (n, k)."""
+    return A @ H @ R.T @ torch.linalg.inv(R @ H @ R.T)
+
+
+def _ls_right(A, L):
+    """App. C.1 / Alg. 2 line 8: L† A H H† = L† A for positive-definite H (k, d)."""
+    return torch.linalg.pinv(L) @ A
+
+
+def _rel_err(L, R, A, M):
+    return float(((L @ R - A) @ M).norm() / (A @ M).norm())
+
+
+def _replay_lplr(A, H, k, rec: RecordingGrid, iters: int, sweep: str):
+    """Check every recorded quantizer input against Alg. 2 in float64; return the oracle's (L_i, R_i, error_i)."""
+    A, H = A.double(), H.double()
+    M, _ = _sqrt_h(H)
+    opt = rec.opt_scale
+    n, d = A.shape
+    assert len(rec.calls) == 2 * (iters + 1), "Alg. 2 quantizes R and L once each in the init and per iteration"
+    calls = iter(rec.calls)
+
+    def take(expected, what):
+        x, out = next(calls)
+        assert x.shape == expected.shape, f"{what}: shape {tuple(x.shape)} != {tuple(expected.shape)}"
+        ref = _normalized(expected, opt)
+        assert torch.allclose(x, ref, rtol=0, atol=2e-4 * float(ref.abs().max())), f"{what} input differs"
+        return out * (expected.pow(2).mean().sqrt() / opt)  # dequantized factor, in A's units
+
+    # lines 2–3: R̂ = I_kᵀ Σ̃ Ṽᵀ in the H^{1/2} basis = Σ_k V_kᵀ M⁻¹ = U_kᵀ A (rows' signs are arbitrary)
+    U, _, _ = torch.linalg.svd(A @ M, full_matrices=False)
+    R_hat = U[:, :k].T @ A
+    x0 = rec.calls[0][0]
+    signs = torch.sign((x0 * R_hat).sum(1, keepdim=True))
+    R = take(signs * R_hat, "R_0 (line 3)")
+    L = take(_ls_left(A, H, R).T, "L_0ᵀ (line 4)").T
+    states = [(L, R, _rel_err(L, R, A, M))]
+    for i in range(iters):
+        if sweep == "jacobi":  # lines 8–9: both from iterate i
+            R_new = take(_ls_right(A, L), f"R_{i + 1} (line 8)")
+            L_new = take(_ls_left(A, H, R).T, f"L_{i + 1}ᵀ (line 9)").T
+        else:  # authors: L from R_i, then R from the new L
+            L_new = take(_ls_left(A, H, R).T, f"L_{i + 1}ᵀ").T
+            R_new = take(_ls_right(A, L_new), f"R_{i + 1}")
+        L, R = L_new, R_new
+        states.append((L, R, _rel_err(L, R, A, M)))
+    return states
+
+
+@pytest.mark.parametrize("sweep", ["jacobi", "alternating"])
+def test_lplr_matches_float64_replay_of_algorithm_2(sweep):
+    """Every quantizer input is the App. C.1/C.4 least-squares solution computed from the previous quantized
+    factors; the error trace, the best iterate and the returned factors follow (Alg. 2 lines 2–14)."""
+    W, H = llm_like(48, 40, seed=13, decay=0.5)
+    Hr = regularize_hessian(H)
+    rec = RecordingGrid()
+    res = lplr_factorize(W, Hr, 6, rec, rec, inner_iters=6, sweep=sweep)
+    states = _replay_lplr(W, Hr, 6, rec, 6, sweep)
+    ref_errors = [e for _, _, e in states]
+    assert res.errors == pytest.approx(ref_errors, rel=1e-4)
+    best = min(range(len(ref_errors)), key=ref_errors.__getitem__)
+    assert res.best_iter == best
+    L, R, _ = states[best]
+    assert torch.allclose(res.L.double(), L, atol=1e-5 * float(L.abs().max()))
+    assert torch.allclose(res.R.double(), R, atol=1e-5 * float(R.abs().max()))
+
+
+def test_lplr_replay_fixture_is_informative():
+    """The replay fixture must be able to tell a sweep from its initialization: the errors move, the best
+    iterate is not the initialization, and the L step differs from its H-blind variant A Rᵀ(R Rᵀ)⁻¹."""
+    W, H = llm_like(48, 40, seed=13, decay=0.5)
+    Hr = regularize_hessian(H)
+    res = lplr_factorize(W, Hr, 6, CoarseGrid(), CoarseGrid(), inner_iters=6)
+    assert res.best_iter > 0 and min(res.errors) < (1 - 1e-3) * res.errors[0]
+    assert len({round(e, 6) for e in res.errors}) == len(res.errors)  # every iterate is a new point
+    R = res.R.double()
+    A = W.double()
+    blind = A @ R.T @ torch.linalg.inv(R @ R.T)
+    assert float((blind - _ls_left(A, Hr.double(), R)).norm()) > 0.1 * float(blind.norm())
+
+
+def test_lplr_identity_quantizer_init_is_the_rank_k_optimum():
+    """With a float16 pass-through quantizer, iterate 0 is the App. C.4 optimum ‖(LR − A)Xᵀ‖² = Σ_{i>k}σ_i²(A M)
+    (Lemma 4.2) and no iteration can beat it (each step is an exact least-squares solve at the optimum)."""
+    from caldera.quantizers import Identity16
+
+    W, H = llm_like(48, 40, seed=14, decay=0.6, cond=1e3)
+    Hr = regularize_hessian(H)
+    q = Identity16()
+    res = lplr_factorize(W, Hr, 5, q, q, inner_iters=3, sweep="jacobi")
+    M, _ = _sqrt_h(Hr)
+    s = torch.linalg.svdvals(W.double() @ M)
+    opt = float((s[5:].pow(2).sum() / s.pow(2).sum()).sqrt())
+    assert res.errors[0] == pytest.approx(opt, rel=1e-3)
+    assert min(res.errors) == pytest.approx(opt, rel=1e-3)
+
+
+@pytest.mark.parametrize("sweep", ["jacobi", "alternating"])
+def test_lplr_iterations_recover_a_poor_4bit_initialization(sweep):
+    """Fig. 4's claim in the regime where it holds robustly: a 4-bit E8P-RVQ initialization far above the rank-k
+    floor (seeded LLM-like 256×256, rank 32: init 0.427, 16-bit floor 0.109) is cut by the inner iterations to
+    ≤ 0.16 (measured 0.143 jacobi, 0.150 alternating at T_in = 10). On SmolLM2 layer 25 at ranks 8–16 the init
+    is already within 0.02 of the floor and no sweep lowers it (measured 2026-11-23, issue 10)."""
+    from caldera.decomposition import HessianContext
+    from caldera.hadamard import RHT, random_signs
+    from caldera.quantizers import quantizer_for_bits
+
+    W, H = llm_like(256, 256, seed=2, decay=0.7, cond=1e4, outliers=4)
+    ctx = HessianContext.prepare(H, rht=True, seed=0)
+    Wr = RHT(S_U=ctx.S_U, S_V=random_signs(256, torch.Generator().manual_seed(1))).rotate_W(W)
+    q = quantizer_for_bits(4)
+    res = lplr_factorize(Wr, ctx.sqrt, 32, q, q, 10, sweep=sweep)
+    assert res.errors[0] > 0.35 and min(res.errors) < 0.16 and res.best_iter >= 5

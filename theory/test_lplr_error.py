@@ -3,6 +3,7 @@ lemma's dynamic ranges and bit budgets (dithered quantizers), by Monte Carlo wit
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -39,3 +40,20 @@ def test_detects_a_tightened_bound():
     A, X = lp.instance(6000, 24, 16)
     r = lp.check_error_bound(A, X, 2, _eps(A, X, 2, 0.05), seed=1, trials=40, bound_factor=1e-4)
     assert not r.holds
+
+
+# ----------------------------------------------------------------- the library's LPLRFactorize (caldera.lplr)
+
+
+@pytest.mark.parametrize("sweep", ["jacobi", "alternating"])
+@pytest.mark.parametrize("shape,k,cond", [((24, 16), 2, 1e2), ((16, 24), 3, 1e3), ((16, 16), 4, 10.0)])
+def test_library_lplr_meets_the_lemma_bound(shape, k, cond, sweep):
+    A, X = lp.instance(6000 + k, *shape, cond=cond)
+    r = lp.check_library_error_bound(A, X, k, _eps(A, X, k, 0.05), sweep=sweep)
+    assert r.holds, r.counterexample
+
+
+def test_library_check_detects_too_few_bits():
+    A, X = lp.instance(6002, 24, 16, cond=1e2)
+    r = lp.check_library_error_bound(A, X, 2, _eps(A, X, 2, 0.05), bits=3)
+    assert not r.holds and r.ratio > 1

@@ -51,7 +51,9 @@ def test_density_normalized_for_n_le_d(gamma):
 
 
 def test_density_mass_is_d_over_n_for_n_gt_d():
-    assert not mpm.check_density_normalization(2.0).holds
+    for gamma in (1.5, 2.0, 4.0):
+        r = mpm.check_density_normalization(gamma)
+        assert not r.holds and abs(r.counterexample["mass"] - 1 / gamma) < 1e-6
 
 
 def test_partial_first_moment_closed_form():

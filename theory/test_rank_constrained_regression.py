@@ -92,6 +92,9 @@ def test_printed_m_gt_d_formula_has_wrong_shape_when_n_ne_d():
     X, Y, k = lem.random_instance(5, 12, 6, 9, 2)
     r = lem.check_printed_m_gt_d(X, Y, k, seed=5)
     assert not r.holds and "shape" in r.counterexample["error"]
+    # the verdict is computed: the same check on an n = d instance of the same m, d forms the product
+    X, Y, k = lem.random_instance(5, 12, 6, 6, 2)
+    assert "error" not in (lem.check_printed_m_gt_d(X, Y, k, seed=5).counterexample or {})
 
 
 def test_literal_pinv_remark_is_found_suboptimal():

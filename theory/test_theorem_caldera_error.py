@@ -62,3 +62,21 @@ def test_detects_a_tightened_informal_bound():
 def test_regime_i_fails_with_fewer_bits_than_its_threshold():
     r = th.check_regime_i(trials=3, bits_offset=-4)
     assert not r.holds and r.ratio > 1
+
+
+# ------------------------------------------------------------ the library's Algorithm 1 (caldera_decompose)
+
+
+def test_library_first_iterate_attains_the_first_inequality():
+    """T_out = 1, 16-bit factors: equality up to fp16 rounding (ratio in [0.999, 1.001])."""
+    r = th.check_library_first_inequality(64, 64, 8, seed=8001)
+    assert r.holds and r.ratio > 0.999, r.details
+
+
+def test_library_best_iterate_within_the_first_inequality():
+    r = th.check_library_first_inequality(64, 48, 8, seed=8002, outer_iters=3)
+    assert r.holds, r.counterexample
+
+
+def test_library_check_detects_a_tightened_bound():
+    assert not th.check_library_first_inequality(64, 64, 8, seed=8001, bound_factor=0.99).holds

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import given
 
@@ -58,3 +59,55 @@ def test_detects_a_wrong_error_split():
     inst = ue.random_instance(4, 8, 10, 13, 3)
     assert ue.check_error_decomposition(inst["A"], inst["X"], inst["R"], seed=4).holds
     assert not ue.check_error_decomposition(inst["A"], inst["X"], inst["R"], seed=4, split_shift=1).holds
+
+
+# ------------------------------------------------------- the library's LPLRFactorize (caldera.lplr) against App. C.1
+
+
+@pytest.mark.parametrize("sweep", ["jacobi", "alternating"])
+def test_library_lplr_steps_solve_the_update_equations(monkeypatch, sweep):
+    """Every factor ``caldera.lplr.lplr_factorize`` hands to its quantizer is the App. C.1 minimizer for the previous
+    quantized factor: L̃ = AHRᵀ(RHRᵀ)⁻¹ (lines 4, 9) and R̃ = L†AHH† (line 8). The raw inputs are recorded at
+    ``quantize_scaled``; float32 arithmetic sets the tolerance (1e-4)."""
+    import caldera.lplr as lp
+    from caldera.quantizers import get_quantizer
+    from caldera.theory.lemma_lplr_error import instance
+
+    A, X = instance(6100, 24, 16, cond=1e2)
+    H = X.T @ X / X.shape[0]
+    calls = []
+    real = lp.quantize_scaled
+
+    def recording(q, x):
+        sc = real(q, x)
+        calls.append((x.double().clone(), (q.dequantize(sc.codes) * sc.scale).double()))
+        return sc
+
+    monkeypatch.setattr(lp, "quantize_scaled", recording)
+    k, T = 3, 4
+    lp.lplr_factorize(A.float(), H, k, get_quantizer("uniform-3"), get_quantizer("uniform-3"), T, sweep=sweep)
+    assert len(calls) == 2 * (T + 1)
+    steps = iter(calls)
+
+    def left(R):  # the next call must be Lᵀ = (AHRᵀ(RHRᵀ)⁻¹)ᵀ for this R
+        x, out = next(steps)
+        r = ue.check_left_update(A, X, R, seed=6100, update=lambda *_: x.T, rtol=1e-4)
+        assert r.holds, r.counterexample
+        return out.T
+
+    def right(L):  # the next call must be R = L†AHH† for this L
+        x, out = next(steps)
+        r = ue.check_right_update(A, X, L, seed=6100, update=lambda *_: x, rtol=1e-4)
+        assert r.holds, r.counterexample
+        return out
+
+    R = next(steps)[1]  # line 3: R_0 = Q_R(R̂) (R̂ is checked against Lemma 4.2 in test_rank_constrained_regression)
+    L = left(R)  # line 4
+    for _ in range(T):
+        if sweep == "jacobi":  # lines 8–9: R_{i+1} from L_i and L_{i+1} from R_i
+            R_new = right(L)
+            L = left(R)
+            R = R_new
+        else:
+            L = left(R)
+            R = right(L)

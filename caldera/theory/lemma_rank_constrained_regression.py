@@ -62,7 +62,8 @@ def paper_closed_form(X: Tensor, Y: Tensor, k: int, *, printed: bool = False,
 
     m ≤ d: ``V I_m Σ⁻¹ Ũ I_k I_kᵀ Σ̃ Ṽᵀ`` with ``Ũ Σ̃ Ṽᵀ`` the full SVD of UᵀY (Σ⁻¹ → Σ† for zero singular
     values: the Remark read literally). m > d: ``V Σ⁻¹ Ũ I_k I_kᵀ Σ̃ Ṽᵀ`` with the SVD of (U I_d)ᵀY, or with
-    ``printed=True`` the printed ``… I_kᵀ Σ̃ Vᵀ`` (only defined when n = d; ValueError otherwise).
+    ``printed=True`` the printed ``… I_kᵀ Σ̃ Vᵀ`` formed literally (only defined when n = d; torch's matmul raises
+    RuntimeError otherwise).
     """
     X, Y = X.double(), Y.double()
     m, d = X.shape
@@ -77,9 +78,10 @@ def paper_closed_form(X: Tensor, Y: Tensor, k: int, *, printed: bool = False,
     Ut, St, Vth = torch.linalg.svd(U[:, :d].T @ Y, full_matrices=True)
     left = Vh.T @ (Sinv[:, None] * Ut[:, :k])
     if printed:
-        if n != d:
-            raise ValueError(f"printed m > d formula I_kᵀ Σ̃ Vᵀ is undefined: Σ̃ is {d}×{n} but Vᵀ is {d}×{d}")
-        return left @ (St[:k, None] * Vh[:k])  # I_kᵀ Σ̃ Vᵀ: the rows of Vᵀ instead of Ṽᵀ
+        # I_kᵀ Σ̃ Vᵀ literally: (k×d)(d×n)(d×d) — torch raises RuntimeError when the shapes do not chain (n ≠ d)
+        Sig = torch.zeros(d, n, dtype=torch.float64)
+        Sig[: St.numel(), : St.numel()] = torch.diag(St)
+        return left @ (torch.eye(d, dtype=torch.float64)[:k] @ Sig @ Vh)
     return left @ (St[:k, None] * Vth[:k])
 
 
@@ -195,13 +197,16 @@ def check_printed_m_gt_d(X: Tensor, Y: Tensor, k: int, *, seed: int) -> CheckRes
     opt, _ = oracle_value_and_solution(X, Y, k)
     corrected = objective(X, paper_closed_form(X, Y, k), Y)
     info = {"seed": seed, "shape(m,d,n,k)": [m, d, n, k], "optimum": opt, "with Ṽᵀ": corrected}
-    if n != d:
+    try:
+        Z = paper_closed_form(X, Y, k, printed=True)
+    except RuntimeError as e:  # the printed product does not chain: the formula is undefined for this shape
         return CheckResult("printed-m>d-formula", LABEL, "Z* = (VΣ⁻¹ŨI_k)(I_kᵀΣ̃Vᵀ) for m > d, as printed",
-                           False, float("inf"), 1, counterexample={**info, "error": "shape mismatch (n ≠ d)"},
+                           False, float("inf"), 1,
+                           counterexample={**info, "error": f"shape mismatch (n ≠ d): {e}"},
                            reasoning="I_kᵀΣ̃ is k×n and Vᵀ is d×d: the product is undefined unless n = d; the "
                                      "intended factor is Ṽᵀ (right singular vectors of (U I_d)ᵀY).",
                            details=info)
-    printed = objective(X, paper_closed_form(X, Y, k, printed=True), Y)
+    printed = objective(X, Z, Y)
     scale = sq_fro(Y)
     holds = printed <= opt + RTOL * scale
     ratio = printed / max(opt, 1e-300)

@@ -96,7 +96,8 @@ ITEMS: tuple[Item, ...] = (
     Item(6, "LPLRFactorize error (Lemma C.3)", "lem:approximation_error_data-aware-LPLRFactorize",
          "lemma_lplr_error",
          "E‖(LR − A)Xᵀ‖² − Σ_{i>k}σ_i² vs ε with the lemma's ranges and budgets, dithered quantizers, Monte "
-         "Carlo (CLT bound, α = 1e-6); the lemma's own procedure (not the library's rms-scaled LPLR)",
+         "Carlo (CLT bound, α = 1e-6), the lemma's own procedure; and the library's lplr_factorize at the "
+         "lemma's bit budgets (uniform-B factors, deterministic)",
          "The excess is E‖E_R‖² plus G-step terms, each budgeted to ε/4 with generous constants (κ², Δ²/4), "
          "so the measured excess is a few percent of ε."),
     Item(7, "LDLQ error identity (App. C.3)", "eq:ldlq-error-in-terms-of-quantizer-error",
@@ -110,7 +111,8 @@ ITEMS: tuple[Item, ...] = (
          "thm:approximation-error-Q-plus-LR, thm:approximation-error-Q-plus-LR-formal",
          "theorem_caldera_error",
          "full procedure (library BlockLDLQ + dithered Q_Q, LPLR lemma) vs Σ_{i>k}Eλ_i(ηDηᵀ) + ε and both "
-         "final RHS over sizes; worst-variance midpoint instance; regimes (i), (ii); informal vs formal",
+         "final RHS over sizes; worst-variance midpoint instance; regimes (i), (ii); informal vs formal; the "
+         "first inequality for the library's caldera_decompose (16-bit factors, E8P Q_Q)",
          "The first inequality holds (pathwise identity + Lemma C.3). The formal '≲' fails even "
          "asymptotically when the errors attain Var = Δ²/4 (midpoint inputs) with n ≪ d and k/n ≳ 0.45, "
          "because eq. MP_upper_bound uses (n − k) where n is right; the informal (1 − k/2n)² form survives "
