@@ -300,14 +300,27 @@ def _eval_throughput(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from caldera.pipeline.checkpoint import read_config, verify_checksums
+    from caldera.pipeline.checkpoint import check_config, load_compressed, read_config
 
     folder = Path(args.checkpoint)
     if not is_checkpoint(folder):
         raise CLIError(f"{folder} is not a compressed checkpoint (no caldera_config.json); run `caldera compress`")
-    if not args.no_verify:
-        verify_checksums(folder)
+    if not args.no_verify:  # checksums, then the content: metadata against tensors (as every loader does)
+        load_compressed(folder, load_tokenizer=False, cache_dequantized=False)
     cfg = read_config(folder)
+    check_config(cfg, folder)
+    try:
+        info = _checkpoint_summary(folder, cfg, args.matrices)
+    except (KeyError, TypeError, AttributeError, ValueError, ZeroDivisionError) as e:
+        raise CLIError(
+            f"{folder}: caldera_config.json has an unexpected layout ({type(e).__name__}: {e}); "
+            "re-run `caldera compress` to rebuild the checkpoint"
+        ) from None
+    _print_json(info)
+    return 0
+
+
+def _checkpoint_summary(folder: Path, cfg: dict[str, Any], matrices: bool) -> dict[str, Any]:
     errors = cfg.get("errors", {})
     by_linear: dict[str, list[float]] = {}
     for path, e in errors.items():
@@ -330,10 +343,9 @@ def cmd_info(args: argparse.Namespace) -> int:
             for k, v in sorted(by_linear.items())
         },
     }
-    if args.matrices:
+    if matrices:
         info["errors"] = errors
-    _print_json(info)
-    return 0
+    return info
 
 
 def cmd_matrix_report(args: argparse.Namespace, rest: list[str]) -> int:

@@ -7,7 +7,7 @@ Matrices reading the same Hessian (q/k/v: group ``qkv``; gate/up: group ``up``) 
 factorizations) when the method supports it; its seed is derived deterministically from the method
 config's seed, the layer index and the group name (:func:`group_seed`).
 
-Per layer two files are written, each atomically (tmp + ``os.replace``), the JSON last::
+Per layer two files are written, each atomically (:mod:`caldera.atomic`), the JSON last::
 
     layer_{l:03d}.safetensors   the CompressedLinear state of the 7 matrices
                                 (``self_attn.q_proj.Q_codes``, ...)
@@ -51,19 +51,13 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import Tensor, nn
 
+from caldera.atomic import remove_orphans, save_safetensors_atomic, sha256_file, write_atomic
 from caldera.decomposition import HessianContext
 from caldera.methods import get_method
 from caldera.metrics import relative_data_aware_error, relative_frobenius_error
-from caldera.pipeline.checkpoint import base_config_dict, sha256_file, tied_keys, write_checkpoint
+from caldera.pipeline.checkpoint import base_config_dict, tied_keys, write_checkpoint
 from caldera.pipeline.compressed_linear import CompressedLinear
-from caldera.pipeline.hessians import (
-    GROUPS,
-    atomic_save_file,
-    atomic_write_text,
-    decoder_layers,
-    layer_file,
-    load_layer_hessians,
-)
+from caldera.pipeline.hessians import GROUPS, decoder_layers, layer_file, load_layer_hessians
 
 log = logging.getLogger("caldera.pipeline.compress")
 FORMAT = "caldera-layer/1"
@@ -79,12 +73,6 @@ def group_seed(seed: int, layer: int, group: str) -> int:
 def layer_paths(out_dir: str | os.PathLike, layer: int) -> tuple[Path, Path]:
     base = Path(out_dir) / f"layer_{layer:03d}"
     return base.with_suffix(".safetensors"), base.with_suffix(".json")
-
-
-def _get(module: nn.Module, path: str) -> nn.Module:
-    for part in path.split("."):
-        module = getattr(module, part)
-    return module
 
 
 def layers_prefix(model: nn.Module) -> str:
@@ -166,7 +154,7 @@ def _decompose_layer(
             ctx = HessianContext.prepare(H, rht=cfg.rht, seed=cfg.seed, sigma_reg=cfg.sigma_reg)
         ctx_s = time.perf_counter() - t0
         for name in members:
-            lin = _get(layer, name)
+            lin = layer.get_submodule(name)
             W = lin.weight.detach().float().cpu()
             t1 = time.perf_counter()
             dec = spec.fn(W, H, cfg, context=ctx) if ctx is not None else spec.fn(W, H, cfg)
@@ -251,6 +239,8 @@ def compress_model(
         )
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    for orphan in remove_orphans(out_dir):  # temporaries of a killed run (pid gone), never a live job's
+        log.info("removed %s (left by an interrupted run)", orphan)
     results: dict[int, dict[str, Any]] = {}
     computed, skipped = [], []
     t_start = time.perf_counter()
@@ -283,7 +273,8 @@ def compress_model(
                 all_layers[li], li, H_groups, spec, config, ft_rank=ft_rank, progress_cb=tick
             )
         st, js = layer_paths(out_dir, li)
-        atomic_save_file(tensors, st, {"format": FORMAT, "layer": str(li)})
+        # one metadata key (JSON, sorted): a rerun writes byte-identical files (see caldera.atomic)
+        save_safetensors_atomic(tensors, st, {"caldera_layer": json.dumps({"format": FORMAT, "layer": li})})
         info = {
             "format": FORMAT,
             "layer": li,
@@ -297,7 +288,7 @@ def compress_model(
             "matrices": matrices,
             "sha256": sha256_file(st),
         }
-        atomic_write_text(js, json.dumps(info, indent=1, sort_keys=True) + "\n")
+        write_atomic(js, json.dumps(info, indent=1, sort_keys=True) + "\n")
         results[li] = info
         computed.append(li)
     bar.close()
@@ -318,7 +309,7 @@ def compress_model(
 
 def model_linear_shapes(model: nn.Module) -> list[tuple[int, int]]:
     """(out, in) of the seven linear layers of every decoder layer, in order."""
-    return [tuple(_get(layer, name).weight.shape) for layer in decoder_layers(model) for name in LINEARS]
+    return [tuple(layer.get_submodule(name).weight.shape) for layer in decoder_layers(model) for name in LINEARS]
 
 
 def bits_summary(model: nn.Module, matrices: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -202,3 +202,53 @@ def test_layers_from_other_hessians_are_recomputed(tmp_path):
     s = C.compress_model(model, tmp_path / "h", "quip#", {}, tmp_path / "layers", progress=False)
     assert s["computed"] == [0] and s["skipped"] == [1]
     assert C.read_layer_result(tmp_path / "layers", 0)["matrices"]["mlp.up_proj"]["error"] != first
+
+
+def test_rerun_is_byte_identical_file_by_file(setup):
+    """Per-layer safetensors files (not only the final checkpoint) are reproducible: one metadata key, so the
+    header does not depend on safetensors' per-process random map order."""
+    from safetensors import safe_open
+
+    model, root = setup
+    runs = [root / f"repro{i}.layers" for i in range(2)]
+    for ld in runs:
+        C.compress_model(model, root / "hess", "quip#", {}, ld, progress=False)
+    for li in (0, 1):
+        a, b = (C.layer_paths(ld, li)[0] for ld in runs)
+        assert a.read_bytes() == b.read_bytes()
+        with safe_open(str(a), "pt") as f:
+            assert f.metadata() == {"caldera_layer": json.dumps({"format": C.FORMAT, "layer": li})}
+    # the JSON differs only by its timings
+    strip = ("wall_s", "finished_at", "context_wall_s")
+
+    def untimed(x):
+        if isinstance(x, dict):
+            return {k: untimed(v) for k, v in x.items() if k not in strip}
+        return x
+
+    ja, jb = (json.loads(C.layer_paths(ld, 0)[1].read_text()) for ld in runs)
+    assert untimed(ja) == untimed(jb) and ja["wall_s"] != jb["wall_s"]
+
+
+def test_orphaned_temporaries_are_removed_by_the_next_run(setup):
+    """A kill -9 during a write leaves ``layer_XXX.*.tmp-<pid>``; the next compress run in that folder deletes
+    the ones whose process is gone (never those of a live parallel job)."""
+    import os
+    import subprocess
+    import sys
+
+    from caldera.atomic import tmp_sibling
+
+    model, root = setup
+    ld = root / "orphans.layers"
+    ld.mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    orphans = [ld / f"layer_000.safetensors.tmp-{proc.pid}", ld / f"layer_001.json.tmp-{proc.pid}"]
+    live = tmp_sibling(ld / "layer_001.safetensors")  # pid of this (live) process
+    for p in (*orphans, live):
+        p.write_bytes(b"partial")
+    C.compress_model(model, root / "hess", "rtn", {"bits": 4}, ld, layers=[0], progress=False)
+    assert not any(p.exists() for p in orphans) and live.exists()
+    os.unlink(live)
+    assert sorted(p.name for p in ld.iterdir()) == ["layer_000.json", "layer_000.safetensors"]
