@@ -139,6 +139,15 @@ def load_layer_tensors(out_dir: str | os.PathLike, layer: int) -> dict[str, Tens
         raise ValueError(f"{st} cannot be read ({e}); delete it and re-run `caldera compress`") from None
 
 
+def _relative_errors(W_hat: Tensor, W: Tensor, H: Tensor) -> tuple[float, float]:
+    """(data-aware, Frobenius) relative errors of Ŵ; for an all-zero W (0/0) they are 0 when Ŵ = 0 too (an
+    exact reconstruction, as :func:`caldera.decomposition.caldera_decompose` returns) and inf otherwise."""
+    if not bool(W.any()):
+        e = 0.0 if not bool(W_hat.any()) else float("inf")
+        return e, e
+    return relative_data_aware_error(W_hat, W, H), relative_frobenius_error(W_hat, W)
+
+
 def _decompose_layer(
     layer: nn.Module, li: int, H_groups: dict[str, Tensor], spec, config, *, ft_rank: int, progress_cb=None
 ) -> tuple[dict[str, Tensor], dict[str, Any]]:
@@ -162,7 +171,7 @@ def _decompose_layer(
             bias = lin.bias.detach() if getattr(lin, "bias", None) is not None else None
             mod = CompressedLinear.from_decomposition(dec, bias=bias, ft_rank=ft_rank, ft_dtype=torch.float32)
             W_hat = mod.weight_reconstruction()
-            err = relative_data_aware_error(W_hat, W, H)
+            err, frob = _relative_errors(W_hat, W, H)
             widths = mod.bit_widths()
             matrices[name] = {
                 "shape": list(W.shape),
@@ -172,7 +181,7 @@ def _decompose_layer(
                 "ft_rank": mod.ft_rank,
                 "error": err,
                 "error_reg": float(dec.error),
-                "frobenius_error": relative_frobenius_error(W_hat, W),
+                "frobenius_error": frob,
                 "best_iter": dec.best_iter,
                 "error_trace": _jsonable(dec.error_trace),
                 "wall_s": wall,

@@ -252,3 +252,21 @@ def test_orphaned_temporaries_are_removed_by_the_next_run(setup):
     assert not any(p.exists() for p in orphans) and live.exists()
     os.unlink(live)
     assert sorted(p.name for p in ld.iterdir()) == ["layer_000.json", "layer_000.safetensors"]
+
+
+def test_an_all_zero_matrix_does_not_stop_the_model(setup):
+    """A dead (all-zero) linear used to raise ZeroDivisionError in caldera_decompose and end the whole
+    compression; it is now stored exactly (Ŵ = 0, error 0) and the rest of the layer is unaffected."""
+    model, root = setup
+    zeroed = tiny_llama()
+    with torch.no_grad():
+        zeroed.model.layers[0].self_attn.v_proj.weight.zero_()
+    ld = root / "zero.layers"
+    s = C.compress_model(zeroed, root / "hess", "caldera", CALDERA, ld, layers=[0], progress=False)
+    m = s["matrices"]["0.self_attn.v_proj"]
+    assert m["error"] == 0.0 and m["error_reg"] == 0.0
+    assert 0 < s["matrices"]["0.self_attn.q_proj"]["error"] < 1
+    path, _ = C.assemble_checkpoint(zeroed, ld, root / "zero.ckpt", "caldera", CALDERA, allow_partial=True)
+    loaded, _ = load_compressed(path)
+    v = loaded.model.layers[0].self_attn.v_proj
+    assert isinstance(v, CompressedLinear) and not v.weight_reconstruction().any()
