@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from caldera.atomic import write_atomic
+
 DEFAULT_MODEL = "smollm2"
 
 
@@ -266,7 +268,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         res.update(source=args.source, seq_len=args.seq_len)
     _print_json(res)
     if args.out:
-        Path(args.out).write_text(json.dumps(res, indent=1, sort_keys=True, default=str) + "\n")
+        write_atomic(args.out, json.dumps(res, indent=1, sort_keys=True, default=str) + "\n")
     return 0
 
 
@@ -301,7 +303,7 @@ def _eval_throughput(args: argparse.Namespace) -> int:
         )
     _print_json(res)
     if args.out:
-        Path(args.out).write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
+        write_atomic(args.out, json.dumps(res, indent=1, sort_keys=True) + "\n")
     return 0
 
 
