@@ -8,7 +8,7 @@ Layout of a checkpoint folder::
                            (``model.layers.0.self_attn.q_proj.Q_codes``)
     caldera_config.json    format version, base model config dict, method name + config, per-module
                            metadata (shapes, rank, bits, quantizer names), bits summary, errors, and per
-                           module the fingerprint [Σ Ŵ, Σ Ŵ²] of what its tensors decode to
+                           module the fingerprint [Σ W, Σ W²] of what its tensors decode to (RHT basis)
     tokenizer files        optional (``tokenizer.save_pretrained``)
     checksums.json         sha256 of every other file
 
@@ -89,11 +89,12 @@ def _module_tensors(tensors: dict[str, Tensor], path: str) -> dict[str, Tensor]:
 
 
 def weight_fingerprint(module: CompressedLinear) -> list[float]:
-    """``[Σ Ŵ_ij, Σ Ŵ_ij²]`` (float64) of the module's reconstruction in the original basis: what the stored
-    codes, scales, signs and factors decode to with the stored metadata (quantizer names, dtypes). Stored in
-    the checkpoint config and compared at load, so metadata that no longer matches the tensors (another
-    quantizer name, a changed scale or sign) is refused instead of decoding to a different model."""
-    W = module.weight_reconstruction().double()
+    """``[Σ W_ij, Σ W_ij²]`` (float64) of the module's rotated weight ``Q + L R (+ L_ft R_ft)``: what the stored
+    codes, scales and factors decode to with the stored metadata (quantizer names, code dtypes). Stored in the
+    checkpoint config and compared at load, so metadata that no longer matches the tensors (another quantizer
+    name, a changed scale) is refused instead of decoding to a different model. (The RHT signs are tensors,
+    covered by the checksums; the basis is skipped because it would cost two transforms per module.)"""
+    W = module.rotated_weight().double()
     return [float(W.sum()), float(W.pow(2).sum())]
 
 
@@ -353,6 +354,13 @@ def load_compressed(
             fp = weight_fingerprint(mod) if path in fingerprints else None
         except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as e:
             raise _bad(folder, f"modules[{path!r}] does not match its tensors ({e})") from None
+        unused = sorted(set(own) - set(mod.state_dict()))
+        if unused:  # e.g. rht or lr_format flipped in the metadata: the tensors say otherwise
+            raise _bad(
+                folder,
+                f"modules[{path!r}] has tensors {unused} that its metadata does not use (rht={meta['rht']}, "
+                f"lr_format={meta.get('lr_format')!r}, ft_rank={meta['ft_rank']})",
+            )
         if fp is not None:
             want = fingerprints[path]
             if not all(math.isclose(a, b, rel_tol=FINGERPRINT_RTOL, abs_tol=1e-30) for a, b in zip(fp, want)):

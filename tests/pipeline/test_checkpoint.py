@@ -269,6 +269,10 @@ INCONSISTENT = {
         r"1 tensors hold NaN/Inf values, e.g. \['model\.layers\.0\.self_attn\.q_proj\.Q_scale'\]",
     ),
     "codes missing": (_edit_tensors(lambda t: t.pop(_Q + ".Q_codes")), r"missing tensors \['Q_codes'\]"),
+    "rht flag flipped": (
+        _edit_config(lambda c: c["modules"][_Q].update(rht=False)),
+        r"q_proj'\] has tensors \['S_U', 'S_V'\] that its metadata does not use \(rht=False",
+    ),
     "tied source missing": (
         _edit_tensors(lambda t: t.pop("model.embed_tokens.weight")),
         r"points to 'model\.embed_tokens\.weight', which model\.safetensors does not hold",
