@@ -1,26 +1,213 @@
-"""Atomic file writes: a rerun never trusts a half-written file."""
+"""Atomic outputs and file hashes: the one mechanism every writer of this package uses.
+
+A rerun must never trust a half-written file, and a file on disk must be what its writer meant:
+
+* :func:`atomic_path` / :func:`write_atomic` / :func:`save_safetensors_atomic` write one file through a
+  temporary sibling ``<name>.tmp-<pid>-<host>-<random>``, fsync it, rename it onto the target and fsync the
+  folder; the temporary file is deleted on any exception. :func:`atomic_dir` does the same for a folder
+  (checkpoints, cached assets).
+* Outputs get the permissions of an ordinary file (``0o666 & ~umask``, e.g. ``-rw-r--r--`` under umask 022):
+  the temporary file is created with ``os.open(..., 0o666)`` (the kernel applies the umask) and that mode is
+  restored after the writer ran, so owner-only ``0o600`` files (``mkstemp``, safetensors) never leak into
+  results.
+* A crash (``kill -9``) can still leave a temporary sibling behind. :func:`remove_orphans` deletes the ones
+  whose writing process is gone (same host, dead pid) or that are older than a day; every atomic write calls
+  it for its own target name, and writers that own a folder call it once for the folder at start.
+* :func:`save_safetensors_atomic` writes reproducible bytes: the safetensors header serializes its metadata
+  dict in a per-process random order, so metadata is restricted to one key (a JSON string with sorted keys).
+* :func:`sha256_file` is the package's only file hash.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import glob
+import hashlib
 import os
-import tempfile
+import re
+import secrets
+import shutil
+import socket
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+TMP_INFIX = ".tmp-"
+#: A temporary sibling older than this is an orphan whatever its pid says (pids are reused; other hosts).
+ORPHAN_AGE_S = 24 * 3600.0
+_HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+# <pid>-<host>-<random> (this module), <pid> (older writers); anything else only by age
+_TMP_RE = re.compile(r"\.tmp-(?P<pid>\d+)(?:-(?P<host>[0-9a-f]{8})-[0-9a-f]+)?$")
 
 
-def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> Path:
-    """Write ``data`` (text as UTF-8, or bytes) to ``path`` through a temporary file in the same folder, fsync,
-    then an atomic rename; the temporary file is removed on any failure. Creates the parent folder."""
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    """Hex sha256 of a file, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def tmp_sibling(path: str | os.PathLike) -> Path:
+    """A fresh temporary name next to ``path``: ``<name>.tmp-<pid>-<host>-<random>``."""
+    path = Path(path)
+    return path.with_name(f"{path.name}{TMP_INFIX}{os.getpid()}-{_HOST}-{secrets.token_hex(4)}")
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by another user
+        return True
+    return True
+
+
+def is_orphan(path: str | os.PathLike, *, max_age_s: float = ORPHAN_AGE_S) -> bool:
+    """True if ``path`` is a temporary sibling (``*.tmp-*``) whose writer is gone: its pid (on this host) is
+    dead, or it is older than ``max_age_s``. A name without a pid is judged by age only."""
+    path = Path(path)
+    if TMP_INFIX not in path.name:
+        return False
+    try:
+        age = time.time() - path.lstat().st_mtime
+    except FileNotFoundError:
+        return False
+    if age > max_age_s:
+        return True
+    m = _TMP_RE.search(path.name)
+    if m is None or (m["host"] is not None and m["host"] != _HOST):
+        return False
+    return not _pid_alive(int(m["pid"]))
+
+
+def remove_orphans(folder: str | os.PathLike, name: str = "*", *, max_age_s: float = ORPHAN_AGE_S) -> list[Path]:
+    """Delete the orphaned temporary siblings ``<name>.tmp-*`` (files or folders) in ``folder``
+    (:func:`is_orphan`); ``name`` is a file name (taken literally) or ``"*"`` for all. Returns them."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    pattern = ("*" if name == "*" else glob.escape(name)) + TMP_INFIX + "*"
+    removed = []
+    for p in folder.glob(pattern):
+        if is_orphan(p, max_age_s=max_age_s):
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+            removed.append(p)
+    return removed
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # e.g. a platform without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary sibling of ``path`` for any writer (``save_file``, ``savefig``, ``open(..., "wb")``).
+
+    The temporary file already exists (empty, mode ``0o666 & ~umask``). On normal exit it gets that mode back
+    (a writer may have replaced it with an owner-only file), is fsynced and renamed onto ``path``; on an
+    exception it is deleted. Creates the parent folder and first removes orphaned temporaries of the same name
+    (:func:`remove_orphans`).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    remove_orphans(path.parent, path.name)
+    tmp = tmp_sibling(path)
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    mode = tmp.stat().st_mode & 0o777  # 0o666 & ~umask, read without changing the process umask
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
+        yield tmp
+        os.chmod(tmp, mode)  # writers that replace the file (safetensors makes it 0o600) lose the mode
+        _fsync_file(tmp)
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        tmp.unlink(missing_ok=True)
         raise
+    _fsync_dir(path.parent)
+
+
+def write_atomic(path: str | os.PathLike, data: str | bytes) -> Path:
+    """Write ``data`` (text as UTF-8, or bytes) to ``path`` atomically (:func:`atomic_path`)."""
+    path = Path(path)
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        f.write(data.encode("utf-8") if isinstance(data, str) else data)
     return path
+
+
+def save_safetensors_atomic(tensors: dict[str, Any], path: str | os.PathLike, metadata: dict[str, str]) -> Path:
+    """``safetensors.torch.save_file`` through :func:`atomic_path`, with reproducible bytes.
+
+    ``metadata`` must have at most one key: safetensors writes its metadata map in a random order per process,
+    so two keys would make a rerun's bytes differ. Put structured metadata in one JSON string (sorted keys).
+    """
+    from safetensors.torch import save_file
+
+    if len(metadata) > 1:
+        raise ValueError(
+            f"metadata has keys {sorted(metadata)}; safetensors orders several keys randomly (non-reproducible "
+            "files): pass one key holding json.dumps({...}, sort_keys=True)"
+        )
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), metadata=metadata or None)
+    return path
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a fresh temporary folder next to ``path``; on normal exit it replaces ``path`` (an existing
+    ``path`` is moved aside first and deleted after the rename), on an exception it is deleted.
+
+    Every file inside gets ``0o666 & ~umask`` (some writers create owner-only files) and is fsynced before the
+    rename; the folder gets ``0o777 & ~umask``. Orphaned temporaries of ``path`` are removed first.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_orphans(path.parent, path.name)
+    tmp = tmp_sibling(path)
+    os.mkdir(tmp, 0o777)  # the kernel applies the umask
+    umask = 0o777 & ~tmp.stat().st_mode
+    try:
+        yield tmp
+        for f in sorted(tmp.rglob("*")):
+            if f.is_file() and not f.is_symlink():
+                os.chmod(f, 0o666 & ~umask)
+                _fsync_file(f)
+            elif f.is_dir() and not f.is_symlink():
+                os.chmod(f, 0o777 & ~umask)
+        old = None
+        if path.exists() or path.is_symlink():
+            old = tmp_sibling(path)
+            os.replace(path, old)
+        os.replace(tmp, path)
+        if old is not None:
+            if old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                old.unlink(missing_ok=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _fsync_dir(path.parent)

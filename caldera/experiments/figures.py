@@ -8,12 +8,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from caldera.atomic import atomic_path
 from caldera.experiments.steps import load_dense, write_json
 from caldera.pipeline.hessians import GROUPS, decoder_layers
 
@@ -101,9 +101,8 @@ def step_lplr_traces(config: dict[str, Any], model: str, hessian_dir: str, out: 
 
 def _save(fig, out_png: str, out_pdf: str) -> None:
     for path in (out_png, out_pdf):
-        tmp = Path(path).with_name("tmp-" + Path(path).name)
-        fig.savefig(tmp, bbox_inches="tight", dpi=130)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, bbox_inches="tight", dpi=130, format=Path(path).suffix.lstrip("."))
 
 
 def plot_figure1(data: dict[str, Any], out_png: str, out_pdf: str) -> None:

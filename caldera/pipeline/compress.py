@@ -7,7 +7,7 @@ Matrices reading the same Hessian (q/k/v: group ``qkv``; gate/up: group ``up``) 
 factorizations) when the method supports it; its seed is derived deterministically from the method
 config's seed, the layer index and the group name (:func:`group_seed`).
 
-Per layer two files are written, each atomically (tmp + ``os.replace``), the JSON last::
+Per layer two files are written, each atomically (:mod:`caldera.atomic`), the JSON last::
 
     layer_{l:03d}.safetensors   the CompressedLinear state of the 7 matrices
                                 (``self_attn.q_proj.Q_codes``, ...)
@@ -51,18 +51,12 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import Tensor, nn
 
+from caldera.atomic import remove_orphans, save_safetensors_atomic, sha256_file, write_atomic
 from caldera.methods import get_method
 from caldera.metrics import relative_data_aware_error, relative_frobenius_error
-from caldera.pipeline.checkpoint import base_config_dict, sha256_file, tied_keys, write_checkpoint
+from caldera.pipeline.checkpoint import base_config_dict, tied_keys, write_checkpoint
 from caldera.pipeline.compressed_linear import CompressedLinear
-from caldera.pipeline.hessians import (
-    GROUPS,
-    atomic_save_file,
-    atomic_write_text,
-    decoder_layers,
-    layer_file,
-    load_layer_hessians,
-)
+from caldera.pipeline.hessians import GROUPS, decoder_layers, layer_file, load_layer_hessians
 
 log = logging.getLogger("caldera.pipeline.compress")
 FORMAT = "caldera-layer/1"
@@ -144,6 +138,15 @@ def load_layer_tensors(out_dir: str | os.PathLike, layer: int) -> dict[str, Tens
         raise ValueError(f"{st} cannot be read ({e}); delete it and re-run `caldera compress`") from None
 
 
+def _relative_errors(W_hat: Tensor, W: Tensor, H: Tensor) -> tuple[float, float]:
+    """(data-aware, Frobenius) relative errors of Ŵ; for an all-zero W (0/0) they are 0 when Ŵ = 0 too (an
+    exact reconstruction, as :func:`caldera.decomposition.caldera_decompose` returns) and inf otherwise."""
+    if not bool(W.any()):
+        e = 0.0 if not bool(W_hat.any()) else float("inf")
+        return e, e
+    return relative_data_aware_error(W_hat, W, H), relative_frobenius_error(W_hat, W)
+
+
 def _decompose_layer(
     layer: nn.Module, li: int, H_groups: dict[str, Tensor], spec, config, *, ft_rank: int, progress_cb=None
 ) -> tuple[dict[str, Tensor], dict[str, Any]]:
@@ -165,7 +168,7 @@ def _decompose_layer(
             bias = lin.bias.detach() if getattr(lin, "bias", None) is not None else None
             mod = CompressedLinear.from_decomposition(dec, bias=bias, ft_rank=ft_rank, ft_dtype=torch.float32)
             W_hat = mod.weight_reconstruction()
-            err = relative_data_aware_error(W_hat, W, H)
+            err, frob = _relative_errors(W_hat, W, H)
             widths = mod.bit_widths()
             matrices[name] = {
                 "shape": list(W.shape),
@@ -175,7 +178,7 @@ def _decompose_layer(
                 "ft_rank": mod.ft_rank,
                 "error": err,
                 "error_reg": float(dec.error),
-                "frobenius_error": relative_frobenius_error(W_hat, W),
+                "frobenius_error": frob,
                 "best_iter": dec.best_iter,
                 "error_trace": _jsonable(dec.error_trace),
                 "wall_s": wall,
@@ -243,6 +246,8 @@ def compress_model(
         )
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    for orphan in remove_orphans(out_dir):  # temporaries of a killed run (pid gone), never a live job's
+        log.info("removed %s (left by an interrupted run)", orphan)
     results: dict[int, dict[str, Any]] = {}
     computed, skipped = [], []
     t_start = time.perf_counter()
@@ -275,7 +280,8 @@ def compress_model(
                 all_layers[li], li, H_groups, spec, config, ft_rank=ft_rank, progress_cb=tick
             )
         st, js = layer_paths(out_dir, li)
-        atomic_save_file(tensors, st, {"format": FORMAT, "layer": str(li)})
+        # one metadata key (JSON, sorted): a rerun writes byte-identical files (see caldera.atomic)
+        save_safetensors_atomic(tensors, st, {"caldera_layer": json.dumps({"format": FORMAT, "layer": li})})
         info = {
             "format": FORMAT,
             "layer": li,
@@ -289,7 +295,7 @@ def compress_model(
             "matrices": matrices,
             "sha256": sha256_file(st),
         }
-        atomic_write_text(js, json.dumps(info, indent=1, sort_keys=True) + "\n")
+        write_atomic(js, json.dumps(info, indent=1, sort_keys=True) + "\n")
         results[li] = info
         computed.append(li)
     bar.close()

@@ -17,8 +17,8 @@ string (``caldera_hessians``: format, layer, groups, n_tokens, seed, model, dtyp
 Unlike the authors' files, H is stored uncentered (no ``μμᵀ`` to add back) and not trace-normalized:
 regularization is the decomposition's job (``caldera.ldl.regularize_hessian``).
 
-Files are written to a temporary name and renamed (``os.replace``), so a crash never leaves a file that
-looks complete; a rerun skips layers whose artifact exists and loads cleanly (resumable).
+Files are written atomically (:mod:`caldera.atomic`: temporary name, fsync, ``os.replace``), so a crash never
+leaves a file that looks complete; a rerun skips layers whose artifact exists and loads cleanly (resumable).
 
 Memory: the hidden states of all calibration sequences are held at once (N × T × hidden in the model's
 dtype on the model's device): 9.4 MB for SmolLM2-135M at 16 × 256, far more at paper scale.
@@ -35,10 +35,10 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, safe_open, save_file
+from safetensors.torch import load_file, safe_open
 from torch import Tensor, nn
 
-from caldera.atomic import write_atomic
+from caldera.atomic import save_safetensors_atomic, write_atomic
 
 FORMAT = "caldera-hessians/1"
 META_KEY = "caldera_hessians"
@@ -121,7 +121,7 @@ class HessianAccumulator:
             "dtype": str(dtype).removeprefix("torch."),
             **metadata,
         }
-        return atomic_save_file(self.tensors("", dtype), path, {META_KEY: json.dumps(meta, sort_keys=True)})
+        return save_safetensors_atomic(self.tensors("", dtype), path, {META_KEY: json.dumps(meta, sort_keys=True)})
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> tuple["HessianAccumulator", dict[str, Any]]:
@@ -139,33 +139,6 @@ class HessianAccumulator:
 
 
 # ----------------------------------------------------------------------------------------- file helpers
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def atomic_save_file(tensors: dict[str, Tensor], path: str | os.PathLike, metadata: dict[str, str]) -> Path:
-    """``safetensors.save_file`` to ``path.tmp-<pid>`` then ``os.replace`` onto ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    try:
-        save_file(tensors, str(tmp), metadata=metadata)
-        os.chmod(tmp, 0o666 & ~_umask())  # safetensors creates 0600 files
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    return write_atomic(path, text)
 
 
 def _corrupt(path: str | os.PathLike, why: str) -> ValueError:
@@ -316,12 +289,6 @@ def capture_layer_inputs(
     return store
 
 
-def _get(module: nn.Module, path: str) -> nn.Module:
-    for part in path.split("."):
-        module = getattr(module, part)
-    return module
-
-
 def _run_layer(layer: nn.Module, hs: Tensor, kwargs: dict[str, Any]) -> Tensor:
     out = layer(hs, **kwargs)
     return out[0] if isinstance(out, (tuple, list)) else out
@@ -395,7 +362,7 @@ def collect_hessians(
                 handles = []
                 if li in todo:
                     for g, (path, _) in GROUPS.items():
-                        mod = _get(layer, path)
+                        mod = layer.get_submodule(path)
                         acc = accs[g] = HessianAccumulator(mod.in_features, device=mod.weight.device)
                         handles.append(mod.register_forward_pre_hook(lambda _m, args, _acc=acc: _acc.update(args[0])))
                 try:
@@ -418,10 +385,11 @@ def collect_hessians(
                         "dtype": str(store_dtype).removeprefix("torch."),
                         "calibration_sha256": fp,
                     }
-                    atomic_save_file(tensors, layer_file(out_dir, li), {META_KEY: json.dumps(meta, sort_keys=True)})
+                    meta_json = {META_KEY: json.dumps(meta, sort_keys=True)}
+                    save_safetensors_atomic(tensors, layer_file(out_dir, li), meta_json)
                     bar.update(1)
             bar.close()
         finally:
             model.train(was_training)
-    atomic_write_text(out_dir / "hessians.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    write_atomic(out_dir / "hessians.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
     return summary

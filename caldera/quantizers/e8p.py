@@ -92,8 +92,12 @@ def check_finite(x: Tensor, arg: str, bound: float | None = None) -> None:
             raise ValueError(f"{arg}: max |{arg}| = {m:g} exceeds {bound:g}; scale the input first")
 
 
+_WIDE_UNSIGNED = (torch.uint16, torch.uint32, torch.uint64)
+
+
 def check_codes(codes: Tensor, arg: str, upper: int) -> None:
-    """Raise ``ValueError`` unless ``codes`` is an integer tensor with values in ``[0, upper)``."""
+    """Raise ``ValueError`` unless ``codes`` is an integer tensor (any signed or unsigned width) with values
+    in ``[0, upper)``."""
     if not isinstance(codes, Tensor):
         raise ValueError(f"{arg}: expected a torch.Tensor, got {type(codes).__name__}")
     if codes.is_floating_point() or codes.is_complex() or codes.dtype == torch.bool:
@@ -101,7 +105,10 @@ def check_codes(codes: Tensor, arg: str, upper: int) -> None:
     if codes.ndim == 0:
         raise ValueError(f"{arg}: expected at least one dimension, got a scalar")
     if codes.numel():
-        lo, hi = int(codes.min()), int(codes.max())
+        # torch implements no min/max for uint16/uint32/uint64 (the dtypes checkpoints store codes in); the
+        # values are widened first (uint64 above 2**63 wraps negative and is reported out of range)
+        c = codes.to(torch.int64) if codes.dtype in _WIDE_UNSIGNED else codes
+        lo, hi = int(c.min()), int(c.max())
         if lo < 0 or hi >= upper:
             raise ValueError(f"{arg}: code values must lie in [0, {upper - 1}], got range [{lo}, {hi}]")
 
@@ -516,7 +523,8 @@ class E8P(Quantizer):
         return codes.reshape(*x.shape[:-1], x.shape[-1] // 8)
 
     def dequantize(self, codes: Tensor) -> Tensor:
-        """Codewords for int codes ``(..., m)`` in ``[0, 65535]`` -> float32 ``(..., 8 m)``."""
+        """Codewords for integer codes ``(..., m)`` in ``[0, 65535]`` (any integer dtype, e.g. the uint16 a
+        checkpoint stores) -> float32 ``(..., 8 m)``."""
         check_codes(codes, "codes", _NUM_CODES)
         idx = codes.reshape(-1)
         if idx.dtype not in (torch.int32, torch.int64):

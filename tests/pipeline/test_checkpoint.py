@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -210,3 +211,100 @@ def test_truncated_refused(saved, tmp_path):
     (ck3 / CONFIG_FILE).unlink()
     with pytest.raises(ValueError, match=r"caldera_config\.json is missing"):
         load_compressed(ck3)
+
+
+# ---------------------------------------------------------------------------- valid checksums, wrong content
+
+
+def _rechecksum(ck):
+    """What a buggy writer or a hand edit produces: every checksum valid, the content inconsistent."""
+    from caldera.atomic import sha256_file
+
+    sums = {p.name: sha256_file(p) for p in sorted(ck.iterdir()) if p.is_file() and p.name != CHECKSUM_FILE}
+    (ck / CHECKSUM_FILE).write_text(json.dumps({"sha256": sums}))
+
+
+def _edit_config(f):
+    def go(ck):
+        cfg = json.loads((ck / CONFIG_FILE).read_text())
+        f(cfg)
+        (ck / CONFIG_FILE).write_text(json.dumps(cfg))
+
+    return go
+
+
+def _edit_tensors(f):
+    def go(ck):
+        from safetensors.torch import load_file, save_file
+
+        t = load_file(str(ck / MODEL_FILE))
+        f(t)
+        save_file(t, str(ck / MODEL_FILE), metadata={"format": "caldera-checkpoint/1"})
+
+    return go
+
+
+_Q = "model.layers.0.self_attn.q_proj"
+INCONSISTENT = {
+    "no modules": (_edit_config(lambda c: c.pop("modules")), r"key 'modules' is missing"),
+    "module without rank": (_edit_config(lambda c: c["modules"][_Q].pop("rank")), r"q_proj'\]\.rank is missing"),
+    "unknown model_type": (
+        _edit_config(lambda c: c["base_config"].update(model_type="nosuchmodel")),
+        r"model_type 'nosuchmodel' is not a model type",
+    ),
+    "wrong hidden size": (
+        _edit_config(lambda c: c["base_config"].update(hidden_size=128)),
+        r"is 64x128 but base_config makes it 128x128 \(hidden_size 128\)",
+    ),
+    "quantizer renamed (same code shape)": (
+        _edit_config(lambda c: c["modules"][_Q].update(q_quantizer="e8p-rvq4")),
+        r"q_proj'\] decodes to a different weight than was saved",
+    ),
+    "quantizer unknown": (
+        _edit_config(lambda c: c["modules"][_Q].update(q_quantizer="e9p")),
+        r"q_quantizer 'e9p' is not a known quantizer",
+    ),
+    "NaN scale": (
+        _edit_tensors(lambda t: t.__setitem__(_Q + ".Q_scale", torch.tensor(float("nan")))),
+        r"1 tensors hold NaN/Inf values, e.g. \['model\.layers\.0\.self_attn\.q_proj\.Q_scale'\]",
+    ),
+    "codes missing": (_edit_tensors(lambda t: t.pop(_Q + ".Q_codes")), r"missing tensors \['Q_codes'\]"),
+    "rht flag flipped": (
+        _edit_config(lambda c: c["modules"][_Q].update(rht=False)),
+        r"q_proj'\] has tensors \['S_U', 'S_V'\] that its metadata does not use \(rht=False",
+    ),
+    "tied source missing": (
+        _edit_tensors(lambda t: t.pop("model.embed_tokens.weight")),
+        r"points to 'model\.embed_tokens\.weight', which model\.safetensors does not hold",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(INCONSISTENT))
+def test_inconsistent_content_refused_by_load_and_info(saved, tmp_path, capsys, case):
+    from caldera import cli
+
+    edit, msg = INCONSISTENT[case]
+    _, path = saved
+    ck = _copy(path, tmp_path / "ck")
+    edit(ck)
+    _rechecksum(ck)
+    with pytest.raises(ValueError, match=msg + r".*re-run `caldera compress`"):
+        load_compressed(ck, load_tokenizer=False)
+    capsys.readouterr()
+    assert cli.main(["info", str(ck)]) == 2  # a clear message, no traceback
+    err = capsys.readouterr().err
+    assert err.startswith("caldera info: error: checkpoint") and "Traceback" not in err
+    assert re.search(msg, err)
+
+
+def test_info_without_verification_still_has_no_traceback(saved, tmp_path, capsys):
+    from caldera import cli
+
+    _, path = saved
+    ck = _copy(path, tmp_path / "ck")
+    _edit_config(lambda c: c["modules"][_Q].pop("in_features"))(ck)
+    assert cli.main(["info", "--no-verify", str(ck)]) == 2
+    assert "q_proj'].in_features is missing" in capsys.readouterr().err
+    assert cli.main(["info", str(path)]) == 0
+    assert json.loads(capsys.readouterr().out)["n_compressed_modules"] == 14

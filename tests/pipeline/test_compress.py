@@ -222,3 +222,71 @@ def test_assembled_from_one_folder_per_job_equals_one_folder(setup):
     assert t1.keys() == t2.keys() and all(torch.equal(t1[k], t2[k]) for k in t1)
     with pytest.raises(ValueError, match=r"layers \[1\].*not compressed"):
         C.assemble_checkpoint(model, [root / "job0"], root / "bad.ckpt", "rtn", cfg)
+
+
+def test_rerun_is_byte_identical_file_by_file(setup):
+    """Per-layer safetensors files (not only the final checkpoint) are reproducible: one metadata key, so the
+    header does not depend on safetensors' per-process random map order."""
+    from safetensors import safe_open
+
+    model, root = setup
+    runs = [root / f"repro{i}.layers" for i in range(2)]
+    for ld in runs:
+        C.compress_model(model, root / "hess", "quip#", {}, ld, progress=False)
+    for li in (0, 1):
+        a, b = (C.layer_paths(ld, li)[0] for ld in runs)
+        assert a.read_bytes() == b.read_bytes()
+        with safe_open(str(a), "pt") as f:
+            assert f.metadata() == {"caldera_layer": json.dumps({"format": C.FORMAT, "layer": li})}
+    # the JSON differs only by its timings
+    strip = ("wall_s", "finished_at", "context_wall_s")
+
+    def untimed(x):
+        if isinstance(x, dict):
+            return {k: untimed(v) for k, v in x.items() if k not in strip}
+        return x
+
+    ja, jb = (json.loads(C.layer_paths(ld, 0)[1].read_text()) for ld in runs)
+    assert untimed(ja) == untimed(jb) and ja["wall_s"] != jb["wall_s"]
+
+
+def test_orphaned_temporaries_are_removed_by_the_next_run(setup):
+    """A kill -9 during a write leaves ``layer_XXX.*.tmp-<pid>``; the next compress run in that folder deletes
+    the ones whose process is gone (never those of a live parallel job)."""
+    import os
+    import subprocess
+    import sys
+
+    from caldera.atomic import tmp_sibling
+
+    model, root = setup
+    ld = root / "orphans.layers"
+    ld.mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    orphans = [ld / f"layer_000.safetensors.tmp-{proc.pid}", ld / f"layer_001.json.tmp-{proc.pid}"]
+    live = tmp_sibling(ld / "layer_001.safetensors")  # pid of this (live) process
+    for p in (*orphans, live):
+        p.write_bytes(b"partial")
+    C.compress_model(model, root / "hess", "rtn", {"bits": 4}, ld, layers=[0], progress=False)
+    assert not any(p.exists() for p in orphans) and live.exists()
+    os.unlink(live)
+    assert sorted(p.name for p in ld.iterdir()) == ["layer_000.json", "layer_000.safetensors"]
+
+
+def test_an_all_zero_matrix_does_not_stop_the_model(setup):
+    """A dead (all-zero) linear used to raise ZeroDivisionError in caldera_decompose and end the whole
+    compression; it is now stored exactly (Ŵ = 0, error 0) and the rest of the layer is unaffected."""
+    model, root = setup
+    zeroed = tiny_llama()
+    with torch.no_grad():
+        zeroed.model.layers[0].self_attn.v_proj.weight.zero_()
+    ld = root / "zero.layers"
+    s = C.compress_model(zeroed, root / "hess", "caldera", CALDERA, ld, layers=[0], progress=False)
+    m = s["matrices"]["0.self_attn.v_proj"]
+    assert m["error"] == 0.0 and m["error_reg"] == 0.0
+    assert 0 < s["matrices"]["0.self_attn.q_proj"]["error"] < 1
+    path, _ = C.assemble_checkpoint(zeroed, ld, root / "zero.ckpt", "caldera", CALDERA, allow_partial=True)
+    loaded, _ = load_compressed(path)
+    v = loaded.model.layers[0].self_attn.v_proj
+    assert isinstance(v, CompressedLinear) and not v.weight_reconstruction().any()

@@ -327,3 +327,23 @@ def test_backends_agree_and_validate() -> None:
         assert torch.equal(E8P(backend="numba").quantize(x), E8P(backend="torch").quantize(x))
     with pytest.raises(ValueError, match="backend"):
         E8P(backend="cuda")
+
+
+@pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32, torch.int64, torch.uint8, torch.int16])
+def test_codes_of_any_integer_dtype_decode_alike(q: E8P, dtype: torch.dtype) -> None:
+    """Checkpoints store E8P codes as uint16, for which torch has no min/max (NotImplementedError before)."""
+    codes = torch.tensor([[0, 255, 32767, 65535], [1, 2, 3, 40000]], dtype=torch.int32)
+    if int(codes.max()) > torch.iinfo(dtype).max:
+        codes = codes.clamp_max(torch.iinfo(dtype).max)
+    ref = q.dequantize(codes)
+    assert torch.equal(q.dequantize(codes.to(dtype)), ref) and torch.equal(ref, q.codebook[codes].reshape(2, 32))
+    assert torch.equal(E8P.pack_codes(codes.to(dtype)), E8P.pack_codes(codes))
+    for name in ("e8p-rvq3", "e8p-rvq4"):
+        rq = get_quantizer(name)
+        c = rq.quantize(torch.randn(2, 16, generator=torch.Generator().manual_seed(0)))
+        assert torch.equal(rq.dequantize(c.to(torch.uint32)), rq.dequantize(c))
+
+
+def test_unsigned_codes_out_of_range_are_refused(q: E8P) -> None:
+    with pytest.raises(ValueError, match=r"code values must lie in \[0, 65535\], got range \[5, 70000\]"):
+        q.dequantize(torch.tensor([[5, 70000]], dtype=torch.uint32))

