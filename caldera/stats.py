@@ -157,3 +157,22 @@ def direction(interval: dict, null: float = 0.0) -> int:
     if interval["hi"] < null:
         return -1
     return 0
+
+
+def log_ratio_difference(a1_nll, b1_nll, t1, a2_nll, b2_nll, t2, resamples: int = RESAMPLES, seed: int = SEED,
+                         level: float = LEVEL) -> dict:
+    """``log(ppl_A1/ppl_B1) − log(ppl_A2/ppl_B2)``: how much more variant A1 degrades from B1 (paired, same windows
+    ``t1``) than A2 from B2 (paired, windows ``t2``). The two pairs come from different models (independent
+    windows), so they are resampled independently (seeds ``seed`` and ``seed + 1``). ``sdd``: half-width."""
+    d1 = _paired_log_ratio_draws(a1_nll, b1_nll, t1, resamples, seed)
+    d2 = _paired_log_ratio_draws(a2_nll, b2_nll, t2, resamples, seed + 1)
+    lo, hi = percentile_interval(d1[1] - d2[1], level)
+    return {"estimate": d1[0] - d2[0], "lo": lo, "hi": hi, "n": (d1[2], d2[2]), "sdd": (hi - lo) / 2.0}
+
+
+def _paired_log_ratio_draws(a_nll, b_nll, tokens, resamples: int, seed: int) -> tuple[float, np.ndarray, int]:
+    sa, sb, t = _arr(a_nll, "a_nll"), _arr(b_nll, "b_nll"), _arr(tokens, "tokens")
+    if not sa.shape == sb.shape == t.shape:
+        raise ValueError("a paired perplexity ratio needs the same windows for both variants")
+    idx = bootstrap_indices(sa.size, resamples, seed)
+    return float((sa.sum() - sb.sum()) / t.sum()), _weighted_means(sa, t, idx) - _weighted_means(sb, t, idx), sa.size

@@ -120,3 +120,15 @@ def test_choice_margin_and_direction():
     assert stats.direction({"lo": -0.2, "hi": -0.1}) == -1
     assert stats.direction({"lo": -0.1, "hi": 0.1}) == 0
     assert stats.direction({"lo": 1.01, "hi": 1.2}, null=1.0) == 1
+
+
+def test_log_ratio_difference_is_the_difference_of_the_two_paired_log_ratios():
+    rng = np.random.default_rng(5)
+    t = np.full(5, 100.0)
+    a1, a2 = rng.uniform(300, 500, 5), rng.uniform(300, 500, 5)
+    b1, b2 = a1 + 40.0, a2 + 10.0  # pair 1: A better by 0.4 nats/token, pair 2 by 0.1
+    r = stats.log_ratio_difference(a1, b1, t, a2, b2, t)
+    assert r["estimate"] == pytest.approx(-0.4 - (-0.1))
+    assert r["lo"] == pytest.approx(-0.3) and r["hi"] == pytest.approx(-0.3)  # constant shifts: no spread
+    same = stats.log_ratio_difference(a1, a1, t, a2, a2, t)
+    assert same["lo"] == same["hi"] == 0.0

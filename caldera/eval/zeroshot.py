@@ -190,6 +190,60 @@ def _short(task: str) -> str:
     return task if task.startswith("caldera_") else f"caldera_{task}"
 
 
+def gold_index(task, doc: dict) -> int:
+    """Index of the correct choice of a multiple-choice document, as lm-eval scores it: the target, or for a
+    multiple-input task (WinoGrande's partial evaluation) the text index; a string target is looked up in the
+    choices."""
+    gold = task.doc_to_text(doc) if getattr(task, "multiple_input", 0) else task.doc_to_target(doc)
+    if isinstance(gold, str):
+        gold = list(task.doc_to_choice(doc)).index(gold)
+    return int(gold)
+
+
+def per_document(task, samples: list[dict]) -> list[dict]:
+    """One row per scored document from lm-eval's logged samples (``log_samples=True``)::
+
+        {"doc_id", "gold", "ll": [log-likelihood of each choice], "len": [characters of each choice],
+         "acc", ["acc_norm"], "margin"}
+
+    ``margin`` = ``ll[gold] − max over the wrong choices`` (:func:`caldera.stats.choice_margin`; > 0 iff the
+    correct choice wins). ``acc`` is checked against the log-likelihoods (argmax = gold).
+    """
+    from caldera.stats import choice_margin
+
+    rows = []
+    for s in sorted(samples, key=lambda s: s["doc_id"]):
+        lls = [float(r[0]) for r in s["filtered_resps"]]
+        gold = gold_index(task, s["doc"])
+        row = {"doc_id": int(s["doc_id"]), "gold": gold, "ll": lls,
+               "len": [len(c) for c in task.doc_to_choice(s["doc"])], "acc": float(s["acc"]),
+               "margin": choice_margin(lls, gold)}
+        if "acc_norm" in s:
+            row["acc_norm"] = float(s["acc_norm"])
+        if (max(range(len(lls)), key=lls.__getitem__) == gold) != (row["acc"] == 1.0):
+            raise RuntimeError(f"{task.config.task} doc {row['doc_id']}: acc {row['acc']} disagrees with the "
+                               f"log-likelihoods {lls} (gold {gold})")
+        rows.append(row)
+    return rows
+
+
+def build_tasks(tasks=TASKS) -> dict:
+    """``{name: lm-eval Task}`` for names from :data:`TASKS` (``caldera_`` prefix optional) or the tag
+    ``caldera_zeroshot`` (all five), built from the local YAMLs only (no lm-eval default task index)."""
+    from lm_eval.tasks import TaskManager
+
+    names = []
+    for t in [tasks] if isinstance(tasks, str) else tasks:
+        for n in TASKS if _short(t) == "caldera_zeroshot" else [_short(t)]:  # the tag names all five
+            if n not in TASKS:
+                raise ValueError(f"unknown task {t!r}; expected names from {TASKS} or 'caldera_zeroshot'")
+            if n not in names:
+                names.append(n)
+    tm = TaskManager(include_path=str(tasks_dir()), include_defaults=False)
+    built = tm.load(names)["tasks"]
+    return {n: built[n] for n in names}
+
+
 def zeroshot(
     model, tokenizer, tasks=TASKS, limit: int | float | None = None, batch_size: int = 8, trim_logits: bool = True
 ) -> dict:
@@ -203,27 +257,21 @@ def zeroshot(
     many documents per task (lm-eval semantics; the first ones). Returns::
 
         {"tasks": {task: {"acc", "acc_stderr", ["acc_norm", "acc_norm_stderr"], "n", "n_total",
-                          "task_version"}},
+                          "task_version", "docs": [per-document rows, see per_document]}},
          "lm_eval_version": str, "limit": limit, "batch_size": batch_size}
 
-    stderr values are lm-eval's (sample standard error of the mean accuracy).
+    stderr values are lm-eval's (sample standard error of the mean accuracy); intervals and paired
+    comparisons are computed from ``docs`` by :mod:`caldera.stats`.
     """
     import lm_eval
     from lm_eval.models.huggingface import HFLM
-    from lm_eval.tasks import TaskManager
 
-    names = []
-    for t in [tasks] if isinstance(tasks, str) else tasks:
-        for n in TASKS if _short(t) == "caldera_zeroshot" else [_short(t)]:  # the tag names all five
-            if n not in TASKS:
-                raise ValueError(f"unknown task {t!r}; expected names from {TASKS} or 'caldera_zeroshot'")
-            if n not in names:
-                names.append(n)
+    task_objs = build_tasks(tasks)
+    names = list(task_objs)
     lm_class = continuation_lm_class() if trim_logits else HFLM
     lm = lm_class(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
-    tm = TaskManager(include_path=str(tasks_dir()), include_defaults=False)
     res = lm_eval.simple_evaluate(
-        model=lm, tasks=names, task_manager=tm, limit=limit, num_fewshot=0, log_samples=False
+        model=lm, tasks=list(task_objs.values()), limit=limit, num_fewshot=0, log_samples=True
     )
     out = {}
     for name in names:
@@ -238,6 +286,7 @@ def zeroshot(
         row["n"] = int(ns.get("effective", 0))
         row["n_total"] = int(ns.get("original", 0))
         row["task_version"] = res.get("versions", {}).get(name)
+        row["docs"] = per_document(task_objs[name], res["samples"][name])
         out[name] = row
     return {
         "tasks": out,

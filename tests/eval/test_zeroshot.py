@@ -170,6 +170,25 @@ def test_zeroshot_on_fixture_tasks(prepared):
         "acc_norm" in res["tasks"]["caldera_piqa"] and "acc_norm_stderr" in res["tasks"]["caldera_arc_easy"]
     )
     assert "acc_norm" not in res["tasks"]["caldera_winogrande"]
+    # per-document results: gold from the data, margins from the choice log-likelihoods, acc consistent
+    golds = {"caldera_piqa": [d["label"] for d in PIQA], "caldera_arc_easy": [d["gold"] for d in ARC],
+             "caldera_winogrande": [int(d["answer"]) - 1 for d in WINO]}
+    for name, g in golds.items():
+        docs = res["tasks"][name]["docs"]
+        assert [d["doc_id"] for d in docs] == [0, 1] and [d["gold"] for d in docs] == g[:2]
+        for d in docs:
+            wrong = max(x for j, x in enumerate(d["ll"]) if j != d["gold"])
+            assert d["margin"] == pytest.approx(d["ll"][d["gold"]] - wrong)
+            assert d["acc"] == float(d["margin"] > 0)
+        assert sum(d["acc"] for d in docs) / 2 == pytest.approx(res["tasks"][name]["acc"])
+    # an independent oracle for one log-likelihood: PIQA doc 0, choice 0, scored by hand with the same model
+    ctx, cont = tok("Question: Open a jar\nAnswer:")["input_ids"], tok(" Twist the lid.")["input_ids"]
+    import torch
+
+    with torch.no_grad():
+        logp = torch.log_softmax(model(torch.tensor([ctx + cont])).logits[0].double(), -1)
+    hand = sum(logp[len(ctx) - 1 + i, t].item() for i, t in enumerate(cont))
+    assert res["tasks"]["caldera_piqa"]["docs"][0]["ll"][0] == pytest.approx(hand, abs=1e-3)
     with pytest.raises(ValueError, match="unknown task"):
         zs.zeroshot(model, tok, tasks=["hellaswag"])
 
