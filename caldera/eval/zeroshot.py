@@ -118,11 +118,14 @@ def continuation_lm_class():
     For a causal LM, ``HFLM._loglikelihood_tokens`` right-pads each batch to length T, takes the full
     ``(batch, T, vocab)`` logits and reads, per row, only the continuation positions
     ``[inplen − contlen, inplen)``. With a large vocabulary the LM head over every context token dominates
-    the cost (Gemma-3 270M, vocab 262,144: 2/3 of a forward). This subclass asks the model for the logits of
-    the last ``T − start`` positions only (``logits_to_keep``), where ``start`` is the first continuation
-    position of any row in the batch. lm-eval's own slicing already allows for a logits tensor shorter than
-    the input ("virtual tokens": it offsets by ``logits.shape[1] − T``), so every score it reads is computed
-    by the same model on the same positions and nothing else changes.
+    the cost (Gemma-3 270M, vocab 262,144: 2/3 of a forward). This subclass applies the LM head only at the
+    positions lm-eval reads, row by row: it runs the decoder, applies the head to each row's continuation
+    positions and returns a ``(batch, T − start, vocab)`` tensor (``start``: the first continuation position of
+    any row) holding those logits and zeros elsewhere (never read). Models whose logits are not a plain head
+    of the decoder output (soft-capping, logit scale) get ``logits_to_keep = T − start`` instead.
+    lm-eval's own slicing already allows for a logits tensor shorter than the input ("virtual tokens": it
+    offsets by ``logits.shape[1] − T``), so every score it reads is computed by the same model on the same
+    positions and nothing else changes.
 
     ``start`` comes from the requests themselves: before delegating, :meth:`_loglikelihood_tokens` records
     each model input (``(context + continuation)[-(max_length + 1):][:-1]``, as lm-eval builds it) with its
@@ -149,36 +152,65 @@ def continuation_lm_class():
             finally:
                 self._caldera_spans = None
 
-        def first_scored_position(self, inps: "torch.Tensor") -> int:
-            """Smallest continuation start over the rows of a right-padded batch (0: keep all logits)."""
+        def scored_spans(self, inps: "torch.Tensor") -> list[list[tuple[int, int]]] | None:
+            """Per row of a right-padded batch, the ``[start, end)`` position ranges whose logits lm-eval reads
+            (every candidate input the row can be; see the class docstring); None when a row is not found."""
             spans = self._caldera_spans
             if not spans or self.backend != "causal":
-                return 0
+                return None
             T = inps.shape[1]
-            start = T
+            out = []
             for row in inps.tolist():
-                found, n = False, T
+                found, n = [], T
                 while True:  # candidates: row[:n] with only zeros (padding) after it
                     c = spans.get(tuple(row[:n]))
                     if c is not None:
-                        found, start = True, min(start, n - c)
+                        found.append((max(n - c, 0), n))
                     if n == 0 or row[n - 1] != 0:
                         break
                     n -= 1
                 if not found:
-                    return 0
-            return max(start, 0)
+                    return None
+                out.append(found)
+            return out
+
+        def first_scored_position(self, inps: "torch.Tensor") -> int:
+            """Smallest continuation start over the rows of a right-padded batch (0: keep all logits)."""
+            spans = self.scored_spans(inps)
+            return 0 if spans is None else min(a for row in spans for a, _ in row)
 
         def _model_call(self, inps, attn_mask=None, labels=None):
-            start = 0
-            if attn_mask is None and labels is None and _accepts_logits_to_keep(self.model):
-                start = self.first_scored_position(inps)
-            if start <= 0:
+            spans = self.scored_spans(inps) if attn_mask is None and labels is None else None
+            start = 0 if spans is None else min(a for row in spans for a, _ in row)
+            if start <= 0 or not _accepts_logits_to_keep(self.model):
                 return super()._model_call(inps, attn_mask=attn_mask, labels=labels)
             dtype = getattr(self, "mixed_precision_dtype", None)
             with torch.no_grad(), torch.autocast(device_type=self.device.type, dtype=dtype,
                                                  enabled=dtype is not None):
-                return self.model(inps, logits_to_keep=inps.shape[1] - start).logits
+                parts = _body_and_head(self.model)
+                if parts is None:
+                    return self.model(inps, logits_to_keep=inps.shape[1] - start).logits
+                body, head = parts
+                hidden = body(input_ids=inps, use_cache=False).last_hidden_state
+                need = sorted({(i, p) for i, row in enumerate(spans) for a, b in row for p in range(a, b)})
+                rows = torch.tensor([i for i, _ in need], device=inps.device)
+                pos = torch.tensor([p for _, p in need], device=inps.device)
+                scored = head(hidden[rows, pos])
+                # lm-eval reads only the positions in `need`; the others stay 0 (their log-softmax is never used)
+                out = scored.new_zeros(inps.shape[0], inps.shape[1] - start, scored.shape[-1])
+                out[rows, pos - start] = scored
+                return out
+
+    def _body_and_head(model):
+        """``(decoder, lm_head)`` of a causal LM whose logits are exactly ``lm_head(decoder(x).last_hidden_state)``
+        (no final-logit soft-capping or scaling), else None."""
+        cfg = getattr(model, "config", None)
+        if getattr(cfg, "final_logit_softcapping", None) is not None or getattr(cfg, "logit_scale", None):
+            return None
+        body, head = getattr(model, "model", None), model.get_output_embeddings()
+        if body is None or head is None or not type(model).__name__.endswith("ForCausalLM"):
+            return None
+        return body, head
 
     def _accepts_logits_to_keep(model) -> bool:
         return "logits_to_keep" in inspect.signature(type(model).forward).parameters
@@ -227,9 +259,22 @@ def per_document(task, samples: list[dict]) -> list[dict]:
     return rows
 
 
-def build_tasks(tasks=TASKS) -> dict:
+def task_size(task: str) -> int:
+    """Number of documents of a local task (lines of its prepared JSONL file)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("caldera_task_utils", tasks_dir() / "utils.py")
+    utils = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(utils)
+    name = _short(task).removeprefix("caldera_")
+    with open(utils.task_data_dir() / f"{name}.jsonl", encoding="utf-8") as f:
+        return sum(1 for line in f if line.strip())
+
+
+def build_tasks(tasks=TASKS, max_docs: int | None = None) -> dict:
     """``{name: lm-eval Task}`` for names from :data:`TASKS` (``caldera_`` prefix optional) or the tag
-    ``caldera_zeroshot`` (all five), built from the local YAMLs only (no lm-eval default task index)."""
+    ``caldera_zeroshot`` (all five), built from the local YAMLs only (no lm-eval default task index).
+    ``max_docs``: build only the first documents of each task (enough for an integer lm-eval ``limit``)."""
     from lm_eval.tasks import TaskManager
 
     names = []
@@ -239,7 +284,8 @@ def build_tasks(tasks=TASKS) -> dict:
                 raise ValueError(f"unknown task {t!r}; expected names from {TASKS} or 'caldera_zeroshot'")
             if n not in names:
                 names.append(n)
-    tm = TaskManager(include_path=str(tasks_dir()), include_defaults=False)
+    meta = {"caldera_max_docs": int(max_docs)} if max_docs is not None else None
+    tm = TaskManager(include_path=str(tasks_dir()), include_defaults=False, metadata=meta)
     built = tm.load(names)["tasks"]
     return {n: built[n] for n in names}
 
@@ -266,7 +312,7 @@ def zeroshot(
     import lm_eval
     from lm_eval.models.huggingface import HFLM
 
-    task_objs = build_tasks(tasks)
+    task_objs = build_tasks(tasks, max_docs=limit if isinstance(limit, int) else None)
     names = list(task_objs)
     lm_class = continuation_lm_class() if trim_logits else HFLM
     lm = lm_class(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
@@ -284,7 +330,7 @@ def zeroshot(
                 row[f"{metric}_stderr"] = float(se) if isinstance(se, (int, float)) else None
         ns = res.get("n-samples", {}).get(name, {})
         row["n"] = int(ns.get("effective", 0))
-        row["n_total"] = int(ns.get("original", 0))
+        row["n_total"] = task_size(name)
         row["task_version"] = res.get("versions", {}).get(name)
         row["docs"] = per_document(task_objs[name], res["samples"][name])
         out[name] = row
