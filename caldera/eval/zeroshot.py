@@ -112,7 +112,7 @@ def prepare_task_data(olmo_root: str | Path | None = None) -> Path:
     return assets.build_atomically(target, key, build)
 
 
-def continuation_lm_class():
+def continuation_lm_class(per_row_head: bool = True):
     """lm-eval's ``HFLM`` with the LM head applied only at the positions lm-eval scores (built lazily).
 
     For a causal LM, ``HFLM._loglikelihood_tokens`` right-pads each batch to length T, takes the full
@@ -125,7 +125,8 @@ def continuation_lm_class():
     of the decoder output (soft-capping, logit scale) get ``logits_to_keep = T − start`` instead.
     lm-eval's own slicing already allows for a logits tensor shorter than the input ("virtual tokens": it
     offsets by ``logits.shape[1] − T``), so every score it reads is computed by the same model on the same
-    positions and nothing else changes.
+    positions and nothing else changes. ``per_row_head=False`` keeps only the ``logits_to_keep`` trimming (the
+    previous behaviour; for timing comparisons).
 
     ``start`` comes from the requests themselves: before delegating, :meth:`_loglikelihood_tokens` records
     each model input (``(context + continuation)[-(max_length + 1):][:-1]``, as lm-eval builds it) with its
@@ -187,7 +188,7 @@ def continuation_lm_class():
             dtype = getattr(self, "mixed_precision_dtype", None)
             with torch.no_grad(), torch.autocast(device_type=self.device.type, dtype=dtype,
                                                  enabled=dtype is not None):
-                parts = _body_and_head(self.model)
+                parts = _body_and_head(self.model) if per_row_head else None
                 if parts is None:
                     return self.model(inps, logits_to_keep=inps.shape[1] - start).logits
                 body, head = parts
@@ -271,12 +272,20 @@ def task_size(task: str) -> int:
         return sum(1 for line in f if line.strip())
 
 
-def build_tasks(tasks=TASKS, max_docs: int | None = None) -> dict:
-    """``{name: lm-eval Task}`` for names from :data:`TASKS` (``caldera_`` prefix optional) or the tag
-    ``caldera_zeroshot`` (all five), built from the local YAMLs only (no lm-eval default task index).
-    ``max_docs``: build only the first documents of each task (enough for an integer lm-eval ``limit``)."""
+def make_task_manager(max_docs: int | None = None):
+    """lm-eval ``TaskManager`` over this folder's YAMLs only (indexing lm-eval's thousands of default tasks
+    costs ~30 s per process); ``max_docs`` reaches the loaders as ``caldera_max_docs``."""
     from lm_eval.tasks import TaskManager
 
+    meta = {"caldera_max_docs": int(max_docs)} if max_docs is not None else None
+    return TaskManager(include_path=str(tasks_dir()), include_defaults=False, metadata=meta)
+
+
+def build_tasks(tasks=TASKS, max_docs: int | None = None, task_manager=None) -> dict:
+    """``{name: lm-eval Task}`` for names from :data:`TASKS` (``caldera_`` prefix optional) or the tag
+    ``caldera_zeroshot`` (all five), built from the local YAMLs only (no lm-eval default task index).
+    ``max_docs``: build only the first documents of each task (enough for an integer lm-eval ``limit``).
+    ``task_manager``: a :func:`make_task_manager` to use (default: a new one)."""
     names = []
     for t in [tasks] if isinstance(tasks, str) else tasks:
         for n in TASKS if _short(t) == "caldera_zeroshot" else [_short(t)]:  # the tag names all five
@@ -284,8 +293,7 @@ def build_tasks(tasks=TASKS, max_docs: int | None = None) -> dict:
                 raise ValueError(f"unknown task {t!r}; expected names from {TASKS} or 'caldera_zeroshot'")
             if n not in names:
                 names.append(n)
-    meta = {"caldera_max_docs": int(max_docs)} if max_docs is not None else None
-    tm = TaskManager(include_path=str(tasks_dir()), include_defaults=False, metadata=meta)
+    tm = task_manager if task_manager is not None else make_task_manager(max_docs)
     built = tm.load(names)["tasks"]
     return {n: built[n] for n in names}
 
@@ -312,12 +320,13 @@ def zeroshot(
     import lm_eval
     from lm_eval.models.huggingface import HFLM
 
-    task_objs = build_tasks(tasks, max_docs=limit if isinstance(limit, int) else None)
+    tm = make_task_manager(limit if isinstance(limit, int) else None)
+    task_objs = build_tasks(tasks, task_manager=tm)
     names = list(task_objs)
     lm_class = continuation_lm_class() if trim_logits else HFLM
     lm = lm_class(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
     res = lm_eval.simple_evaluate(
-        model=lm, tasks=list(task_objs.values()), limit=limit, num_fewshot=0, log_samples=True
+        model=lm, tasks=list(task_objs.values()), task_manager=tm, limit=limit, num_fewshot=0, log_samples=True
     )
     out = {}
     for name in names:
