@@ -7,6 +7,10 @@
 
 Each window is evaluated independently (no context carried over): its loss is the mean cross-entropy of
 the ``seq_len - 1`` next-token predictions, and ``ppl = exp(mean of the per-window losses)``.
+
+The per-window results are kept (``window_nll``: summed NLL of each window in nats, ``window_tokens``: its
+scored predictions), so that :mod:`caldera.stats` can give the perplexity a bootstrap-over-windows interval
+(``ppl_lo``, ``ppl_hi``) and compare two variants evaluated on the same windows with a paired interval.
 """
 
 from __future__ import annotations
@@ -78,17 +82,27 @@ def perplexity(
     """Perplexity of ``model`` on a stream or on windows (see module docstring).
 
     ``max_windows`` keeps only the first windows (a quick estimate). Returns ``ppl``, ``nll`` (mean
-    per-window loss, nats/token), ``n_tokens`` (predictions scored: ``n_windows * (seq_len - 1)``) and
-    ``n_windows``.
+    per-window loss, nats/token), ``n_tokens`` (predictions scored: ``n_windows * (seq_len - 1)``),
+    ``n_windows``, the per-window ``window_nll`` (summed loss, nats) and ``window_tokens``, and the 95 %
+    bootstrap interval ``ppl_lo``, ``ppl_hi`` (:func:`caldera.stats.perplexity_interval`, seeded).
     """
+    from caldera.stats import perplexity_interval
+
     windows = make_windows(stream_or_windows, seq_len)
     if max_windows is not None:
         windows = windows[:max_windows]
     losses = window_losses(model, windows, batch_size=batch_size, progress=progress)
     nll = float(losses.mean())
+    tokens = [seq_len - 1] * int(windows.shape[0])
+    sums = [float(x) * (seq_len - 1) for x in losses]
+    ci = perplexity_interval(sums, tokens)
     return {
         "ppl": math.exp(nll),
         "nll": nll,
         "n_tokens": int(windows.shape[0] * (seq_len - 1)),
         "n_windows": int(windows.shape[0]),
+        "window_nll": sums,
+        "window_tokens": tokens,
+        "ppl_lo": ci["lo"],
+        "ppl_hi": ci["hi"],
     }

@@ -112,17 +112,21 @@ def prepare_task_data(olmo_root: str | Path | None = None) -> Path:
     return assets.build_atomically(target, key, build)
 
 
-def continuation_lm_class():
+def continuation_lm_class(per_row_head: bool = True):
     """lm-eval's ``HFLM`` with the LM head applied only at the positions lm-eval scores (built lazily).
 
     For a causal LM, ``HFLM._loglikelihood_tokens`` right-pads each batch to length T, takes the full
     ``(batch, T, vocab)`` logits and reads, per row, only the continuation positions
     ``[inplen − contlen, inplen)``. With a large vocabulary the LM head over every context token dominates
-    the cost (Gemma-3 270M, vocab 262,144: 2/3 of a forward). This subclass asks the model for the logits of
-    the last ``T − start`` positions only (``logits_to_keep``), where ``start`` is the first continuation
-    position of any row in the batch. lm-eval's own slicing already allows for a logits tensor shorter than
-    the input ("virtual tokens": it offsets by ``logits.shape[1] − T``), so every score it reads is computed
-    by the same model on the same positions and nothing else changes.
+    the cost (Gemma-3 270M, vocab 262,144: 2/3 of a forward). This subclass applies the LM head only at the
+    positions lm-eval reads, row by row: it runs the decoder, applies the head to each row's continuation
+    positions and returns a ``(batch, T − start, vocab)`` tensor (``start``: the first continuation position of
+    any row) holding those logits and zeros elsewhere (never read). Models whose logits are not a plain head
+    of the decoder output (soft-capping, logit scale) get ``logits_to_keep = T − start`` instead.
+    lm-eval's own slicing already allows for a logits tensor shorter than the input ("virtual tokens": it
+    offsets by ``logits.shape[1] − T``), so every score it reads is computed by the same model on the same
+    positions and nothing else changes. ``per_row_head=False`` keeps only the ``logits_to_keep`` trimming (the
+    previous behaviour; for timing comparisons).
 
     ``start`` comes from the requests themselves: before delegating, :meth:`_loglikelihood_tokens` records
     each model input (``(context + continuation)[-(max_length + 1):][:-1]``, as lm-eval builds it) with its
@@ -149,36 +153,65 @@ def continuation_lm_class():
             finally:
                 self._caldera_spans = None
 
-        def first_scored_position(self, inps: "torch.Tensor") -> int:
-            """Smallest continuation start over the rows of a right-padded batch (0: keep all logits)."""
+        def scored_spans(self, inps: "torch.Tensor") -> list[list[tuple[int, int]]] | None:
+            """Per row of a right-padded batch, the ``[start, end)`` position ranges whose logits lm-eval reads
+            (every candidate input the row can be; see the class docstring); None when a row is not found."""
             spans = self._caldera_spans
             if not spans or self.backend != "causal":
-                return 0
+                return None
             T = inps.shape[1]
-            start = T
+            out = []
             for row in inps.tolist():
-                found, n = False, T
+                found, n = [], T
                 while True:  # candidates: row[:n] with only zeros (padding) after it
                     c = spans.get(tuple(row[:n]))
                     if c is not None:
-                        found, start = True, min(start, n - c)
+                        found.append((max(n - c, 0), n))
                     if n == 0 or row[n - 1] != 0:
                         break
                     n -= 1
                 if not found:
-                    return 0
-            return max(start, 0)
+                    return None
+                out.append(found)
+            return out
+
+        def first_scored_position(self, inps: "torch.Tensor") -> int:
+            """Smallest continuation start over the rows of a right-padded batch (0: keep all logits)."""
+            spans = self.scored_spans(inps)
+            return 0 if spans is None else min(a for row in spans for a, _ in row)
 
         def _model_call(self, inps, attn_mask=None, labels=None):
-            start = 0
-            if attn_mask is None and labels is None and _accepts_logits_to_keep(self.model):
-                start = self.first_scored_position(inps)
-            if start <= 0:
+            spans = self.scored_spans(inps) if attn_mask is None and labels is None else None
+            start = 0 if spans is None else min(a for row in spans for a, _ in row)
+            if start <= 0 or not _accepts_logits_to_keep(self.model):
                 return super()._model_call(inps, attn_mask=attn_mask, labels=labels)
             dtype = getattr(self, "mixed_precision_dtype", None)
             with torch.no_grad(), torch.autocast(device_type=self.device.type, dtype=dtype,
                                                  enabled=dtype is not None):
-                return self.model(inps, logits_to_keep=inps.shape[1] - start).logits
+                parts = _body_and_head(self.model) if per_row_head else None
+                if parts is None:
+                    return self.model(inps, logits_to_keep=inps.shape[1] - start).logits
+                body, head = parts
+                hidden = body(input_ids=inps, use_cache=False).last_hidden_state
+                need = sorted({(i, p) for i, row in enumerate(spans) for a, b in row for p in range(a, b)})
+                rows = torch.tensor([i for i, _ in need], device=inps.device)
+                pos = torch.tensor([p for _, p in need], device=inps.device)
+                scored = head(hidden[rows, pos])
+                # lm-eval reads only the positions in `need`; the others stay 0 (their log-softmax is never used)
+                out = scored.new_zeros(inps.shape[0], inps.shape[1] - start, scored.shape[-1])
+                out[rows, pos - start] = scored
+                return out
+
+    def _body_and_head(model):
+        """``(decoder, lm_head)`` of a causal LM whose logits are exactly ``lm_head(decoder(x).last_hidden_state)``
+        (no final-logit soft-capping or scaling), else None."""
+        cfg = getattr(model, "config", None)
+        if getattr(cfg, "final_logit_softcapping", None) is not None or getattr(cfg, "logit_scale", None):
+            return None
+        body, head = getattr(model, "model", None), model.get_output_embeddings()
+        if body is None or head is None or not type(model).__name__.endswith("ForCausalLM"):
+            return None
+        return body, head
 
     def _accepts_logits_to_keep(model) -> bool:
         return "logits_to_keep" in inspect.signature(type(model).forward).parameters
@@ -188,6 +221,81 @@ def continuation_lm_class():
 
 def _short(task: str) -> str:
     return task if task.startswith("caldera_") else f"caldera_{task}"
+
+
+def gold_index(task, doc: dict) -> int:
+    """Index of the correct choice of a multiple-choice document, as lm-eval scores it: the target, or for a
+    multiple-input task (WinoGrande's partial evaluation) the text index; a string target is looked up in the
+    choices."""
+    gold = task.doc_to_text(doc) if getattr(task, "multiple_input", 0) else task.doc_to_target(doc)
+    if isinstance(gold, str):
+        gold = list(task.doc_to_choice(doc)).index(gold)
+    return int(gold)
+
+
+def per_document(task, samples: list[dict]) -> list[dict]:
+    """One row per scored document from lm-eval's logged samples (``log_samples=True``)::
+
+        {"doc_id", "gold", "ll": [log-likelihood of each choice], "len": [characters of each choice],
+         "acc", ["acc_norm"], "margin"}
+
+    ``margin`` = ``ll[gold] − max over the wrong choices`` (:func:`caldera.stats.choice_margin`; > 0 iff the
+    correct choice wins). ``acc`` is checked against the log-likelihoods (argmax = gold).
+    """
+    from caldera.stats import choice_margin
+
+    rows = []
+    for s in sorted(samples, key=lambda s: s["doc_id"]):
+        lls = [float(r[0]) for r in s["filtered_resps"]]
+        gold = gold_index(task, s["doc"])
+        row = {"doc_id": int(s["doc_id"]), "gold": gold, "ll": lls,
+               "len": [len(c) for c in task.doc_to_choice(s["doc"])], "acc": float(s["acc"]),
+               "margin": choice_margin(lls, gold)}
+        if "acc_norm" in s:
+            row["acc_norm"] = float(s["acc_norm"])
+        if (max(range(len(lls)), key=lls.__getitem__) == gold) != (row["acc"] == 1.0):
+            raise RuntimeError(f"{task.config.task} doc {row['doc_id']}: acc {row['acc']} disagrees with the "
+                               f"log-likelihoods {lls} (gold {gold})")
+        rows.append(row)
+    return rows
+
+
+def task_size(task: str) -> int:
+    """Number of documents of a local task (lines of its prepared JSONL file)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("caldera_task_utils", tasks_dir() / "utils.py")
+    utils = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(utils)
+    name = _short(task).removeprefix("caldera_")
+    with open(utils.task_data_dir() / f"{name}.jsonl", encoding="utf-8") as f:
+        return sum(1 for line in f if line.strip())
+
+
+def make_task_manager(max_docs: int | None = None):
+    """lm-eval ``TaskManager`` over this folder's YAMLs only (indexing lm-eval's thousands of default tasks
+    costs ~30 s per process); ``max_docs`` reaches the loaders as ``caldera_max_docs``."""
+    from lm_eval.tasks import TaskManager
+
+    meta = {"caldera_max_docs": int(max_docs)} if max_docs is not None else None
+    return TaskManager(include_path=str(tasks_dir()), include_defaults=False, metadata=meta)
+
+
+def build_tasks(tasks=TASKS, max_docs: int | None = None, task_manager=None) -> dict:
+    """``{name: lm-eval Task}`` for names from :data:`TASKS` (``caldera_`` prefix optional) or the tag
+    ``caldera_zeroshot`` (all five), built from the local YAMLs only (no lm-eval default task index).
+    ``max_docs``: build only the first documents of each task (enough for an integer lm-eval ``limit``).
+    ``task_manager``: a :func:`make_task_manager` to use (default: a new one)."""
+    names = []
+    for t in [tasks] if isinstance(tasks, str) else tasks:
+        for n in TASKS if _short(t) == "caldera_zeroshot" else [_short(t)]:  # the tag names all five
+            if n not in TASKS:
+                raise ValueError(f"unknown task {t!r}; expected names from {TASKS} or 'caldera_zeroshot'")
+            if n not in names:
+                names.append(n)
+    tm = task_manager if task_manager is not None else make_task_manager(max_docs)
+    built = tm.load(names)["tasks"]
+    return {n: built[n] for n in names}
 
 
 def zeroshot(
@@ -203,27 +311,22 @@ def zeroshot(
     many documents per task (lm-eval semantics; the first ones). Returns::
 
         {"tasks": {task: {"acc", "acc_stderr", ["acc_norm", "acc_norm_stderr"], "n", "n_total",
-                          "task_version"}},
+                          "task_version", "docs": [per-document rows, see per_document]}},
          "lm_eval_version": str, "limit": limit, "batch_size": batch_size}
 
-    stderr values are lm-eval's (sample standard error of the mean accuracy).
+    stderr values are lm-eval's (sample standard error of the mean accuracy); intervals and paired
+    comparisons are computed from ``docs`` by :mod:`caldera.stats`.
     """
     import lm_eval
     from lm_eval.models.huggingface import HFLM
-    from lm_eval.tasks import TaskManager
 
-    names = []
-    for t in [tasks] if isinstance(tasks, str) else tasks:
-        for n in TASKS if _short(t) == "caldera_zeroshot" else [_short(t)]:  # the tag names all five
-            if n not in TASKS:
-                raise ValueError(f"unknown task {t!r}; expected names from {TASKS} or 'caldera_zeroshot'")
-            if n not in names:
-                names.append(n)
+    tm = make_task_manager(limit if isinstance(limit, int) else None)
+    task_objs = build_tasks(tasks, task_manager=tm)
+    names = list(task_objs)
     lm_class = continuation_lm_class() if trim_logits else HFLM
     lm = lm_class(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
-    tm = TaskManager(include_path=str(tasks_dir()), include_defaults=False)
     res = lm_eval.simple_evaluate(
-        model=lm, tasks=names, task_manager=tm, limit=limit, num_fewshot=0, log_samples=False
+        model=lm, tasks=list(task_objs.values()), task_manager=tm, limit=limit, num_fewshot=0, log_samples=True
     )
     out = {}
     for name in names:
@@ -236,8 +339,9 @@ def zeroshot(
                 row[f"{metric}_stderr"] = float(se) if isinstance(se, (int, float)) else None
         ns = res.get("n-samples", {}).get(name, {})
         row["n"] = int(ns.get("effective", 0))
-        row["n_total"] = int(ns.get("original", 0))
+        row["n_total"] = task_size(name)
         row["task_version"] = res.get("versions", {}).get(name)
+        row["docs"] = per_document(task_objs[name], res["samples"][name])
         out[name] = row
     return {
         "tasks": out,

@@ -3,6 +3,11 @@
 Reads only small JSON results (``results/<run>/eval/<variant>/{ppl_wiki,ppl_c4,zeroshot}.json`` and
 ``results/<run>/compressed/<variant>/summary.json``), so restyling never recomputes. Average bits are
 computed with the App. E.5 formula from the stand-in's shapes and the mapped rank — never copied.
+
+Every measured perplexity is printed with its 95 % bootstrap-over-windows interval and every accuracy with its
+95 % Wilson interval (:mod:`caldera.stats`). The table JSON also carries, per variant, the per-window
+perplexity results and the per-document zero-shot results (``samples``), so that :mod:`caldera.experiments.claims`
+compares variants with paired intervals without reading the evaluation folders.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from caldera import stats
 from caldera.atomic import write_atomic
 from caldera.bits import MODEL_SHAPES, average_bits
 from caldera.experiments.plan import table_rows
@@ -40,7 +46,41 @@ def _bits_label(b: Any) -> int | float | str:
     return int(f) if f.is_integer() else f
 
 
+def _ppl_interval(r: dict[str, Any]) -> list[float] | None:
+    if "ppl_lo" in r:
+        return [r["ppl_lo"], r["ppl_hi"]]
+    if "window_nll" in r:
+        ci = stats.perplexity_interval(r["window_nll"], r["window_tokens"])
+        return [ci["lo"], ci["hi"]]
+    return None
+
+
+def variant_samples(results_dir: Path, variant: str) -> dict[str, Any]:
+    """Per-window perplexity and per-document zero-shot results of one variant (what paired comparisons need):
+    ``{"ppl": {corpus: {"window_nll", "window_tokens"}}, "zeroshot": {task: {"doc_id", "acc", ["acc_norm"],
+    "margin"}}}`` (empty parts when an evaluation file predates per-sample results)."""
+    out: dict[str, Any] = {"ppl": {}, "zeroshot": {}}
+    for path in sorted((results_dir / "eval" / variant).glob("ppl_*.json")):
+        r = _load(path)
+        if r and "window_nll" in r:
+            out["ppl"][path.stem.removeprefix("ppl_")] = {"window_nll": r["window_nll"],
+                                                          "window_tokens": r["window_tokens"]}
+    zs = _load(results_dir / "eval" / variant / "zeroshot.json")
+    for task, t in ((zs or {}).get("results", {}).get("tasks", {})).items():
+        docs = t.get("docs")
+        if not docs:
+            continue
+        row = {"doc_id": [d["doc_id"] for d in docs], "acc": [d["acc"] for d in docs],
+               "margin": [d["margin"] for d in docs]}
+        if all("acc_norm" in d for d in docs):
+            row["acc_norm"] = [d["acc_norm"] for d in docs]
+        out["zeroshot"][task] = row
+    return out
+
+
 def measured_row(results_dir: Path, config: dict[str, Any], table: str, row: dict[str, Any]) -> dict[str, Any]:
+    """This run's numbers for one table row: ``{column: value}`` with ``column + "_ci"`` → ``[lo, hi]`` (95 %)
+    beside every perplexity and accuracy (accuracies and their intervals in %)."""
     v = row["variant"]
     out: dict[str, Any] = {}
     if v is None:
@@ -56,22 +96,34 @@ def measured_row(results_dir: Path, config: dict[str, Any], table: str, row: dic
     for corpus in ("wiki", "c4"):
         r = _load(results_dir / "eval" / v.id / f"ppl_{corpus}.json")
         out[f"{corpus}_ppl"] = None if r is None else r["ppl"]
+        out[f"{corpus}_ppl_ci"] = None if r is None else _ppl_interval(r)
     zs = _load(results_dir / "eval" / v.id / "zeroshot.json")
     for col, (task, metric) in TASK_COLUMNS.items():
         if col in ACC_NORM_TABLES.get(table, ()):
             metric = "acc_norm"
         t = None if zs is None else zs["results"]["tasks"].get(task)
-        out[col] = None if t is None or metric not in t else (100 * t[metric], 100 * (t.get(f"{metric}_stderr") or 0))
+        if t is None or metric not in t:
+            out[col] = out[f"{col}_ci"] = None
+            continue
+        out[col] = 100 * t[metric]
+        docs = t.get("docs")
+        if docs:
+            ci = stats.accuracy_interval([d[metric] for d in docs])
+            out[f"{col}_ci"] = [100 * ci["lo"], 100 * ci["hi"]]
+        elif t.get("n"):  # evaluation written before per-document results: Wilson from the count
+            lo, hi = stats.wilson_interval(round(t[metric] * t["n"]), t["n"])
+            out[f"{col}_ci"] = [100 * lo, 100 * hi]
+        else:
+            out[f"{col}_ci"] = None
     return out
 
 
-def _fmt(x: Any, nd: int = 2) -> str:
+def _fmt(x: Any, nd: int = 2, ci: list[float] | None = None) -> str:
     if x is None or x == "":
         return "—"
-    if isinstance(x, tuple):
-        return f"{x[0]:.1f} ± {x[1]:.1f}"
     if isinstance(x, float):
-        return f"{x:.{nd}f}"
+        text = f"{x:.{nd}f}"
+        return text if ci is None else f"{text} [{ci[0]:.{nd}f}, {ci[1]:.{nd}f}]"
     return str(x)
 
 
@@ -83,6 +135,7 @@ def build_table(results_dir: str | os.PathLike, config: dict[str, Any], table: s
         ref, v = row["ref"], row["variant"]
         meas = measured_row(results_dir, config, table, row)
         meas["wiki2_ppl"] = meas.pop("wiki_ppl", None)
+        meas["wiki2_ppl_ci"] = meas.pop("wiki_ppl_ci", None)
         label = (ref["method_printed"] if ref else f"{row['label']} (ours only)")
         rows.append({
             "method": label,
@@ -94,8 +147,13 @@ def build_table(results_dir: str | os.PathLike, config: dict[str, Any], table: s
             "variant": v.id if v else None,
             "paper": {c: (ref or {}).get(c) for c in cols},
             "ours": {c: meas.get(c) for c in cols},
+            "ours_ci": {c: meas.get(f"{c}_ci") for c in cols if f"{c}_ci" in meas},
         })
-    return {"table": table, "columns": cols, "rows": rows}
+    variants = sorted({r["variant"] for r in rows if r["variant"]})
+    return {"table": table, "columns": cols, "rows": rows,
+            "stats": {"level": stats.LEVEL, "resamples": stats.RESAMPLES, "seed": stats.SEED,
+                      "perplexity": "percentile bootstrap over windows", "accuracy": "Wilson score interval"},
+            "samples": {v: variant_samples(results_dir, v) for v in variants}}
 
 
 def render(tab: dict[str, Any], caption: str) -> tuple[str, str, str]:
@@ -107,20 +165,18 @@ def render(tab: dict[str, Any], caption: str) -> tuple[str, str, str]:
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(["method", "paper_model", "stand_in", "paper_rank", "rank", "b_lr"]
-               + [f"{c}_{s}" for c in cols for s in ("paper", "ours")])
+               + [f"{c}_{s}" for c in cols for s in ("paper", "ours", "ours_lo", "ours_hi")])
     for r in tab["rows"]:
         cells = [r["method"], f"{r['paper_model']} → {r['stand_in']}", f"{r['paper_rank']} → {r['rank']}",
                  str(r["b_lr"])]
-        cells += [f"{_fmt(r['paper'][c])} / {_fmt(r['ours'][c])}" for c in cols]
+        ci = r.get("ours_ci", {})
+        cells += [f"{_fmt(r['paper'][c])} / {_fmt(r['ours'][c], 1 if c.endswith('_acc') else 2, ci.get(c))}"
+                  for c in cols]
         md.append("| " + " | ".join(cells) + " |")
         tex.append(" & ".join(c.replace("#", "\\#").replace("±", "$\\pm$").replace("→", "$\\to$").replace("_", "\\_")
                               for c in cells) + " \\\\")
-        ours = []
-        for c in cols:
-            o = r["ours"][c]
-            ours.append(o[0] if isinstance(o, tuple) else o)
         w.writerow([r["method"], r["paper_model"], r["stand_in"], r["paper_rank"], r["rank"], r["b_lr"]]
-                   + [x for c, o in zip(cols, ours) for x in (r["paper"][c], o)])
+                   + [x for c in cols for x in (r["paper"][c], r["ours"][c], *(ci.get(c) or (None, None)))])
     tex += ["\\bottomrule", "\\end{tabular}"]
     return "\n".join(md) + "\n", "\n".join(tex) + "\n", buf.getvalue()
 
@@ -133,9 +189,12 @@ def write_table(results_dir: str, config: dict[str, Any], table: str, out_md: st
     stand = sorted({r["stand_in"] for r in tab["rows"] if r["stand_in"] != "not run here"})
     caption = (f"{table}: paper numbers beside this run ({config['name']} config). Stand-in model(s): "
                f"{', '.join(stand)}; each paper rank is mapped to the stand-in rank with the closest average bits "
-               f"(App. E.5). Accuracies in % ± lm-eval stderr; zero-shot limit per task: "
-               f"{config['eval']['zeroshot'].get('limit')}; perplexity corpora: "
-               + ", ".join(f"{k}={v['source']}" for k, v in config["eval"]["ppl"].items()) + ".")
+               f"(App. E.5). Ours: value [95 % interval] — perplexity: percentile bootstrap over the evaluation "
+               f"windows ({stats.RESAMPLES} resamples, seed {stats.SEED}); accuracy in %: Wilson score interval "
+               f"over the documents. Zero-shot limit per task: {config['eval']['zeroshot'].get('limit')}; "
+               "perplexity corpora (windows × tokens): "
+               + ", ".join(f"{k}={v['source']} ({v.get('n_windows') or 'all'} × {v['seq_len']})"
+                           for k, v in config["eval"]["ppl"].items()) + ".")
     md, tex, csvtext = render(tab, caption)
     for path, text in ((out_md, md), (out_tex, tex), (out_csv, csvtext)):
         write_atomic(path, text)

@@ -79,6 +79,22 @@ def test_perplexity_on_ready_made_windows():
     assert out["ppl"] == pytest.approx(hand_ppl(model, windows)[0], rel=1e-5)
 
 
+def test_per_window_losses_are_kept_and_give_the_interval():
+    model = tiny_llama()
+    g = torch.Generator().manual_seed(2)
+    windows = torch.randint(0, 50, (5, 10), generator=g)
+    out = perplexity(model, windows, 10, batch_size=2, progress=False)
+    per_window = [hand_ppl(model, w[None])[1] * 9 for w in windows]  # summed NLL of each window, nats
+    assert out["window_tokens"] == [9] * 5
+    assert out["window_nll"] == pytest.approx(per_window, rel=1e-5)
+    assert math.exp(sum(out["window_nll"]) / 45) == pytest.approx(out["ppl"], rel=1e-9)
+    from caldera.stats import perplexity_interval
+
+    ci = perplexity_interval(out["window_nll"], out["window_tokens"])
+    assert (out["ppl_lo"], out["ppl_hi"]) == (ci["lo"], ci["hi"])
+    assert math.exp(min(per_window) / 9) <= out["ppl_lo"] < out["ppl"] < out["ppl_hi"] <= math.exp(max(per_window) / 9)
+
+
 def test_perfect_model_has_perplexity_one():
     class Oracle(torch.nn.Module):
         """Predicts the next token of the counting sequence 0, 1, 2, ... with (near) certainty."""

@@ -170,6 +170,25 @@ def test_zeroshot_on_fixture_tasks(prepared):
         "acc_norm" in res["tasks"]["caldera_piqa"] and "acc_norm_stderr" in res["tasks"]["caldera_arc_easy"]
     )
     assert "acc_norm" not in res["tasks"]["caldera_winogrande"]
+    # per-document results: gold from the data, margins from the choice log-likelihoods, acc consistent
+    golds = {"caldera_piqa": [d["label"] for d in PIQA], "caldera_arc_easy": [d["gold"] for d in ARC],
+             "caldera_winogrande": [int(d["answer"]) - 1 for d in WINO]}
+    for name, g in golds.items():
+        docs = res["tasks"][name]["docs"]
+        assert [d["doc_id"] for d in docs] == [0, 1] and [d["gold"] for d in docs] == g[:2]
+        for d in docs:
+            wrong = max(x for j, x in enumerate(d["ll"]) if j != d["gold"])
+            assert d["margin"] == pytest.approx(d["ll"][d["gold"]] - wrong)
+            assert d["acc"] == float(d["margin"] > 0)
+        assert sum(d["acc"] for d in docs) / 2 == pytest.approx(res["tasks"][name]["acc"])
+    # an independent oracle for one log-likelihood: PIQA doc 0, choice 0, scored by hand with the same model
+    ctx, cont = tok("Question: Open a jar\nAnswer:")["input_ids"], tok(" Twist the lid.")["input_ids"]
+    import torch
+
+    with torch.no_grad():
+        logp = torch.log_softmax(model(torch.tensor([ctx + cont])).logits[0].double(), -1)
+    hand = sum(logp[len(ctx) - 1 + i, t].item() for i, t in enumerate(cont))
+    assert res["tasks"]["caldera_piqa"]["docs"][0]["ll"][0] == pytest.approx(hand, abs=1e-3)
     with pytest.raises(ValueError, match="unknown task"):
         zs.zeroshot(model, tok, tasks=["hellaswag"])
 
@@ -205,16 +224,24 @@ def test_continuation_logits_give_lm_evals_scores(monkeypatch):
 
     plain = HFLM(pretrained=model, tokenizer=tok, batch_size=3)._loglikelihood_tokens(requests)
     lm = zs.continuation_lm_class()(pretrained=model, tokenizer=tok, batch_size=3)
-    kept = []
-    forward = model.forward
+    head_rows, totals = [], []
+    head_forward, forward = model.lm_head.forward, model.forward
+
+    def head_spy(x):
+        head_rows.append(x.reshape(-1, x.shape[-1]).shape[0])
+        return head_forward(x)
 
     def spy(*args, **kwargs):
-        kept.append((args[0].shape[1] if args else kwargs["input_ids"].shape[1], kwargs.get("logits_to_keep")))
+        totals.append(args[0].numel() if args else kwargs["input_ids"].numel())
         return forward(*args, **kwargs)
 
+    monkeypatch.setattr(model.lm_head, "forward", head_spy)
     monkeypatch.setattr(model, "forward", spy)
+    monkeypatch.setattr(model.model, "forward", lambda *a, _f=model.model.forward, **k: (
+        totals.append((a[0] if a else k["input_ids"]).numel()), _f(*a, **k))[1])
     trimmed = lm._loglikelihood_tokens(requests)
     assert [b for _, b in trimmed] == [b for _, b in plain]
     assert torch.allclose(torch.tensor([a for a, _ in trimmed]), torch.tensor([a for a, _ in plain]), atol=1e-5)
-    assert any(k is not None and 0 < k < T for T, k in kept)  # the LM head ran on fewer positions
+    # the LM head ran only at the scored positions: one per continuation token of each distinct input
+    assert sum(head_rows) == sum(len(k) for _, _, k in requests) < sum(totals)
     assert lm.first_scored_position(torch.tensor([[5, 6, 7]])) == 0  # an unknown row: keep every position

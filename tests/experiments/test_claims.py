@@ -2,35 +2,74 @@
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from caldera.experiments.claims import degradation
 
+N_WIN, TOK = 8, 100
 
-def _row(model, method, rank, b_lr, ours, paper, stand_in):
-    return {"variant": f"{stand_in}-{method}-{rank}", "paper_model": model, "method": method, "paper_rank": rank,
-            "rank": rank, "b_lr": b_lr, "stand_in": stand_in, "ours": {"wiki2_ppl": ours},
+
+def _row(model, method, rank, b_lr, ours, paper, stand_in, variant=None):
+    return {"variant": variant or f"{stand_in}-{method}-{rank}", "paper_model": model, "method": method,
+            "paper_rank": rank, "rank": rank, "b_lr": b_lr, "stand_in": stand_in, "ours": {"wiki2_ppl": ours},
             "paper": {"wiki2_ppl": paper}}
 
 
-def _tables(l3_quip, l3_stand="B"):
+def _windows(ppl: float, spread: float = 0.0, seed: int = 0) -> dict:
+    """Per-window results whose pooled perplexity is exactly ``ppl``: per-token NLL log(ppl) ± ``spread``."""
+    rng = np.random.default_rng(seed)
+    dev = rng.uniform(-spread, spread, N_WIN)
+    dev -= dev.mean()
+    return {"window_nll": list((math.log(ppl) + dev) * TOK), "window_tokens": [TOK] * N_WIN}
+
+
+def _with_windows(table: dict, spread: float = 0.0) -> dict:
+    """Per-window samples for every row; windows share a common per-window difficulty (same seed) plus
+    variant-specific noise of size ``spread``."""
+    base = _windows(1.0, 0.5, seed=99)["window_nll"]
+    samples = {}
+    for i, r in enumerate(table["rows"]):
+        own = _windows(r["ours"]["wiki2_ppl"], spread, seed=i)["window_nll"]
+        samples[r["variant"]] = {"ppl": {"wiki": {"window_nll": [a + b for a, b in zip(own, base)],
+                                                  "window_tokens": [TOK] * N_WIN}}, "zeroshot": {}}
+    # the common difficulty adds the same amount to every variant: shift the pooled ppl back
+    for r in table["rows"]:
+        w = samples[r["variant"]]["ppl"]["wiki"]
+        r["ours"]["wiki2_ppl"] = math.exp(sum(w["window_nll"]) / (TOK * N_WIN))
+    return {**table, "samples": samples}
+
+
+def _tables(l3_quip, l3_stand="B", spread=0.0):
     t1 = {"rows": [_row("llama-2-7b", "Unquantized", 0, None, 10.0, 5.12, "A"),
                    _row("llama-2-7b", "QuIP#", 0, None, 40.0, 8.23, "A"),
                    _row("llama-2-7b", "CALDERA", 128, 4.0, 30.0, 6.76, "A"),
-                   _row("llama-2-13b", "QuIP#", 0, None, 99.0, 6.06, "A")]}
+                   _row("llama-2-13b", "QuIP#", 0, None, 99.0, 6.06, "A", variant="A-QuIP#-13b")]}
     t2 = {"rows": [_row("llama-3-8b", "Unquantized", 0, None, 20.0, 5.54, l3_stand),
                    _row("llama-3-8b", "QuIP#", 0, None, l3_quip, 13.8, l3_stand),
                    _row("llama-3-8b", "CALDERA", 128, 4.0, 100.0, 9.21, l3_stand)]}
-    return {"table1_llama2_zeroshot": t1, "table2_llama3_zeroshot": t2}
+    return {"table1_llama2_zeroshot": _with_windows(t1, spread), "table2_llama3_zeroshot": _with_windows(t2, spread)}
 
 
 def test_degradation_holds_when_every_matched_row_degrades_more():
-    out = degradation(_tables(l3_quip=100.0))  # ×5.0 vs ×4.0 and ×5.0 vs ×3.0
-    assert out["verdict"] == "holds" and out["numbers"].startswith("2/2 rows")
+    out = degradation(_tables(l3_quip=100.0))  # ×5.0 vs ×4.0 and ×5.0 vs ×3.0, the same on every window
+    assert out["verdict"] == "holds" and out["numbers"].startswith("2/2 rows degrade more, 0 less")
     assert "×5.00 vs ×4.00" in out["numbers"] and "paper ×2.49 vs ×1.61" in out["numbers"]
 
 
 def test_degradation_fails_when_one_row_degrades_less():
     out = degradation(_tables(l3_quip=60.0))  # ×3.0 vs ×4.0
-    assert out["verdict"] == "fails" and out["numbers"].startswith("1/2 rows")
+    assert out["verdict"] == "fails" and out["numbers"].startswith("1/2 rows degrade more, 1 less")
+
+
+def test_degradation_is_inconclusive_when_the_windows_disagree():
+    # ×4.2 vs ×4.0 on average, but ±30 % per window: the interval of the log-difference contains 0
+    out = degradation(_tables(l3_quip=84.0, spread=0.3))
+    assert out["verdict"] in ("inconclusive", "fails") and "0/2" not in out["numbers"][:4]
+    row = [p for p in out["numbers"].split("; ") if p.startswith("QuIP#")][0]
+    lo, hi = (float(x) for x in row.split("[")[1].split("]")[0].split(", "))
+    assert lo < 0 < hi
 
 
 def test_degradation_not_testable_with_one_stand_in_or_one_table():
@@ -54,3 +93,143 @@ def test_bits_and_method_labels_as_the_tables_write_them():
     ]
     stand, ratios = _ppl_ratios({"rows": rows}, "llama-2-7b")
     assert stand == "S" and ratios == {("CALDERA", 64, "4"): (3.0, 1.5)}
+
+
+# ---- claims.check on hand-made figure data and a hand-made Table 1 (7B / 13B / 70B blocks) ----------------
+
+def _curve(method, matrix, rank, errors):
+    return {"method": method, "matrix": matrix, "paper_rank": rank, "errors": list(errors)}
+
+
+def _fig3(no_ldlq_ratio=1.3, four_bit_ratio=1.05):
+    base = 0.10
+    curves = []
+    for m in ("k_proj", "up_proj"):
+        curves += [_curve("16bit-factors", m, 64, [0.3, base * 1.02, base]),
+                   _curve("quip#-lr", m, 64, [0.12]),
+                   _curve("4bit-factors", m, 64, [0.3, base * four_bit_ratio]),
+                   _curve("4bit-no-ldlq", m, 64, [0.3, base * four_bit_ratio * no_ldlq_ratio]),
+                   _curve("4bit-no-rht", m, 64, [0.3, base * 1.2]),
+                   _curve("16bit-hessian-update", m, 64, [0.3, base * 1.01, base])]
+    return {"curves": curves}
+
+
+def _fig4(errors=(0.34, 0.33, 0.32)):
+    return {"curves": [{"matrix": "k_proj", "rank": 8, "errors": list(errors)}]}
+
+
+def _table1(c4=30.0, quip=40.0, c16=35.0, spread=0.0, c4_top=None):
+    """7B, 13B and 70B blocks whose CALDERA and QuIP# rows map to the same stand-in variants (as in the mini run)."""
+    rows = []
+    for pm, tag in (("llama-2-7b", "7B"), ("llama-2-13b", "13B"), ("llama-2-70b", "70B")):
+        rows += [_row(pm, f"Unquantized ({tag})", 0, None, 10.0, 5.0, "S", variant="dense"),
+                 _row(pm, f"QuIP# ({tag}, No FT)", 0, None, quip, 8.0, "S", variant="quip"),
+                 _row(pm, f"CALDERA ({tag})", 128, 4.0, c4, 6.0, "S", variant="c4-r16")]
+    rows.append(_row("llama-2-7b", "CALDERA (7B)", 256, 4.0, c4_top or c4, 6.0, "S", variant="c4-r32"))
+    rows.append(_row("llama-2-7b", "CALDERA (7B)", 64, 16.0, c16, 6.0, "S", variant="c16-r8"))
+    return _with_windows({"rows": rows}, spread)
+
+
+def _claims(**kw):
+    from caldera.experiments.claims import check
+
+    return check(_fig3(**{k: kw.pop(k) for k in ("no_ldlq_ratio", "four_bit_ratio") if k in kw}),
+                 _fig4(kw.pop("fig4", (0.34, 0.33, 0.32))), {"table1_llama2_zeroshot": _table1(**kw)})
+
+
+def _verdict(claims, start):
+    hits = [c for c in claims if c["claim"].startswith(start)]
+    assert len(hits) == 1, [c["claim"] for c in hits]
+    return hits[0]
+
+
+def test_no_ldlq_threshold_is_one_and_a_quarter():
+    assert _verdict(_claims(no_ldlq_ratio=1.3), "no-LDLQ")["verdict"] == "holds"
+    assert _verdict(_claims(no_ldlq_ratio=1.2), "no-LDLQ")["verdict"] == "fails"
+
+
+def test_four_bit_factors_within_ten_percent():
+    assert _verdict(_claims(four_bit_ratio=1.05), "4-bit factors slightly")["verdict"] == "holds"
+    assert _verdict(_claims(four_bit_ratio=1.15), "4-bit factors slightly")["verdict"] == "fails"
+
+
+def test_lplr_iterations_must_lower_the_error():
+    assert _verdict(_claims(fig4=(0.34, 0.33, 0.32)), "LPLRFactorize")["verdict"] == "holds"
+    flat = _verdict(_claims(fig4=(0.3409, 0.3409, 0.3409)), "LPLRFactorize")
+    assert flat["verdict"] == "fails" and "0.3409 → 0.3409" in flat["numbers"]
+
+
+def test_matrix_claims_holds_and_fails_are_not_swapped():
+    c = _claims()
+    assert _verdict(c, "16-bit CALDERA below QuIP#")["verdict"] == "holds"  # 0.100 < 0.12 on every matrix
+    assert _verdict(c, "no-RHT worse")["verdict"] == "holds"
+
+
+def test_ppl_comparison_holds_fails_by_the_paired_interval():
+    c = _claims(c4=30.0, quip=40.0)  # CALDERA 25 % lower on every window
+    beats = _verdict(c, "4-bit CALDERA beats QuIP# in Wiki2")
+    assert beats["verdict"] == "holds" and "×0.750 [0.750, 0.750]" in beats["numbers"]
+    worse = _verdict(_claims(c4=40.0, quip=30.0), "4-bit CALDERA beats QuIP# in Wiki2")
+    assert worse["verdict"] == "fails" and "×1.333" in worse["numbers"]
+
+
+def test_ppl_comparison_is_inconclusive_when_the_interval_straddles_one():
+    # CALDERA lower on average (×0.98) but ±20 % per window: the point estimate alone would say "holds"
+    c = _claims(c4=39.2, quip=40.0, c16=60.0, c4_top=50.0, spread=0.2)
+    beats = _verdict(c, "4-bit CALDERA beats QuIP# in Wiki2")
+    lo, hi = (float(x) for x in beats["numbers"].split("[")[1].split("]")[0].split(", "))
+    assert lo < 1.0 < hi and beats["verdict"] == "inconclusive"
+    assert beats["sdd"].startswith("±") and "8 windows" in beats["sdd"]
+
+
+def test_lowest_perplexity_claim_needs_every_interval_below_one():
+    def lowest_7b(**kw):
+        hits = [c for c in _claims(**kw) if c["claim"].startswith("highest-rank 4-bit") and "7b" in c["source"]]
+        assert len(hits) == 1  # 7B (top = rank 256) differs from 13B/70B (top = rank 128): two comparisons
+        return hits[0]
+
+    ok = lowest_7b(c4=35.0, quip=40.0, c16=45.0, c4_top=30.0)
+    assert ok["verdict"] == "holds" and "vs c4-r16: ×0.857 [0.857, 0.857]" in ok["numbers"]
+    assert lowest_7b(c4=25.0, quip=40.0, c16=45.0, c4_top=30.0)["verdict"] == "fails"  # rank 128 is lower
+
+
+def test_one_claim_per_distinct_comparison():
+    c = _claims()
+    beats = _verdict(c, "4-bit CALDERA beats QuIP# in Wiki2")  # 7B, 13B, 70B: the same two variants
+    assert beats["source"].count("table1_llama2_zeroshot [") == 3
+    assert "c4-r16 / quip" in beats["numbers"] or "c4-r32 / quip" in beats["numbers"]
+
+
+def test_zeroshot_comparison_uses_the_paired_margin():
+    from caldera.experiments.claims import table_claims
+
+    t = _table1()
+    rng = np.random.default_rng(0)
+    n = 40
+    base = rng.normal(0, 1, n)
+    acc = [1.0] * 20 + [0.0] * 20
+    for v in t["samples"]:
+        t["samples"][v]["zeroshot"] = {"caldera_piqa": {"doc_id": list(range(n)), "acc": acc,
+                                                        "margin": list(base)}}
+    t["samples"]["c4-r16"]["zeroshot"]["caldera_piqa"]["margin"] = list(base + 0.05)  # better on every doc
+    t["samples"]["c4-r32"]["zeroshot"]["caldera_piqa"]["margin"] = list(base + 0.05)
+    z = [c for c in table_claims({"table1_llama2_zeroshot": t}) if "zero-shot" in c["claim"]]
+    assert len(z) == 1 and z[0]["verdict"] == "holds"  # same accuracy: only the margin resolves it
+    assert "accuracy +0.0 [+0.0, +0.0]" in z[0]["numbers"] and "40 documents" in z[0]["numbers"]
+    t["samples"]["c4-r16"]["zeroshot"]["caldera_piqa"]["margin"] = list(base + rng.normal(0, 1, n))
+    t["samples"]["c4-r32"]["zeroshot"]["caldera_piqa"]["margin"] = list(base + rng.normal(0, 1, n))
+    z = [c for c in table_claims({"table1_llama2_zeroshot": t}) if "zero-shot" in c["claim"]]
+    assert z[0]["verdict"] == "inconclusive"
+
+
+def test_extra_claims_are_appended_and_validated():
+    import pytest
+
+    from caldera.experiments.claims import check
+
+    extra = [{"claim": "CALDERA below QuIP# on every compressed matrix", "source": "compression logs",
+              "verdict": "holds", "numbers": "210/210"}]
+    c = check(_fig3(), _fig4(), {"table1_llama2_zeroshot": _table1()}, extra=extra)
+    assert _verdict(c, "CALDERA below QuIP# on every")["sdd"].startswith("—")
+    with pytest.raises(ValueError, match="verdict"):
+        check(_fig3(), _fig4(), {}, extra=[{**extra[0], "verdict": "maybe"}])

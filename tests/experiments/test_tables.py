@@ -5,3 +5,49 @@ from caldera.experiments.tables import _bits_label
 
 def test_bits_label_prints_like_the_paper():
     assert [_bits_label(b) for b in (4.0, 16.0, "4.0", 4, 3.5, None, "", "—")] == [4, 16, 4, 4, 3.5, "—", "—", "—"]
+
+
+def test_tables_print_intervals_and_carry_the_samples(tmp_path):
+    import csv
+    import json
+    import math
+    from pathlib import Path
+
+    import yaml
+
+    from caldera import stats
+    from caldera.experiments.plan import table_rows
+    from caldera.experiments.tables import write_table
+
+    config = yaml.safe_load(Path("config/mini.yaml").read_text())
+    quip = next(r["variant"] for r in table_rows(config, "table7_mistral") if r["variant"] is not None
+                 and r["variant"].method == "quip#")
+    d = tmp_path / "eval" / quip.id
+    d.mkdir(parents=True)
+    nll = [511 * x for x in (4.0, 5.0, 4.5, 5.5)]
+    for corpus in ("wiki", "c4"):
+        ci = stats.perplexity_interval(nll, [511] * 4)
+        (d / f"ppl_{corpus}.json").write_text(json.dumps({"ppl": math.exp(4.75), "window_nll": nll,
+                                                          "window_tokens": [511] * 4, "ppl_lo": ci["lo"],
+                                                          "ppl_hi": ci["hi"]}))
+    docs = [{"doc_id": i, "acc": float(i < 3), "acc_norm": float(i < 2), "margin": 0.1 * i} for i in range(10)]
+    tasks = {t: {"acc": 0.3, "acc_norm": 0.2, "n": 10, "docs": docs} for t in
+             ("caldera_winogrande", "caldera_rte", "caldera_piqa", "caldera_arc_easy", "caldera_arc_challenge")}
+    (d / "zeroshot.json").write_text(json.dumps({"results": {"tasks": tasks}}))
+    out = {k: str(tmp_path / f"t.{k}") for k in ("md", "tex", "csv", "json")}
+    tab = write_table(str(tmp_path), config, "table7_mistral", out["md"], out["tex"], out["csv"], out["json"])
+    row = next(r for r in tab["rows"] if r["variant"] == quip.id)
+    lo, hi = stats.wilson_interval(3, 10)
+    assert row["ours_ci"]["wino_acc"] == [100 * lo, 100 * hi]
+    lo_n, hi_n = stats.wilson_interval(2, 10)  # Table 7 prints acc_norm for PIQA / ARC
+    assert row["ours"]["piqa_acc"] == 20.0 and row["ours_ci"]["piqa_acc"] == [100 * lo_n, 100 * hi_n]
+    assert row["ours_ci"]["wiki2_ppl"] == [ci["lo"], ci["hi"]]
+    md = Path(out["md"]).read_text()
+    assert f"{math.exp(4.75):.2f} [{ci['lo']:.2f}, {ci['hi']:.2f}]" in md
+    assert f"30.0 [{100 * lo:.1f}, {100 * hi:.1f}]" in md
+    rec = next(r for r in csv.DictReader(open(out["csv"])) if r["method"] == row["method"])
+    assert float(rec["wiki2_ppl_ours_lo"]) == ci["lo"] and float(rec["wino_acc_ours_hi"]) == 100 * hi
+    saved = json.loads(Path(out["json"]).read_text())
+    assert saved["samples"][quip.id]["ppl"]["wiki"]["window_nll"] == nll
+    assert saved["samples"][quip.id]["zeroshot"]["caldera_rte"]["margin"] == [d["margin"] for d in docs]
+    assert saved["stats"]["seed"] == stats.SEED

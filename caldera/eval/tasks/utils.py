@@ -24,7 +24,9 @@ def task_data_dir() -> Path:
     return root / "tasks"
 
 
-def _load(name: str, split: str):
+def _load(name: str, split: str, max_docs: int | None = None):
+    """The task's documents as a one-split ``DatasetDict``; ``max_docs`` keeps the first ones only (lm-eval's
+    ``limit`` scores exactly those, so building the rest is wasted work)."""
     import datasets
 
     path = task_data_dir() / f"{name}.jsonl"
@@ -41,28 +43,31 @@ def _load(name: str, split: str):
         verify_built(path.parent)  # every task file has the sha256 and size it was built with
     with open(path, encoding="utf-8") as f:
         rows = [json.loads(line) for line in f if line.strip()]
+    if max_docs is not None:
+        rows = rows[: int(max_docs)]
     return datasets.DatasetDict({split: datasets.Dataset.from_list(rows)})
 
 
-# lm-eval calls custom_dataset(**metadata, **dataset_kwargs); the keyword arguments are ignored.
-def load_winogrande(**_):
-    return _load("winogrande", "validation")
+# lm-eval calls custom_dataset(**metadata, **dataset_kwargs): ``caldera_max_docs`` comes from the TaskManager's
+# metadata (caldera.eval.zeroshot.build_tasks); the other keyword arguments are ignored.
+def load_winogrande(caldera_max_docs=None, **_):
+    return _load("winogrande", "validation", caldera_max_docs)
 
 
-def load_rte(**_):
-    return _load("rte", "validation")
+def load_rte(caldera_max_docs=None, **_):
+    return _load("rte", "validation", caldera_max_docs)
 
 
-def load_piqa(**_):
-    return _load("piqa", "validation")
+def load_piqa(caldera_max_docs=None, **_):
+    return _load("piqa", "validation", caldera_max_docs)
 
 
-def load_arc_easy(**_):
-    return _load("arc_easy", "test")
+def load_arc_easy(caldera_max_docs=None, **_):
+    return _load("arc_easy", "test", caldera_max_docs)
 
 
-def load_arc_challenge(**_):
-    return _load("arc_challenge", "test")
+def load_arc_challenge(caldera_max_docs=None, **_):
+    return _load("arc_challenge", "test", caldera_max_docs)
 
 
 # WinoGrande "partial evaluation" (Trinh & Le 2018), as lm-eval scores it: the two candidate *contexts*
