@@ -48,37 +48,10 @@ def _decode_code(c, stages, inv_rs, A, G, h, w):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True, fastmath=True)
-def _mm_rows_e8p(x, xs, codes, scale, A, G, h, y, r0, r1):  # pragma: no cover - compiled
-    # single-stage E8P: w_t = A[k,t] G[s,t] + h[s], so x·w = Σ_t x_t A[k,t] G[s,t] + h[s] Σ_t x_t (xs: block sums)
-    B = x.shape[0]
-    m = codes.shape[1]
-    acc = np.empty((B, 8), np.float32)
-    sh = np.empty(B, np.float32)
-    per_row = scale.shape[0] > 1
-    for i in range(r0, r1):
-        acc[:, :] = 0.0
-        sh[:] = 0.0
-        for j in range(m):
-            c = codes[i, j]
-            k = c >> 8
-            s = c & 255
-            hs = h[s]
-            base = 8 * j
-            for b in range(B):
-                sh[b] += hs * xs[b, j]
-                for t in range(8):
-                    acc[b, t] += A[k, t] * G[s, t] * x[b, base + t]
-        sc = scale[i] if per_row else scale[0]
-        for b in range(B):
-            tot = sh[b]
-            for t in range(8):
-                tot += acc[b, t]
-            y[b, i] = tot * sc
-
-
-@numba.njit(cache=True, nogil=True, fastmath=True)
 def _mm_rows_e8p_b1(x, xs, codes, scale, A, G, h, y, r0, r1):  # pragma: no cover - compiled
-    # batch 1 of _mm_rows_e8p with 1-D accumulators (lets LLVM keep them in registers and vectorise)
+    # single-stage E8P, one row of x: w_t = A[k,t] G[s,t] + h[s], so x·w = Σ_t x_t A[k,t] G[s,t] + h[s] Σ_t x_t
+    # (xs: block sums of x). 1-D accumulators: a (B, 8) version measured ~10x slower per code (not vectorised),
+    # so batches call this once per row.
     m = codes.shape[1]
     x0 = x[0]
     xs0 = xs[0]
@@ -191,18 +164,9 @@ def codes_matmul(x: Tensor, codes: Tensor, scale: Tensor | float, quantizer: str
     A, G, h = _np_tables()
     if stages == 1:
         xs = xn.reshape(xn.shape[0], m, 8).sum(-1)
-        _run(
-            _mm_rows_e8p_b1 if xn.shape[0] == 1 else _mm_rows_e8p,
-            _split(n, m),
-            xn,
-            xs,
-            _np_codes(codes),
-            sc,
-            A,
-            G,
-            h,
-            y,
-        )
+        c = _np_codes(codes)
+        for b in range(xn.shape[0]):
+            _run(_mm_rows_e8p_b1, _split(n, m), xn[b : b + 1], xs[b : b + 1], c, sc, A, G, h, y[b : b + 1])
     else:
         _run(_mm_rows, _split(n, m), xn, _np_codes(codes), sc, stages, np.float32(1.0 / rs), A, G, h, y)
     return torch.from_numpy(y)

@@ -1,19 +1,19 @@
 """Triton kernel: ``y = x (s ⊙ Q)ᵀ + (L t)ᵀ`` with Q read as E8P codes and decoded in registers.
 
-``x`` (B, d) float32/16, ``codes`` (n, d/8) int16 view of the uint16 E8P codes, ``s`` scalar or per row,
-optional ``L`` (n, k) float16/32 and ``t = x Rᵀ`` (B, k) float32 (computed by the caller: it is a k×d product,
-tiny beside n×d). Each program owns ``BLOCK_N`` output rows (and, with ``SPLIT > 1``, one of ``SPLIT`` slices
-of the code columns, accumulated with atomics); per step it loads a (BLOCK_N, BLOCK_M) tile of codes (2 bytes
-per 8 weights, the only large read), with ``decode=0`` gathers each code's 8 weights from the float16
-codebook (65,536 × 8 × 2 B = 1 MiB, which stays in L2) as one 16-byte row, and multiplies with the matching slice of x for all B rows
-at once. No dense Q is formed. ``decode=1`` (default) instead takes each code's signed abs pattern from an
-8 KiB fp32 table and applies the 8 sign bits by XOR on the float bits.
+``x`` (B, d) float32/16, ``codes`` (n, d/8) int16 view of the uint16 E8P codes, ``s`` scalar or per row, optional
+``L`` (n, k) float16/32 and ``t = x Rᵀ`` (B, k) float32 (computed by the caller: it is a k×d product, tiny beside
+n×d). Each program owns ``BLOCK_N`` output rows (and, with ``SPLIT > 1``, one of ``SPLIT`` slices of the code
+columns, accumulated with atomics); per step it loads a (BLOCK_N, BLOCK_M) tile of codes (2 bytes per 8 weights, the
+only large read), with ``decode=0`` gathers each code's 8 weights from the float16 codebook (65,536 × 8 × 2 B = 1
+MiB, which stays in L2) as one 16-byte row, and multiplies with the matching slice of x for all B rows at once. No
+dense Q is formed. ``decode=1`` (default) instead takes each code's signed abs pattern from an 8 KiB fp32 table and
+applies the 8 sign bits by XOR on the float bits.
 
-Measured on one H100 (``benchmarks/gpu_kernels.py``, CUDA-graph kernel times, weights cycled past L2): the
-defaults (``block_n=16, block_m=64, split=2, num_warps=4, decode=1``, best of a 108-config sweep) take 52 µs for
-4096×11008 at batch 1, i.e. 219 GB/s on the bytes read = 7 % of the measured 3.0 TB/s HBM copy bandwidth
-(dense fp16 36 µs, 84 %): the decode is ALU-bound, far from the issue's 60 % target. A variant with fp16
-weights and ``tl.dot`` was 10× slower (layout conversions) and was dropped. ``decode=0`` took 57 µs.
+Measured on one H100 (``benchmarks/gpu_kernels.py``, CUDA-graph kernel times, weights cycled past L2): the defaults
+(``block_n=16, block_m=64, split=2, num_warps=4, decode=1``, best of a 108-config sweep) take 52 µs for 4096×11008
+at batch 1, i.e. 219 GB/s on the bytes read = 7 % of the measured 3.0 TB/s HBM copy bandwidth (dense fp16 36 µs, 84
+%): the decode is ALU-bound, far from the issue's 60 % target. A variant with fp16 weights and ``tl.dot`` was 10×
+slower (layout conversions) and was dropped. ``decode=0`` took 57 µs.
 
 Reference: :func:`caldera.kernels.tables.codes_matmul_reference`; tested under ``TRITON_INTERPRET=1`` on CPU
 (``tests/kernels/test_kernels.py``).

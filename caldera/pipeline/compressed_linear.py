@@ -26,7 +26,8 @@ Forward, entirely in the RHT basis and in float32 (the weight in the original ba
 and the result is cast back to ``x``'s dtype.
 
 **Inference kernels (default).** With ``kernel="auto"`` (the default), when no gradient is needed and a
-kernel of :mod:`caldera.kernels` reads this layer's codes (E8P backbone; 16-bit or E8P-RVQ4 factors), the
+kernel of :mod:`caldera.kernels` reads this layer's codes (E8P backbone; 16-bit or E8P-RVQ4 factors) and the
+input has at most ``KERNEL_MAX_ROWS`` rows (tokens), the
 product ``x̃ Qᵀ + (x̃ Rᵀ) Lᵀ`` is computed straight from the codes (Numba on CPU, Triton on CUDA) and nothing
 is dequantized or cached: memory stays at the compressed size. ``kernel="reference"``, any other quantizer,
 or a forward that needs gradients (fine-tuning) uses the reference path below.
@@ -63,6 +64,9 @@ META_VERSION = 1
 #: ``"auto"``: compute from the codes with a :mod:`caldera.kernels` kernel when one applies (module docstring);
 #: ``"reference"``: always dequantize (and cache, with ``cache_dequantized``).
 KERNELS = ("auto", "reference")
+#: Inputs with more rows (tokens) than this take the reference path (dequantize + GEMM, as QuIP# does for
+#: batch > 1): the kernels are matrix-vector kernels for decoding.
+KERNEL_MAX_ROWS = 16
 _FT_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -430,7 +434,7 @@ class CompressedLinear(nn.Module):
 
     def kernel_backend(self, x: Tensor) -> str | None:
         """The :mod:`caldera.kernels` backend the forward uses for ``x`` (None: the reference path)."""
-        if self.kernel == "reference":
+        if self.kernel == "reference" or x.numel() > KERNEL_MAX_ROWS * self.in_features:
             return None
         if torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.parameters())):
             return None

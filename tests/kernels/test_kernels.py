@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from caldera.kernels.tables import codes_matmul_reference, decode_tables, dequantize_codes
-from caldera.pipeline.compressed_linear import CompressedLinear
+from caldera.pipeline.compressed_linear import KERNEL_MAX_ROWS, CompressedLinear
 from caldera.quantizers.e8p import _tables
 
 cpu = pytest.importorskip("caldera.kernels.cpu")
@@ -154,12 +154,13 @@ def test_compressed_linear_kernel_equals_reference_path(n, d, rank, lr_format, r
     assert ref._Q_cache is not None
 
 
-def test_compressed_linear_uses_reference_path_when_training():
+def test_compressed_linear_uses_reference_path_when_training_or_for_many_rows():
     meta, ts = _layer(32, 64, 4, "quantized", True, bias=False)
     mod = CompressedLinear.from_tensors(meta, ts)
     x = torch.randn(2, 64, requires_grad=True)
     assert mod.kernel_backend(x) is None  # gradients need the differentiable path
     with torch.no_grad():
         assert mod.kernel_backend(x) == "numba"
+        assert mod.kernel_backend(torch.randn(KERNEL_MAX_ROWS + 1, 64)) is None  # many tokens: dequantize + GEMM
     with pytest.raises(ValueError, match="kernel="):
         CompressedLinear.from_tensors(meta, ts, kernel="fast")
