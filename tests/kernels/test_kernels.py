@@ -144,7 +144,7 @@ def _layer(n, d, rank, lr_format, rht, bias, seed=0):
 )
 def test_compressed_linear_kernel_equals_reference_path(n, d, rank, lr_format, rht):
     meta, ts = _layer(n, d, rank, lr_format, rht, bias=True)
-    fast = CompressedLinear.from_tensors(meta, ts)
+    fast = CompressedLinear.from_tensors(meta, ts, kernel="kernel")
     ref = CompressedLinear.from_tensors(meta, ts, kernel="reference")
     x = torch.randn(2, 3, d, generator=torch.Generator().manual_seed(9))
     assert fast.kernel_backend(x) == "numba" and ref.kernel_backend(x) is None
@@ -156,11 +156,13 @@ def test_compressed_linear_kernel_equals_reference_path(n, d, rank, lr_format, r
 
 def test_compressed_linear_uses_reference_path_when_training_or_for_many_rows():
     meta, ts = _layer(32, 64, 4, "quantized", True, bias=False)
-    mod = CompressedLinear.from_tensors(meta, ts)
+    mod = CompressedLinear.from_tensors(meta, ts, kernel="kernel")
     x = torch.randn(2, 64, requires_grad=True)
     assert mod.kernel_backend(x) is None  # gradients need the differentiable path
     with torch.no_grad():
         assert mod.kernel_backend(x) == "numba"
         assert mod.kernel_backend(torch.randn(KERNEL_MAX_ROWS + 1, 64)) is None  # many tokens: dequantize + GEMM
+    # auto on CPU: the (measured faster) reference path
+    assert CompressedLinear.from_tensors(meta, ts).kernel_backend(x.detach()) is None
     with pytest.raises(ValueError, match="kernel="):
         CompressedLinear.from_tensors(meta, ts, kernel="fast")
