@@ -2,8 +2,8 @@
 
 Backends (:func:`select_backend`): ``"numba"`` on CPU (:mod:`caldera.kernels.cpu`; Q and 4-bit RVQ factors read
 as codes, 16-bit factors converted per call), ``"triton"`` on CUDA when ``triton`` imports
-(:mod:`caldera.kernels.triton_e8p`; Q as codes fused with ``L t``; quantized factors are decoded per call,
-they are k(n + d) values), or ``None`` (no kernel: the caller uses its dequantizing reference path). No dense
+(:mod:`caldera.kernels.triton_e8p`; Q as codes fused with a 16-bit ``L t``; layers with quantized factors take
+the reference path on CUDA), or ``None`` (no kernel: the caller uses its dequantizing reference path). No dense
 ``n × d`` matrix is formed or cached by either backend. Reference: ``h @ Q.T + (h @ R.T) @ L.T`` with Q, L, R
 dequantized (``CompressedLinear``'s reference path; ``tests/kernels/test_kernels.py``).
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from caldera.kernels.tables import SUPPORTED, dequantize_codes
+from caldera.kernels.tables import SUPPORTED
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,8 @@ def select_backend(device: torch.device, q_quantizer: str, lr_quantizer: str | N
         return None
     if device.type == "cpu" and numba_available():
         return "numba"
-    if device.type == "cuda" and triton_available():
-        return "triton"
+    if device.type == "cuda" and lr_quantizer is None and triton_available():
+        return "triton"  # quantized factors on CUDA: the reference path (not measured with the kernel)
     return None
 
 
@@ -82,9 +82,6 @@ def codes_linear(h: Tensor, Q_codes: Tensor, Q_scale: Tensor, factors: Factors |
         if factors is None:
             return e8p_matmul(h, Q_codes, Q_scale)
         if factors.L_codes is not None:
-            L = dequantize_codes(factors.L_codes, factors.quantizer).T * factors.L_scale.float()
-            R = dequantize_codes(factors.R_codes, factors.quantizer) * factors.R_scale.float()
-        else:
-            L, R = factors.L, factors.R
-        return e8p_matmul(h, Q_codes, Q_scale, L, h @ R.to(h.dtype).T)
+            raise ValueError("the triton backend takes 16-bit factors only (select_backend never picks it otherwise)")
+        return e8p_matmul(h, Q_codes, Q_scale, factors.L, h @ factors.R.to(h.dtype).T)
     raise ValueError(f"backend={backend!r}; accepted: 'numba', 'triton'")

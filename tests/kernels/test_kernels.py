@@ -166,3 +166,31 @@ def test_compressed_linear_uses_reference_path_when_training_or_for_many_rows():
     assert CompressedLinear.from_tensors(meta, ts).kernel_backend(x.detach()) is None
     with pytest.raises(ValueError, match="kernel="):
         CompressedLinear.from_tensors(meta, ts, kernel="fast")
+
+
+def test_select_backend(monkeypatch):
+    from caldera.kernels import fused
+
+    cuda, cpu_dev = torch.device("cuda"), torch.device("cpu")
+    assert fused.select_backend(cpu_dev, "e8p", None) == "numba"
+    assert fused.select_backend(cpu_dev, "e8p", "e8p-rvq4") == "numba"
+    assert fused.select_backend(cpu_dev, "rtn4", None) is None  # no kernel reads other backbones
+    assert fused.select_backend(cpu_dev, "e8p", "e8p-rvq3") is None
+    monkeypatch.setattr(fused, "triton_available", lambda: True)
+    assert fused.select_backend(cuda, "e8p", None) == "triton"
+    assert fused.select_backend(cuda, "e8p", "e8p-rvq4") is None  # quantized factors: reference path on CUDA
+
+
+def test_codes_linear_backends_agree():
+    tk, dev = _triton()
+    from caldera.kernels.fused import Factors, codes_linear
+
+    g = torch.Generator().manual_seed(5)
+    n, d, k = 24, 40, 3
+    codes, s = _codes(n, d // 8, "e8p", seed=5), torch.rand(n, 1, generator=g)
+    h = torch.randn(2, d, generator=g)
+    f = Factors(L=torch.randn(n, k, generator=g).half(), R=torch.randn(k, d, generator=g).half())
+    ref = codes_matmul_reference(h, codes.to(torch.int64), s) + (h @ f.R.float().T) @ f.L.float().T
+    _close(codes_linear(h, codes, s, f, "numba"), ref)
+    fd = Factors(L=f.L.to(dev), R=f.R.to(dev))
+    _close(codes_linear(h.to(dev), codes.to(dev), s.to(dev), fd, "triton").cpu(), ref)
