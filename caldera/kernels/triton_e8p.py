@@ -10,10 +10,11 @@ dense Q is formed. ``decode=1`` (default) instead takes each code's signed abs p
 applies the 8 sign bits by XOR on the float bits.
 
 Measured on one H100 (``benchmarks/gpu_kernels.py``, CUDA-graph kernel times, weights cycled past L2): the defaults
-(``block_n=16, block_m=64, split=2, num_warps=4, decode=1``, best of a 108-config sweep) take 52 µs for 4096×11008
-at batch 1, i.e. 219 GB/s on the bytes read = 7 % of the measured 3.0 TB/s HBM copy bandwidth (dense fp16 36 µs, 84
-%): the decode is ALU-bound, far from the issue's 60 % target. A variant with fp16 weights and ``tl.dot`` was 10×
-slower (layout conversions) and was dropped. ``decode=0`` took 57 µs.
+(``block_n=16, block_m=64, split=2, num_warps=4, decode=1``, best in two sweeps: 108 configs of decode 0/1, and the
+72 of ``kernels/measured/``, which include the dropped variant below) take 52 µs for 4096×11008 at batch 1, i.e. 219
+GB/s on the bytes read = 7 % of the measured 3.0 TB/s HBM copy bandwidth (dense fp16 36 µs, 84 %): the decode is
+ALU-bound, far from the issue's 60 % target. A variant with fp16 weights and ``tl.dot`` was 10× slower (layout
+conversions) and was dropped. ``decode=0`` took 57 µs.
 
 Reference: :func:`caldera.kernels.tables.codes_matmul_reference`; tested under ``TRITON_INTERPRET=1`` on CPU
 (``tests/kernels/test_kernels.py``).
