@@ -356,6 +356,17 @@ def _checkpoint_summary(folder: Path, cfg: dict[str, Any], matrices: bool) -> di
     return info
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from caldera.pipeline.export import export_hf
+
+    try:
+        out = export_hf(args.checkpoint, args.out)
+    except ValueError as e:
+        raise CLIError(str(e)) from None
+    _print_json({"exported": str(out)})
+    return 0
+
+
 def cmd_matrix_report(args: argparse.Namespace, rest: list[str]) -> int:
     from caldera.reports.matrix import main as report_main  # lazy: the lead engineer's module
 
@@ -479,6 +490,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--matrices", action="store_true", help="list every matrix's errors")
     p.add_argument("--no-verify", action="store_true", help="skip the checksum verification")
     p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser(
+        "export",
+        help="write a plain Hugging Face folder (reconstructed dense weights) from a checkpoint",
+        description="Reconstructs W = unrotate(Q + LR) for every compressed layer and saves model, config and "
+        "tokenizer with save_pretrained: AutoModelForCausalLM / lm_eval --model hf load it without caldera.",
+    )
+    p.add_argument("checkpoint")
+    p.add_argument("--out", required=True, help="new folder to write (must not exist)")
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser(
         "matrix-report",

@@ -116,19 +116,25 @@ def test_layout(saved):
     assert "model.layers.0.self_attn.q_proj.weight" not in keys and "lm_head.weight" not in keys
 
 
-def test_fresh_process_identical_logits_and_generate(saved, tmp_path):
-    model, path = saved
-    out = tmp_path / "child.pt"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+def _run_child(script: str, folder, out, *, cwd, pythonpath: str | None) -> None:
+    """Run ``script folder IDS out`` in a fresh offline Python process (PYTHONPATH as given, or unset)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", **({"PYTHONPATH": pythonpath} if pythonpath else {}))
     r = subprocess.run(
-        [sys.executable, "-c", CHILD, str(path), json.dumps(IDS), str(out)],
-        cwd=ROOT,
+        [sys.executable, "-c", script, str(folder), json.dumps(IDS), str(out)],
+        cwd=cwd,
         env=env,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_fresh_process_identical_logits_and_generate(saved, tmp_path):
+    model, path = saved
+    out = tmp_path / "child.pt"
+    _run_child(CHILD, path, out, cwd=ROOT, pythonpath=str(ROOT))
     child = torch.load(out)
     ids = torch.tensor(IDS)
     with torch.no_grad():
@@ -308,3 +314,32 @@ def test_info_without_verification_still_has_no_traceback(saved, tmp_path, capsy
     assert "q_proj'].in_features is missing" in capsys.readouterr().err
     assert cli.main(["info", str(path)]) == 0
     assert json.loads(capsys.readouterr().out)["n_compressed_modules"] == 14
+
+
+EXPORT_CHILD = r"""
+import sys, torch
+from transformers import AutoModelForCausalLM
+m = AutoModelForCausalLM.from_pretrained(sys.argv[1]).eval()
+assert not [k for k in sys.modules if k.split(".")[0] in ("caldera", "tests")], "caldera was imported"
+with torch.no_grad():
+    torch.save(m(torch.tensor(eval(sys.argv[2]))).logits, sys.argv[3])
+"""
+
+
+def test_export_loads_in_plain_transformers(saved, tmp_path, capsys):
+    """`caldera export` writes a folder that transformers loads in a process that never imports caldera, with
+    the compressed model's logits (float rounding); a second export to the same folder is refused."""
+    from caldera.cli import main
+
+    model, path = saved
+    out = tmp_path / "hf"
+    assert main(["export", str(path), "--out", str(out)]) == 0
+    assert (out / "config.json").exists() and (out / "model.safetensors").exists()
+    assert not list(tmp_path.glob(".hf.tmp-*"))
+    res = tmp_path / "logits.pt"
+    _run_child(EXPORT_CHILD, out, res, cwd=tmp_path, pythonpath=None)
+    with torch.no_grad():
+        ref = model(torch.tensor(IDS)).logits
+    torch.testing.assert_close(torch.load(res), ref, rtol=1e-4, atol=1e-4 * float(ref.abs().max()))
+    assert main(["export", str(path), "--out", str(out)]) != 0
+    assert "already exists" in capsys.readouterr().err

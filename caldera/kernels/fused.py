@@ -1,0 +1,87 @@
+"""The compressed layer's product ``ỹ = h Qᵀ + (h Rᵀ) Lᵀ`` from stored codes, on the fastest available kernel.
+
+Backends (:func:`select_backend`): ``"numba"`` on CPU (:mod:`caldera.kernels.cpu`; Q and 4-bit RVQ factors read
+as codes, 16-bit factors converted per call), ``"triton"`` on CUDA when ``triton`` imports
+(:mod:`caldera.kernels.triton_e8p`; Q as codes fused with a 16-bit ``L t``; layers with quantized factors take
+the reference path on CUDA), or ``None`` (no kernel: the caller uses its dequantizing reference path). No dense
+``n × d`` matrix is formed or cached by either backend. Reference: ``h @ Q.T + (h @ R.T) @ L.T`` with Q, L, R
+dequantized (``CompressedLinear``'s reference path; ``tests/kernels/test_kernels.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from caldera.kernels.tables import SUPPORTED
+
+
+@dataclass(frozen=True)
+class Factors:
+    """Frozen low-rank part: 16-bit ``L`` (n, k) and ``R`` (k, d), or codes of ``Lᵀ`` (k, n/8) and ``R`` (k, d/8)
+    with scalar scales and a quantizer name from :data:`caldera.kernels.tables.SUPPORTED`."""
+
+    L: Tensor | None = None
+    R: Tensor | None = None
+    L_codes: Tensor | None = None
+    L_scale: Tensor | None = None
+    R_codes: Tensor | None = None
+    R_scale: Tensor | None = None
+    quantizer: str | None = None
+
+
+@functools.lru_cache(maxsize=1)
+def triton_available() -> bool:
+    try:
+        import caldera.kernels.triton_e8p  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=1)
+def numba_available() -> bool:
+    try:
+        import caldera.kernels.cpu  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def select_backend(device: torch.device, q_quantizer: str, lr_quantizer: str | None) -> str | None:
+    """``"numba"``, ``"triton"`` or ``None`` for a layer with this Q quantizer and factor quantizer (None for
+    16-bit or no factors) on ``device``."""
+    if q_quantizer != "e8p" or (lr_quantizer is not None and lr_quantizer not in SUPPORTED):
+        return None
+    if device.type == "cpu" and numba_available():
+        return "numba"
+    if device.type == "cuda" and lr_quantizer is None and triton_available():
+        return "triton"  # quantized factors on CUDA: the reference path (not measured with the kernel)
+    return None
+
+
+def codes_linear(h: Tensor, Q_codes: Tensor, Q_scale: Tensor, factors: Factors | None, backend: str) -> Tensor:
+    """``ỹ = h (s ⊙ Q)ᵀ + (h Rᵀ) Lᵀ`` (B, n) float32 for ``h`` (B, d) float32 in the RHT basis, ``Q_codes``
+    (n, d/8) E8P codes, ``Q_scale`` () or (n, 1)."""
+    if backend == "numba":
+        from caldera.kernels.cpu import codes_matmul, codes_matmul_t
+
+        y = codes_matmul(h, Q_codes, Q_scale, "e8p")
+        if factors is None:
+            return y
+        if factors.L_codes is not None:
+            t = codes_matmul(h, factors.R_codes, factors.R_scale, factors.quantizer)
+            return codes_matmul_t(t, factors.L_codes, float(factors.L_scale), factors.quantizer, out=y)
+        return y.addmm_(h @ factors.R.float().T, factors.L.float().T)
+    if backend == "triton":
+        from caldera.kernels.triton_e8p import e8p_matmul
+
+        if factors is None:
+            return e8p_matmul(h, Q_codes, Q_scale)
+        if factors.L_codes is not None:
+            raise ValueError("the triton backend takes 16-bit factors only (select_backend never picks it otherwise)")
+        return e8p_matmul(h, Q_codes, Q_scale, factors.L, h @ factors.R.to(h.dtype).T)
+    raise ValueError(f"backend={backend!r}; accepted: 'numba', 'triton'")

@@ -1,0 +1,196 @@
+"""Compressed-matmul kernels against their dequantizing references (random codes, odd shapes, batches)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from caldera.kernels.tables import codes_matmul_reference, decode_tables, dequantize_codes
+from caldera.pipeline.compressed_linear import KERNEL_MAX_ROWS, CompressedLinear
+from caldera.quantizers.e8p import _tables
+
+cpu = pytest.importorskip("caldera.kernels.cpu")
+
+
+def _codes(n, m, quantizer, seed):
+    hi = 1 << 16 if quantizer == "e8p" else 1 << 32
+    c = torch.randint(0, hi, (n, m), generator=torch.Generator().manual_seed(seed), dtype=torch.int64)
+    return c.to(torch.uint16) if quantizer == "e8p" else c.to(torch.uint32)
+
+
+def _close(y, ref):
+    torch.testing.assert_close(y, ref, rtol=1e-5, atol=2e-6 * float(ref.abs().max()))
+
+
+def test_decode_tables_reproduce_every_codeword():
+    t = decode_tables()
+    c = torch.arange(1 << 16)
+    assert torch.equal(t.A[c >> 8] * t.G[c & 255] + t.h[c & 255][:, None], _tables().codebook)
+    assert torch.equal(t.codebook_f16.float(), _tables().codebook)  # fp16 holds the codebook exactly
+
+
+@pytest.mark.parametrize("quantizer", ["e8p", "e8p-rvq4"])
+@pytest.mark.parametrize("B", [1, 3])
+@pytest.mark.parametrize("per_row", [False, True])
+def test_codes_matmul_matches_reference(quantizer, B, per_row):
+    n, m = 13, 5
+    codes = _codes(n, m, quantizer, seed=B)
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(B, 8 * m, generator=g)
+    s = torch.rand(n, 1, generator=g) + 0.5 if per_row else torch.tensor(0.37)
+    _close(cpu.codes_matmul(x, codes, s, quantizer), codes_matmul_reference(x, codes.to(torch.int64), s, quantizer))
+
+
+@pytest.mark.parametrize("quantizer", ["e8p", "e8p-rvq4"])
+def test_codes_matmul_t_matches_reference_and_accumulates(quantizer):
+    k, m, B = 3, 7, 2
+    codes = _codes(k, m, quantizer, seed=1)
+    t = torch.randn(B, k, generator=torch.Generator().manual_seed(2))
+    ref = 0.8 * t @ dequantize_codes(codes.to(torch.int64), quantizer)
+    _close(cpu.codes_matmul_t(t, codes, 0.8, quantizer), ref)
+    out = torch.ones(B, 8 * m)
+    assert cpu.codes_matmul_t(t, codes, 0.8, quantizer, out=out) is out
+    _close(out, ref + 1)
+
+
+def test_threaded_split_equals_single_thread():
+    codes = _codes(300, 512, "e8p", seed=3)  # large enough to be split over threads
+    x = torch.randn(2, 4096, generator=torch.Generator().manual_seed(4))
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = cpu.codes_matmul(x, codes, 0.5)
+        torch.set_num_threads(2)
+        two = cpu.codes_matmul(x, codes, 0.5)
+    finally:
+        torch.set_num_threads(old)
+    assert torch.equal(one, two)  # rows are independent: the split cannot change a bit
+    _close(one, codes_matmul_reference(x, codes.to(torch.int64), 0.5))
+
+
+def test_bad_inputs_are_named():
+    codes = _codes(4, 2, "e8p", seed=0)
+    with pytest.raises(ValueError, match="x: expected shape"):
+        cpu.codes_matmul(torch.randn(1, 15), codes, 1.0)
+    with pytest.raises(ValueError, match="no compressed-matmul kernel"):
+        cpu.codes_matmul(torch.randn(1, 16), codes, 1.0, "e8p-rvq3")
+    with pytest.raises(ValueError, match="scale"):
+        cpu.codes_matmul(torch.randn(1, 16), codes, torch.ones(3, 1))
+
+
+def _triton():
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    pytest.importorskip("triton")
+    from caldera.kernels import triton_e8p
+
+    return triton_e8p, ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@pytest.mark.parametrize("decode", [0, 1])
+@pytest.mark.parametrize(("n", "m", "B", "k", "split", "per_row"), [(13, 5, 1, 0, 1, False), (37, 11, 3, 5, 2, True)])
+def test_triton_kernel_matches_reference(decode, n, m, B, k, split, per_row):
+    tk, dev = _triton()
+    g = torch.Generator().manual_seed(n)
+    codes = _codes(n, m, "e8p", seed=n)
+    x = torch.randn(B, 8 * m, generator=g)
+    s = torch.rand(n, 1, generator=g) if per_row else torch.tensor(0.8)
+    L = torch.randn(n, k, generator=g).half() if k else None
+    t = torch.randn(B, k, generator=g) if k else None
+    ref = codes_matmul_reference(x, codes.to(torch.int64), s)
+    if k:
+        ref = ref + t @ L.float().T
+    to = lambda v: v.to(dev) if v is not None else None
+    y = tk.e8p_matmul(to(x), to(codes), to(s), to(L), to(t), block_n=8, block_m=4, split=split, decode=decode)
+    _close(y.cpu(), ref)
+
+
+# ------------------------------------------------------------------------------------------ CompressedLinear
+
+
+def _layer(n, d, rank, lr_format, rht, bias, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    meta = {
+        "version": 1, "method": "caldera", "in_features": d, "out_features": n, "q_quantizer": "e8p",
+        "q_codes_dtype": "int32", "rht": rht, "rank": rank, "ft_rank": 0, "lr_format": lr_format if rank else None,
+        "l_quantizer": None, "r_quantizer": None, "lr_codes_dtype": None, "signs_trainable": False, "bias": bias,
+        "ft_dtype": None,
+    }  # fmt: skip
+    ts = {"Q_codes": _codes(n, d // 8, "e8p", seed), "Q_scale": torch.rand(n, 1, generator=g) / 4}
+    if rht:
+        ts["S_U"] = (torch.randint(0, 2, (d,), generator=g) * 2 - 1).to(torch.int8)
+        ts["S_V"] = (torch.randint(0, 2, (n,), generator=g) * 2 - 1).to(torch.int8)
+    if rank and lr_format == "quantized":
+        meta.update(l_quantizer="e8p-rvq4", r_quantizer="e8p-rvq4", lr_codes_dtype="int64")
+        ts.update(L_codes=_codes(rank, n // 8, "e8p-rvq4", seed + 1), L_scale=torch.tensor(0.05),
+                  R_codes=_codes(rank, d // 8, "e8p-rvq4", seed + 2), R_scale=torch.tensor(0.07))  # fmt: skip
+    elif rank:
+        ts.update(L_16=torch.randn(n, rank, generator=g).half(), R_16=torch.randn(rank, d, generator=g).half())
+    if bias:
+        ts["bias"] = torch.randn(n, generator=g)
+    return meta, ts
+
+
+@pytest.mark.parametrize(
+    ("n", "d", "rank", "lr_format", "rht"),
+    [
+        (32, 64, 4, "quantized", True),
+        (32, 64, 3, "float16", True),
+        (24, 40, 2, "quantized", False),
+        (16, 8, 0, None, False),
+    ],
+)
+def test_compressed_linear_kernel_equals_reference_path(n, d, rank, lr_format, rht):
+    meta, ts = _layer(n, d, rank, lr_format, rht, bias=True)
+    fast = CompressedLinear.from_tensors(meta, ts, kernel="kernel")
+    ref = CompressedLinear.from_tensors(meta, ts, kernel="reference")
+    x = torch.randn(2, 3, d, generator=torch.Generator().manual_seed(9))
+    assert fast.kernel_backend(x) == "numba" and ref.kernel_backend(x) is None
+    y = fast(x)
+    _close(y, ref(x))
+    assert fast._Q_cache is None and fast._L_cache is None  # nothing dense was cached
+    assert ref._Q_cache is not None
+
+
+def test_compressed_linear_uses_reference_path_when_training_or_for_many_rows():
+    meta, ts = _layer(32, 64, 4, "quantized", True, bias=False)
+    mod = CompressedLinear.from_tensors(meta, ts, kernel="kernel")
+    x = torch.randn(2, 64, requires_grad=True)
+    assert mod.kernel_backend(x) is None  # gradients need the differentiable path
+    with torch.no_grad():
+        assert mod.kernel_backend(x) == "numba"
+        assert mod.kernel_backend(torch.randn(KERNEL_MAX_ROWS + 1, 64)) is None  # many tokens: dequantize + GEMM
+    # auto on CPU: the (measured faster) reference path
+    assert CompressedLinear.from_tensors(meta, ts).kernel_backend(x.detach()) is None
+    with pytest.raises(ValueError, match="kernel="):
+        CompressedLinear.from_tensors(meta, ts, kernel="fast")
+
+
+def test_select_backend(monkeypatch):
+    from caldera.kernels import fused
+
+    cuda, cpu_dev = torch.device("cuda"), torch.device("cpu")
+    assert fused.select_backend(cpu_dev, "e8p", None) == "numba"
+    assert fused.select_backend(cpu_dev, "e8p", "e8p-rvq4") == "numba"
+    assert fused.select_backend(cpu_dev, "rtn4", None) is None  # no kernel reads other backbones
+    assert fused.select_backend(cpu_dev, "e8p", "e8p-rvq3") is None
+    monkeypatch.setattr(fused, "triton_available", lambda: True)
+    assert fused.select_backend(cuda, "e8p", None) == "triton"
+    assert fused.select_backend(cuda, "e8p", "e8p-rvq4") is None  # quantized factors: reference path on CUDA
+
+
+def test_codes_linear_backends_agree():
+    tk, dev = _triton()
+    from caldera.kernels.fused import Factors, codes_linear
+
+    g = torch.Generator().manual_seed(5)
+    n, d, k = 24, 40, 3
+    codes, s = _codes(n, d // 8, "e8p", seed=5), torch.rand(n, 1, generator=g)
+    h = torch.randn(2, d, generator=g)
+    f = Factors(L=torch.randn(n, k, generator=g).half(), R=torch.randn(k, d, generator=g).half())
+    ref = codes_matmul_reference(h, codes.to(torch.int64), s) + (h @ f.R.float().T) @ f.L.float().T
+    _close(codes_linear(h, codes, s, f, "numba"), ref)
+    fd = Factors(L=f.L.to(dev), R=f.R.to(dev))
+    _close(codes_linear(h.to(dev), codes.to(dev), s.to(dev), fd, "triton").cpu(), ref)
