@@ -14,6 +14,13 @@ TABLES_DIR = config["tables_dir"]
 VARIANTS = all_variants(config)
 COMPRESSED = sorted(v for v, spec in VARIANTS.items() if spec.method != "dense")
 FIG_MODEL = config["figures"]["model"]
+SELECTION = config.get("selection")
+# stand-ins swept by the selection rule, plus the figures' model for the Figure 3 comparisons it re-runs
+SELECTION_MODELS = (
+    sorted(set(SELECTION["layers"]) | ({FIG_MODEL} if SELECTION.get("ablations", True) else set()))
+    if SELECTION
+    else []
+)
 
 
 wildcard_constraints:
@@ -68,9 +75,14 @@ def get_figure_targets():
     return [f"{TABLES_DIR}/figure{n}.{ext}" for n in (1, 3, 4) for ext in ("png", "pdf")]
 
 
+def get_selection_targets():
+    return [f"{TABLES_DIR}/selection.md"] if SELECTION else []
+
+
 def get_final_targets():
     return (
         get_table_targets()
+        + get_selection_targets()
         + get_pending_table_targets()
         + get_figure_targets()
         + [f"{TABLES_DIR}/theory.md", f"{TABLES_DIR}/claims.md", f"{RES}/timings.json", f"{TABLES_DIR}/timings.md"]
@@ -96,6 +108,7 @@ def get_all_logs_inputs():
     # everything else of the run, so that every job's benchmark file exists when the timings are summed
     return (
         get_table_targets()
+        + get_selection_targets()
         + get_pending_table_targets()
         + get_figure_targets()
         + [f"{TABLES_DIR}/theory.md", f"{TABLES_DIR}/claims.md"]
