@@ -92,11 +92,11 @@ def measure_matrix(
 
     spec = get_method(method)
     cfg = spec.make_config(params)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     dec = spec.fn(W, H, cfg, context=context)
-    seconds = time.perf_counter() - t0
+    seconds, cpu_s = time.perf_counter() - t0, time.process_time() - c0
     return {"error": relative_data_aware_error(dec.reconstruction(), W, H.double()), "error_reg": float(dec.error),
-            "seconds": seconds, "trace": dec.error_trace}
+            "seconds": seconds, "cpu_s": cpu_s, "trace": dec.error_trace}
 
 
 def sweep_model(
@@ -150,16 +150,22 @@ def sweep_model(
                 records.append({**where, "candidate": cand, "rank": r, "iters": list(iters), **_slim(m),
                                 "ratio": m["error"] / q["error"]})
                 log(f"{model} L{li} {name} {cand} T{iters[0]}/{iters[1]} k={r}: {m['error']:.4f} "
-                    f"(QuIP# {q['error']:.4f}) {m['seconds']:.2f}s")
+                    f"(QuIP# {q['error']:.4f}) {m['seconds']:.2f}s (CPU {m['cpu_s']:.2f}s)")
     return records
 
 
 def _slim(m: dict[str, Any]) -> dict[str, Any]:
-    return {k: m[k] for k in ("error", "error_reg", "seconds")}
+    return {k: m[k] for k in ("error", "error_reg", "seconds", "cpu_s")}
 
 
 def _geo(xs: Sequence[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def _cost(records: Sequence[dict[str, Any]]) -> float:
+    """Mean CPU seconds per decomposition (one torch thread: the work, whatever else runs on the machine);
+    wall seconds for records without a CPU time."""
+    return sum(r.get("cpu_s", r["seconds"]) for r in records) / len(records)
 
 
 def summarize(records: Sequence[dict[str, Any]], iters: Sequence[int]) -> dict[str, dict[str, Any]]:
@@ -178,11 +184,11 @@ def summarize(records: Sequence[dict[str, Any]], iters: Sequence[int]) -> dict[s
                 rr = [r for r in mm if r["rank"] == rank]
                 per_rank[str(rank)] = {"geo_ratio": _geo([r["ratio"] for r in rr]),
                                        "below_quip": sum(r["ratio"] < 1 for r in rr), "n": len(rr),
-                                       "s_per_matrix": sum(r["seconds"] for r in rr) / len(rr)}
+                                       "s_per_matrix": _cost(rr)}
             per_model[model] = {"geo_ratio": _geo([r["ratio"] for r in mm]),
                                 "geo_error": _geo([r["error"] for r in mm]),
                                 "below_quip": sum(r["ratio"] < 1 for r in mm), "n": len(mm),
-                                "s_per_matrix": sum(r["seconds"] for r in mm) / len(mm), "ranks": per_rank}
+                                "s_per_matrix": _cost(mm), "ranks": per_rank}
         out[cand] = {"score": _geo([pm["geo_ratio"] for pm in per_model.values()]),
                      "s_per_matrix": _geo([pm["s_per_matrix"] for pm in per_model.values()]),
                      "models": per_model}
@@ -267,7 +273,7 @@ def ablation_claims(pairs: Sequence[dict[str, Any]], choice: Mapping[str, Any]) 
                 "verdict": "holds" if steps and len(lower) == len(steps) else "fails",
                 "numbers": f"{len(lower)}/{len(steps)} LPLR calls of the 4-bit runs lowered the error below their "
                            f"initialization; " + "; ".join(
-                               f"{p['matrix']}@{p['paper_rank']} outer {i}: {e[0]:.4f} → {min(e):.4f}"
+                               f"{p['matrix']}@{p['paper_rank']} outer {i}: {e[0]:.5f} → {min(e):.5f}"
                                for p, i, e in steps)})
     return out
 
@@ -307,12 +313,13 @@ def step_selection(config: dict[str, Any], hessian_dirs: Mapping[str, str], out_
     t0 = time.perf_counter()
     records: list[dict[str, Any]] = []
     seconds: dict[str, float] = {}
+    cpu: dict[str, float] = {}
     for model in sel["layers"]:
         if model not in hessian_dirs:
             raise ValueError(f"selection.layers names model {model!r} but no Hessians were given for it")
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         records += sweep_model(config, model, hessian_dirs[model])
-        seconds[model] = time.perf_counter() - t1
+        seconds[model], cpu[model] = time.perf_counter() - t1, time.process_time() - c1
     summary = summarize(records, sel["iters"])
     chosen, tied = select(summary, float(sel.get("tie_tolerance", 0.0)))
     params = candidate_params(sel, chosen, sel["iters"])
@@ -322,18 +329,18 @@ def step_selection(config: dict[str, Any], hessian_dirs: Mapping[str, str], out_
                      "geo-mean of the ratio to QuIP#'s over matrices x ranks, log-mean over stand-ins",
         "selection": sel, "records": records, "summary": summary,
         "long_summary": summarize(records, long["iters"]) if long else {},
-        "selected": {"name": chosen, "params": params, "tied": tied},
-        "run_uses_selected": matches_run(config, params), "seconds": seconds,
+        "selected": {"name": chosen, "params": params, "tied": tied}, "seconds": seconds,
     }
     fig_model = config["figures"]["model"]
     if sel.get("ablations", True) and fig_model in hessian_dirs:
-        t1 = time.perf_counter()
         from caldera.methods import get_method
 
+        t1, c1 = time.perf_counter(), time.process_time()
         full = get_method("caldera").make_config(dict(params)).to_dict()
         res["ablations"] = ablation_comparisons(config, full, hessian_dirs[fig_model])
-        seconds["ablations"] = time.perf_counter() - t1
+        seconds["ablations"], cpu["ablations"] = time.perf_counter() - t1, time.process_time() - c1
     res["wall_s"] = time.perf_counter() - t0
+    res["cpu_s"] = cpu
     write_json(out_json, res)
     write_atomic(out_md, to_markdown(res))
     return res
@@ -357,7 +364,8 @@ def to_markdown(res: Mapping[str, Any]) -> str:
         "Layers: " + "; ".join(f"{m} {sel['layers'][m]}" for m in models)
         + f"; matrices: {', '.join(sel.get('matrices') or LINEARS)}. Score: geo-mean ratio over matrices × ranks, "
         f"log-mean over the stand-ins; candidates within {float(sel.get('tie_tolerance', 0)):.1%} of the lowest "
-        "score are tied and the fewest seconds per matrix wins.", "",
+        "score are tied and the fewest CPU seconds per matrix wins. s/matrix: CPU seconds of one decomposition "
+        "(one thread).", "",
     ]
     ranks = {m: sorted({int(k) for s in summary.values() for k in s["models"].get(m, {}).get("ranks", {})})
              for m in models}
@@ -374,10 +382,8 @@ def to_markdown(res: Mapping[str, Any]) -> str:
         cells += [f"{s['models'][m]['s_per_matrix']:.2f}" if m in s["models"] else "—" for m in models]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", f"Selected: **{chosen}** (tied within tolerance: {', '.join(res['selected']['tied'])}); "
-              f"`methods.caldera.params`: `{res['selected']['params']}`.",
-              "The run's CALDERA rows " + ("use this configuration." if res["run_uses_selected"] else
-                                            "do **not** use this configuration: set `methods.caldera.params` "
-                                            "to the line above."), ""]
+              f"The CALDERA rows' `methods.caldera.params` (with `rank` and the factor bits from each table row): "
+              f"`{res['selected']['params']}`.", ""]
     long = sel.get("long_iters")
     if long and res.get("long_summary"):
         lines += [f"## {_iters_label(long['iters'])} (reported, not selectable: outside the default's time budget)",
@@ -395,7 +401,7 @@ def to_markdown(res: Mapping[str, Any]) -> str:
                 sr = [r for r in res["records"] if r["candidate"] == cand and r["model"] == m
                       and r["iters"] == list(sel["iters"]) and (r["layer"], r["matrix"], r["rank"]) in keys]
                 cells.append(f"{_geo([r['ratio'] for r in lr]):.3f} · {_geo([r['ratio'] for r in sr]):.3f} · "
-                             f"{sum(r['seconds'] for r in lr) / max(len(lr), 1):.2f}" if lr else "—")
+                             f"{_cost(lr):.2f}" if lr else "—")
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     ab = res.get("ablations")
@@ -406,8 +412,9 @@ def to_markdown(res: Mapping[str, Any]) -> str:
                   "| claim | verdict | numbers |", "|---|---|---|"]
         lines += [f"| {c['claim']} | **{c['verdict']}** | {c['numbers']} |" for c in ab["claims"]]
         lines.append("")
-    lines.append("Job time: " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in res["seconds"].items())
-                 + f"; total {res['wall_s'] / 60:.1f} min.")
+    lines.append("Job time (wall · CPU): " + ", ".join(f"{k} {v / 60:.1f} · {res['cpu_s'][k] / 60:.1f} min"
+                                                      for k, v in res["seconds"].items())
+                 + f"; total wall {res['wall_s'] / 60:.1f} min, CPU {sum(res['cpu_s'].values()) / 60:.1f} min.")
     return "\n".join(lines) + "\n"
 
 
@@ -460,3 +467,18 @@ def matrix_level_claims(config: dict[str, Any], summaries: Mapping[str, Mapping[
                     "source": "§5 / App. G.1 (compression logs)", "verdict": "holds" if all_below else "fails",
                     "numbers": "CALDERA error / QuIP# error per matrix: " + "; ".join(parts)})
     return out
+
+
+def matrix_level_claims_from_run(config: dict[str, Any], results_dir: str) -> list[dict[str, Any]]:
+    """:func:`matrix_level_claims` on the summaries of ``results_dir`` (the files of :func:`matrix_claim_inputs`)."""
+    import json
+    from pathlib import Path
+
+    from caldera.experiments.plan import all_variants
+
+    summaries = {}
+    for v in all_variants(config).values():
+        path = Path(results_dir, "compressed", v.id, "summary.json")
+        if v.method in ("caldera", "quip#") and path.is_file():
+            summaries[v.id] = json.loads(path.read_text())
+    return matrix_level_claims(config, summaries)

@@ -3,6 +3,7 @@ the matrix-level claim and the Figure 3 comparisons under the selected configura
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import subprocess
@@ -152,6 +153,18 @@ def test_matrix_level_claim_counts_and_verdicts():
         S.matrix_level_claims(cfg, {})
 
 
+def test_matrix_level_claim_reads_the_runs_summaries(tmp_path):
+    cfg = mini()
+    quip = {"self_attn.k_proj": 0.2}
+    summaries = summaries_for(cfg, lambda v: {"self_attn.k_proj": 0.1 if v.model == "gemma3" else 0.3}, quip)
+    for vid, summ in summaries.items():
+        (tmp_path / "compressed" / vid).mkdir(parents=True)
+        (tmp_path / "compressed" / vid / "summary.json").write_text(json.dumps(summ))
+    claims = S.matrix_level_claims_from_run(cfg, str(tmp_path))
+    assert [c["verdict"] for c in claims] == ["holds", "fails"]  # gemma3 first (sorted stand-in keys)
+    assert "0/1 below, geo-mean ratio 1.500" in claims[1]["numbers"]
+
+
 def pair(matrix, pr, e16, e4, noldlq, qlr, lplr):
     return {"matrix": matrix, "paper_rank": pr, "lplr": lplr,
             "errors": {"16bit": e16, "4bit": e4, "4bit-no-ldlq": noldlq, "quip#-lr": qlr}}
@@ -208,3 +221,17 @@ def test_selection_rule_dry_runs_and_reads_no_evaluation_result(tmp_path):
     assert jobs == {"assets", "hessians", "selection"}  # no compression, no evaluation upstream
     r = run_snakemake(["-n", "--cores", "1"], tmp_path)
     assert r.returncode == 0 and "paper_tables/generated/selection.md" in r.stdout  # a default target
+
+
+@pytest.mark.parametrize("name", ["mini", "mini-full", "mini-core", "smoke"])
+def test_the_configs_caldera_rows_use_a_swept_candidate(name):
+    """The CALDERA rows run exactly one of the configurations their own selection sweep measured (at its T),
+    so selection.md speaks about the configuration the tables use."""
+    from caldera.methods import get_method
+
+    cfg = yaml.safe_load((ROOT / f"config/{name}.yaml").read_text())
+    sel = cfg["selection"]
+    matching = [c for c in sel["candidates"] if S.matches_run(cfg, S.candidate_params(sel, c, sel["iters"]))]
+    assert len(matching) == 1, (name, matching)
+    spec = get_method("caldera")
+    assert spec.make_config(cfg["methods"]["caldera"]["params"]).outer_iters == sel["iters"][0]

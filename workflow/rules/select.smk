@@ -11,7 +11,7 @@ rule selection:
     log:
         f"{RES}/logs/selection.log",
     params:
-        spec=declared(config.get("selection"), config["methods"], config["figures"], config["stand_ins"],
+        spec=declared(config.get("selection"), config["methods"]["quip#"], config["figures"], config["stand_ins"],
                       config["rank_multiple"], {m: config["models"][m] for m in SELECTION_MODELS},
                       config["tables"], config.get("layers")),
     resources:
