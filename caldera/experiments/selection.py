@@ -28,6 +28,7 @@ Outputs: ``selection.json`` (every measurement, the scores, the selected configu
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -258,7 +259,7 @@ def ablation_comparisons(
 def ablation_claims(pairs: Sequence[dict[str, Any]], choice: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Claim entries {"claim", "source", "verdict", "numbers"} of the Figure 3 comparisons measured under the
     selected configuration (``pairs`` as :func:`ablation_comparisons` returns them)."""
-    label = ", ".join(f"{k}={v}" for k, v in choice.items())
+    label = ", ".join(f"{k}={v}" for k, v in sorted(choice.items()))
     out = []
     for claim, a, b, pred in ABLATION_CLAIMS:
         ok = [p for p in pairs if pred(p["errors"][a], p["errors"][b])]
@@ -352,7 +353,7 @@ def _iters_label(iters: Sequence[int]) -> str:
 
 def to_markdown(res: Mapping[str, Any]) -> str:
     sel, summary = res["selection"], res["summary"]
-    models = list(sel["layers"])
+    models = sorted(sel["layers"])  # sorted: the same page from the run's result and from its JSON (sorted keys)
     chosen = res["selected"]["name"]
     lines = [
         "# Configuration of the CALDERA rows, selected on the calibration Hessians", "",
@@ -363,8 +364,10 @@ def to_markdown(res: Mapping[str, Any]) -> str:
         "matrix. No evaluation result is read.", "",
         "Layers: " + "; ".join(f"{m} {sel['layers'][m]}" for m in models)
         + f"; matrices: {', '.join(sel.get('matrices') or LINEARS)}. Score: geo-mean ratio over matrices × ranks, "
-        f"log-mean over the stand-ins; candidates within {float(sel.get('tie_tolerance', 0)):.1%} of the lowest "
-        "score are tied and the fewest CPU seconds per matrix wins. s/matrix: CPU seconds of one decomposition "
+        "log-mean over the stand-ins; the lowest score is selected ("
+        + (f"scores within {tol:.1%} of it are tied" if (tol := float(sel.get("tie_tolerance", 0))) else
+           "only an equal score ties")
+        + " and the fewest CPU seconds per matrix wins a tie). s/matrix: CPU seconds of one decomposition "
         "(one thread).", "",
     ]
     ranks = {m: sorted({int(k) for s in summary.values() for k in s["models"].get(m, {}).get("ranks", {})})
@@ -373,7 +376,7 @@ def to_markdown(res: Mapping[str, Any]) -> str:
         + [f"{m} s/matrix" for m in models]
     lines += ["## " + _iters_label(sel["iters"]) + " (the default's budget; selectable)", "",
               "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for cand, s in summary.items():
+    for cand, s in sorted(summary.items()):
         cells = [f"**{cand}** (selected)" if cand == chosen else cand, f"{s['score']:.4f}"]
         for m in models:
             for k in ranks[m]:
@@ -381,9 +384,11 @@ def to_markdown(res: Mapping[str, Any]) -> str:
                 cells.append(f"{pr['geo_ratio']:.3f} · {pr['below_quip']} of {pr['n']}" if pr else "—")
         cells += [f"{s['models'][m]['s_per_matrix']:.2f}" if m in s["models"] else "—" for m in models]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", f"Selected: **{chosen}** (tied within tolerance: {', '.join(res['selected']['tied'])}); "
-              f"The CALDERA rows' `methods.caldera.params` (with `rank` and the factor bits from each table row): "
-              f"`{res['selected']['params']}`.", ""]
+    tied = [c for c in res["selected"]["tied"] if c != chosen]
+    lines += ["", f"Selected: **{chosen}**" + (f" (tied with {', '.join(tied)}; the cheapest)" if tied else "")
+              + ". The CALDERA rows' `methods.caldera.params` (with `rank` and the factor bits from each table row): "
+              "`{" + ", ".join(f"{k}: {v if isinstance(v, str) else json.dumps(v)}"
+                               for k, v in sorted(res["selected"]["params"].items())) + "}`.", ""]
     long = sel.get("long_iters")
     if long and res.get("long_summary"):
         lines += [f"## {_iters_label(long['iters'])} (reported, not selectable: outside the default's time budget)",
@@ -392,7 +397,7 @@ def to_markdown(res: Mapping[str, Any]) -> str:
                   "| candidate | " + " | ".join(f"{m}: ratio ({_iters_label(long['iters'])}) · ratio "
                                                 f"({_iters_label(sel['iters'])}) · s/matrix" for m in models) + " |",
                   "|---|" + "---|" * len(models)]
-        for cand in res["long_summary"]:
+        for cand in sorted(res["long_summary"]):
             cells = [cand]
             for m in models:
                 lr = [r for r in res["records"] if r["candidate"] == cand and r["model"] == m
@@ -408,12 +413,13 @@ def to_markdown(res: Mapping[str, Any]) -> str:
     if ab:
         lines += ["## Figure 3 comparisons under the selected configuration", "",
                   "The App. G.1 presets run LR first, without the Hessian update, best iterate per sub-step; here the "
-                  f"same runs (the figure's matrices, ranks and T_out) with {ab['choice']}.", "",
+                  "same runs (the figure's matrices, ranks and T_out) with "
+                  + ", ".join(f"{k}={v}" for k, v in sorted(ab["choice"].items())) + ".", "",
                   "| claim | verdict | numbers |", "|---|---|---|"]
         lines += [f"| {c['claim']} | **{c['verdict']}** | {c['numbers']} |" for c in ab["claims"]]
         lines.append("")
     lines.append("Job time (wall · CPU): " + ", ".join(f"{k} {v / 60:.1f} · {res['cpu_s'][k] / 60:.1f} min"
-                                                      for k, v in res["seconds"].items())
+                                                      for k, v in sorted(res["seconds"].items()))
                  + f"; total wall {res['wall_s'] / 60:.1f} min, CPU {sum(res['cpu_s'].values()) / 60:.1f} min.")
     return "\n".join(lines) + "\n"
 
@@ -471,7 +477,6 @@ def matrix_level_claims(config: dict[str, Any], summaries: Mapping[str, Mapping[
 
 def matrix_level_claims_from_run(config: dict[str, Any], results_dir: str) -> list[dict[str, Any]]:
     """:func:`matrix_level_claims` on the summaries of ``results_dir`` (the files of :func:`matrix_claim_inputs`)."""
-    import json
     from pathlib import Path
 
     from caldera.experiments.plan import all_variants

@@ -235,3 +235,19 @@ def test_the_configs_caldera_rows_use_a_swept_candidate(name):
     assert len(matching) == 1, (name, matching)
     spec = get_method("caldera")
     assert spec.make_config(cfg["methods"]["caldera"]["params"]).outer_iters == sel["iters"][0]
+
+
+def test_the_page_marks_the_selected_row_and_reads_the_same_from_json():
+    cfg = mini()
+    sel = {**cfg["selection"], "layers": {"b": [5], "a": [5]}, "long_iters": None,
+           "candidates": {c: {} for c in ("first", "mid", "last")}}
+    recs = hand_made_records()
+    summary = S.summarize(recs, (2, 2))
+    chosen, tied = S.select(summary, 0.0)
+    res = {"selection": sel, "records": recs, "summary": summary, "long_summary": {},
+           "selected": {"name": chosen, "params": S.candidate_params(sel, chosen, (2, 2)), "tied": tied},
+           "seconds": {"b": 60.0, "a": 120.0}, "cpu_s": {"b": 30.0, "a": 60.0}, "wall_s": 180.0}
+    md = S.to_markdown(res)
+    assert "| **mid** (selected) | 0.8064 |" in md and "| first | 0.9012 |" in md
+    assert md.index("a k=8") < md.index("b k=8")
+    assert S.to_markdown(json.loads(json.dumps(res, sort_keys=True))) == md
