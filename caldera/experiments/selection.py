@@ -32,12 +32,12 @@ import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from caldera.atomic import write_atomic
-from caldera.experiments.steps import write_json
+
+if TYPE_CHECKING:  # torch is imported where it is used: the workflow imports this module while parsing
+    import torch
 
 LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 GROUP = {"q_proj": "qkv", "k_proj": "qkv", "v_proj": "qkv", "o_proj": "o", "gate_proj": "up", "up_proj": "up",
@@ -56,6 +56,14 @@ def _weight(model, layer: int, name: str) -> torch.Tensor:
     blk = model.model.layers[layer]
     mod = getattr(blk.self_attn, name, None) or getattr(blk.mlp, name)
     return mod.weight.detach().float().cpu()
+
+
+def selection_models(config: dict[str, Any]) -> list[str]:
+    """Stand-ins the sweep runs on: the models of ``selection.layers`` that stand in for a paper model (a config
+    passed with ``--configfile`` on top of another is merged key by key, so ``layers`` may name models this run
+    does not use)."""
+    used = set(config["stand_ins"].values())
+    return sorted(m for m in config.get("selection", {}).get("layers", {}) if m in used)
 
 
 def caldera_ranks(config: dict[str, Any], model: str, bits: int, which: str) -> list[int]:
@@ -310,12 +318,14 @@ def step_selection(config: dict[str, Any], hessian_dirs: Mapping[str, str], out_
     """The workflow's ``selection`` rule: sweep every stand-in of ``selection.layers`` (``hessian_dirs``: model →
     folder of its calibration Hessians), select, re-measure the Figure 3 comparisons under the selected
     configuration, and write ``out_json`` and ``out_md``."""
+    from caldera.experiments.steps import write_json
+
     sel = config["selection"]
     t0 = time.perf_counter()
     records: list[dict[str, Any]] = []
     seconds: dict[str, float] = {}
     cpu: dict[str, float] = {}
-    for model in sel["layers"]:
+    for model in selection_models(config):
         if model not in hessian_dirs:
             raise ValueError(f"selection.layers names model {model!r} but no Hessians were given for it")
         t1, c1 = time.perf_counter(), time.process_time()
@@ -353,7 +363,7 @@ def _iters_label(iters: Sequence[int]) -> str:
 
 def to_markdown(res: Mapping[str, Any]) -> str:
     sel, summary = res["selection"], res["summary"]
-    models = sorted(sel["layers"])  # sorted: the same page from the run's result and from its JSON (sorted keys)
+    models = sorted(res["summary"][next(iter(res["summary"]))]["models"])  # sorted: the same page from the JSON
     chosen = res["selected"]["name"]
     lines = [
         "# Configuration of the CALDERA rows, selected on the calibration Hessians", "",

@@ -251,3 +251,10 @@ def test_the_page_marks_the_selected_row_and_reads_the_same_from_json():
     assert "| **mid** (selected) | 0.8064 |" in md and "| first | 0.9012 |" in md
     assert md.index("a k=8") < md.index("b k=8")
     assert S.to_markdown(json.loads(json.dumps(res, sort_keys=True))) == md
+
+
+def test_only_the_runs_stand_ins_are_swept():
+    cfg = mini()
+    assert S.selection_models(cfg) == ["gemma3", "smollm2"]
+    cfg["stand_ins"] = {k: "smollm2" for k in cfg["stand_ins"]}  # e.g. smoke.yaml merged over mini.yaml
+    assert S.selection_models(cfg) == ["smollm2"]

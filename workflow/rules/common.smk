@@ -4,6 +4,7 @@ import json
 from snakemake.utils import validate
 
 from caldera.experiments.plan import PENDING_TABLES, all_variants
+from caldera.experiments.selection import selection_models
 from caldera.experiments.steps import layer_chunks
 
 validate(config, "../schemas/config.schema.yaml")
@@ -17,7 +18,7 @@ FIG_MODEL = config["figures"]["model"]
 SELECTION = config.get("selection")
 # stand-ins swept by the selection rule, plus the figures' model for the Figure 3 comparisons it re-runs
 SELECTION_MODELS = (
-    sorted(set(SELECTION["layers"]) | ({FIG_MODEL} if SELECTION.get("ablations", True) else set()))
+    sorted(set(selection_models(config)) | ({FIG_MODEL} if SELECTION.get("ablations", True) else set()))
     if SELECTION
     else []
 )
