@@ -20,6 +20,7 @@ include: "workflow/rules/calibrate.smk"
 include: "workflow/rules/compress.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/tables.smk"
+include: "workflow/rules/select.smk"
 
 
 rule all:

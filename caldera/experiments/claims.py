@@ -333,15 +333,22 @@ SDD_NOTE = ("*Verdicts.* Ordering claims on perplexity and zero-shot results are
 
 
 def write_claims(fig3_json: str, fig4_json: str, table_jsons: list[str], out_md: str, out_json: str,
-                 extra: list[dict[str, Any]] | None = None) -> list:
+                 extra: list[dict[str, Any]] | None = None, selection_json: str | None = None) -> list:
     """``claims.md`` / ``claims.json`` from the figure and table JSONs; ``extra``: more claim entries (dicts with
-    ``claim``, ``source``, ``verdict``, ``numbers`` and optionally ``sdd``), listed after the matrix-level ones."""
+    ``claim``, ``source``, ``verdict``, ``numbers`` and optionally ``sdd``), listed after the matrix-level ones.
+    ``selection_json``: the selection rule's output; each failing Figure 3/4 claim that it re-measured under the
+    selected configuration then says whether the failure survives that choice
+    (:func:`caldera.experiments.selection.configuration_notes`)."""
     from caldera.experiments.steps import write_json
 
     fig3 = json.loads(Path(fig3_json).read_text())
     fig4 = json.loads(Path(fig4_json).read_text())
     tables = {Path(p).stem: json.loads(Path(p).read_text()) for p in table_jsons}
     claims = check(fig3, fig4, tables, extra=extra)
+    if selection_json is not None:
+        from caldera.experiments.selection import configuration_notes
+
+        claims = configuration_notes(claims, json.loads(Path(selection_json).read_text()))
     lines = ["# Claims of the paper, checked on this run", "",
              SDD_NOTE.format(resamples=stats.RESAMPLES, seed=stats.SEED), "",
              "| claim | source | verdict | numbers | smallest detectable difference |", "|---|---|---|---|---|"]

@@ -6,6 +6,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from caldera.experiments.plan import PENDING_TABLES, check_config, effective_settings
+from caldera.experiments.selection import matrix_claim_inputs, selection_models
 from caldera.experiments.steps import layer_chunks
 
 CONFIG_FILES = list(workflow.overwrite_configfiles) or ["config/mini.yaml"]
@@ -22,6 +23,13 @@ print(f"CALDERA workflow, config {', '.join(map(str, CONFIG_FILES))}; effective 
       + json.dumps(effective_settings(config, VARIANTS), indent=1, sort_keys=True, default=str), file=sys.stderr)
 COMPRESSED = sorted(v for v, spec in VARIANTS.items() if spec.method != "dense")
 FIG_MODEL = config["figures"]["model"]
+SELECTION = config.get("selection")
+# stand-ins swept by the selection rule, plus the figures' model for the Figure 3 comparisons it re-runs
+SELECTION_MODELS = (
+    sorted(set(selection_models(config)) | ({FIG_MODEL} if SELECTION.get("ablations", True) else set()))
+    if SELECTION
+    else []
+)
 
 
 wildcard_constraints:
@@ -76,9 +84,18 @@ def get_figure_targets():
     return [f"{TABLES_DIR}/figure{n}.{ext}" for n in (1, 3, 4) for ext in ("png", "pdf")]
 
 
+def get_selection_json():
+    return [f"{RES}/selection/selection.json"] if SELECTION else []
+
+
+def get_selection_targets():
+    return [f"{TABLES_DIR}/selection.md"] if SELECTION else []
+
+
 def get_final_targets():
     return (
         get_table_targets()
+        + get_selection_targets()
         + get_pending_table_targets()
         + get_figure_targets()
         + [f"{TABLES_DIR}/theory.md", f"{TABLES_DIR}/claims.md", f"{RES}/timings.json", f"{TABLES_DIR}/timings.md"]
@@ -104,6 +121,7 @@ def get_all_logs_inputs():
     # everything else of the run, so that every job's benchmark file exists when the timings are summed
     return (
         get_table_targets()
+        + get_selection_targets()
         + get_pending_table_targets()
         + get_figure_targets()
         + [f"{TABLES_DIR}/theory.md", f"{TABLES_DIR}/claims.md"]

@@ -125,6 +125,8 @@ rule claims:
         fig3=f"{RES}/figures/figure3.json",
         fig4=f"{RES}/figures/figure4.json",
         tables=[f"{TABLES_DIR}/{t}.json" for t in config["tables"]],
+        summaries=matrix_claim_inputs(config, RES),  # the matrix-level claim at model scale
+        selection=get_selection_json(),
     output:
         md=report(f"{TABLES_DIR}/claims.md", category="Claims"),
         json=f"{TABLES_DIR}/claims.json",

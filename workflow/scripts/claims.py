@@ -1,9 +1,16 @@
-"""Rule claims: each claim of the paper checked against this run's figures and tables."""
+"""Rule claims: each claim of the paper checked against this run's figures, tables and compression summaries."""
+
+import json
+from pathlib import Path
 
 from caldera_job import job
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with job(sm):
     from caldera.experiments.claims import write_claims
+    from caldera.experiments.selection import matrix_level_claims
 
-    write_claims(sm.input.fig3, sm.input.fig4, list(sm.input.tables), sm.output.md, sm.output.json)
+    summaries = {Path(p).parent.name: json.loads(Path(p).read_text()) for p in sm.input.summaries}
+    write_claims(sm.input.fig3, sm.input.fig4, list(sm.input.tables), sm.output.md, sm.output.json,
+                 extra=matrix_level_claims(sm.config, summaries),
+                 selection_json=sm.input.selection[0] if sm.input.selection else None)

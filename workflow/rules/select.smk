@@ -1,0 +1,22 @@
+# The CALDERA rows' configuration, selected on the calibration Hessians (caldera.experiments.selection):
+# reads the dense weights and Hessians only, never an evaluation result.
+rule selection:
+    input:
+        hessians=[f"{RES}/hessians/{m}" for m in SELECTION_MODELS],
+    output:
+        json=f"{RES}/selection/selection.json",
+        md=report(f"{TABLES_DIR}/selection.md", category="Selection"),
+    benchmark:
+        f"{RES}/benchmarks/selection/selection.tsv"
+    log:
+        f"{RES}/logs/selection.log",
+    params:
+        spec=declared(config.get("selection"), config["methods"]["quip#"], config["figures"], config["stand_ins"],
+                      config["rank_multiple"], {m: config["models"][m] for m in SELECTION_MODELS},
+                      config["tables"], config.get("layers")),
+    resources:
+        gpu=0,  # decompositions: CPU
+    conda:
+        "../envs/caldera.yaml"
+    script:
+        "../scripts/selection.py"

@@ -1,0 +1,11 @@
+"""Rule selection: the CALDERA rows' configuration, chosen on the calibration Hessians."""
+
+import os
+
+from caldera_job import job
+
+sm = snakemake  # noqa: F821  (injected by Snakemake)
+with job(sm):
+    from caldera.experiments.selection import step_selection
+
+    step_selection(sm.config, {os.path.basename(d): d for d in sm.input.hessians}, sm.output.json, sm.output.md)
