@@ -259,6 +259,18 @@ def _decide_zeroshot_pair(tab, a: str, b: str) -> tuple[str, str, str]:
     return verdict, numbers, f"±{m['sdd']:.3f} nats margin, ±{100 * acc['sdd']:.1f} accuracy points ({m['n']} docs)"
 
 
+#: The App. G.1 / Figure 3 comparisons: (claim, run a, run b, predicate on (final error of a, final error of b),
+#: "all" or "some" of the matrix×rank pairs). Runs are the ablation presets' names and "quip#-lr".
+ABLATION_CLAIMS: tuple[tuple[str, str, str, Callable[[float, float], bool], str], ...] = (
+    ("16-bit CALDERA below QuIP# (+LR) in data-aware error", "16bit-factors", "quip#-lr", lambda x, y: x < y, "all"),
+    ("4-bit factors slightly above 16-bit (≤ 10% higher)", "4bit-factors", "16bit-factors",
+     lambda x, y: y <= x <= 1.1 * y, "all"),
+    ("no-LDLQ much worse (> 1.25× the 4-bit error)", "4bit-no-ldlq", "4bit-factors", lambda x, y: x > 1.25 * y, "all"),
+    ("no-RHT worse for some matrices", "4bit-no-rht", "4bit-factors", lambda x, y: x > y, "some"),
+)
+LPLR_CLAIM = "LPLRFactorize iterations lower the error"
+
+
 def check(fig3: dict[str, Any], fig4: dict[str, Any], tables: dict[str, dict[str, Any]],
           extra: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Every claim as ``{"claim", "source", "verdict", "numbers", "sdd"}`` (``sdd``: smallest detectable
@@ -270,15 +282,7 @@ def check(fig3: dict[str, Any], fig4: dict[str, Any], tables: dict[str, dict[str
         out.append({"claim": claim, "source": source, "verdict": verdict, "numbers": numbers, "sdd": sdd})
 
     curves = fig3["curves"]
-    for claim, a, b, pred, need in [
-        ("16-bit CALDERA below QuIP# (+LR) in data-aware error", "16bit-factors", "quip#-lr",
-         lambda x, y: x < y, "all"),
-        ("4-bit factors slightly above 16-bit (≤ 10% higher)", "4bit-factors", "16bit-factors",
-         lambda x, y: y <= x <= 1.1 * y, "all"),
-        ("no-LDLQ much worse (> 1.25× the 4-bit error)", "4bit-no-ldlq", "4bit-factors",
-         lambda x, y: x > 1.25 * y, "all"),
-        ("no-RHT worse for some matrices", "4bit-no-rht", "4bit-factors", lambda x, y: x > y, "some"),
-    ]:
+    for claim, a, b, pred, need in ABLATION_CLAIMS:
         k, n, detail = _pairwise(curves, a, b, pred)
         holds = (k == n and n > 0) if need == "all" else k > 0
         verdict = "holds" if holds else "fails"
@@ -294,7 +298,7 @@ def check(fig3: dict[str, Any], fig4: dict[str, Any], tables: dict[str, dict[str
             f"{k[0]}@{k[1]}: {', '.join(f'{e:.4f}' for e in H[k]['errors'][:3])} vs "
             f"{', '.join(f'{e:.4f}' for e in P[k]['errors'][:3])}" for k in keys))
     lower = [c for c in fig4["curves"] if min(c["errors"][1:] or [float("inf")]) < c["errors"][0]]
-    add("LPLRFactorize iterations lower the error", "App. G.1 / Fig. 4",
+    add(LPLR_CLAIM, "App. G.1 / Fig. 4",
         "holds" if fig4["curves"] and len(lower) == len(fig4["curves"]) else "fails",
         "; ".join(f"{c['matrix']} k={c['rank']}: {c['errors'][0]:.4f} → {min(c['errors']):.4f}"
                   for c in fig4["curves"]))

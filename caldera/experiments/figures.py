@@ -24,7 +24,7 @@ GROUP = {m.rsplit(".", 1)[-1]: g for g, (_, members) in GROUPS.items() for m in 
 LINEARS = tuple(PATHS)
 
 
-def _linear(model, layer: int, name: str) -> torch.Tensor:
+def linear_weight(model, layer: int, name: str) -> torch.Tensor:
     """Weight (n, d) float32 of linear ``name`` (``q_proj`` ...) of decoder layer ``layer``."""
     return decoder_layers(model)[layer].get_submodule(PATHS[name]).weight.detach().float()
 
@@ -33,7 +33,7 @@ def step_spectra(config: dict[str, Any], model: str, out: str) -> dict[str, Any]
     mdl, _ = load_dense(config, model)
     res: dict[str, Any] = {"model": model, "label": config["models"][model]["label"], "spectra": {}}
     for name in LINEARS:
-        curves = [torch.linalg.svdvals(_linear(mdl, i, name)) for i in range(len(decoder_layers(mdl)))]
+        curves = [torch.linalg.svdvals(linear_weight(mdl, i, name)) for i in range(len(decoder_layers(mdl)))]
         S = torch.stack([c / c[0] for c in curves])
         res["spectra"][name] = {"mean": S.mean(0).tolist(), "std": S.std(0).tolist()}
     write_json(out, res)
@@ -54,7 +54,7 @@ def step_ablation_traces(config: dict[str, Any], model: str, hessian_dir: str, o
     paper_model = fc["paper_model"]
     res: dict[str, Any] = {"model": model, "layer": fc["layer"], "outer_iters": fc["outer_iters"], "curves": []}
     for name in fc["matrices"]:
-        W, H = _linear(mdl, fc["layer"], name), Hs[GROUP[name]]
+        W, H = linear_weight(mdl, fc["layer"], name), Hs[GROUP[name]]
         for paper_rank in fc["paper_ranks"]:
             for ablation in fc["ablations"]:
                 cfg = CalderaConfig.preset(ablation)
@@ -88,7 +88,7 @@ def step_lplr_traces(config: dict[str, Any], model: str, hessian_dir: str, out: 
     q = quantizer_for_bits(4)
     res: dict[str, Any] = {"model": model, "layer": fc["layer"], "curves": []}
     for name in fc["lplr_matrices"]:
-        W, H = _linear(mdl, fc["layer"], name), Hs[GROUP[name]]
+        W, H = linear_weight(mdl, fc["layer"], name), Hs[GROUP[name]]
         ctx = HessianContext.prepare(H, rht=True, seed=0)
         Wr = RHT(S_U=ctx.S_U, S_V=random_signs(W.shape[0], torch.Generator().manual_seed(1))).rotate_W(W)
         for paper_rank in fc["paper_ranks"]:

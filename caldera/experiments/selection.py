@@ -39,23 +39,7 @@ from caldera.atomic import write_atomic
 if TYPE_CHECKING:  # torch is imported where it is used: the workflow imports this module while parsing
     import torch
 
-LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-GROUP = {"q_proj": "qkv", "k_proj": "qkv", "v_proj": "qkv", "o_proj": "o", "gate_proj": "up", "up_proj": "up",
-         "down_proj": "down"}
-#: The App. G.1 / Figure 3 comparisons, as :mod:`caldera.experiments.claims` states them: (claim, method a,
-#: method b, predicate on (final error of a, final error of b)).
-ABLATION_CLAIMS: tuple[tuple[str, str, str, Callable[[float, float], bool]], ...] = (
-    ("16-bit CALDERA below QuIP# (+LR) in data-aware error", "16bit", "quip#-lr", lambda x, y: x < y),
-    ("4-bit factors slightly above 16-bit (≤ 10% higher)", "4bit", "16bit", lambda x, y: y <= x <= 1.1 * y),
-    ("no-LDLQ much worse (> 1.25× the 4-bit error)", "4bit-no-ldlq", "4bit", lambda x, y: x > 1.25 * y),
-)
-LPLR_CLAIM = "LPLRFactorize iterations lower the error"
 
-
-def _weight(model, layer: int, name: str) -> torch.Tensor:
-    blk = model.model.layers[layer]
-    mod = getattr(blk.self_attn, name, None) or getattr(blk.mlp, name)
-    return mod.weight.detach().float().cpu()
 
 
 def selection_models(config: dict[str, Any]) -> list[str]:
@@ -117,6 +101,7 @@ def sweep_model(
     :func:`~caldera.pipeline.compress.group_seed`), so a candidate's numbers are those its compression job
     would log. Returns one record per decomposition."""
     from caldera.decomposition import HessianContext
+    from caldera.experiments.figures import GROUP, LINEARS, linear_weight
     from caldera.experiments.steps import load_dense
     from caldera.pipeline.compress import group_seed
     from caldera.pipeline.hessians import layer_file, load_layer_hessians
@@ -141,7 +126,7 @@ def sweep_model(
         for name in mats:
             g = GROUP[name]
             H = Hs[g].double()
-            W = _weight(mdl, li, name)
+            W = linear_weight(mdl, li, name)
             seed = group_seed(int(sel.get("base", {}).get("seed", 0)), li, g)
             if g not in ctxs:
                 ctxs[g] = HessianContext.prepare(H, rht=True, seed=seed)
@@ -232,6 +217,7 @@ def ablation_comparisons(
     LDLQ, and QuIP# + fp16 LR at the 16-bit rank. Returns the per-pair final errors and claim entries."""
     from caldera.config import CalderaConfig
     from caldera.decomposition import caldera_decompose
+    from caldera.experiments.figures import GROUP, linear_weight
     from caldera.experiments.plan import mapped_rank
     from caldera.experiments.steps import load_dense
     from caldera.methods import get_method
@@ -243,18 +229,17 @@ def ablation_comparisons(
     Hs = load_layer_hessians(layer_file(hessian_dir, fc["layer"]))
     pairs: list[dict[str, Any]] = []
     for name in fc["matrices"]:
-        W, H = _weight(mdl, fc["layer"], name), Hs[GROUP[name]]
+        W, H = linear_weight(mdl, fc["layer"], name), Hs[GROUP[name]]
         for paper_rank in fc["paper_ranks"]:
             row: dict[str, Any] = {"matrix": name, "paper_rank": paper_rank, "errors": {}, "lplr": []}
-            for label, preset, extra in (("16bit", "16bit-factors", {}), ("4bit", "4bit-factors", {}),
-                                         ("4bit-no-ldlq", "4bit-no-ldlq", {})):
-                cfg = CalderaConfig.preset(preset, **choice, **extra)
+            for label in ("16bit-factors", "4bit-factors", "4bit-no-ldlq"):
+                cfg = CalderaConfig.preset(label, **choice)
                 r = mapped_rank(config, fc["paper_model"], paper_rank, cfg.l_bits)
                 cfg = cfg.replace(rank=r, outer_iters=fc["outer_iters"], svd=fc.get("svd", cfg.svd))
                 dec = caldera_decompose(W, H, cfg)
                 row["errors"][label] = _final(dec.error_trace)
                 row.setdefault("ranks", {})[label] = r
-                if label == "4bit":
+                if label == "4bit-factors":
                     row["lplr"] = [e["lplr_errors"] for e in dec.error_trace if e["step"] == "LR"]
             r16 = mapped_rank(config, fc["paper_model"], paper_rank, 16)
             spec = get_method("quip#-lr")
@@ -269,7 +254,11 @@ def ablation_claims(pairs: Sequence[dict[str, Any]], choice: Mapping[str, Any]) 
     selected configuration (``pairs`` as :func:`ablation_comparisons` returns them)."""
     label = ", ".join(f"{k}={v}" for k, v in sorted(choice.items()))
     out = []
-    for claim, a, b, pred in ABLATION_CLAIMS:
+    from caldera.experiments.claims import ABLATION_CLAIMS, LPLR_CLAIM
+
+    for claim, a, b, pred, _ in ABLATION_CLAIMS:
+        if any(a not in p["errors"] for p in pairs):
+            continue  # a comparison the selection does not re-run (no-RHT)
         ok = [p for p in pairs if pred(p["errors"][a], p["errors"][b])]
         detail = "; ".join(f"{p['matrix']}@{p['paper_rank']}: {p['errors'][a]:.4f} vs {p['errors'][b]:.4f}"
                            for p in pairs)
@@ -362,6 +351,8 @@ def _iters_label(iters: Sequence[int]) -> str:
 
 
 def to_markdown(res: Mapping[str, Any]) -> str:
+    from caldera.experiments.figures import LINEARS
+
     sel, summary = res["selection"], res["summary"]
     models = sorted(res["summary"][next(iter(res["summary"]))]["models"])  # sorted: the same page from the JSON
     chosen = res["selected"]["name"]

@@ -15,6 +15,7 @@ import torch
 import yaml
 
 from caldera.experiments import selection as S
+from caldera.experiments.claims import LPLR_CLAIM
 from caldera.experiments.plan import all_variants
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -167,7 +168,7 @@ def test_matrix_level_claim_reads_the_runs_summaries(tmp_path):
 
 def pair(matrix, pr, e16, e4, noldlq, qlr, lplr):
     return {"matrix": matrix, "paper_rank": pr, "lplr": lplr,
-            "errors": {"16bit": e16, "4bit": e4, "4bit-no-ldlq": noldlq, "quip#-lr": qlr}}
+            "errors": {"16bit-factors": e16, "4bit-factors": e4, "4bit-no-ldlq": noldlq, "quip#-lr": qlr}}
 
 
 def test_ablation_claims_and_the_notes_on_failing_claims():
@@ -178,7 +179,7 @@ def test_ablation_claims_and_the_notes_on_failing_claims():
     assert claims["4-bit factors slightly above 16-bit (≤ 10% higher)"]["verdict"] == "holds"
     nl = claims["no-LDLQ much worse (> 1.25× the 4-bit error)"]  # 0.100/0.075 = 1.33 but 0.240/0.180 = 1.33
     assert nl["verdict"] == "holds" and nl["numbers"].startswith("2/2")
-    lp = claims[S.LPLR_CLAIM]
+    lp = claims[LPLR_CLAIM]
     assert lp["verdict"] == "fails" and lp["numbers"].startswith("2/3")  # the second LPLR call did not lower it
     pairs[1]["errors"]["4bit-no-ldlq"] = 0.2
     again = {c["claim"]: c for c in S.ablation_claims(pairs, {})}
@@ -211,8 +212,8 @@ def test_selection_rule_dry_runs_and_reads_no_evaluation_result(tmp_path):
     out = r.stdout + r.stderr
     block = out[out.index("rule selection:"):]
     inputs = block[block.index("input:") + 6: block.index("\n", block.index("input:"))].split(",")
-    assert sorted(i.strip() for i in inputs) == ["results/mini/hessians/gemma3/hessians.json",
-                                                 "results/mini/hessians/smollm2/hessians.json"]
+    assert sorted(i.strip() for i in inputs) == ["results/mini/hessians/gemma3",
+                                                 "results/mini/hessians/smollm2"]
     jobs = set()
     for line in out[out.index("Job stats"):].splitlines()[3:]:
         if len(line.split()) != 2 or line.split()[0] == "total":

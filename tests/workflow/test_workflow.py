@@ -72,7 +72,7 @@ def test_explicit_configfile_is_the_whole_config(cfg, tmp_path):
 @pytest.mark.parametrize("edit, words", [
     (("n_samples: 8", "n_samples: -3"), "n_samples"),  # schema
     (("n_samples: 8", "n_sample: 8"), "'n_sample' was unexpected"),  # schema: a typo is not ignored
-    (("outer_iters: 2, inner_iters: 2", "outer_iters: -1, inner_iters: 2"), "CalderaConfig.outer_iters=-1"),
+    (("outer_iters: 2,\n", "outer_iters: -1,\n"), "CalderaConfig.outer_iters=-1"),
 ])
 def test_bad_config_fails_the_dry_run(edit, words, tmp_path):
     copy_workflow(tmp_path)
