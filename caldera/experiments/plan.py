@@ -87,6 +87,14 @@ def mapped_rank(config: dict[str, Any], paper_model: str, rank: int, b_lr: int) 
     return rank_for_bits(shapes, 2, b_lr, target, multiple=int(config.get("rank_multiple", 8)))
 
 
+def caldera_params(config: dict[str, Any], b_lr: int) -> dict[str, Any]:
+    """The CALDERA rows' method params for factors of ``b_lr`` bits: ``methods.caldera.params`` updated by
+    ``methods.caldera.params_by_b_lr[str(b_lr)]`` (the selection chooses the configuration per factor precision:
+    the best update order and Hessian update differ between 4-bit and 16-bit factors, see selection.md)."""
+    m = config["methods"]["caldera"]
+    return {**m["params"], **m.get("params_by_b_lr", {}).get(str(b_lr), {})}
+
+
 def variant_for_row(config: dict[str, Any], row: dict[str, Any]) -> Variant | None:
     """The variant that reproduces one paper-table row, or None if the row is outside this workflow."""
     paper_model = row["model"]
@@ -102,7 +110,7 @@ def variant_for_row(config: dict[str, Any], row: dict[str, Any]) -> Variant | No
     m = config["methods"]
     where = f"methods.{{}}.params (row {row['model']} {method} rank {rank} B_LR {b_lr})"
     if method == "CALDERA":
-        params = {**m["caldera"]["params"], "rank": r, "l_bits": b_lr, "r_bits": b_lr}
+        params = {**caldera_params(config, b_lr), "rank": r, "l_bits": b_lr, "r_bits": b_lr}
         return make_variant(model, "caldera", params, r, b_lr, "caldera", where.format("caldera"))
     if method == "QuIP#" and rank:
         return make_variant(model, "quip#-lr", {**m["quip#-lr"]["params"], "lr_rank": r}, r, 16, "quipsharp-lr",
@@ -160,10 +168,13 @@ def check_config(config: dict[str, Any]) -> dict[str, Variant]:
         if si not in models:
             errors.append(f"stand_ins.{pm}: {si!r} is not a key of models ({sorted(models)})")
     for method, keys in TABLE_PARAMS.items():
-        bad = sorted(set(config["methods"][method]["params"]) & set(keys))
-        if bad:
-            errors.append(f"methods.{method}.params: {bad} are set per row by the paper table (rank and bits "
-                          "mapped to the stand-in); remove them")
+        given = {"params": config["methods"][method]["params"],
+                 **{f"params_by_b_lr.{b}": p for b, p in config["methods"][method].get("params_by_b_lr", {}).items()}}
+        for where, params in given.items():
+            bad = sorted(set(params) & set(keys))
+            if bad:
+                errors.append(f"methods.{method}.{where}: {bad} are set per row by the paper table (rank and bits "
+                              "mapped to the stand-in); remove them")
     names = [e["name"] for e in config.get("extra_methods", [])]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:

@@ -50,6 +50,12 @@ def selection_models(config: dict[str, Any]) -> list[str]:
     return sorted(m for m in config.get("selection", {}).get("layers", {}) if m in used)
 
 
+def selection_bits(sel: Mapping[str, Any]) -> list[int]:
+    """The factor precisions B_LR swept (``selection.bits``: one B_LR or a list); each gets its own selection."""
+    bits = sel["bits"]
+    return [int(b) for b in (bits if isinstance(bits, list) else [bits])]
+
+
 def caldera_ranks(config: dict[str, Any], model: str, bits: int, which: str) -> list[int]:
     """Ranks of this run's CALDERA rows of ``model`` with ``bits``-bit factors (``caldera.experiments.plan``):
     all of them (``which="all"``) or the smallest and the largest (``"extremes"``)."""
@@ -113,7 +119,7 @@ def sweep_model(
     if missing:
         raise ValueError(f"selection.layers.{model}: layers {missing} have no Hessians in this run "
                          f"(config layers: {run_layers}); pick layers among them")
-    ranks = caldera_ranks(config, model, int(sel["bits"]), sel.get("ranks", "extremes"))
+    ranks = {b: caldera_ranks(config, model, b, sel.get("ranks", "extremes")) for b in selection_bits(sel)}
     mats = list(sel.get("matrices") or LINEARS)
     long = sel.get("long_iters")
     long_layers = layers[: int(long["layers"])] if long else []
@@ -134,16 +140,15 @@ def sweep_model(
             where = {"model": model, "layer": li, "matrix": name, "shape": list(W.shape)}
             q = measure_matrix(W, H, "quip#", {**quip_params, "seed": seed}, ctx)
             records.append({**where, "candidate": "quip#", "rank": 0, "iters": None, **_slim(q)})
-            jobs = [(c, tuple(sel["iters"]), r) for c in sel["candidates"] for r in ranks]
+            jobs = [(b, c, tuple(sel["iters"]), r) for b in ranks for c in sel["candidates"] for r in ranks[b]]
             if long and li in long_layers and name in long["matrices"]:
-                jobs += [(c, tuple(long["iters"]), ranks[-1]) for c in sel["candidates"]]
-            for cand, iters, r in jobs:
-                params = {**candidate_params(sel, cand, iters), "rank": r, "l_bits": int(sel["bits"]),
-                          "r_bits": int(sel["bits"]), "seed": seed}
+                jobs += [(b, c, tuple(long["iters"]), ranks[b][-1]) for b in ranks for c in sel["candidates"]]
+            for b, cand, iters, r in jobs:
+                params = {**candidate_params(sel, cand, iters), "rank": r, "l_bits": b, "r_bits": b, "seed": seed}
                 m = measure_matrix(W, H, "caldera", params, ctx)
-                records.append({**where, "candidate": cand, "rank": r, "iters": list(iters), **_slim(m),
-                                "ratio": m["error"] / q["error"]})
-                log(f"{model} L{li} {name} {cand} T{iters[0]}/{iters[1]} k={r}: {m['error']:.4f} "
+                records.append({**where, "candidate": cand, "bits": b, "rank": r, "iters": list(iters),
+                                **_slim(m), "ratio": m["error"] / q["error"]})
+                log(f"{model} L{li} {name} {cand} B_LR {b} T{iters[0]}/{iters[1]} k={r}: {m['error']:.4f} "
                     f"(QuIP# {q['error']:.4f}) {m['seconds']:.2f}s (CPU {m['cpu_s']:.2f}s)")
     return records
 
@@ -224,7 +229,16 @@ def ablation_comparisons(
     from caldera.pipeline.hessians import layer_file, load_layer_hessians
 
     fc = config["figures"]
-    choice = {k: selected[k] for k in ("update_order", "hessian_update", "best_tracking") if k in selected}
+    keys = ("update_order", "hessian_update", "best_tracking")
+    if all(isinstance(v, Mapping) for v in selected.values()):  # one selected configuration per B_LR
+        by_bits = {int(b): {k: p[k] for k in keys if k in p} for b, p in selected.items()}
+    else:
+        by_bits = {None: {k: selected[k] for k in keys if k in selected}}
+    default = next(iter(by_bits.values()))
+
+    def choice_for(bits: int) -> dict[str, Any]:
+        return by_bits.get(bits, default)
+
     mdl, _ = load_dense(config, fc["model"])
     Hs = load_layer_hessians(layer_file(hessian_dir, fc["layer"]))
     pairs: list[dict[str, Any]] = []
@@ -233,7 +247,8 @@ def ablation_comparisons(
         for paper_rank in fc["paper_ranks"]:
             row: dict[str, Any] = {"matrix": name, "paper_rank": paper_rank, "errors": {}, "lplr": []}
             for label in ("16bit-factors", "4bit-factors", "4bit-no-ldlq"):
-                cfg = CalderaConfig.preset(label, **choice)
+                cfg = CalderaConfig.preset(label)
+                cfg = cfg.replace(**choice_for(cfg.l_bits))
                 r = mapped_rank(config, fc["paper_model"], paper_rank, cfg.l_bits)
                 cfg = cfg.replace(rank=r, outer_iters=fc["outer_iters"], svd=fc.get("svd", cfg.svd))
                 dec = caldera_decompose(W, H, cfg)
@@ -246,13 +261,21 @@ def ablation_comparisons(
             row["errors"]["quip#-lr"] = spec.fn(W, H, spec.make_config({"lr_rank": r16})).error
             log(f"ablations {name}@{paper_rank}: " + ", ".join(f"{k} {v:.4f}" for k, v in row["errors"].items()))
             pairs.append(row)
+    choice = {("all" if b is None else f"B_LR {b}"): c for b, c in by_bits.items()}
     return {"choice": choice, "pairs": pairs, "claims": ablation_claims(pairs, choice)}
+
+
+def _choice_label(choice: Mapping[str, Any]) -> str:
+    """``update_order=Q-first, ...``, or ``B_LR 16: ...; B_LR 4: ...`` for one choice per factor precision."""
+    if choice and all(isinstance(v, Mapping) for v in choice.values()):
+        return "; ".join(f"{k}: " + _choice_label(v) for k, v in sorted(choice.items()))
+    return ", ".join(f"{k}={v}" for k, v in sorted(choice.items()))
 
 
 def ablation_claims(pairs: Sequence[dict[str, Any]], choice: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Claim entries {"claim", "source", "verdict", "numbers"} of the Figure 3 comparisons measured under the
     selected configuration (``pairs`` as :func:`ablation_comparisons` returns them)."""
-    label = ", ".join(f"{k}={v}" for k, v in sorted(choice.items()))
+    label = _choice_label(choice)
     out = []
     from caldera.experiments.claims import ABLATION_CLAIMS, LPLR_CLAIM
 
@@ -281,7 +304,10 @@ def configuration_notes(claims: Sequence[dict[str, Any]], selection: Mapping[str
     selection re-measured under the selected configuration, a copy whose ``numbers`` end with whether the failure
     survives the configuration choice; other claims are returned unchanged."""
     redo = {c["claim"]: c for c in selection.get("ablations", {}).get("claims", [])}
-    name = selection.get("selected", {}).get("name", "selected")
+    if "by_bits" in selection:
+        name = "; ".join(f"B_LR {b}: {sec['selected']['name']}" for b, sec in sorted(selection["by_bits"].items()))
+    else:
+        name = selection.get("selected", {}).get("name", "selected")
     out = []
     for c in claims:
         again = redo.get(c["claim"])
@@ -293,12 +319,14 @@ def configuration_notes(claims: Sequence[dict[str, Any]], selection: Mapping[str
     return out
 
 
-def matches_run(config: dict[str, Any], selected_params: Mapping[str, Any]) -> bool:
-    """Do the run's CALDERA rows (``methods.caldera.params``) use the selected configuration?"""
+def matches_run(config: dict[str, Any], selected_params: Mapping[str, Any], b_lr: int = 4) -> bool:
+    """Do the run's CALDERA rows with ``b_lr``-bit factors (``methods.caldera.params`` and its
+    ``params_by_b_lr`` entry) use the selected configuration?"""
+    from caldera.experiments.plan import caldera_params
     from caldera.methods import get_method
 
     spec = get_method("caldera")
-    run = spec.make_config(dict(config["methods"]["caldera"]["params"]))
+    run = spec.make_config(caldera_params(config, b_lr))
     chosen = spec.make_config(dict(selected_params))
     return run == chosen
 
@@ -320,23 +348,30 @@ def step_selection(config: dict[str, Any], hessian_dirs: Mapping[str, str], out_
         t1, c1 = time.perf_counter(), time.process_time()
         records += sweep_model(config, model, hessian_dirs[model])
         seconds[model], cpu[model] = time.perf_counter() - t1, time.process_time() - c1
-    summary = summarize(records, sel["iters"])
-    chosen, tied = select(summary, float(sel.get("tie_tolerance", 0.0)))
-    params = candidate_params(sel, chosen, sel["iters"])
     long = sel.get("long_iters")
     res: dict[str, Any] = {
         "criterion": "calibration data-aware error sqrt(tr(ΔHΔᵀ)/tr(WHWᵀ)), raw calibration H, "
-                     "geo-mean of the ratio to QuIP#'s over matrices x ranks, log-mean over stand-ins",
-        "selection": sel, "records": records, "summary": summary,
-        "long_summary": summarize(records, long["iters"]) if long else {},
-        "selected": {"name": chosen, "params": params, "tied": tied}, "seconds": seconds,
+                     "geo-mean of the ratio to QuIP#'s over matrices x ranks, log-mean over stand-ins; "
+                     "one selection per factor precision B_LR",
+        "selection": sel, "by_bits": {}, "seconds": seconds,
     }
+    for b in selection_bits(sel):
+        mine = [r for r in records if r.get("bits") in (b, None)]  # QuIP# (bits None) is every B_LR's reference
+        summary = summarize(mine, sel["iters"])
+        chosen, tied = select(summary, float(sel.get("tie_tolerance", 0.0)))
+        res["by_bits"][str(b)] = {
+            "selection": {**sel, "bits": b}, "records": mine, "summary": summary,
+            "long_summary": summarize(mine, long["iters"]) if long else {},
+            "selected": {"name": chosen, "params": candidate_params(sel, chosen, sel["iters"]), "tied": tied,
+                         "in_run": matches_run(config, candidate_params(sel, chosen, sel["iters"]), b)},
+        }
     fig_model = config["figures"]["model"]
     if sel.get("ablations", True) and fig_model in hessian_dirs:
         from caldera.methods import get_method
 
         t1, c1 = time.perf_counter(), time.process_time()
-        full = get_method("caldera").make_config(dict(params)).to_dict()
+        spec = get_method("caldera")
+        full = {b: spec.make_config(dict(sec["selected"]["params"])).to_dict() for b, sec in res["by_bits"].items()}
         res["ablations"] = ablation_comparisons(config, full, hessian_dirs[fig_model])
         seconds["ablations"], cpu["ablations"] = time.perf_counter() - t1, time.process_time() - c1
     res["wall_s"] = time.perf_counter() - t0
@@ -350,32 +385,16 @@ def _iters_label(iters: Sequence[int]) -> str:
     return f"T {iters[0]}/{iters[1]}"
 
 
-def to_markdown(res: Mapping[str, Any]) -> str:
-    from caldera.experiments.figures import LINEARS
-
-    sel, summary = res["selection"], res["summary"]
-    models = sorted(res["summary"][next(iter(res["summary"]))]["models"])  # sorted: the same page from the JSON
-    chosen = res["selected"]["name"]
-    lines = [
-        "# Configuration of the CALDERA rows, selected on the calibration Hessians", "",
-        "§4.1: the update order \"can be swapped, depending on whichever yields a smaller error\". Each candidate "
-        "below decomposed the same matrices with this run's *calibration* Hessians; the error is the calibration "
-        "data-aware error sqrt(tr(ΔHΔᵀ)/tr(WHWᵀ)) with the raw calibration H (what the compression logs record), "
-        f"{sel['bits']}-bit factors at this run's CALDERA ranks, divided by QuIP#'s (2-bit, no LR) on the same "
-        "matrix. No evaluation result is read.", "",
-        "Layers: " + "; ".join(f"{m} {sel['layers'][m]}" for m in models)
-        + f"; matrices: {', '.join(sel.get('matrices') or LINEARS)}. Score: geo-mean ratio over matrices × ranks, "
-        "log-mean over the stand-ins; the lowest score is selected ("
-        + (f"scores within {tol:.1%} of it are tied" if (tol := float(sel.get("tie_tolerance", 0))) else
-           "only an equal score ties")
-        + " and the fewest CPU seconds per matrix wins a tie). s/matrix: CPU seconds of one decomposition "
-        "(one thread).", "",
-    ]
+def _section_lines(b: str, sec: Mapping[str, Any], models: Sequence[str]) -> list[str]:
+    """The tables of one factor precision's selection."""
+    sel, summary = sec["selection"], sec["summary"]
+    chosen = sec["selected"]["name"]
+    lines = [f"## {b}-bit factors", ""]
     ranks = {m: sorted({int(k) for s in summary.values() for k in s["models"].get(m, {}).get("ranks", {})})
              for m in models}
     head = ["candidate", "score"] + [f"{m} k={k}: ratio · CALDERA < QuIP#" for m in models for k in ranks[m]] \
         + [f"{m} s/matrix" for m in models]
-    lines += ["## " + _iters_label(sel["iters"]) + " (the default's budget; selectable)", "",
+    lines += ["### " + _iters_label(sel["iters"]) + " (the default's budget; selectable)", "",
               "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for cand, s in sorted(summary.items()):
         cells = [f"**{cand}** (selected)" if cand == chosen else cand, f"{s['score']:.4f}"]
@@ -385,37 +404,70 @@ def to_markdown(res: Mapping[str, Any]) -> str:
                 cells.append(f"{pr['geo_ratio']:.3f} · {pr['below_quip']} of {pr['n']}" if pr else "—")
         cells += [f"{s['models'][m]['s_per_matrix']:.2f}" if m in s["models"] else "—" for m in models]
         lines.append("| " + " | ".join(cells) + " |")
-    tied = [c for c in res["selected"]["tied"] if c != chosen]
+    tied = [c for c in sec["selected"]["tied"] if c != chosen]
     lines += ["", f"Selected: **{chosen}**" + (f" (tied with {', '.join(tied)}; the cheapest)" if tied else "")
-              + ". The CALDERA rows' `methods.caldera.params` (with `rank` and the factor bits from each table row): "
+              + f". The {b}-bit-factor CALDERA rows' parameters (with `rank` and the factor bits from each table row): "
               "`{" + ", ".join(f"{k}: {v if isinstance(v, str) else json.dumps(v)}"
-                               for k, v in sorted(res["selected"]["params"].items())) + "}`.", ""]
+                               for k, v in sorted(sec["selected"]["params"].items())) + "}`"
+              + ("." if sec["selected"].get("in_run", True) else
+                 " — **this run's config does not use it** (`methods.caldera.params` / `params_by_b_lr`)."), ""]
     long = sel.get("long_iters")
-    if long and res.get("long_summary"):
-        lines += [f"## {_iters_label(long['iters'])} (reported, not selectable: outside the default's time budget)",
+    if long and sec.get("long_summary"):
+        lines += [f"### {_iters_label(long['iters'])} (reported, not selectable: outside the default's time budget)",
                   "", f"First {long['layers']} layer(s) of each stand-in, matrices {', '.join(long['matrices'])}, "
                   "the largest rank. Same matrices at the budget's T for comparison.", "",
                   "| candidate | " + " | ".join(f"{m}: ratio ({_iters_label(long['iters'])}) · ratio "
                                                 f"({_iters_label(sel['iters'])}) · s/matrix" for m in models) + " |",
                   "|---|" + "---|" * len(models)]
-        for cand in sorted(res["long_summary"]):
+        for cand in sorted(sec["long_summary"]):
             cells = [cand]
             for m in models:
-                lr = [r for r in res["records"] if r["candidate"] == cand and r["model"] == m
+                lr = [r for r in sec["records"] if r["candidate"] == cand and r["model"] == m
                       and r["iters"] == list(long["iters"])]
                 keys = {(r["layer"], r["matrix"], r["rank"]) for r in lr}
-                sr = [r for r in res["records"] if r["candidate"] == cand and r["model"] == m
+                sr = [r for r in sec["records"] if r["candidate"] == cand and r["model"] == m
                       and r["iters"] == list(sel["iters"]) and (r["layer"], r["matrix"], r["rank"]) in keys]
                 cells.append(f"{_geo([r['ratio'] for r in lr]):.3f} · {_geo([r['ratio'] for r in sr]):.3f} · "
                              f"{_cost(lr):.2f}" if lr else "—")
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
+    return lines
+
+
+def to_markdown(res: Mapping[str, Any]) -> str:
+    """selection.md: one section per factor precision B_LR (``res["by_bits"]``; a result of one B_LR written
+    before per-B_LR selection has its section at the top level), the Figure 3 comparisons, the job time."""
+    from caldera.experiments.figures import LINEARS
+
+    sel = res["selection"]
+    sections = res.get("by_bits") or {str(sel["bits"]): res}
+    first = next(iter(sections.values()))["summary"]
+    models = sorted(first[next(iter(first))]["models"])  # sorted: the same page from the JSON
+    bits = ", ".join(f"{b}" for b in sections)
+    lines = [
+        "# Configuration of the CALDERA rows, selected on the calibration Hessians", "",
+        "§4.1: the update order \"can be swapped, depending on whichever yields a smaller error\". Each candidate "
+        "below decomposed the same matrices with this run's *calibration* Hessians; the error is the calibration "
+        "data-aware error sqrt(tr(ΔHΔᵀ)/tr(WHWᵀ)) with the raw calibration H (what the compression logs record), "
+        f"factors of B_LR = {bits} bits at this run's CALDERA ranks for that B_LR, divided by QuIP#'s (2-bit, no LR) "
+        "on the same matrix. Each factor precision gets its own selection (the CALDERA rows with that B_LR use it). "
+        "No evaluation result is read.", "",
+        "Layers: " + "; ".join(f"{m} {sel['layers'][m]}" for m in models)
+        + f"; matrices: {', '.join(sel.get('matrices') or LINEARS)}. Score: geo-mean ratio over matrices × ranks, "
+        "log-mean over the stand-ins; the lowest score is selected ("
+        + (f"scores within {tol:.1%} of it are tied" if (tol := float(sel.get("tie_tolerance", 0))) else
+           "only an equal score ties")
+        + " and the fewest CPU seconds per matrix wins a tie). s/matrix: CPU seconds of one decomposition "
+        "(one thread).", "",
+    ]
+    for b, sec in sections.items():
+        lines += _section_lines(b, sec, models)
     ab = res.get("ablations")
     if ab:
         lines += ["## Figure 3 comparisons under the selected configuration", "",
                   "The App. G.1 presets run LR first, without the Hessian update, best iterate per sub-step; here the "
                   "same runs (the figure's matrices, ranks and T_out) with "
-                  + ", ".join(f"{k}={v}" for k, v in sorted(ab["choice"].items())) + ".", "",
+                  + _choice_label(ab["choice"]) + ".", "",
                   "| claim | verdict | numbers |", "|---|---|---|"]
         lines += [f"| {c['claim']} | **{c['verdict']}** | {c['numbers']} |" for c in ab["claims"]]
         lines.append("")

@@ -38,7 +38,9 @@ def test_shipped_configs_pass_and_variants_are_typed(name):
         assert isinstance(v.config, CalderaConfig)
         # the table's row sets rank and factor bits; the config's params the rest
         assert (v.config.rank, v.config.l_bits, v.config.r_bits) == (v.rank, v.b_lr, v.b_lr)
-        want = {k: val for k, val in cfg["methods"]["caldera"]["params"].items() if k != "preset"}
+        m = cfg["methods"]["caldera"]
+        want = {k: val for k, val in {**m["params"], **m.get("params_by_b_lr", {}).get(str(v.b_lr), {})}.items()
+                if k != "preset"}
         assert {k: getattr(v.config, k) for k in want} == want
     assert all(v.config is None for v in variants.values() if v.method == "dense")
 

@@ -232,10 +232,27 @@ def test_the_configs_caldera_rows_use_a_swept_candidate(name):
 
     cfg = yaml.safe_load((ROOT / f"config/{name}.yaml").read_text())
     sel = cfg["selection"]
-    matching = [c for c in sel["candidates"] if S.matches_run(cfg, S.candidate_params(sel, c, sel["iters"]))]
-    assert len(matching) == 1, (name, matching)
+    for b in S.selection_bits(sel):
+        matching = [c for c in sel["candidates"] if S.matches_run(cfg, S.candidate_params(sel, c, sel["iters"]), b)]
+        assert len(matching) == 1, (name, b, matching)
     spec = get_method("caldera")
     assert spec.make_config(cfg["methods"]["caldera"]["params"]).outer_iters == sel["iters"][0]
+
+
+def test_each_factor_precision_gets_its_own_configuration():
+    """`params_by_b_lr` reaches exactly the rows of that B_LR (the 16-bit rows' selection differs from the 4-bit
+    rows'), and the run check reads it: a config that forgets it no longer matches the 16-bit selection."""
+    cfg = mini()
+    by = {(v.method, v.b_lr): v.config for v in all_variants(cfg).values() if v.method == "caldera"}
+    c16, c4 = by[("caldera", 16)], by[("caldera", 4)]
+    want16 = cfg["methods"]["caldera"]["params_by_b_lr"]["16"]
+    assert all(getattr(c16, k) == v for k, v in want16.items())
+    assert (c4.update_order, c4.hessian_update) == ("Q-first", False) != (c16.update_order, c16.hessian_update)
+    sel = cfg["selection"]
+    chosen16 = {**S.candidate_params(sel, "LR-first+update", sel["iters"])}
+    assert S.matches_run(cfg, chosen16, 16) and not S.matches_run(cfg, chosen16, 4)
+    del cfg["methods"]["caldera"]["params_by_b_lr"]
+    assert not S.matches_run(cfg, chosen16, 16)
 
 
 def test_the_page_marks_the_selected_row_and_reads_the_same_from_json():
