@@ -19,6 +19,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/calibrate.smk"
 include: "workflow/rules/compress.smk"
 include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/throughput.smk"
 include: "workflow/rules/tables.smk"
 include: "workflow/rules/select.smk"
 

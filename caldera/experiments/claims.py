@@ -272,10 +272,11 @@ LPLR_CLAIM = "LPLRFactorize iterations lower the error"
 
 
 def check(fig3: dict[str, Any], fig4: dict[str, Any], tables: dict[str, dict[str, Any]],
-          extra: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+          extra: list[dict[str, Any]] | None = None, throughput: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Every claim as ``{"claim", "source", "verdict", "numbers", "sdd"}`` (``sdd``: smallest detectable
     difference of an evaluation comparison, "—" for deterministic matrix-level numbers). ``extra`` entries of
-    the same form (``sdd`` optional) are validated and appended after the matrix-level claims."""
+    the same form (``sdd`` optional) are validated and appended after the matrix-level claims. ``throughput``:
+    the Table 6 JSON (:func:`caldera.experiments.throughput.build_throughput_table`) for its ordering claims."""
     out: list[dict[str, Any]] = []
 
     def add(claim: str, source: str, verdict: str, numbers: str, sdd: str = "— (deterministic)") -> None:
@@ -310,9 +311,15 @@ def check(fig3: dict[str, Any], fig4: dict[str, Any], tables: dict[str, dict[str
     add("LLaMa-3 degrades more than LLaMa-2 under compression (second model family)", "§5.1, Tables 1–2",
         family["verdict"], family["numbers"], family.get("sdd", "—"))
     for claim, src in [("RHT fine-tuning lowers perplexity", "Tables 3–4"),
-                       ("LoRA fine-tuning recovers accuracy", "Table 5"),
-                       ("Throughput ordering: QuIP# > CALDERA 16-bit > CALDERA 4-bit > dense", "Table 6")]:
+                       ("LoRA fine-tuning recovers accuracy", "Table 5")]:
         add(claim, src, "pending (its issue has not landed)", "—", "—")
+    if throughput is None:
+        add("Throughput ordering: QuIP# > CALDERA 16-bit > CALDERA 4-bit > dense", "Table 6",
+            "pending (its issue has not landed)", "—", "—")
+    else:
+        from caldera.experiments.throughput import throughput_claims
+
+        out += throughput_claims(throughput)
     return out
 
 
@@ -337,18 +344,21 @@ SDD_NOTE = ("*Verdicts.* Ordering claims on perplexity and zero-shot results are
 
 
 def write_claims(fig3_json: str, fig4_json: str, table_jsons: list[str], out_md: str, out_json: str,
-                 extra: list[dict[str, Any]] | None = None, selection_json: str | None = None) -> list:
+                 extra: list[dict[str, Any]] | None = None, selection_json: str | None = None,
+                 throughput_json: str | None = None) -> list:
     """``claims.md`` / ``claims.json`` from the figure and table JSONs; ``extra``: more claim entries (dicts with
     ``claim``, ``source``, ``verdict``, ``numbers`` and optionally ``sdd``), listed after the matrix-level ones.
     ``selection_json``: the selection rule's output; each failing Figure 3/4 claim that it re-measured under the
     selected configuration then says whether the failure survives that choice
-    (:func:`caldera.experiments.selection.configuration_notes`)."""
+    (:func:`caldera.experiments.selection.configuration_notes`). ``throughput_json``: Table 6's JSON (its
+    ordering claims, :func:`caldera.experiments.throughput.throughput_claims`)."""
     from caldera.experiments.steps import write_json
 
     fig3 = json.loads(Path(fig3_json).read_text())
     fig4 = json.loads(Path(fig4_json).read_text())
     tables = {Path(p).stem: json.loads(Path(p).read_text()) for p in table_jsons}
-    claims = check(fig3, fig4, tables, extra=extra)
+    throughput = json.loads(Path(throughput_json).read_text()) if throughput_json else None
+    claims = check(fig3, fig4, tables, extra=extra, throughput=throughput)
     if selection_json is not None:
         from caldera.experiments.selection import configuration_notes
 

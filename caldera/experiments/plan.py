@@ -31,7 +31,6 @@ PENDING_TABLES = {
     "table3_llama2_rhtft": "RHT fine-tuning (its own issue)",
     "table4_llama3_rhtft": "RHT fine-tuning (its own issue)",
     "table5_finetune": "LoRA fine-tuning (its own issue)",
-    "table6_throughput": "generation throughput table (its own issue)",
 }
 
 

@@ -35,7 +35,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from caldera.atomic import atomic_dir, sha256_file
-from caldera.pipeline.compressed_linear import CompressedLinear
+from caldera.pipeline.compressed_linear import KERNELS, CompressedLinear
 
 FORMAT_VERSION = 1
 MODEL_FILE = "model.safetensors"
@@ -315,7 +315,7 @@ def materialize(model: nn.Module) -> int:
 
 
 def load_compressed(
-    folder: str | os.PathLike, *, load_tokenizer: bool = True, cache_dequantized: bool = True
+    folder: str | os.PathLike, *, load_tokenizer: bool = True, cache_dequantized: bool = True, kernel: str = "auto"
 ) -> tuple[nn.Module, Any | None]:
     """Load a checkpoint written by :func:`save_compressed` / ``assemble_checkpoint``.
 
@@ -325,9 +325,16 @@ def load_compressed(
     (:func:`check_config`, :func:`check_tensors`, the base architecture's shapes, the stored reconstruction
     fingerprints): a checkpoint whose files are intact but whose content is inconsistent is refused with a
     ``ValueError`` naming the field, never loaded silently.
+
+    ``kernel`` (``auto`` | ``kernel`` | ``reference``) and ``cache_dequantized`` choose how every compressed layer
+    computes (:class:`CompressedLinear`; ``auto``: the measured-faster path on the device the model is moved to).
+    This is the one call that loads a compressed checkpoint for inference (``caldera.load_compressed``); for a
+    folder that needs no ``caldera`` import use ``caldera export`` (:func:`caldera.pipeline.export.export_hf`).
     """
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel={kernel!r}; accepted: {', '.join(KERNELS)}")
     folder = Path(folder)
     verify_checksums(folder)
     cfg = read_config(folder)
@@ -350,7 +357,7 @@ def load_compressed(
     for path, meta in cfg["modules"].items():
         try:
             own = _module_tensors(tensors, path)
-            mod = CompressedLinear.from_tensors(meta, own, cache_dequantized=cache_dequantized)
+            mod = CompressedLinear.from_tensors(meta, own, cache_dequantized=cache_dequantized, kernel=kernel)
             fp = weight_fingerprint(mod) if path in fingerprints else None
         except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as e:
             raise _bad(folder, f"modules[{path!r}] does not match its tensors ({e})") from None

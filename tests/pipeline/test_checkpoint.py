@@ -343,3 +343,70 @@ def test_export_loads_in_plain_transformers(saved, tmp_path, capsys):
     torch.testing.assert_close(torch.load(res), ref, rtol=1e-4, atol=1e-4 * float(ref.abs().max()))
     assert main(["export", str(path), "--out", str(out)]) != 0
     assert "already exists" in capsys.readouterr().err
+
+
+# lm-eval's own command line (`python -m lm_eval`), in a process where `import caldera` fails: the project's task
+# loader (caldera/eval/tasks/utils.py) then reads its data from $CALDERA_CACHE/tasks, as a bare lm-eval user's would.
+LM_EVAL_CHILD = r"""
+import runpy, sys
+sys.modules["caldera"] = None  # any `import caldera...` raises ImportError
+sys.argv = ["lm_eval", *sys.argv[1:]]
+try:
+    runpy.run_module("lm_eval", run_name="__main__", alter_sys=True)
+finally:
+    leaked = [k for k, v in sys.modules.items() if k.split(".")[0] in ("caldera", "tests") and v is not None]
+    assert not leaked, f"caldera was imported: {leaked}"
+"""
+
+
+def _continuation_loglik(model, tok, context: str, continuation: str) -> float:
+    """log p(continuation | context) summed over its tokens, split as lm-eval's HF model splits the pair."""
+    whole = tok(context + continuation, add_special_tokens=False)["input_ids"]
+    n_ctx = len(tok(context, add_special_tokens=False)["input_ids"])
+    ids = torch.tensor([whole])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(ids).logits[0, :-1].double(), dim=-1)
+    return float(sum(logp[i - 1, whole[i]] for i in range(n_ctx, len(whole))))
+
+
+def test_export_runs_under_lm_eval_cli(saved, tmp_path):
+    """`caldera export` → `python -m lm_eval --model hf --model_args pretrained=DIR` on the project's ARC-Easy task
+    (4 local documents, --limit 4) with no caldera import: the result file has the task's accuracy over 4
+    documents, and every logged log-likelihood equals the compressed model's own (oracle: a direct forward)."""
+    from caldera.cli import main
+    from caldera.eval.zeroshot import tasks_dir
+
+    model, path = saved
+    hf = tmp_path / "hf"
+    assert main(["export", str(path), "--out", str(hf)]) == 0
+    cache = tmp_path / "cache"
+    (cache / "tasks").mkdir(parents=True)
+    docs = [{"id": f"q{i}", "question": f"w{5 + i} w9 w33", "choices": ["w10 w11", "w20", f"w{30 + i} w31", "w40"],
+             "gold": i % 4} for i in range(6)]
+    (cache / "tasks" / "arc_easy.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    out = tmp_path / "lm_eval_out"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", CALDERA_CACHE=str(cache))
+    args = ["--model", "hf", "--model_args", f"pretrained={hf},dtype=float32", "--tasks", "caldera_arc_easy",
+            "--include_path", str(tasks_dir()), "--limit", "4", "--batch_size", "2", "--device", "cpu",
+            "--output_path", str(out), "--log_samples"]
+    r = subprocess.run([sys.executable, "-c", LM_EVAL_CHILD, *args], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    results = json.loads(next(out.rglob("results_*.json")).read_text())
+    task = results["results"]["caldera_arc_easy"]
+    assert results["n-samples"]["caldera_arc_easy"]["effective"] == 4
+    lines = next(out.rglob("samples_caldera_arc_easy_*.jsonl")).read_text().splitlines()
+    samples = [json.loads(line) for line in lines]
+    assert sorted(s["doc_id"] for s in samples) == [0, 1, 2, 3]
+    _, tok = load_compressed(path)
+    correct = []
+    for s in samples:
+        lls = []
+        for arg, resp in zip(s["arguments"].values(), s["resps"]):
+            ours = _continuation_loglik(model, tok, arg["arg_0"], arg["arg_1"])
+            assert float(resp[0][0]) == pytest.approx(ours, abs=1e-3), (s["doc_id"], arg)
+            lls.append(ours)
+        assert len(lls) == 4
+        correct.append(float(max(range(4), key=lls.__getitem__) == docs[s["doc_id"]]["gold"]))
+    assert task["acc,none"] == pytest.approx(sum(correct) / 4)

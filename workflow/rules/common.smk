@@ -98,6 +98,7 @@ def get_final_targets():
         + get_selection_targets()
         + get_pending_table_targets()
         + get_figure_targets()
+        + get_throughput_targets()  # Table 6 (throughput.smk)
         + [f"{TABLES_DIR}/theory.md", f"{TABLES_DIR}/claims.md", f"{RES}/timings.json", f"{TABLES_DIR}/timings.md"]
     )
 
@@ -124,5 +125,6 @@ def get_all_logs_inputs():
         + get_selection_targets()
         + get_pending_table_targets()
         + get_figure_targets()
+        + get_throughput_targets()  # Table 6 (throughput.smk)
         + [f"{TABLES_DIR}/theory.md", f"{TABLES_DIR}/claims.md"]
     )

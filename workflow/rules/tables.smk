@@ -127,6 +127,7 @@ rule claims:
         tables=[f"{TABLES_DIR}/{t}.json" for t in config["tables"]],
         summaries=matrix_claim_inputs(config, RES),  # the matrix-level claim at model scale
         selection=get_selection_json(),
+        throughput=get_throughput_targets()[-1],  # Table 6's JSON (throughput.smk)
     output:
         md=report(f"{TABLES_DIR}/claims.md", category="Claims"),
         json=f"{TABLES_DIR}/claims.json",

@@ -19,6 +19,8 @@ STAGES = {
     "pending_table": "tables and reports",
     "theory_report": "tables and reports",
     "claims": "tables and reports",
+    "throughput": "throughput (Table 6)",
+    "throughput_table": "tables and reports",
 }
 
 

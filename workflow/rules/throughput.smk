@@ -1,0 +1,60 @@
+# Table 6 (paper §5.4): batch-1 throughput of the dense stand-in and of the compressed checkpoints that Table 6's
+# rows map to (the zero-shot tables' variants; caldera.experiments.throughput). One job per variant; with
+# throughput.exclusive the job takes every core of the run, so nothing runs beside the timed loops.
+from caldera.experiments.throughput import TABLE as THROUGHPUT_TABLE, throughput_settings, throughput_variants
+
+TP_VARIANTS = throughput_variants(config, VARIANTS)
+TP = throughput_settings(config)
+
+
+def get_throughput_input(wildcards):
+    if TP_VARIANTS[wildcards.variant].method == "dense":
+        return {"assets": f"{RES}/assets.json"}
+    return {"checkpoint": f"{RES}/compressed/{wildcards.variant}/checkpoint"}
+
+
+def get_throughput_targets():
+    return [f"{TABLES_DIR}/{THROUGHPUT_TABLE}.{ext}" for ext in ("md", "tex", "csv", "json")]
+
+
+rule throughput:
+    input:
+        unpack(get_throughput_input),
+    output:
+        f"{RES}/throughput/{{variant}}.json",
+    benchmark:
+        f"{RES}/benchmarks/throughput/{{variant}}.tsv"
+    log:
+        f"{RES}/logs/throughput/{{variant}}.log",
+    params:
+        spec=lambda w: declared(dataclasses.asdict(TP_VARIANTS[w.variant]),
+                                config["models"][TP_VARIANTS[w.variant].model]["source"], TP, config.get("device")),
+        variant=lambda w: TP_VARIANTS[w.variant],
+    threads: workflow.cores if TP["exclusive"] else TP["threads"]
+    resources:
+        gpu=1,
+    conda:
+        "../envs/caldera.yaml"
+    script:
+        "../scripts/throughput.py"
+
+
+rule throughput_table:
+    input:
+        [f"{RES}/throughput/{v}.json" for v in sorted(TP_VARIANTS)],
+    output:
+        md=report(f"{TABLES_DIR}/{THROUGHPUT_TABLE}.md", category="Tables"),
+        tex=f"{TABLES_DIR}/{THROUGHPUT_TABLE}.tex",
+        csv=f"{TABLES_DIR}/{THROUGHPUT_TABLE}.csv",
+        json=f"{TABLES_DIR}/{THROUGHPUT_TABLE}.json",
+    benchmark:
+        f"{RES}/benchmarks/throughput_table/{THROUGHPUT_TABLE}.tsv"
+    log:
+        f"{RES}/logs/tables/{THROUGHPUT_TABLE}.log",
+    params:
+        spec=declared(TP, sorted(TP_VARIANTS), config["stand_ins"]),
+        results=RES,
+    conda:
+        "../envs/caldera.yaml"
+    script:
+        "../scripts/throughput_table.py"

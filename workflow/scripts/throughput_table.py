@@ -1,0 +1,10 @@
+"""Rule throughput_table: Table 6 from this run's throughput measurements, the paper's numbers beside."""
+
+from caldera_job import job
+
+sm = snakemake  # noqa: F821  (injected by Snakemake)
+with job(sm):
+    from caldera.experiments.throughput import write_throughput_table
+
+    o = sm.output
+    write_throughput_table(sm.params.results, sm.config, o.md, o.tex, o.csv, o.json)
