@@ -233,3 +233,82 @@ def test_extra_claims_are_appended_and_validated():
     assert _verdict(c, "CALDERA below QuIP# on every")["sdd"].startswith("—")
     with pytest.raises(ValueError, match="verdict"):
         check(_fig3(), _fig4(), {}, extra=[{**extra[0], "verdict": "maybe"}])
+
+
+# ---------------------------------------------------------------------------------------- Table 6 (throughput)
+
+
+def _tp_table(speeds: dict[str, tuple[float, float]], decode_speeds: dict | None = None) -> dict:
+    """A Table 6 JSON with the paper's 7B rows; ``speeds[variant] = (median, spread)``: 5 repeats at
+    median × (1 + spread · {−1, −½, 0, ½, 1}) for the paper's protocol (decode: ``decode_speeds`` or the same)."""
+    from caldera.experiments.throughput import PROTOCOLS
+
+    def reps(m, s):
+        return [m * (1 + s * d) for d in (-1, -0.5, 0, 0.5, 1)]
+
+    rows = [("Uncompressed", None, "d"), ("CALDERA", 16, "c16"), ("CALDERA", 4, "c4a"), ("CALDERA", 4, "c4b"),
+            ("QuIP#", None, "q")]
+    measured = {}
+    for v, ms in speeds.items():
+        per = {"single_token": ms, "decode": (decode_speeds or speeds)[v]}
+        measured[v] = {p: {"tokens_per_s": reps(*per[p])} for p in PROTOCOLS}
+    return {"rows": [{"paper_method": m, "b_lr": b, "variant": v} for m, b, v in rows], "measured": measured}
+
+
+def _tp_verdicts(tab) -> list[str]:
+    from caldera.experiments.throughput import throughput_claims
+
+    return [c["verdict"] for c in throughput_claims(tab)]
+
+
+def test_throughput_claims_hold_on_separated_repeats():
+    tab = _tp_table({"d": (10, 0.02), "c16": (30, 0.02), "c4a": (20, 0.02), "c4b": (21, 0.02), "q": (40, 0.02)})
+    assert _tp_verdicts(tab) == ["holds", "holds", "holds"]
+
+
+def test_throughput_claims_follow_the_spread_not_the_medians():
+    """Same medians as above, but every variant's repeats spread ±60 %: the ranges overlap, so nothing is
+    resolved (a verdict from the medians alone would say holds)."""
+    tab = _tp_table({"d": (10, 0.6), "c16": (30, 0.6), "c4a": (20, 0.6), "c4b": (21, 0.6), "q": (40, 0.6)})
+    assert _tp_verdicts(tab) == ["inconclusive", "inconclusive", "inconclusive"]
+    # one pair resolved in the claimed direction and one overlapping: still not "holds"
+    tab = _tp_table({"d": (10, 0.02), "c16": (30, 0.02), "c4a": (20, 0.02), "c4b": (29, 0.05), "q": (40, 0.02)})
+    assert _tp_verdicts(tab)[2] == "inconclusive"
+
+
+def test_throughput_claims_fail_when_the_ordering_is_reversed():
+    """This CPU's finding: compressed slower than dense; one resolved reversal is enough to fail."""
+    tab = _tp_table({"d": (10, 0.02), "c16": (5, 0.02), "c4a": (12, 0.02), "c4b": (13, 0.02), "q": (40, 0.02)})
+    from caldera.experiments.throughput import throughput_claims
+
+    claims = throughput_claims(tab)
+    assert [c["verdict"] for c in claims] == ["fails", "holds", "fails"]
+    assert "c16 / d: ×0.50 (slower)" in claims[0]["numbers"]
+
+
+def test_throughput_claims_are_decided_on_the_papers_protocol():
+    """The verdict is the single-token forward's (the paper's protocol); the KV-cache one is only reported."""
+    fast = {"d": (10, 0.02), "c16": (30, 0.02), "c4a": (20, 0.02), "c4b": (21, 0.02), "q": (40, 0.02)}
+    slow_decode = {**fast, "c16": (5, 0.02)}
+    from caldera.experiments.throughput import throughput_claims
+
+    claims = throughput_claims(_tp_table(fast, slow_decode))
+    assert claims[0]["verdict"] == "holds" and "generate, KV cache: **fails**" in claims[0]["numbers"]
+
+
+def test_throughput_claims_not_testable_without_a_side():
+    tab = _tp_table({"d": (10, 0.02), "c4a": (20, 0.02), "q": (40, 0.02)})  # no 16-bit variant measured
+    tab["rows"] = [r for r in tab["rows"] if r["variant"] in tab["measured"]]
+    assert _tp_verdicts(tab) == ["holds", "holds", "not testable at this scale"]
+
+
+def test_check_reports_throughput_pending_without_table6():
+    from caldera.experiments.claims import check
+
+    fig3 = {"curves": []}
+    fig4 = {"curves": []}
+    pend = [c for c in check(fig3, fig4, {}) if c["source"] == "Table 6"]
+    assert len(pend) == 1 and pend[0]["verdict"].startswith("pending")
+    tab = _tp_table({"d": (10, 0.02), "c16": (30, 0.02), "c4a": (20, 0.02), "c4b": (21, 0.02), "q": (40, 0.02)})
+    got = [c for c in check(fig3, fig4, {}, throughput=tab) if "Table 6" in c["source"]]
+    assert [c["verdict"] for c in got] == ["holds", "holds", "holds"]
