@@ -8,6 +8,7 @@ from snakemake.utils import validate
 from caldera.experiments.plan import PENDING_TABLES, check_config, effective_settings
 from caldera.experiments.selection import matrix_claim_inputs, selection_models
 from caldera.experiments.steps import layer_chunks
+from caldera.experiments.throughput import TABLE as THROUGHPUT_TABLE, throughput_settings, throughput_variants
 
 CONFIG_FILES = list(workflow.overwrite_configfiles) or ["config/mini.yaml"]
 validate(config, "../schemas/config.schema.yaml")
@@ -128,3 +129,18 @@ def get_all_logs_inputs():
         + get_throughput_targets()  # Table 6 (throughput.smk)
         + [f"{TABLES_DIR}/theory.md", f"{TABLES_DIR}/claims.md"]
     )
+
+
+# Table 6 (throughput.smk): the variants its rows map to, one throughput job each
+TP_VARIANTS = throughput_variants(config, VARIANTS)
+TP = throughput_settings(config)
+
+
+def get_throughput_input(wildcards):
+    if TP_VARIANTS[wildcards.variant].method == "dense":
+        return {"assets": f"{RES}/assets.json"}
+    return {"checkpoint": f"{RES}/compressed/{wildcards.variant}/checkpoint"}
+
+
+def get_throughput_targets():
+    return [f"{TABLES_DIR}/{THROUGHPUT_TABLE}.{ext}" for ext in ("md", "tex", "csv", "json")]

@@ -1,22 +1,6 @@
 # Table 6 (paper §5.4): batch-1 throughput of the dense stand-in and of the compressed checkpoints that Table 6's
-# rows map to (the zero-shot tables' variants; caldera.experiments.throughput). One job per variant; with
-# throughput.exclusive the job takes every core of the run, so nothing runs beside the timed loops.
-from caldera.experiments.throughput import TABLE as THROUGHPUT_TABLE, throughput_settings, throughput_variants
-
-TP_VARIANTS = throughput_variants(config, VARIANTS)
-TP = throughput_settings(config)
-
-
-def get_throughput_input(wildcards):
-    if TP_VARIANTS[wildcards.variant].method == "dense":
-        return {"assets": f"{RES}/assets.json"}
-    return {"checkpoint": f"{RES}/compressed/{wildcards.variant}/checkpoint"}
-
-
-def get_throughput_targets():
-    return [f"{TABLES_DIR}/{THROUGHPUT_TABLE}.{ext}" for ext in ("md", "tex", "csv", "json")]
-
-
+# rows map to (the zero-shot tables' variants: TP_VARIANTS in common.smk; caldera.experiments.throughput). One job
+# per variant; with throughput.exclusive the job takes every core of the run, so nothing runs beside the timed loops.
 rule throughput:
     input:
         unpack(get_throughput_input),
@@ -53,7 +37,7 @@ rule throughput_table:
         f"{RES}/logs/tables/{THROUGHPUT_TABLE}.log",
     params:
         spec=declared(TP, sorted(TP_VARIANTS), config["stand_ins"]),
-        results=RES,
+        results=lambda w, input: input[0].rsplit("/", 2)[0],  # results/<run>
     conda:
         "../envs/caldera.yaml"
     script:
