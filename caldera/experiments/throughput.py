@@ -295,7 +295,8 @@ def write_throughput_table(results_dir: str, config: dict[str, Any], out_md: str
         f"protocol ({s['calls']} single-token forwards per repeat, no KV cache) and for generation with the KV "
         f"cache ({s['new_tokens']} greedy tokens per repeat from a {len(s['prompt'].split())}-word prompt). "
         "Peak memory: the job's peak resident set (CPU) or peak CUDA allocation, model load included. The spread "
-        "is run-to-run within one job; each variant's job runs alone (throughput.exclusive)."
+        "is run-to-run within one job" + ("; each variant's job runs alone (throughput.exclusive)." if s["exclusive"]
+                                          else "; other jobs may run beside it (throughput.exclusive: false).")
     )
     md, tex, csvtext = render_throughput(tab, caption)
     for path, text in ((out_md, md), (out_tex, tex), (out_csv, csvtext)):
