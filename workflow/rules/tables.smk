@@ -127,6 +127,7 @@ rule claims:
         tables=[f"{TABLES_DIR}/{t}.json" for t in config["tables"]],
         summaries=matrix_claim_inputs(config, RES),  # the matrix-level claim at model scale
         selection=get_selection_json(),
+        lora=[f"{TABLES_DIR}/table5_finetune.json"] if config.get("lora_ft") else [],
     output:
         md=report(f"{TABLES_DIR}/claims.md", category="Claims"),
         json=f"{TABLES_DIR}/claims.json",
