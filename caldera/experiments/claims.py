@@ -260,6 +260,7 @@ def _decide_zeroshot_pair(tab, a: str, b: str) -> tuple[str, str, str]:
 
 
 LORA_CLAIM = "LoRA fine-tuning recovers accuracy"
+LM_TASK_NAME = "wiki"
 
 
 def recovery_verdict(gains_vs_compressed: list[int], gains_vs_dense: list[int]) -> str:
@@ -293,9 +294,10 @@ def _lora_pair(task: str, ft: dict[str, Any], base: dict[str, Any] | None) -> tu
 
 def lora_claim(table5: dict[str, Any]) -> dict[str, Any]:
     """"LoRA recovers accuracy" on Table 5's measured CALDERA rows (:func:`recovery_verdict`): the best-on-held-out
-    fine-tuned model against the un-fine-tuned compressed model and against the dense model, per task, paired
-    on the same evaluation windows / documents (accuracy: the fine-tuned classifier vs zero-shot log-likelihood
-    choice, as the paper compares Table 5 with Tables 1–2)."""
+    fine-tuned model against the un-fine-tuned compressed model (every task) and against the dense model (RTE,
+    Winogrande; Wiki2 perplexity vs dense is shown only), paired on the same evaluation windows / documents
+    (accuracy: the fine-tuned classifier vs zero-shot log-likelihood choice, as the paper compares Table 5 with
+    Tables 1–2)."""
     vs_c, vs_d, parts, sdds = [], [], [], []
     for e in table5.get("rows", []):
         if e.get("status") != "measured" or e["paper"]["method"] != "CALDERA":
@@ -304,12 +306,17 @@ def lora_claim(table5: dict[str, Any]) -> dict[str, Any]:
             m = e.get(task)
             if not m:
                 continue
+            # Wiki2 perplexity vs dense is shown, not decided on: the paper's own fine-tuned perplexities stay
+            # above the dense model's (6.06 vs 5.12 for LLaMa-2 7B); its accuracies exceed dense zero-shot
+            info_only = {(LM_TASK_NAME, "dense")}
             for base_key, sink, name in ((f"{task}_no_ft", vs_c, "no FT"), (f"{task}_dense", vs_d, "dense")):
                 r = _lora_pair(task, m["best"], e.get(base_key))
                 if r is None:
                     continue
-                sink.append(r[0])
-                parts.append(f"{e['row']} {task} vs {name}: {r[1]}")
+                if (task, name) not in info_only:
+                    sink.append(r[0])
+                parts.append(f"{e['row']} {task} vs {name}: {r[1]}" + (" (shown, not decided on)"
+                                                                        if (task, name) in info_only else ""))
                 sdds.append(f"{task}: ±{r[2]:.3f}")
     verdict = recovery_verdict(vs_c, vs_d)
     if not vs_c:

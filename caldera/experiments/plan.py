@@ -30,7 +30,7 @@ ZERO_SHOT_TABLES = ("table1_llama2_zeroshot", "table2_llama3_zeroshot", "table7_
 PENDING_TABLES = {
     "table3_llama2_rhtft": "RHT fine-tuning (its own issue)",
     "table4_llama3_rhtft": "RHT fine-tuning (its own issue)",
-    "table5_finetune": "LoRA fine-tuning (its own issue)",
+    "table5_finetune": "LoRA fine-tuning: measured when the config has a lora_ft section (caldera.finetune)",
     "table6_throughput": "generation throughput table (its own issue)",
 }
 

@@ -51,3 +51,7 @@ def test_perplexity_direction():
     worse = [b + 5.0 for b in base]
     c = lora_claim(_row([1] * 60, [0] * 55 + [1] * 5, [1] * 60, worse, base, base))
     assert c["verdict"] == "fails"
+    # better than the un-fine-tuned model but above the dense perplexity: shown, not a failure (as in the paper)
+    dense = [b - 20.0 for b in base]
+    c = lora_claim(_row([1] * 60, [0] * 55 + [1] * 5, [1] * 60, ft, base, dense))
+    assert c["verdict"] == "holds" and "not decided on" in c["numbers"]
