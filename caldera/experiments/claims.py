@@ -300,7 +300,7 @@ def lora_claim(table5: dict[str, Any]) -> dict[str, Any]:
     Tables 1–2)."""
     vs_c, vs_d, parts, sdds = [], [], [], []
     for e in table5.get("rows", []):
-        if e.get("status") != "measured" or e["paper"]["method"] != "CALDERA":
+        if not str(e.get("status", "")).startswith("measured") or e["paper"]["method"] != "CALDERA":
             continue
         for task in ("wiki", "rte", "winogrande"):
             m = e.get(task)
@@ -317,7 +317,7 @@ def lora_claim(table5: dict[str, Any]) -> dict[str, Any]:
                     sink.append(r[0])
                 parts.append(f"{e['row']} {task} vs {name}: {r[1]}" + (" (shown, not decided on)"
                                                                         if (task, name) in info_only else ""))
-                sdds.append(f"{task}: ±{r[2]:.3f}")
+                sdds.append(f"{task} vs {name}: ±{r[2]:.3f}")
     verdict = recovery_verdict(vs_c, vs_d)
     if not vs_c:
         return {"claim": LORA_CLAIM, "source": "Table 5", "verdict": "not testable at this scale",
