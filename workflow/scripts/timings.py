@@ -19,6 +19,8 @@ STAGES = {
     "pending_table": "tables and reports",
     "theory_report": "tables and reports",
     "claims": "tables and reports",
+    "lora_finetune": "LoRA fine-tuning (Table 5)",
+    "lora_table": "tables and reports",
 }
 
 
