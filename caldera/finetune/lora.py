@@ -347,11 +347,14 @@ def train(model: nn.Module, batches: Callable[[int], list[Any]], loss_fn: Callab
     info: dict[str, Any] = {"spec": spec, "step": 0, "history": [], "best_step": None}
     best: dict[str, Tensor] = {}
     if state_path.exists():
-        saved_info, saved_best = load_state(state_path, model, opt)
-        if saved_info.get("spec") == spec:
-            info, best = saved_info, saved_best
-        else:  # another configuration: start again from the initial parameters
-            raise ValueError(f"{state_path} was written for another configuration; delete it to restart")
+        from safetensors import safe_open
+
+        with safe_open(str(state_path), "pt") as f:
+            saved_spec = json.loads(f.metadata()["info"]).get("spec")
+        if saved_spec == spec:
+            info, best = load_state(state_path, model, opt)
+        else:  # written for another configuration (the workflow reruns the job after a config edit): start again
+            print(f"{state_path}: written for another configuration; training from the start", flush=True)
     for g in opt.param_groups:
         g.setdefault("initial_lr", hyper.lr)
     with warnings.catch_warnings():
