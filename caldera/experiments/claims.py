@@ -299,9 +299,13 @@ def lora_claim(table5: dict[str, Any]) -> dict[str, Any]:
     (accuracy: the fine-tuned classifier vs zero-shot log-likelihood choice, as the paper compares Table 5 with
     Tables 1–2)."""
     vs_c, vs_d, parts, sdds = [], [], [], []
+    seen = set()
     for e in table5.get("rows", []):
         if not str(e.get("status", "")).startswith("measured") or e["paper"]["method"] != "CALDERA":
             continue
+        if e["row"] in seen:  # two paper rows on one stand-in row (e.g. both families on SmolLM2): once
+            continue
+        seen.add(e["row"])
         for task in ("wiki", "rte", "winogrande"):
             m = e.get(task)
             if not m:

@@ -41,6 +41,10 @@ def test_positive_point_estimate_inside_the_interval_is_not_holds():
     # the same gain but significantly below the dense model -> fails (accuracy not recovered)
     c = lora_claim(_row([1] * 30 + [0] * 30, [0] * 60, [1] * 60))
     assert c["verdict"] == "fails", c
+    # a stand-in row shared by two paper rows is compared once
+    t = _row([1] * 60, [0] * 55 + [1] * 5, [1] * 60)
+    t["rows"].append(t["rows"][0])
+    assert lora_claim(t)["numbers"].count("rte vs no FT") == 1
 
 
 def test_perplexity_direction():
