@@ -22,6 +22,7 @@ include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/throughput.smk"
 include: "workflow/rules/tables.smk"
 include: "workflow/rules/select.smk"
+include: "workflow/rules/lora.smk"
 
 
 rule all:

@@ -30,7 +30,7 @@ ZERO_SHOT_TABLES = ("table1_llama2_zeroshot", "table2_llama3_zeroshot", "table7_
 PENDING_TABLES = {
     "table3_llama2_rhtft": "RHT fine-tuning (its own issue)",
     "table4_llama3_rhtft": "RHT fine-tuning (its own issue)",
-    "table5_finetune": "LoRA fine-tuning (its own issue)",
+    "table5_finetune": "LoRA fine-tuning: measured when the config has a lora_ft section (caldera.finetune)",
 }
 
 
@@ -143,7 +143,17 @@ def all_variants(config: dict[str, Any]) -> dict[str, Variant]:
         for row in table_rows(config, table):
             if row["variant"] is not None:
                 out[row["variant"].id] = row["variant"]
+    if config.get("lora_ft"):  # Table 5's compressed models (its LoftQ rows are compressed only for it)
+        from caldera.finetune.experiment import lora_variants
+
+        for vid, v in lora_variants(config).items():
+            out.setdefault(vid, v)
     return out
+
+
+def pending_tables(config: dict[str, Any]) -> dict[str, str]:
+    """:data:`PENDING_TABLES` less the ones this config measures (Table 5 with a ``lora_ft`` section)."""
+    return {t: why for t, why in PENDING_TABLES.items() if not (t == "table5_finetune" and config.get("lora_ft"))}
 
 
 def check_config(config: dict[str, Any]) -> dict[str, Variant]:

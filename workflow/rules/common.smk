@@ -5,7 +5,7 @@ import sys
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from caldera.experiments.plan import PENDING_TABLES, check_config, effective_settings
+from caldera.experiments.plan import check_config, effective_settings, pending_tables
 from caldera.experiments.selection import matrix_claim_inputs, selection_models
 from caldera.experiments.steps import layer_chunks
 from caldera.experiments.throughput import TABLE as THROUGHPUT_TABLE, throughput_settings, throughput_variants
@@ -37,7 +37,7 @@ wildcard_constraints:
     chunk=r"\d{3}",
     table="|".join(config["tables"]),  # so claims.md / theory.md never match make_table
     n="1|3|4",
-    ptable="|".join(PENDING_TABLES),
+    ptable="|".join(pending_tables(config)),
 
 
 def declared(*parts):
@@ -78,7 +78,7 @@ def get_table_targets():
 
 def get_pending_table_targets():
     # Tables 3-6: the paper's numbers now; their own issues (RHT-FT, LoRA, throughput) add the measurements.
-    return [f"{TABLES_DIR}/{t}.{ext}" for t in PENDING_TABLES for ext in ("md", "tex", "csv")]
+    return [f"{TABLES_DIR}/{t}.{ext}" for t in pending_tables(config) for ext in ("md", "tex", "csv")]
 
 
 def get_figure_targets():
@@ -93,9 +93,15 @@ def get_selection_targets():
     return [f"{TABLES_DIR}/selection.md"] if SELECTION else []
 
 
+def get_lora_targets():
+    # Table 5, measured when the config has a lora_ft section (workflow/rules/lora.smk); else pending
+    return [f"{TABLES_DIR}/table5_finetune.{ext}" for ext in ("md", "tex", "csv", "json")] if config.get("lora_ft") else []
+
+
 def get_final_targets():
     return (
         get_table_targets()
+        + get_lora_targets()
         + get_selection_targets()
         + get_pending_table_targets()
         + get_figure_targets()
@@ -123,6 +129,7 @@ def get_all_logs_inputs():
     # everything else of the run, so that every job's benchmark file exists when the timings are summed
     return (
         get_table_targets()
+        + get_lora_targets()
         + get_selection_targets()
         + get_pending_table_targets()
         + get_figure_targets()

@@ -128,6 +128,7 @@ rule claims:
         summaries=matrix_claim_inputs(config, RES),  # the matrix-level claim at model scale
         selection=get_selection_json(),
         throughput=get_throughput_targets()[-1],  # Table 6's JSON (throughput.smk)
+        lora=[f"{TABLES_DIR}/table5_finetune.json"] if config.get("lora_ft") else [],
     output:
         md=report(f"{TABLES_DIR}/claims.md", category="Claims"),
         json=f"{TABLES_DIR}/claims.json",

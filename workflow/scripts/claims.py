@@ -14,4 +14,5 @@ with job(sm):
     write_claims(sm.input.fig3, sm.input.fig4, list(sm.input.tables), sm.output.md, sm.output.json,
                  extra=matrix_level_claims(sm.config, summaries),
                  selection_json=sm.input.selection[0] if sm.input.selection else None,
-                 throughput_json=sm.input.throughput)
+                 throughput_json=sm.input.throughput,
+                 lora_json=sm.input.lora[0] if sm.input.lora else None)

@@ -21,6 +21,8 @@ STAGES = {
     "claims": "tables and reports",
     "throughput": "throughput (Table 6)",
     "throughput_table": "tables and reports",
+    "lora_finetune": "LoRA fine-tuning (Table 5)",
+    "lora_table": "tables and reports",
 }
 
 

@@ -1,0 +1,61 @@
+"""The "LoRA recovers accuracy" claim is decided by paired intervals, never by point estimates alone."""
+
+from __future__ import annotations
+
+from caldera.experiments.claims import lora_claim, recovery_verdict
+
+
+def _row(ft_correct, base_correct, dense_correct, ft_nll=None, base_nll=None, dense_nll=None):
+    docs = list(range(len(ft_correct)))
+    e = {"status": "measured", "row": "r", "paper": {"method": "CALDERA"}}
+    for task in ("rte",):
+        e[task] = {"best": {"doc_id": docs, "correct": ft_correct}}
+        e[f"{task}_no_ft"] = {"doc_id": docs, "correct": base_correct}
+        e[f"{task}_dense"] = {"doc_id": docs, "correct": dense_correct}
+    if ft_nll is not None:
+        t = [10] * len(ft_nll)
+        e["wiki"] = {"best": {"window_nll": ft_nll, "window_tokens": t}}
+        e["wiki_no_ft"] = {"window_nll": base_nll, "window_tokens": t}
+        e["wiki_dense"] = {"window_nll": dense_nll, "window_tokens": t}
+    return {"rows": [e]}
+
+
+def test_recovery_verdict_rules():
+    assert recovery_verdict([1, 1], [0, 1]) == "holds"
+    assert recovery_verdict([1, 0], [0, 0]) == "inconclusive"
+    assert recovery_verdict([1, 1], [-1, 0]) == "fails"
+    assert recovery_verdict([-1, 1], [0, 0]) == "fails"
+    assert recovery_verdict([], []) == "inconclusive"
+
+
+def test_positive_point_estimate_inside_the_interval_is_not_holds():
+    # fine-tuned better on 3 of 8 documents, worse on 2: mean +12.5 points, but the paired interval contains 0
+    ft = [1, 1, 1, 0, 0, 1, 0, 1]
+    base = [0, 0, 0, 1, 1, 1, 0, 1]
+    c = lora_claim(_row(ft, base, base))
+    assert c["verdict"] == "inconclusive", c
+    # a large, consistent gain on many documents: the interval excludes 0 -> holds
+    n = 60
+    c = lora_claim(_row([1] * n, [0] * (n - 5) + [1] * 5, [1] * n))
+    assert c["verdict"] == "holds", c
+    # the same gain but significantly below the dense model -> fails (accuracy not recovered)
+    c = lora_claim(_row([1] * 30 + [0] * 30, [0] * 60, [1] * 60))
+    assert c["verdict"] == "fails", c
+    # a stand-in row shared by two paper rows is compared once
+    t = _row([1] * 60, [0] * 55 + [1] * 5, [1] * 60)
+    t["rows"].append(t["rows"][0])
+    assert lora_claim(t)["numbers"].count("rte vs no FT") == 1
+
+
+def test_perplexity_direction():
+    base = [30.0 + i for i in range(8)]
+    ft = [b - 5.0 for b in base]  # lower NLL on every window: ratio < 1 -> a gain
+    c = lora_claim(_row([1] * 60, [0] * 55 + [1] * 5, [1] * 60, ft, base, ft))
+    assert c["verdict"] == "holds"
+    worse = [b + 5.0 for b in base]
+    c = lora_claim(_row([1] * 60, [0] * 55 + [1] * 5, [1] * 60, worse, base, base))
+    assert c["verdict"] == "fails"
+    # better than the un-fine-tuned model but above the dense perplexity: shown, not a failure (as in the paper)
+    dense = [b - 20.0 for b in base]
+    c = lora_claim(_row([1] * 60, [0] * 55 + [1] * 5, [1] * 60, ft, base, dense))
+    assert c["verdict"] == "holds" and "not decided on" in c["numbers"]
