@@ -21,6 +21,7 @@ include: "workflow/rules/compress.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/tables.smk"
 include: "workflow/rules/select.smk"
+include: "workflow/rules/finetune.smk"
 
 
 rule all:
