@@ -212,7 +212,7 @@ def write_table(results_dir: str, config: dict[str, Any], table: str, out_md: st
     from caldera.experiments.steps import write_json
 
     tab = build_table(results_dir, config, table)
-    stand = sorted({r["stand_in"] for r in tab["rows"] if r["stand_in"] != "not run here"})
+    stand = sorted({r["stand_in"] for r in tab["rows"] if r["variant"]})
     caption = (f"{table}: paper numbers beside this run ({config['name']} config). Stand-in model(s): "
                f"{', '.join(stand)}; each paper rank is mapped to the stand-in rank with the closest average bits "
                f"(App. E.5). Ours: value [95 % interval] — perplexity: percentile bootstrap over the evaluation "

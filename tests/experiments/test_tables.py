@@ -83,4 +83,5 @@ def test_rhtft_table_shows_before_and_after_and_carries_both_samples(tmp_path):
     assert set(tab["samples"]) == {row["variant"].id, row["base"].id}
     pending = [r for r in tab["rows"] if r["variant"] is None]
     assert len(pending) == 5 and all(r["stand_in"].startswith("pending in mini") for r in pending)
-    assert "Rows run: CALDERA k=64 B_LR=4" in Path(out["md"]).read_text()
+    md = Path(out["md"]).read_text()
+    assert "Rows run: CALDERA k=64 B_LR=4" in md and "Stand-in model(s): SmolLM2-135M (Q4_1-dequantized, fp32);" in md
