@@ -23,6 +23,7 @@ include: "workflow/rules/throughput.smk"
 include: "workflow/rules/tables.smk"
 include: "workflow/rules/select.smk"
 include: "workflow/rules/lora.smk"
+include: "workflow/rules/finetune.smk"
 
 
 rule all:

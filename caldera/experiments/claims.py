@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 from caldera import stats
 from caldera.atomic import write_atomic
+from caldera.experiments.plan import RHTFT_TABLES
 from caldera.experiments.tables import _bits_label
 
 
@@ -330,6 +331,46 @@ def lora_claim(table5: dict[str, Any]) -> dict[str, Any]:
             "verdict": verdict, "numbers": "; ".join(parts), "sdd": ", ".join(dict.fromkeys(sdds))}
 
 
+RHTFT_CLAIM = "RHT fine-tuning lowers perplexity"
+
+
+def rhtft_claims(tables: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """§5.2 "perplexities are substantially lower than without the fine-tuning of RHT parameters", one claim per
+    fine-tuned row of the RHT-FT tables (Tables 3–4) in ``tables``: the paired 95 % interval of Wiki2 perplexity
+    after / before fine-tuning on the same windows (:func:`ppl_ratio`, fine-tuned variant vs its ``base_variant``)
+    decides (:func:`lower_verdict`: holds when the interval lies below 1, fails when above, else inconclusive);
+    the C4 stand-in's ratio is shown beside it. Empty when no RHT-FT table has a measured row."""
+    out = []
+    for name in (t for t in RHTFT_TABLES if t in tables):
+        tab = tables[name]
+        for r in tab["rows"]:
+            a, b = r.get("variant"), r.get("base_variant")
+            if not a or not b:
+                continue
+            src = f"§5.2, {name} [{r['paper_model']} {r['method']} k={r['paper_rank']} B_LR={_bits(r)}]"
+            iv = ppl_ratio(tab, a, b)
+            if iv is None:
+                out.append({"claim": RHTFT_CLAIM, "source": src, "verdict": "inconclusive",
+                            "numbers": "no per-window results (rerun the evaluation)", "sdd": "—"})
+                continue
+            ours, paper = r["ours"], r["paper"]
+            numbers = (f"Wiki2 ppl after / before, {a} / {b}: {_ratio_text(iv)} "
+                       f"({_num(ours.get('wiki2_ppl_no_ft'))} → {_num(ours.get('wiki2_ppl'))}; paper "
+                       f"{_num(paper.get('wiki2_ppl_no_ft'))} → {_num(paper.get('wiki2_ppl'))})")
+            c4 = [tab.get("samples", {}).get(v, {}).get("ppl", {}).get("c4") for v in (a, b)]
+            if all(c4):
+                c = stats.paired_ppl_ratio(c4[0]["window_nll"], c4[0]["window_tokens"], c4[1]["window_nll"],
+                                           c4[1]["window_tokens"])
+                numbers += f"; C4 stand-in (not deciding): {_ratio_text(c)} ({c['n']} windows)"
+            out.append({"claim": RHTFT_CLAIM, "source": src, "verdict": lower_verdict([iv]), "numbers": numbers,
+                        "sdd": _sdd_ratio([iv])})
+    return out
+
+
+def _num(x: Any) -> str:
+    return "—" if x is None else f"{x:.2f}"
+
+
 #: The App. G.1 / Figure 3 comparisons: (claim, run a, run b, predicate on (final error of a, final error of b),
 #: "all" or "some" of the matrix×rank pairs). Runs are the ablation presets' names and "quip#-lr".
 ABLATION_CLAIMS: tuple[tuple[str, str, str, Callable[[float, float], bool], str], ...] = (
@@ -378,15 +419,18 @@ def check(fig3: dict[str, Any], fig4: dict[str, Any], tables: dict[str, dict[str
     for e in extra or []:
         out.append(_validated_extra(e))
 
-    out += table_claims(tables)
+    out += table_claims({k: t for k, t in tables.items() if k not in RHTFT_TABLES})
     family = degradation(tables)
     add("LLaMa-3 degrades more than LLaMa-2 under compression (second model family)", "§5.1, Tables 1–2",
         family["verdict"], family["numbers"], family.get("sdd", "—"))
+    ft = rhtft_claims(tables)
+    out += ft
+    if not ft:  # no RHT-FT table (or none of its rows) in this run
+        add(RHTFT_CLAIM, "Tables 3–4", "pending (its issue has not landed)", "—", "—")
     if lora is not None:  # Table 5's JSON (caldera.finetune.experiment)
         out.append(lora_claim(lora))
-    for claim, src in [("RHT fine-tuning lowers perplexity", "Tables 3–4"),
-                       *([] if lora is not None else [(LORA_CLAIM, "Table 5")])]:
-        add(claim, src, "pending (its issue has not landed)", "—", "—")
+    else:
+        add(LORA_CLAIM, "Table 5", "pending (its issue has not landed)", "—", "—")
     if throughput is None:
         add("Throughput ordering: QuIP# > CALDERA 16-bit > CALDERA 4-bit > dense", "Table 6",
             "pending (its issue has not landed)", "—", "—")

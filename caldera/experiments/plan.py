@@ -19,6 +19,7 @@ bad config fails ``snakemake -n`` with a message naming the key, never a job hou
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,17 @@ PENDING_TABLES = {
     "table4_llama3_rhtft": "RHT fine-tuning (its own issue)",
     "table5_finetune": "LoRA fine-tuning: measured when the config has a lora_ft section (caldera.finetune)",
 }
+#: RHT fine-tuning tables (paper §5.2) -> the zero-shot table whose rows they fine-tune (same paper rows).
+RHTFT_TABLES = {"table3_llama2_rhtft": "table1_llama2_zeroshot", "table4_llama3_rhtft": "table2_llama3_zeroshot"}
+#: A fine-tuned variant's id is its base variant's id plus this suffix (``_safe`` ids never contain "+").
+RHTFT_SUFFIX = "+rhtft"
+
+
+def pending_tables(config: dict[str, Any]) -> dict[str, str]:
+    """:data:`PENDING_TABLES` that this run does not build with measurements (``config["tables"]``; Table 5 with
+    a ``lora_ft`` section)."""
+    return {t: why for t, why in PENDING_TABLES.items()
+            if t not in config["tables"] and not (t == "table5_finetune" and config.get("lora_ft"))}
 
 
 @dataclass(frozen=True)
@@ -119,8 +131,50 @@ def variant_for_row(config: dict[str, Any], row: dict[str, Any]) -> Variant | No
     return None
 
 
+def _rhtft_selected(config: dict[str, Any], ref: dict[str, Any]) -> bool:
+    """Is this paper row among ``rht_ft.rows`` (null: every row)? Matched on method, paper rank and B_LR."""
+    want = config["rht_ft"].get("rows")
+    if want is None:
+        return True
+    rank = int(ref["rank"]) if ref.get("rank") not in (None, "") else 0
+    b_lr = int(float(ref["b_lr"])) if ref.get("b_lr") not in (None, "") else None
+    return any(w["method"] == ref["method"] and int(w["rank"]) == rank and w.get("b_lr") == b_lr for w in want)
+
+
+def rhtft_rows(config: dict[str, Any], table: str) -> list[dict[str, Any]]:
+    """Rows of an RHT fine-tuning table (:data:`RHTFT_TABLES`): ``{"ref", "variant", "base"}`` where ``base`` is
+    the variant of the same paper row in the un-fine-tuned table (compressed by the usual rules) and
+    ``variant`` its fine-tuned copy (id + :data:`RHTFT_SUFFIX`); rows outside ``rht_ft.rows`` get
+    ``variant=None`` and a ``pending`` note."""
+    if "rht_ft" not in config:
+        raise ValueError(f"tables: {table} needs the `rht_ft:` block (RHT fine-tuning settings; see config/mini.yaml)")
+    keep = config.get("paper_ranks")
+    rows = []
+    for ref in load_reference_table(table):
+        base = variant_for_row(config, ref)
+        if keep is not None and base is not None and base.rank and int(ref["rank"]) not in keep:
+            base = None
+        if base is None:
+            rows.append({"ref": ref, "variant": None, "base": None})
+        elif not _rhtft_selected(config, ref):
+            rows.append({"ref": ref, "variant": None, "base": None,
+                         "pending": f"pending in {config['name']} (not in rht_ft.rows)"})
+        else:
+            rows.append({"ref": ref, "variant": dataclasses.replace(base, id=base.id + RHTFT_SUFFIX), "base": base})
+    return rows
+
+
+def rhtft_variants(config: dict[str, Any]) -> dict[str, tuple[Variant, Variant]]:
+    """``{fine-tuned id: (fine-tuned variant, base variant)}`` over the RHT-FT tables of ``config["tables"]``."""
+    return {r["variant"].id: (r["variant"], r["base"]) for t in config["tables"] if t in RHTFT_TABLES
+            for r in rhtft_rows(config, t) if r["variant"] is not None}
+
+
 def table_rows(config: dict[str, Any], table: str) -> list[dict[str, Any]]:
-    """Reference rows of a zero-shot table with their variant (None: not run here) plus the extra rows."""
+    """Reference rows of a zero-shot table with their variant (None: not run here) plus the extra rows (an
+    RHT fine-tuning table: :func:`rhtft_rows`)."""
+    if table in RHTFT_TABLES:
+        return rhtft_rows(config, table)
     rows = []
     keep = config.get("paper_ranks")  # optional: run only rows with these paper ranks (rank-0 rows always run)
     for ref in load_reference_table(table):
@@ -141,19 +195,15 @@ def all_variants(config: dict[str, Any]) -> dict[str, Variant]:
     out: dict[str, Variant] = {}
     for table in config["tables"]:
         for row in table_rows(config, table):
-            if row["variant"] is not None:
-                out[row["variant"].id] = row["variant"]
+            v = row.get("base", row["variant"])  # an RHT-FT row: its base variant (compressed by the usual rules)
+            if v is not None:
+                out[v.id] = v
     if config.get("lora_ft"):  # Table 5's compressed models (its LoftQ rows are compressed only for it)
         from caldera.finetune.experiment import lora_variants
 
         for vid, v in lora_variants(config).items():
             out.setdefault(vid, v)
     return out
-
-
-def pending_tables(config: dict[str, Any]) -> dict[str, str]:
-    """:data:`PENDING_TABLES` less the ones this config measures (Table 5 with a ``lora_ft`` section)."""
-    return {t: why for t, why in PENDING_TABLES.items() if not (t == "table5_finetune" and config.get("lora_ft"))}
 
 
 def check_config(config: dict[str, Any]) -> dict[str, Variant]:
@@ -214,6 +264,17 @@ def check_config(config: dict[str, Any]) -> dict[str, Variant]:
     for t in config["eval"]["zeroshot"]["tasks"]:
         if (t if t.startswith("caldera_") else f"caldera_{t}") not in tasks:
             errors.append(f"eval.zeroshot.tasks: {t!r} unknown; accepted: {tasks}")
+    ft = config.get("rht_ft")
+    if ft is not None:
+        if ft["held_out"] >= ft["n_samples"]:
+            errors.append(f"rht_ft.held_out: {ft['held_out']} must be below rht_ft.n_samples ({ft['n_samples']}): "
+                          "the rest are the training sequences")
+        refs = [r for t in RHTFT_TABLES for r in load_reference_table(t)]
+        for i, w in enumerate(ft.get("rows") or []):
+            if not any(_rhtft_selected({"rht_ft": {"rows": [w]}}, r) for r in refs):
+                have = sorted({(r["method"], int(r["rank"] or 0), r["b_lr"]) for r in refs}, key=str)
+                errors.append(f"rht_ft.rows[{i}]: {w} matches no row of {sorted(RHTFT_TABLES)}; rows are "
+                              f"(method, rank, b_lr) of {have}")
     fc = config["figures"]
     if fc["model"] not in models:
         errors.append(f"figures.model: {fc['model']!r} is not a key of models ({sorted(models)})")

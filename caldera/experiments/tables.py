@@ -22,7 +22,7 @@ from typing import Any
 from caldera import stats
 from caldera.atomic import write_atomic
 from caldera.bits import MODEL_SHAPES, average_bits
-from caldera.experiments.plan import table_rows
+from caldera.experiments.plan import RHTFT_TABLES, table_rows
 
 TASK_COLUMNS = {  # paper column -> (our task, metric for tables 1–2: acc; Mistral table: as its header says)
     "wino_acc": ("caldera_winogrande", "acc"),
@@ -127,20 +127,46 @@ def _fmt(x: Any, nd: int = 2, ci: list[float] | None = None) -> str:
     return str(x)
 
 
+def _paper_before_ft(table: str, ref: dict[str, Any]) -> float | None:
+    """The paper's Wiki2 perplexity of the same row without RHT-FT (the zero-shot table it fine-tunes)."""
+    from caldera.paper_tables import load_reference_table
+
+    def key(r: dict[str, Any]) -> tuple:
+        return r["model"], r["method"], r["rank"], r["b_lr"]
+
+    hit = [r for r in load_reference_table(RHTFT_TABLES[table]) if key(r) == key(ref)]
+    return hit[0]["wiki2_ppl"] if hit else None
+
+
 def build_table(results_dir: str | os.PathLike, config: dict[str, Any], table: str) -> dict[str, Any]:
+    """Rows of ``table`` with the paper's and this run's numbers. An RHT fine-tuning table (Tables 3–4) adds
+    the column ``wiki2_ppl_no_ft`` (the same row before fine-tuning: the paper's Tables 1–2 value and this run's
+    base variant) and, per row, ``base_variant`` and the fine-tuning summary ``rht_ft``; both variants' samples
+    are kept for the paired before/after claim."""
     results_dir = Path(results_dir)
-    cols = ["avg_bits", "wiki2_ppl", "c4_ppl", *TASK_COLUMNS]
+    ft_table = table in RHTFT_TABLES
+    cols = ["avg_bits", "wiki2_ppl", "c4_ppl", *TASK_COLUMNS] + (["wiki2_ppl_no_ft"] if ft_table else [])
     rows = []
     for row in table_rows(config, table):
         ref, v = row["ref"], row["variant"]
         meas = measured_row(results_dir, config, table, row)
         meas["wiki2_ppl"] = meas.pop("wiki_ppl", None)
         meas["wiki2_ppl_ci"] = meas.pop("wiki_ppl_ci", None)
+        extra: dict[str, Any] = {}
+        if ft_table:
+            ref = {**ref, "wiki2_ppl_no_ft": _paper_before_ft(table, ref)}
+            base = row.get("base")
+            if base is not None:
+                before = measured_row(results_dir, config, table, {"variant": base})
+                meas["wiki2_ppl_no_ft"], meas["wiki2_ppl_no_ft_ci"] = before["wiki_ppl"], before["wiki_ppl_ci"]
+                extra = {"base_variant": base.id,
+                         "rht_ft": _load(results_dir / "rhtft" / base.id / "rhtft.json")}
         label = (ref["method_printed"] if ref else f"{row['label']} (ours only)")
         rows.append({
+            **extra,
             "method": label,
             "paper_model": ref["model"] if ref else "—",
-            "stand_in": config["models"][v.model]["label"] if v else "not run here",
+            "stand_in": config["models"][v.model]["label"] if v else row.get("pending", "not run here"),
             "paper_rank": ref["rank"] if ref else "—",
             "rank": v.rank if v else "—",
             "b_lr": _bits_label((ref or {}).get("b_lr")),
@@ -149,7 +175,7 @@ def build_table(results_dir: str | os.PathLike, config: dict[str, Any], table: s
             "ours": {c: meas.get(c) for c in cols},
             "ours_ci": {c: meas.get(f"{c}_ci") for c in cols if f"{c}_ci" in meas},
         })
-    variants = sorted({r["variant"] for r in rows if r["variant"]})
+    variants = sorted({r[k] for r in rows for k in ("variant", "base_variant") if r.get(k)})
     return {"table": table, "columns": cols, "rows": rows,
             "stats": {"level": stats.LEVEL, "resamples": stats.RESAMPLES, "seed": stats.SEED,
                       "perplexity": "percentile bootstrap over windows", "accuracy": "Wilson score interval"},
@@ -186,7 +212,7 @@ def write_table(results_dir: str, config: dict[str, Any], table: str, out_md: st
     from caldera.experiments.steps import write_json
 
     tab = build_table(results_dir, config, table)
-    stand = sorted({r["stand_in"] for r in tab["rows"] if r["stand_in"] != "not run here"})
+    stand = sorted({r["stand_in"] for r in tab["rows"] if r["variant"]})
     caption = (f"{table}: paper numbers beside this run ({config['name']} config). Stand-in model(s): "
                f"{', '.join(stand)}; each paper rank is mapped to the stand-in rank with the closest average bits "
                f"(App. E.5). Ours: value [95 % interval] — perplexity: percentile bootstrap over the evaluation "
@@ -195,6 +221,17 @@ def write_table(results_dir: str, config: dict[str, Any], table: str, out_md: st
                "perplexity corpora (windows × tokens): "
                + ", ".join(f"{k}={v['source']} ({v.get('n_windows') or 'all'} × {v['seq_len']})"
                            for k, v in config["eval"]["ppl"].items()) + ".")
+    if table in RHTFT_TABLES:
+        ft = config["rht_ft"]
+        ran = [f"{r['method']} k={r['paper_rank']} B_LR={r['b_lr']}" for r in tab["rows"] if r["variant"]]
+        caption += (f" RHT fine-tuning (§5.2, App. E.4) of the signs only, KL to the dense model on "
+                    f"{ft['n_samples']} × {ft['seq_len']} tokens of {config['calibration']['source']} "
+                    f"({ft['n_samples'] - ft['held_out']} train / {ft['held_out']} held out; paper: 256 × 512 "
+                    f"RedPajama, 192 / 64), {ft['epochs']} epochs, "
+                    f"AdamW lr {ft['lr']}, batch {ft['batch_size']}, the epoch with the lowest held-out KL kept. "
+                    f"wiki2_ppl_no_ft: the same row without fine-tuning (paper: {RHTFT_TABLES[table]}; ours: the "
+                    f"base checkpoint). Rows run: {', '.join(ran) or 'none'}; the others are pending in this config "
+                    "(rht_ft.rows) and run in mini-full.")
     md, tex, csvtext = render(tab, caption)
     for path, text in ((out_md, md), (out_tex, tex), (out_csv, csvtext)):
         write_atomic(path, text)

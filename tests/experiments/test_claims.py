@@ -312,3 +312,41 @@ def test_check_reports_throughput_pending_without_table6():
     tab = _tp_table({"d": (10, 0.02), "c16": (30, 0.02), "c4a": (20, 0.02), "c4b": (21, 0.02), "q": (40, 0.02)})
     got = [c for c in check(fig3, fig4, {}, throughput=tab) if "Table 6" in c["source"]]
     assert [c["verdict"] for c in got] == ["holds", "holds", "holds"]
+
+
+def _rhtft_table(before: float, after: float, spread: float = 0.0) -> dict:
+    """A Table 3 with one fine-tuned row (variant ``base+rhtft``, base ``base``) and one row pending in this config."""
+    rows = [_row("llama-2-7b", "CALDERA", 64, 4.0, after, 6.30, "S", variant="base+rhtft"),
+            _row("llama-2-7b", "CALDERA", 128, 4.0, None, 6.09, "pending", variant=None)]
+    rows[1]["variant"] = None
+    rows[0]["base_variant"] = "base"
+    rows[0]["ours"]["wiki2_ppl_no_ft"] = before
+    rows[0]["paper"]["wiki2_ppl_no_ft"] = 7.37
+    tab = _with_windows({"rows": [rows[0], {**rows[0], "variant": "base", "ours": {"wiki2_ppl": before}}]}, spread)
+    return {"rows": [tab["rows"][0], rows[1]], "samples": tab["samples"]}
+
+
+def test_rhtft_claim_decided_by_the_paired_interval():
+    from caldera.experiments.claims import RHTFT_CLAIM, rhtft_claims
+
+    holds = rhtft_claims({"table3_llama2_rhtft": _rhtft_table(before=40.0, after=30.0)})
+    assert len(holds) == 1 and holds[0]["claim"] == RHTFT_CLAIM  # one claim per fine-tuned row, pending rows skipped
+    assert holds[0]["verdict"] == "holds" and "×0.750 [0.750, 0.750]" in holds[0]["numbers"]
+    assert "k=64 B_LR=4" in holds[0]["source"] and "paper 7.37 → 6.30" in holds[0]["numbers"]
+    fails = rhtft_claims({"table3_llama2_rhtft": _rhtft_table(before=30.0, after=40.0)})
+    assert fails[0]["verdict"] == "fails"
+    # lower on average (×0.98) but ±20 % per window: a verdict from the point estimate would say "holds"
+    straddle = rhtft_claims({"table3_llama2_rhtft": _rhtft_table(before=40.0, after=39.2, spread=0.2)})[0]
+    lo, hi = (float(x) for x in straddle["numbers"].split("[")[1].split("]")[0].split(", "))
+    assert lo < 1.0 < hi and straddle["verdict"] == "inconclusive"
+
+
+def test_rhtft_claim_pending_without_the_tables_and_kept_out_of_the_ranking_claims():
+    from caldera.experiments.claims import RHTFT_CLAIM, check
+
+    c = check(_fig3(), _fig4(), {"table1_llama2_zeroshot": _table1()})
+    assert _verdict(c, RHTFT_CLAIM)["verdict"].startswith("pending")
+    c = check(_fig3(), _fig4(), {"table1_llama2_zeroshot": _table1(),
+                                 "table3_llama2_rhtft": _rhtft_table(before=40.0, after=30.0)})
+    assert _verdict(c, RHTFT_CLAIM)["verdict"] == "holds"
+    assert not any("table3" in x["source"] and x["claim"] != RHTFT_CLAIM for x in c)

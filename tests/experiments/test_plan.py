@@ -106,3 +106,47 @@ def test_bad_config_is_refused_with_its_key(case):
     with pytest.raises(Exception) as e:
         checked(cfg)
     assert words in str(e.value), str(e.value)
+
+
+def test_rhtft_rows_fine_tune_the_zero_shot_tables_variants():
+    """Tables 3-4: each selected row is its Tables 1-2 variant (same compression, compressed once) under the id
+    ``+rhtft``; rows outside ``rht_ft.rows`` are pending; the base, never the fine-tuned id, is a compression
+    variant; and the tables leave the pending list."""
+    from caldera.experiments.plan import (
+        PENDING_TABLES,
+        RHTFT_SUFFIX,
+        all_variants,
+        pending_tables,
+        rhtft_variants,
+        table_rows,
+    )
+
+    cfg = load("mini")
+    ft = rhtft_variants(cfg)
+    assert sorted(ft) == ["gemma3-caldera-r8-lr4+rhtft", "smollm2-caldera-r8-lr4+rhtft"]
+    plain = {v.id: v for t in ("table1_llama2_zeroshot", "table2_llama3_zeroshot") for r in table_rows(cfg, t)
+             if (v := r["variant"]) is not None}
+    for fid, (v, base) in ft.items():
+        assert fid == base.id + RHTFT_SUFFIX and plain[base.id] == base and v.config == base.config
+    rows = table_rows(cfg, "table3_llama2_rhtft")
+    assert sum(r["variant"] is not None for r in rows) == 1
+    assert all("pending" in r for r in rows if r["variant"] is None)
+    variants = all_variants(cfg)
+    assert not any(RHTFT_SUFFIX in k for k in variants) and {b.id for _, b in ft.values()} <= set(variants)
+    measured = {"table3_llama2_rhtft", "table4_llama3_rhtft"} | ({"table5_finetune"} if cfg.get("lora_ft") else set())
+    assert set(pending_tables(cfg)) == set(PENDING_TABLES) - measured
+    full = load("mini-full")
+    assert len(rhtft_variants(full)) == 12  # every row of both tables
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda c: c.pop("rht_ft"), "needs the `rht_ft:` block"),
+    (lambda c: c["rht_ft"].update(held_out=12), "rht_ft.held_out"),
+    (lambda c: c["rht_ft"].update(rows=[{"method": "CALDERA", "rank": 96, "b_lr": 4}]), "rht_ft.rows[0]"),
+])
+def test_bad_rhtft_config_named(edit, words):
+    cfg = load("mini")
+    edit(cfg)
+    with pytest.raises(ValueError) as e:
+        check_config(cfg)
+    assert words in str(e.value)

@@ -51,3 +51,37 @@ def test_tables_print_intervals_and_carry_the_samples(tmp_path):
     assert saved["samples"][quip.id]["ppl"]["wiki"]["window_nll"] == nll
     assert saved["samples"][quip.id]["zeroshot"]["caldera_rte"]["margin"] == [d["margin"] for d in docs]
     assert saved["stats"]["seed"] == stats.SEED
+
+
+def test_rhtft_table_shows_before_and_after_and_carries_both_samples(tmp_path):
+    import json
+    import math
+    from pathlib import Path
+
+    import yaml
+
+    from caldera.experiments.plan import table_rows
+    from caldera.experiments.tables import write_table
+
+    config = yaml.safe_load(Path("config/mini.yaml").read_text())
+    row = next(r for r in table_rows(config, "table3_llama2_rhtft") if r["variant"] is not None)
+    for v, nll in ((row["variant"], 4.0), (row["base"], 4.5)):
+        d = tmp_path / "eval" / v.id
+        d.mkdir(parents=True)
+        for corpus in ("wiki", "c4"):
+            (d / f"ppl_{corpus}.json").write_text(json.dumps({"ppl": math.exp(nll), "window_nll": [10 * nll] * 3,
+                                                              "window_tokens": [10] * 3}))
+    (tmp_path / "rhtft" / row["base"].id).mkdir(parents=True)
+    (tmp_path / "rhtft" / row["base"].id / "rhtft.json").write_text(json.dumps({"best_epoch": 2, "wall_s": 9.0}))
+    out = {k: str(tmp_path / f"t.{k}") for k in ("md", "tex", "csv", "json")}
+    tab = write_table(str(tmp_path), config, "table3_llama2_rhtft", out["md"], out["tex"], out["csv"], out["json"])
+    got = next(r for r in tab["rows"] if r["variant"] == row["variant"].id)
+    assert got["base_variant"] == row["base"].id and got["rht_ft"]["best_epoch"] == 2
+    assert got["ours"]["wiki2_ppl"] == math.exp(4.0) and got["ours"]["wiki2_ppl_no_ft"] == math.exp(4.5)
+    assert got["paper"]["wiki2_ppl"] == 6.30 and got["paper"]["wiki2_ppl_no_ft"] == 7.37  # Table 3 / Table 1
+    assert got["ours"]["avg_bits"] is not None  # App. E.5 formula, as for the un-fine-tuned row
+    assert set(tab["samples"]) == {row["variant"].id, row["base"].id}
+    pending = [r for r in tab["rows"] if r["variant"] is None]
+    assert len(pending) == 5 and all(r["stand_in"].startswith("pending in mini") for r in pending)
+    md = Path(out["md"]).read_text()
+    assert "Rows run: CALDERA k=64 B_LR=4" in md and "Stand-in model(s): SmolLM2-135M (Q4_1-dequantized, fp32);" in md

@@ -35,6 +35,8 @@ def test_dry_run_builds_the_dag(cfg, tmp_path):
     r = run(["-n", "--cores", "2", "--configfile", f"config/{cfg}.yaml"], tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "compress_layers" in r.stdout and "make_table" in r.stdout
+    if cfg in ("mini", "mini-full", "paper"):  # Tables 3-4 fine-tune their rows, then evaluate them
+        assert "rht_finetune" in r.stdout and "+rhtft" in r.stdout
 
 
 def copy_workflow(dst: Path) -> None:

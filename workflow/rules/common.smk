@@ -5,7 +5,7 @@ import sys
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from caldera.experiments.plan import check_config, effective_settings, pending_tables
+from caldera.experiments.plan import check_config, effective_settings, pending_tables, rhtft_variants
 from caldera.experiments.selection import matrix_claim_inputs, selection_models
 from caldera.experiments.steps import layer_chunks
 from caldera.experiments.throughput import TABLE as THROUGHPUT_TABLE, throughput_settings, throughput_variants
@@ -23,6 +23,10 @@ TABLES_DIR = config["tables_dir"]
 print(f"CALDERA workflow, config {', '.join(map(str, CONFIG_FILES))}; effective settings:\n"
       + json.dumps(effective_settings(config, VARIANTS), indent=1, sort_keys=True, default=str), file=sys.stderr)
 COMPRESSED = sorted(v for v, spec in VARIANTS.items() if spec.method != "dense")
+# RHT-FT models (Tables 3-4): made by rule rht_finetune from their base variant, then evaluated like any variant
+FT_VARIANTS = rhtft_variants(config)
+VARIANTS.update({k: ft for k, (ft, _) in FT_VARIANTS.items()})
+PENDING = pending_tables(config)
 FIG_MODEL = config["figures"]["model"]
 SELECTION = config.get("selection")
 # stand-ins swept by the selection rule, plus the figures' model for the Figure 3 comparisons it re-runs
@@ -37,7 +41,7 @@ wildcard_constraints:
     chunk=r"\d{3}",
     table="|".join(config["tables"]),  # so claims.md / theory.md never match make_table
     n="1|3|4",
-    ptable="|".join(pending_tables(config)),
+    ptable="|".join(PENDING) or "(?!)",  # no pending table: match nothing (an empty pattern would match all)
 
 
 def declared(*parts):
@@ -67,6 +71,8 @@ def get_hessian_dir(wildcards):
 
 
 def get_eval_input(wildcards):
+    if wildcards.variant in FT_VARIANTS:
+        return {"checkpoint": f"{RES}/rhtft/{FT_VARIANTS[wildcards.variant][1].id}/checkpoint"}
     if VARIANTS[wildcards.variant].method == "dense":
         return {"assets": f"{RES}/assets.json"}
     return {"checkpoint": f"{RES}/compressed/{wildcards.variant}/checkpoint"}
@@ -78,7 +84,7 @@ def get_table_targets():
 
 def get_pending_table_targets():
     # Tables 3-6: the paper's numbers now; their own issues (RHT-FT, LoRA, throughput) add the measurements.
-    return [f"{TABLES_DIR}/{t}.{ext}" for t in pending_tables(config) for ext in ("md", "tex", "csv")]
+    return [f"{TABLES_DIR}/{t}.{ext}" for t in PENDING for ext in ("md", "tex", "csv")]
 
 
 def get_figure_targets():
@@ -120,7 +126,11 @@ def get_table_inputs(wildcards):
             continue
         files += [f"{RES}/eval/{v.id}/ppl_{c}.json" for c in config["eval"]["ppl"]]
         files.append(f"{RES}/eval/{v.id}/zeroshot.json")
-        if v.method != "dense":
+        base = row.get("base")
+        if base is not None:  # an RHT-FT row: its un-fine-tuned evaluation too (the before/after claim)
+            files += [f"{RES}/eval/{base.id}/ppl_{c}.json" for c in config["eval"]["ppl"]]
+            files += [f"{RES}/eval/{base.id}/zeroshot.json", f"{RES}/rhtft/{base.id}/rhtft.json"]
+        elif v.method != "dense":
             files.append(f"{RES}/compressed/{v.id}/summary.json")
     return sorted(set(files))
 

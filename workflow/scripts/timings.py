@@ -22,6 +22,7 @@ STAGES = {
     "throughput": "throughput (Table 6)",
     "throughput_table": "tables and reports",
     "lora_finetune": "LoRA fine-tuning (Table 5)",
+    "rht_finetune": "RHT fine-tuning (Tables 3-4)",
     "lora_table": "tables and reports",
 }
 

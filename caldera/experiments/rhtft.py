@@ -1,0 +1,68 @@
+"""Workflow step of RHT fine-tuning (rule ``rht_finetune``, Tables 3–4): a variant's checkpoint in, its fine-tuned
+checkpoint (same format, ``signs_trainable`` layers) and a summary JSON out.
+
+Data: ``rht_ft.n_samples`` sequences of ``rht_ft.seq_len`` tokens drawn from the run's calibration source
+(``calibration.source``: ``lambada-books`` in mini, RedPajama at paper scale; never the evaluation text,
+:func:`caldera.pipeline.text.calibration_sequences` refuses evaluation sources) with seed ``rht_ft.seed``; the
+last ``rht_ft.held_out`` are held out for choosing the epoch, as the authors hold out their last 64 of 256
+(authors-code.md §6). Training itself is :func:`caldera.finetune.rht.rht_finetune`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from caldera.experiments.plan import Variant
+from caldera.finetune.rht import RHTFTConfig
+
+#: keys of the ``rht_ft:`` config block that are RHTFTConfig fields
+_CFG_KEYS = ("epochs", "lr", "batch_size", "weight_decay", "seed")
+
+
+def rhtft_config(config: dict[str, Any]) -> RHTFTConfig:
+    ft = config["rht_ft"]
+    return RHTFTConfig(**{k: ft[k] for k in _CFG_KEYS if k in ft})
+
+
+def finetune_data(config: dict[str, Any], tokenizer) -> tuple[Any, Any]:
+    """``(train_ids, heldout_ids)``: (n_samples − held_out, seq_len) and (held_out, seq_len) int64."""
+    from caldera.pipeline.text import calibration_sequences
+
+    ft = config["rht_ft"]
+    ids = calibration_sequences(tokenizer, ft["n_samples"], ft["seq_len"], ft["seed"],
+                                source=config["calibration"]["source"])
+    return ids[: -ft["held_out"]], ids[-ft["held_out"] :]
+
+
+def step_rht_finetune(config: dict[str, Any], v: Variant, checkpoint: str, out_dir: str, summary_out: str,
+                      state_path: str | None = None) -> dict[str, Any]:
+    """Fine-tune the RHT signs of variant ``v``'s checkpoint against its dense model; write the fine-tuned
+    checkpoint to ``out_dir`` (:func:`caldera.pipeline.checkpoint.save_compressed`, the base checkpoint's method
+    and method config, plus an ``rht_ft`` record) and the summary (history, best epoch, wall time) to
+    ``summary_out``. ``state_path``: per-epoch resume state (:func:`caldera.finetune.rht.rht_finetune`)."""
+    from caldera.experiments.steps import load_dense, run_device, write_json
+    from caldera.finetune.rht import rht_finetune
+    from caldera.pipeline.checkpoint import load_compressed, read_config, save_compressed
+
+    t0 = time.perf_counter()
+    device = run_device(config)
+    cfg = rhtft_config(config)
+    student, tok = load_compressed(checkpoint)
+    teacher, dense_tok = load_dense(config, v.model, device)
+    tok = tok or dense_tok
+    train, held = finetune_data(config, tok)
+    student = student.to(device)
+    res = rht_finetune(student, teacher, train.to(device), held.to(device), cfg, state_path=state_path)
+    ft = config["rht_ft"]
+    record = {"config": {k: ft[k] for k in sorted(ft) if k != "rows"}, "source": config["calibration"]["source"],
+              "n_train": int(train.shape[0]), "n_heldout": int(held.shape[0]), "base_checkpoint": str(checkpoint),
+              "best_epoch": res["best_epoch"], "history": res["history"]}
+    base_cfg = read_config(checkpoint)
+    save_compressed(student.cpu(), out_dir, method=base_cfg["method"], method_config=base_cfg["method_config"],
+                    tokenizer=tok, extra={"rht_ft": record})
+    summary = {"variant": v.id, **record, "heldout_kl_before": res["heldout_kl_before"],
+               "heldout_kl_best": res["heldout_kl_best"], "n_sign_params": res["n_params"],
+               "resumed_from": res["resumed_from"], "wall_s": time.perf_counter() - t0}
+    write_json(summary_out, summary)
+    return summary

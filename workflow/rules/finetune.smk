@@ -1,0 +1,26 @@
+# RHT fine-tuning (paper §5.2, Tables 3-4): the signs of a variant's checkpoint trained against its dense model.
+# The fine-tuned checkpoint is evaluated by rule `evaluate` under the id <variant>+rhtft (common.smk FT_VARIANTS).
+# state.safetensors (not an output: Snakemake keeps it when a job fails) lets a killed job resume after its last
+# finished epoch.
+rule rht_finetune:
+    input:
+        checkpoint=f"{RES}/compressed/{{variant}}/checkpoint",
+        assets=f"{RES}/assets.json",
+    output:
+        checkpoint=directory(f"{RES}/rhtft/{{variant}}/checkpoint"),
+        summary=f"{RES}/rhtft/{{variant}}/rhtft.json",
+    benchmark:
+        f"{RES}/benchmarks/rht_finetune/{{variant}}.tsv"
+    log:
+        f"{RES}/logs/rhtft/{{variant}}.log",
+    params:
+        spec=lambda w: declared(variant_spec(w), {k: v for k, v in config["rht_ft"].items() if k != "rows"},
+                                config["calibration"]["source"]),
+        variant=lambda w: VARIANTS[w.variant],
+        state=lambda w: f"{RES}/rhtft/{w.variant}/state.safetensors",
+    resources:
+        gpu=1,
+    conda:
+        "../envs/caldera.yaml"
+    script:
+        "../scripts/rht_finetune.py"

@@ -1,0 +1,10 @@
+"""Rule rht_finetune: the RHT signs of one variant's checkpoint fine-tuned against its dense model (Tables 3-4)."""
+
+from caldera_job import job
+
+sm = snakemake  # noqa: F821  (injected by Snakemake)
+with job(sm):
+    from caldera.experiments.rhtft import step_rht_finetune
+
+    step_rht_finetune(sm.config, sm.params.variant, sm.input.checkpoint, sm.output.checkpoint, sm.output.summary,
+                      state_path=sm.params.state)
