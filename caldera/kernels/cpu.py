@@ -167,9 +167,7 @@ def _use_native(impl: str) -> bool:
     return native.available()
 
 
-def codes_matmul(
-    x: Tensor, codes: Tensor, scale: Tensor | float, quantizer: str = "e8p", impl: str = "auto"
-) -> Tensor:
+def codes_matmul(x: Tensor, codes: Tensor, scale: Tensor | float, quantizer: str = "e8p", impl: str = "auto") -> Tensor:
     """``y = x (s ⊙ Q)ᵀ`` (B, n) float32 for ``x`` (B, 8m), ``codes`` (n, m) of Q, ``scale`` scalar or (n, 1).
 
     ``impl``: ``"native"`` (the int8-LUT C kernel of :mod:`caldera.kernels.native`), ``"numba"``, or ``"auto"``

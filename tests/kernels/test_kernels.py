@@ -186,7 +186,7 @@ def test_compressed_linear_uses_reference_path_when_training_or_for_many_rows():
     with torch.no_grad():
         assert mod.kernel_backend(x) == "numba"
         assert mod.kernel_backend(torch.randn(KERNEL_MAX_ROWS + 1, 64)) is None  # many tokens: dequantize + GEMM
-    # auto on CPU: the (measured faster) reference path
+    # auto on CPU: the (measured faster end-to-end) reference path
     assert CompressedLinear.from_tensors(meta, ts).kernel_backend(x.detach()) is None
     with pytest.raises(ValueError, match="kernel="):
         CompressedLinear.from_tensors(meta, ts, kernel="fast")
