@@ -24,7 +24,7 @@ def best(f, reps):
     return ts[0], ts[len(ts) // 2]
 
 
-for n, d in [(576, 1536), (1536, 576), (4096, 4096), (4096, 11008)]:
+def run_shape(n, d):
     m = d // 8
     copies = max(1, (64 << 20) // (n * d * 4))
     Ws = [torch.randn(n, d) for _ in range(copies)]
@@ -51,3 +51,7 @@ for n, d in [(576, 1536), (1536, 576), (4096, 4096), (4096, 11008)]:
             f"  code GB/s {n * m * 2 / mn / 1e9:5.2f}  dense-bytes GB/s {n * d * 4 / mn / 1e9:5.1f}",
             flush=True,
         )
+
+
+for shape in [(576, 1536), (1536, 576), (4096, 4096), (4096, 11008)]:
+    run_shape(*shape)
