@@ -1,10 +1,11 @@
 """Batch-1 decode tokens/s (``caldera.eval.throughput.decode_throughput``, 16 new tokens, median of 3): a dense
 model vs the same model with every linear except ``lm_head`` replaced by a ``CompressedLinear`` of the same shape
 (random E8P codes, RHT, rank-64 16-bit factors; the timing does not depend on the code values): the Numba kernel
-path, the reference path with its fp32 cache, and the reference path without cache.
+path (the int8-LUT C kernel where it built; ``CALDERA_NO_NATIVE=1`` measures the Numba fallback), the reference
+path with its fp32 cache, and the reference path without cache. Each result is printed as soon as measured.
 
-Run: ``OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/decode_kernels.py MODEL_DIR`` (a dense HF folder, e.g.
-the cached SmolLM2-135M).
+Run: ``OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/decode_kernels.py MODEL_DIR [CONFIG ...]`` (a dense HF
+folder, e.g. the cached SmolLM2-135M; CONFIGs from ``dense kernel reference reference_nocache``, default all).
 """
 
 import copy
@@ -28,7 +29,18 @@ def tps(model):
         return decode_throughput(model, ids, new_tokens=16, runs=3, warmup=1)
 
 
-res = {"dense": tps(m)}
+CONFIGS = {"kernel": ("kernel", True), "reference": ("reference", True), "reference_nocache": ("reference", False)}
+chosen = sys.argv[2:] or ["dense", *CONFIGS]
+if unknown := set(chosen) - {"dense", *CONFIGS}:
+    sys.exit(f"unknown configurations {sorted(unknown)}; choose from dense {' '.join(CONFIGS)}")
+
+
+def show(name, v):
+    print(name, {k: x for k, x in v.items() if "tok" in k or "median" in k} if isinstance(v, dict) else v, flush=True)
+
+
+if "dense" in chosen:
+    show("dense", tps(m))
 
 
 def comp(kernel, cache, rank):
@@ -67,10 +79,9 @@ def comp(kernel, cache, rank):
         yield name, CompressedLinear.from_tensors(meta, ts, kernel=kernel, cache_dequantized=cache)
 
 
-for kernel, cache in (("kernel", True), ("reference", True), ("reference", False)):
+for name in [c for c in chosen if c != "dense"]:
+    kernel, cache = CONFIGS[name]
     mm = copy.deepcopy(m)
-    for name, mod in comp(kernel, cache, 64):
-        replace_module(mm, name, mod)
-    res[f"caldera_rank64_fp16_{kernel}_cache{cache}"] = tps(mm)
-for k, v in res.items():
-    print(k, {kk: vv for kk, vv in v.items() if "tok" in kk or "median" in kk} if isinstance(v, dict) else v)
+    for lname, mod in comp(kernel, cache, 64):
+        replace_module(mm, lname, mod)
+    show(f"caldera_rank64_fp16_{kernel}_cache{cache}", tps(mm))

@@ -1,7 +1,8 @@
 """Compressed matrix–vector products on this CPU beside their dense baselines (issue 13's shapes).
 
 Groups ``kernels-{n}x{d}-B{B}``: dense fp32 ``x Wᵀ`` (torch), the 2-bit E8P kernel reading codes
-(``caldera.kernels.cpu.codes_matmul``, QuIP#-style Q only), E8P + rank-64 16-bit factors, and E8P + rank-64
+(``caldera.kernels.cpu.codes_matmul``, QuIP#-style Q only; ``e8p_2bit`` = the int8-LUT C kernel where it built,
+``e8p_2bit_numba`` = the Numba fallback), E8P + rank-64 16-bit factors, and E8P + rank-64
 E8P-RVQ4 (4-bit) factor codes (``caldera.kernels.fused.codes_linear``). Codes are uniform random (the kernels
 take the same time for any codes, up to cache effects of the table lookups). Each records in ``extra_info``:
 ``bytes`` the product must read/write, ``flops`` (2·B·n·d plus the low-rank part), the machine's measured
@@ -47,8 +48,9 @@ def _case(n, d, B, kind):
         return (lambda: x @ W.T), n * d * 4, 0
     codes = torch.randint(0, 1 << 16, (n, d // 8), generator=g, dtype=torch.int32).to(torch.uint16)
     scale = torch.tensor(0.3)
-    if kind == "e8p_2bit":
-        return (lambda: cpu.codes_matmul(x, codes, scale)), n * d // 4, 0
+    if kind in ("e8p_2bit", "e8p_2bit_numba"):
+        impl = "numba" if kind == "e8p_2bit_numba" else "auto"
+        return (lambda: cpu.codes_matmul(x, codes, scale, impl=impl)), n * d // 4, 0
     if kind == "e8p_2bit_lr16":
         f = Factors(L=torch.randn(n, RANK, generator=g).half(), R=torch.randn(RANK, d, generator=g).half())
         return (lambda: codes_linear(x, codes, scale, f, "numba")), n * d // 4 + 2 * RANK * (n + d), 2 * RANK * (n + d)
@@ -57,7 +59,7 @@ def _case(n, d, B, kind):
     return (lambda: codes_linear(x, codes, scale, f, "numba")), n * d // 4 + RANK * (n + d) // 2, 2 * RANK * (n + d)
 
 
-@pytest.mark.parametrize("kind", ["dense_fp32", "e8p_2bit", "e8p_2bit_lr16", "e8p_2bit_lr4"])
+@pytest.mark.parametrize("kind", ["dense_fp32", "e8p_2bit", "e8p_2bit_numba", "e8p_2bit_lr16", "e8p_2bit_lr4"])
 @pytest.mark.parametrize("B", [1, 4])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_matvec(benchmark, shape, B, kind, mem_bw_gbps, gemm_gflops):

@@ -152,8 +152,26 @@ def _x2d(x: Tensor, width: int, name: str) -> np.ndarray:
     return x.detach().to(torch.float32).contiguous().numpy()
 
 
-def codes_matmul(x: Tensor, codes: Tensor, scale: Tensor | float, quantizer: str = "e8p") -> Tensor:
-    """``y = x (s ⊙ Q)ᵀ`` (B, n) float32 for ``x`` (B, 8m), ``codes`` (n, m) of Q, ``scale`` scalar or (n, 1)."""
+IMPLS = ("auto", "native", "numba")
+
+
+def _use_native(impl: str) -> bool:
+    if impl not in IMPLS:
+        raise ValueError(f"impl={impl!r}; accepted: {', '.join(IMPLS)}")
+    if impl == "numba":
+        return False
+    from caldera.kernels import native
+
+    if impl == "native" and not native.available():
+        raise RuntimeError("impl='native': the C kernel did not build (no C compiler?); use impl='numba'")
+    return native.available()
+
+
+def codes_matmul(x: Tensor, codes: Tensor, scale: Tensor | float, quantizer: str = "e8p", impl: str = "auto") -> Tensor:
+    """``y = x (s ⊙ Q)ᵀ`` (B, n) float32 for ``x`` (B, 8m), ``codes`` (n, m) of Q, ``scale`` scalar or (n, 1).
+
+    ``impl``: ``"native"`` (the int8-LUT C kernel of :mod:`caldera.kernels.native`), ``"numba"``, or ``"auto"``
+    (native when it built, else Numba)."""
     stages, rs = check_quantizer(quantizer)
     n, m = codes.shape
     xn = _x2d(x, 8 * m, "x")
@@ -161,6 +179,11 @@ def codes_matmul(x: Tensor, codes: Tensor, scale: Tensor | float, quantizer: str
     if sc.shape[0] not in (1, n):
         raise ValueError(f"scale: expected a scalar or ({n}, 1), got {sc.shape[0]} values")
     y = np.empty((xn.shape[0], n), np.float32)
+    if _use_native(impl):
+        from caldera.kernels.native import codes_mm_rows
+
+        _run(codes_mm_rows, _split(n, m), xn, _np_codes(codes), stages, 1.0 / rs, sc, y)
+        return torch.from_numpy(y)
     A, G, h = _np_tables()
     if stages == 1:
         xs = xn.reshape(xn.shape[0], m, 8).sum(-1)
@@ -172,10 +195,13 @@ def codes_matmul(x: Tensor, codes: Tensor, scale: Tensor | float, quantizer: str
     return torch.from_numpy(y)
 
 
-def codes_matmul_t(t_in: Tensor, codes: Tensor, scale: float, quantizer: str = "e8p", out: Tensor | None = None):
+def codes_matmul_t(
+    t_in: Tensor, codes: Tensor, scale: float, quantizer: str = "e8p", out: Tensor | None = None, impl: str = "auto"
+):
     """``y (+)= t (s · M)`` (B, 8m) float32 for ``t`` (B, k), ``codes`` (k, m) of M's rows, scalar ``s``.
 
     With ``out`` (B, 8m) float32 contiguous CPU, the product is added to it in place and ``out`` is returned.
+    ``impl`` as for :func:`codes_matmul`.
     """
     stages, rs = check_quantizer(quantizer)
     k, m = codes.shape
@@ -184,6 +210,11 @@ def codes_matmul_t(t_in: Tensor, codes: Tensor, scale: float, quantizer: str = "
         out = torch.zeros(tn.shape[0], 8 * m)
     elif out.shape != (tn.shape[0], 8 * m) or out.dtype != torch.float32 or not out.is_contiguous():
         raise ValueError(f"out: expected a contiguous float32 ({tn.shape[0]}, {8 * m}) tensor")
+    if _use_native(impl):
+        from caldera.kernels.native import codes_mm_t_cols
+
+        _run(codes_mm_t_cols, _split(m, k), tn, _np_codes(codes), stages, 1.0 / rs, float(scale), out.numpy())
+        return out
     A, G, h = _np_tables()
     _run(
         _mm_t_cols,

@@ -1,7 +1,8 @@
 """The compressed layer's product ``ỹ = h Qᵀ + (h Rᵀ) Lᵀ`` from stored codes, on the fastest available kernel.
 
-Backends (:func:`select_backend`): ``"numba"`` on CPU (:mod:`caldera.kernels.cpu`; Q and 4-bit RVQ factors read
-as codes, 16-bit factors converted per call), ``"triton"`` on CUDA when ``triton`` imports
+Backends (:func:`select_backend`): ``"numba"`` on CPU (:mod:`caldera.kernels.cpu`: the int8-LUT C kernel of
+:mod:`caldera.kernels.native` when it built, else Numba; Q and 4-bit RVQ factors read as codes, 16-bit factors
+converted per call), ``"triton"`` on CUDA when ``triton`` imports
 (:mod:`caldera.kernels.triton_e8p`; Q as codes fused with a 16-bit ``L t``; layers with quantized factors take
 the reference path on CUDA), or ``None`` (no kernel: the caller uses its dequantizing reference path). No dense
 ``n × d`` matrix is formed or cached by either backend. Reference: ``h @ Q.T + (h @ R.T) @ L.T`` with Q, L, R

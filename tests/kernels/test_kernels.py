@@ -12,6 +12,13 @@ from caldera.pipeline.compressed_linear import KERNEL_MAX_ROWS, CompressedLinear
 from caldera.quantizers.e8p import _tables
 
 cpu = pytest.importorskip("caldera.kernels.cpu")
+from caldera.kernels import native  # noqa: E402
+
+#: CPU implementations: the int8-LUT C kernel (where a C compiler built it) and the Numba kernels
+IMPLS = [
+    pytest.param("native", marks=pytest.mark.skipif(not native.available(), reason="C kernel did not build")),
+    "numba",
+]
 
 
 def _codes(n, m, quantizer, seed):
@@ -29,41 +36,56 @@ def test_decode_tables_reproduce_every_codeword():
     c = torch.arange(1 << 16)
     assert torch.equal(t.A[c >> 8] * t.G[c & 255] + t.h[c & 255][:, None], _tables().codebook)
     assert torch.equal(t.codebook_f16.float(), _tables().codebook)  # fp16 holds the codebook exactly
+    assert torch.equal(torch.from_numpy(native.lut_table()).float() / 4, _tables().codebook)  # int8 LUT: exact
 
 
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize(("quantizer", "dtype"), [("e8p", torch.int32), ("e8p-rvq4", torch.int64)])
+def test_codes_matmul_reads_wider_code_dtypes(impl, quantizer, dtype):
+    n, m = 9, 7  # odd m: the C kernel's two-code unrolled loop leaves a tail
+    codes = _codes(n, m, quantizer, seed=11).to(torch.int64).to(dtype)
+    x = torch.randn(2, 8 * m, generator=torch.Generator().manual_seed(12))
+    ref = codes_matmul_reference(x, codes.long(), 0.6, quantizer)
+    _close(cpu.codes_matmul(x, codes, 0.6, quantizer, impl=impl), ref)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("quantizer", ["e8p", "e8p-rvq4"])
 @pytest.mark.parametrize("B", [1, 3])
 @pytest.mark.parametrize("per_row", [False, True])
-def test_codes_matmul_matches_reference(quantizer, B, per_row):
-    n, m = 13, 5
+@pytest.mark.parametrize(("n", "m"), [(13, 5), (1, 1)])
+def test_codes_matmul_matches_reference(impl, quantizer, B, per_row, n, m):
     codes = _codes(n, m, quantizer, seed=B)
     g = torch.Generator().manual_seed(7)
     x = torch.randn(B, 8 * m, generator=g)
     s = torch.rand(n, 1, generator=g) + 0.5 if per_row else torch.tensor(0.37)
-    _close(cpu.codes_matmul(x, codes, s, quantizer), codes_matmul_reference(x, codes.to(torch.int64), s, quantizer))
+    y = cpu.codes_matmul(x, codes, s, quantizer, impl=impl)
+    _close(y, codes_matmul_reference(x, codes.to(torch.int64), s, quantizer))
 
 
+@pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("quantizer", ["e8p", "e8p-rvq4"])
-def test_codes_matmul_t_matches_reference_and_accumulates(quantizer):
+def test_codes_matmul_t_matches_reference_and_accumulates(impl, quantizer):
     k, m, B = 3, 7, 2
     codes = _codes(k, m, quantizer, seed=1)
     t = torch.randn(B, k, generator=torch.Generator().manual_seed(2))
     ref = 0.8 * t @ dequantize_codes(codes.to(torch.int64), quantizer)
-    _close(cpu.codes_matmul_t(t, codes, 0.8, quantizer), ref)
+    _close(cpu.codes_matmul_t(t, codes, 0.8, quantizer, impl=impl), ref)
     out = torch.ones(B, 8 * m)
-    assert cpu.codes_matmul_t(t, codes, 0.8, quantizer, out=out) is out
+    assert cpu.codes_matmul_t(t, codes, 0.8, quantizer, out=out, impl=impl) is out
     _close(out, ref + 1)
 
 
-def test_threaded_split_equals_single_thread():
+@pytest.mark.parametrize("impl", IMPLS)
+def test_threaded_split_equals_single_thread(impl):
     codes = _codes(300, 512, "e8p", seed=3)  # large enough to be split over threads
     x = torch.randn(2, 4096, generator=torch.Generator().manual_seed(4))
     old = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        one = cpu.codes_matmul(x, codes, 0.5)
+        one = cpu.codes_matmul(x, codes, 0.5, impl=impl)
         torch.set_num_threads(2)
-        two = cpu.codes_matmul(x, codes, 0.5)
+        two = cpu.codes_matmul(x, codes, 0.5, impl=impl)
     finally:
         torch.set_num_threads(old)
     assert torch.equal(one, two)  # rows are independent: the split cannot change a bit
@@ -78,6 +100,8 @@ def test_bad_inputs_are_named():
         cpu.codes_matmul(torch.randn(1, 16), codes, 1.0, "e8p-rvq3")
     with pytest.raises(ValueError, match="scale"):
         cpu.codes_matmul(torch.randn(1, 16), codes, torch.ones(3, 1))
+    with pytest.raises(ValueError, match="impl="):
+        cpu.codes_matmul(torch.randn(1, 16), codes, 1.0, impl="fast")
 
 
 def _triton():
@@ -162,7 +186,7 @@ def test_compressed_linear_uses_reference_path_when_training_or_for_many_rows():
     with torch.no_grad():
         assert mod.kernel_backend(x) == "numba"
         assert mod.kernel_backend(torch.randn(KERNEL_MAX_ROWS + 1, 64)) is None  # many tokens: dequantize + GEMM
-    # auto on CPU: the (measured faster) reference path
+    # auto on CPU: the (measured faster end-to-end) reference path
     assert CompressedLinear.from_tensors(meta, ts).kernel_backend(x.detach()) is None
     with pytest.raises(ValueError, match="kernel="):
         CompressedLinear.from_tensors(meta, ts, kernel="fast")
