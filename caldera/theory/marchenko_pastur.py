@@ -232,13 +232,18 @@ def check_empirical_spectrum(ns: list[int], gamma: float, *, seed: int, kind: st
 
 def check_density_normalization(gamma: float, sigma2: float = 0.25) -> CheckResult:
     """∫ f_mp = 1 and ∫ x f_mp = σ² for the printed density, by quadrature of ``MP.density`` (x = c − a cos θ makes
-    the integrand smooth; 20,000-point midpoint rule, which never evaluates the endpoints λ±). Expected: holds
-    for γ ≤ 1; for γ > 1 the mass is d/n."""
+    the integrand smooth; 20,000-point midpoint rule in u with θ = πu², which never evaluates the endpoints λ±).
+    Expected: holds for γ ≤ 1; for γ > 1 the mass is d/n."""
     mp = MP(gamma, sigma2)
-    h = math.pi / 20000
-    th = (torch.arange(20000, dtype=torch.float64) + 0.5) * h
+    # θ = π u² on a midpoint grid in u: near γ = 1 the lower edge λ₋ → 0 and the integrand (∝ √(x − λ₋)/x) rises
+    # from 0 to its plateau within θ ~ √(λ₋/a), far below a uniform step (γ = 0.99999: ~1e-6 vs π/20000), which
+    # cost a uniform grid ~5e-6 of mass; the graded grid's smallest step is π/N²
+    n = 20000
+    u = (torch.arange(n, dtype=torch.float64) + 0.5) / n
+    th = math.pi * u * u
+    dth = 2 * math.pi * u / n
     x = mp.c - mp.a * torch.cos(th)
-    w = mp.density(x) * mp.a * torch.sin(th) * h  # f(x) dx
+    w = mp.density(x) * mp.a * torch.sin(th) * dth  # f(x) dx
     mass = float(w.sum())
     mean = float((x * w).sum())
     dev = max(abs(mass - 1.0), abs(mean - sigma2) / sigma2)
