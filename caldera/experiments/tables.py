@@ -207,9 +207,19 @@ def render(tab: dict[str, Any], caption: str) -> tuple[str, str, str]:
     return "\n".join(md) + "\n", "\n".join(tex) + "\n", buf.getvalue()
 
 
+def write_table_files(tab: dict[str, Any], caption: str, rendered: tuple[str, str, str], out_md: str, out_tex: str,
+                      out_csv: str, out_json: str) -> None:
+    """A table's four files, each written atomically: the rendered (md, tex, csv) texts and the JSON of ``tab``
+    with its caption (what the claims and the report read)."""
+    from caldera.experiments.steps import write_json
+
+    for path, text in zip((out_md, out_tex, out_csv), rendered):
+        write_atomic(path, text)
+    write_json(out_json, {**tab, "caption": caption})
+
+
 def write_table(results_dir: str, config: dict[str, Any], table: str, out_md: str, out_tex: str, out_csv: str,
                 out_json: str) -> dict[str, Any]:
-    from caldera.experiments.steps import write_json
 
     tab = build_table(results_dir, config, table)
     stand = sorted({r["stand_in"] for r in tab["rows"] if r["variant"]})
@@ -232,10 +242,7 @@ def write_table(results_dir: str, config: dict[str, Any], table: str, out_md: st
                     f"wiki2_ppl_no_ft: the same row without fine-tuning (paper: {RHTFT_TABLES[table]}; ours: the "
                     f"base checkpoint). Rows run: {', '.join(ran) or 'none'}; the others are pending in this config "
                     "(rht_ft.rows) and run in mini-full.")
-    md, tex, csvtext = render(tab, caption)
-    for path, text in ((out_md, md), (out_tex, tex), (out_csv, csvtext)):
-        write_atomic(path, text)
-    write_json(out_json, {**tab, "caption": caption})
+    write_table_files(tab, caption, render(tab, caption), out_md, out_tex, out_csv, out_json)
     return tab
 
 

@@ -31,7 +31,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from caldera.atomic import write_atomic
 from caldera.experiments.plan import Variant, all_variants, variant_for_row
 
 TABLE = "table6_throughput"
@@ -279,7 +278,6 @@ def render_throughput(tab: dict[str, Any], caption: str) -> tuple[str, str, str]
 
 def write_throughput_table(results_dir: str, config: dict[str, Any], out_md: str, out_tex: str, out_csv: str,
                            out_json: str, run_variants: dict[str, Variant] | None = None) -> dict[str, Any]:
-    from caldera.experiments.steps import write_json
 
     tab = build_throughput_table(results_dir, config, run_variants)
     s = tab["settings"]
@@ -298,10 +296,9 @@ def write_throughput_table(results_dir: str, config: dict[str, Any], out_md: str
         "is run-to-run within one job" + ("; each variant's job runs alone (throughput.exclusive)." if s["exclusive"]
                                           else "; other jobs may run beside it (throughput.exclusive: false).")
     )
-    md, tex, csvtext = render_throughput(tab, caption)
-    for path, text in ((out_md, md), (out_tex, tex), (out_csv, csvtext)):
-        write_atomic(path, text)
-    write_json(out_json, {**tab, "caption": caption})
+    from caldera.experiments.tables import write_table_files
+
+    write_table_files(tab, caption, render_throughput(tab, caption), out_md, out_tex, out_csv, out_json)
     return tab
 
 

@@ -430,12 +430,9 @@ def render_table5(tab: dict[str, Any], config: dict[str, Any]) -> tuple[str, str
 
 def write_table5(results_dir: str, config: dict[str, Any], out_md: str, out_tex: str, out_csv: str,
                  out_json: str) -> dict[str, Any]:
-    from caldera.atomic import write_atomic
-    from caldera.experiments.steps import write_json
+    from caldera.experiments.tables import write_table_files
 
     tab = build_table5(results_dir, config)
-    md, tex, csvtext, caption = render_table5(tab, config)
-    for path, text in ((out_md, md), (out_tex, tex), (out_csv, csvtext)):
-        write_atomic(path, text)
-    write_json(out_json, {**tab, "caption": caption})
+    *rendered, caption = render_table5(tab, config)
+    write_table_files(tab, caption, tuple(rendered), out_md, out_tex, out_csv, out_json)
     return tab
