@@ -3,7 +3,9 @@
 Groups ``kernels-{n}x{d}-B{B}``: dense fp32 ``x Wᵀ`` (torch), the 2-bit E8P kernel reading codes
 (``caldera.kernels.cpu.codes_matmul``, QuIP#-style Q only; ``e8p_2bit`` = the int8-LUT C kernel where it built,
 ``e8p_2bit_numba`` = the Numba fallback), E8P + rank-64 16-bit factors, and E8P + rank-64
-E8P-RVQ4 (4-bit) factor codes (``caldera.kernels.fused.codes_linear``). Codes are uniform random (the kernels
+E8P-RVQ4 (4-bit) factor codes (``caldera.kernels.fused.codes_linear``), and the whole compressed layer as one C
+call with both randomized Hadamard transforms (``fused_lr16_rht`` / ``fused_lr4_rht``:
+``caldera.kernels.native.fused_layer``, what ``CompressedLinear`` runs on CPU). Codes are uniform random (the kernels
 take the same time for any codes, up to cache effects of the table lookups). Each records in ``extra_info``:
 ``bytes`` the product must read/write, ``flops`` (2·B·n·d plus the low-rank part), the machine's measured
 ``mem_bw_gbps`` (a 256 MiB copy) and ``gemm_gflops`` (conftest), and ``gbps`` / ``frac_mem_bw`` from its own
@@ -51,15 +53,31 @@ def _case(n, d, B, kind):
     if kind in ("e8p_2bit", "e8p_2bit_numba"):
         impl = "numba" if kind == "e8p_2bit_numba" else "auto"
         return (lambda: cpu.codes_matmul(x, codes, scale, impl=impl)), n * d // 4, 0
+    f16 = Factors(L=torch.randn(n, RANK, generator=g).half(), R=torch.randn(RANK, d, generator=g).half())
     if kind == "e8p_2bit_lr16":
-        f = Factors(L=torch.randn(n, RANK, generator=g).half(), R=torch.randn(RANK, d, generator=g).half())
-        return (lambda: codes_linear(x, codes, scale, f, "numba")), n * d // 4 + 2 * RANK * (n + d), 2 * RANK * (n + d)
+        lr_bytes = 2 * RANK * (n + d)
+        return (lambda: codes_linear(x, codes, scale, f16, "numba")), n * d // 4 + lr_bytes, 2 * RANK * (n + d)
     rvq = lambda m: torch.randint(0, 1 << 32, (RANK, m), generator=g, dtype=torch.int64).to(torch.uint32)
     f = Factors(L_codes=rvq(n // 8), L_scale=scale, R_codes=rvq(d // 8), R_scale=scale, quantizer="e8p-rvq4")
+    if kind.startswith("fused"):
+        from caldera.kernels import native
+
+        if not native.available():
+            pytest.skip("the C kernels did not build")
+        signs = lambda k: (torch.randint(0, 2, (k,), generator=g) * 2 - 1).to(torch.int8)
+        if kind == "fused_lr16_rht":
+            lr, lr_bytes = ("dense", f16.L, f16.R), 2 * RANK * (n + d)
+        else:
+            lr, lr_bytes = ("codes", f.L_codes, f.L_scale, f.R_codes, f.R_scale, f.quantizer), RANK * (n + d) // 2
+        layer = native.fused_layer(codes, scale, signs(d), signs(n), lr, None, None)
+        return (lambda: layer(x)), n * d // 4 + lr_bytes + n + d, 2 * RANK * (n + d)
     return (lambda: codes_linear(x, codes, scale, f, "numba")), n * d // 4 + RANK * (n + d) // 2, 2 * RANK * (n + d)
 
 
-@pytest.mark.parametrize("kind", ["dense_fp32", "e8p_2bit", "e8p_2bit_numba", "e8p_2bit_lr16", "e8p_2bit_lr4"])
+KINDS = ["dense_fp32", "e8p_2bit", "e8p_2bit_numba", "e8p_2bit_lr16", "e8p_2bit_lr4", "fused_lr16_rht", "fused_lr4_rht"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("B", [1, 4])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_matvec(benchmark, shape, B, kind, mem_bw_gbps, gemm_gflops):

@@ -1,12 +1,13 @@
 """The compressed layer's product ``ỹ = h Qᵀ + (h Rᵀ) Lᵀ`` from stored codes, on the fastest available kernel.
 
-Backends (:func:`select_backend`): ``"numba"`` on CPU (:mod:`caldera.kernels.cpu`: the int8-LUT C kernel of
-:mod:`caldera.kernels.native` when it built, else Numba; Q and 4-bit RVQ factors read as codes, 16-bit factors
-converted per call), ``"triton"`` on CUDA when ``triton`` imports
-(:mod:`caldera.kernels.triton_e8p`; Q as codes fused with a 16-bit ``L t``; layers with quantized factors take
-the reference path on CUDA), or ``None`` (no kernel: the caller uses its dequantizing reference path). No dense
-``n × d`` matrix is formed or cached by either backend. Reference: ``h @ Q.T + (h @ R.T) @ L.T`` with Q, L, R
-dequantized (``CompressedLinear``'s reference path; ``tests/kernels/test_kernels.py``).
+Backends (:func:`select_backend`): ``"native"`` on CPU when the C kernels of :mod:`caldera.kernels.native`
+built (``CompressedLinear`` then runs its whole forward, RHTs included, as one prepared C call:
+:func:`caldera.kernels.native.fused_layer`), ``"numba"`` on CPU otherwise (:mod:`caldera.kernels.cpu`; Q and
+4-bit RVQ factors read as codes, 16-bit factors converted per call; :func:`codes_linear`), ``"triton"`` on CUDA
+when ``triton`` imports (:mod:`caldera.kernels.triton_e8p`; Q as codes fused with a 16-bit ``L t``; layers with
+quantized factors take the reference path on CUDA), or ``None`` (no kernel: the caller uses its dequantizing
+reference path). No dense ``n × d`` matrix is formed or cached by any backend. Reference: ``h @ Q.T + (h @ R.T)
+@ L.T`` with Q, L, R dequantized (``CompressedLinear``'s reference path; ``tests/kernels/test_kernels.py``).
 """
 
 from __future__ import annotations
@@ -43,6 +44,13 @@ def triton_available() -> bool:
     return True
 
 
+def native_available() -> bool:
+    """True when the C kernels of :mod:`caldera.kernels.native` built (the fused single-call layer on CPU)."""
+    from caldera.kernels import native
+
+    return native.available()
+
+
 @functools.lru_cache(maxsize=1)
 def numba_available() -> bool:
     try:
@@ -53,10 +61,12 @@ def numba_available() -> bool:
 
 
 def select_backend(device: torch.device, q_quantizer: str, lr_quantizer: str | None) -> str | None:
-    """``"numba"``, ``"triton"`` or ``None`` for a layer with this Q quantizer and factor quantizer (None for
-    16-bit or no factors) on ``device``."""
+    """``"native"``, ``"numba"``, ``"triton"`` or ``None`` for a layer with this Q quantizer and factor
+    quantizer (None for 16-bit or no factors) on ``device``."""
     if q_quantizer != "e8p" or (lr_quantizer is not None and lr_quantizer not in SUPPORTED):
         return None
+    if device.type == "cpu" and native_available():
+        return "native"
     if device.type == "cpu" and numba_available():
         return "numba"
     if device.type == "cuda" and lr_quantizer is None and triton_available():

@@ -6,7 +6,14 @@ products of :mod:`caldera.kernels.cpu` then read per 8-weight code one 8-byte ro
 with two AVX2 instructions) and FMA it with 8 entries of ``x``; ``y = ¼ · s · Σ``. E8P-RVQ4 codes
 ``(c1 << 16) | c2`` take two lookups, ``w(c1) + w(c2)/3.45``. The per-code loop of the Numba kernels could not
 be vectorised by Numba's LLVM (scalar FMAs, ≈ 5 ns per code measured); this one runs ≈ 1 ns per code on
-this CPU (``kernels/README.md``).
+this CPU (``kernels/README.md``). The E8P product takes four rows per pass over ``x`` (four independent
+table reads in flight); a row's arithmetic does not depend on its group, so a thread split changes no bit.
+
+``caldera_layer_fwd`` (:func:`fused_layer`, :class:`FusedLayer`) is a whole ``CompressedLinear`` forward in one
+call: ``x ⊙ S_U`` → ``U_dᵀ`` (in-place fast Walsh–Hadamard transform of the ``2^p`` part, the K × K Hadamard
+factor of :mod:`caldera.hadamard` as a small dense product) → E8P product → factor products (float16 read with
+F16C, float32, or E8P-RVQ4 codes) and ``L_ft R_ft`` → ``U_n`` → ``⊙ S_V`` → bias. Per decoded token this
+replaces ≈ 10 torch calls per layer (two Kronecker-Hadamard transforms, conversions, adds) by one.
 
 The source below is compiled once per machine with the system C compiler (``$CC`` or ``cc``,
 ``-O3 -march=native``) into ``kernels/`` of the asset cache (``$CALDERA_CACHE`` or ``~/.cache/caldera``; file
@@ -34,6 +41,7 @@ import torch
 
 _SRC = r"""
 #include <stdint.h>
+#include <math.h>
 #ifdef __AVX2__
 #include <immintrin.h>
 #endif
@@ -98,9 +106,47 @@ DOT_ROW(dot_u16, uint16_t)
 DOT_ROW(dot_u32, uint32_t)
 DOT_ROW(dot_u64, uint64_t)
 
+#ifdef __AVX2__
+/* out[q] = dot of x[0:8m] with rows q = 0..3 of single-stage uint16 codes c (row stride m), in units of 1/4:
+   four independent table gathers per x load (more loads in flight than one row's two accumulators) */
+static void dot4_u16(const float *x, const uint16_t *c, long m, const int8_t *T, float *out) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+  const uint16_t *c1 = c + m, *c2 = c + 2 * m, *c3 = c + 3 * m;
+  for (long j = 0; j < m; j++) {
+    __m256 xv = _mm256_loadu_ps(x + 8 * j);
+    a0 = _mm256_fmadd_ps(ld8(T, c[j]), xv, a0);
+    a1 = _mm256_fmadd_ps(ld8(T, c1[j]), xv, a1);
+    a2 = _mm256_fmadd_ps(ld8(T, c2[j]), xv, a2);
+    a3 = _mm256_fmadd_ps(ld8(T, c3[j]), xv, a3);
+  }
+  out[0] = hsum(a0); out[1] = hsum(a1); out[2] = hsum(a2); out[3] = hsum(a3);
+}
+
+/* one row with exactly the arithmetic of one row of dot4_u16 (so a row's result does not depend on its group) */
+static float dot1_u16(const float *x, const uint16_t *c, long m, const int8_t *T) {
+  __m256 a0 = _mm256_setzero_ps();
+  for (long j = 0; j < m; j++) a0 = _mm256_fmadd_ps(ld8(T, c[j]), _mm256_loadu_ps(x + 8 * j), a0);
+  return hsum(a0);
+}
+#endif
+
 /* y[b, i] = 1/4 s_i dot(x[b], codes[i]) for rows i in [r0, r1); codes (n, m) of `width` bytes */
 void caldera_codes_mm(const float *x, long B, const void *codes, int width, long n, long m, const int8_t *T,
                       int stages, float inv_rs, const float *scale, int per_row, float *y, long r0, long r1) {
+#ifdef __AVX2__
+  if (width == 2 && stages == 1) {  /* E8P backbone: four rows at a time */
+    for (; r0 + 4 <= r1; r0 += 4)
+      for (long b = 0; b < B; b++) {
+        float d4[4];
+        dot4_u16(x + b * 8 * m, (const uint16_t *)codes + r0 * m, m, T, d4);
+        for (int q = 0; q < 4; q++) y[b * n + r0 + q] = d4[q] * 0.25f * (per_row ? scale[r0 + q] : scale[0]);
+      }
+    for (; r0 < r1; r0++)
+      for (long b = 0; b < B; b++)
+        y[b * n + r0] = dot1_u16(x + b * 8 * m, (const uint16_t *)codes + r0 * m, m, T) * 0.25f *
+                        (per_row ? scale[r0] : scale[0]);
+  }
+#endif
   for (long i = r0; i < r1; i++) {
     float s = 0.25f * (per_row ? scale[i] : scale[0]);
     for (long b = 0; b < B; b++) {
@@ -124,6 +170,21 @@ static inline uint64_t code_at(const void *codes, int width, long idx) {
 void caldera_codes_mm_t(const float *t, long B, long k, const void *codes, int width, long m, const int8_t *T,
                         int stages, float inv_rs, float scale, float *y, long j0, long j1) {
   float w[8], u[8];
+#ifdef __AVX2__
+  __m256 ir = _mm256_set1_ps(inv_rs), sc = _mm256_set1_ps(0.25f * scale);
+  for (; j0 < j1; j0++) {
+    for (long b = 0; b < B; b++) {
+      __m256 acc = _mm256_setzero_ps();
+      for (long r = 0; r < k; r++) {
+        uint64_t v = code_at(codes, width, r * m + j0);
+        __m256 wv = stages == 1 ? ld8(T, v) : _mm256_fmadd_ps(ld8(T, v), ir, ld8(T, v >> 16));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(t[b * k + r]), wv, acc);
+      }
+      float *yb = y + b * 8 * m + 8 * j0;
+      _mm256_storeu_ps(yb, _mm256_fmadd_ps(acc, sc, _mm256_loadu_ps(yb)));
+    }
+  }
+#endif
   for (long j = j0; j < j1; j++) {
     for (long b = 0; b < B; b++) {
       float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -137,6 +198,102 @@ void caldera_codes_mm_t(const float *t, long B, long k, const void *codes, int w
       float *yb = y + b * 8 * m + 8 * j;
       for (int q = 0; q < 8; q++) yb[q] += acc[q] * 0.25f * scale;
     }
+  }
+}
+
+/* ---- fused layer: y = unrotate(rotate(x) (s Q)^T + (rotate(x) R^T) L^T [+ ft part]) (+ bias) ---- */
+
+static inline float h2f(uint16_t h) {
+  union { uint32_t u; float f; } r;
+  uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+  if (e == 0) { float v = (float)m * (1.0f / 16777216.0f); return (h & 0x8000u) ? -v : v; }
+  r.u = e == 31 ? (s | 0x7F800000u | (m << 13)) : (s | ((e + 112u) << 23) | (m << 13));
+  return r.f;
+}
+
+/* dot of a float16 row with x, length len */
+static float dot_h(const uint16_t *a, const float *x, long len) {
+  long j = 0;
+  float tot = 0.0f;
+#if defined(__AVX2__) && defined(__F16C__)
+  __m256 acc = _mm256_setzero_ps();
+  for (; j + 8 <= len; j += 8)
+    acc = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a + j))), _mm256_loadu_ps(x + j), acc);
+  tot = hsum(acc);
+#endif
+  for (; j < len; j++) tot += h2f(a[j]) * x[j];
+  return tot;
+}
+
+static float dot_f(const float *a, const float *x, long len) {
+  float tot = 0.0f;
+  for (long j = 0; j < len; j++) tot += a[j] * x[j];
+  return tot;
+}
+
+/* unnormalised Sylvester-Hadamard transform of v[0:P] in place (P a power of two) */
+static void fwht(float *v, long P) {
+  for (long h = 1; h < P; h <<= 1)
+    for (long i = 0; i < P; i += 2 * h)
+      for (long j = i; j < i + h; j++) { float a = v[j], b = v[j + h]; v[j] = a + b; v[j + h] = a - b; }
+}
+
+/* v (n = K P) <- (M kron H_P / sqrt(P)) v, v viewed as (K, P) row-major; M (K, K) already orthonormal; tmp (n) */
+static void had(float *v, long n, long K, const float *M, float *tmp) {
+  long P = n / K;
+  float sc = 1.0f / sqrtf((float)P);
+  for (long a = 0; a < K; a++) fwht(v + a * P, P);
+  if (K == 1) { for (long j = 0; j < n; j++) v[j] *= sc; return; }
+  for (long a = 0; a < K; a++) {
+    float *o = tmp + a * P;
+    for (long j = 0; j < P; j++) o[j] = 0.0f;
+    for (long b = 0; b < K; b++) {
+      float w = M[a * K + b] * sc;
+      const float *src = v + b * P;
+      for (long j = 0; j < P; j++) o[j] += w * src[j];
+    }
+  }
+  for (long j = 0; j < n; j++) v[j] = tmp[j];
+}
+
+/* lr_mode: 0 none, 1 float16 L (n,k) R (k,d), 2 float32 L R, 3 codes of L^T (k, n/8) and R (k, d/8).
+   su/sv NULL: no RHT. work: B*d + B*k + B*r + max(n, d) floats. */
+void caldera_layer_fwd(long B, const float *x, float *y, float *work, long d, long n, const float *su,
+                       const float *sv, long Kd, const float *Md, long Kn, const float *Mn, const void *qc, int qw,
+                       const float *qs, int q_per_row, const int8_t *T, int lr_mode, long k, const void *Lp,
+                       const void *Rp, int lrw, int stages, float inv_rs, float ls, float rs, long r,
+                       const float *Lft, const float *Rft, const float *bias) {
+  float *h = work, *t = h + B * d, *tf = t + B * k, *tmp = tf + B * r;
+  for (long b = 0; b < B; b++) {
+    float *hb = h + b * d;
+    const float *xb = x + b * d;
+    if (su) { for (long j = 0; j < d; j++) hb[j] = xb[j] * su[j]; had(hb, d, Kd, Md, tmp); }
+    else for (long j = 0; j < d; j++) hb[j] = xb[j];
+  }
+  caldera_codes_mm(h, B, qc, qw, n, d / 8, T, 1, 1.0f, qs, q_per_row, y, 0, n);
+  if (lr_mode == 1 || lr_mode == 2) {
+    for (long b = 0; b < B; b++)
+      for (long j = 0; j < k; j++)
+        t[b * k + j] = lr_mode == 1 ? dot_h((const uint16_t *)Rp + j * d, h + b * d, d)
+                                    : dot_f((const float *)Rp + j * d, h + b * d, d);
+    for (long b = 0; b < B; b++)
+      for (long i = 0; i < n; i++)
+        y[b * n + i] += lr_mode == 1 ? dot_h((const uint16_t *)Lp + i * k, t + b * k, k)
+                                     : dot_f((const float *)Lp + i * k, t + b * k, k);
+  } else if (lr_mode == 3) {
+    caldera_codes_mm(h, B, Rp, lrw, k, d / 8, T, stages, inv_rs, &rs, 0, t, 0, k);
+    caldera_codes_mm_t(t, B, k, Lp, lrw, n / 8, T, stages, inv_rs, ls, y, 0, n / 8);
+  }
+  if (r > 0) {
+    for (long b = 0; b < B; b++)
+      for (long j = 0; j < r; j++) tf[b * r + j] = dot_f(Rft + j * d, h + b * d, d);
+    for (long b = 0; b < B; b++)
+      for (long i = 0; i < n; i++) y[b * n + i] += dot_f(Lft + i * r, tf + b * r, r);
+  }
+  for (long b = 0; b < B; b++) {
+    float *yb = y + b * n;
+    if (sv) { had(yb, n, Kn, Mn, tmp); for (long i = 0; i < n; i++) yb[i] *= sv[i]; }
+    if (bias) for (long i = 0; i < n; i++) yb[i] += bias[i];
   }
 }
 """
@@ -184,6 +341,10 @@ def _lib() -> ctypes.CDLL | None:
     lib.caldera_codes_mm.restype = None
     lib.caldera_codes_mm_t.argtypes = [p, i, i, p, ci, i, p, ci, f, f, p, i, i]
     lib.caldera_codes_mm_t.restype = None
+    L = ctypes.c_long
+    lib.caldera_layer_fwd.argtypes = [L, p, p, p, L, L, p, p, L, p, L, p, p, ci, p, ci, p, ci, L, p, p, ci, ci, f, f, f,
+                                      L, p, p, p]  # fmt: skip
+    lib.caldera_layer_fwd.restype = None
     return lib
 
 
@@ -230,3 +391,105 @@ def codes_mm_t_cols(t, codes, stages, inv_rs, scale, y, j0, j1) -> None:  # noqa
         _ptr(t), t.shape[0], k, _ptr(codes), _width(codes), m, _ptr(lut_table()), stages, inv_rs, scale, _ptr(y),
         j0, j1,
     )  # fmt: skip
+
+
+class FusedLayer:
+    """One layer's arguments to ``caldera_layer_fwd``, prepared once (:func:`fused_layer`).
+
+    The C call computes, for ``h`` (B, d) float32 rows, ``y = ((H_n-rotate of h̃ Qᵀ + (h̃ Rᵀ) Lᵀ [+ (h̃ R_ftᵀ)
+    L_ftᵀ]) ⊙ S_V) + bias`` with ``h̃ = U_dᵀ (h ⊙ S_U)``: the whole of ``CompressedLinear.forward`` in one call,
+    reading Q (and quantized factors) as codes and 16-bit factors as float16; the transforms are the Kronecker
+    Hadamard ``U_n = (M_K ⊗ H_{2^p}) / √(K 2^p)`` of :mod:`caldera.hadamard` (in-place fast Walsh–Hadamard
+    transform for the ``2^p`` part, the K × K factor as a small dense product). Holds references to every
+    tensor it points at.
+    """
+
+    def __init__(self, d: int, n: int, k: int, r: int, keep: tuple, args: tuple):
+        self.d, self.n, self.k, self.r = d, n, k, r
+        self._keep = keep
+        self._args = args
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        """``y`` (B, n) float32 for ``h`` (B, d) float32 contiguous CPU."""
+        B = h.shape[0]
+        y = torch.empty(B, self.n, dtype=torch.float32)
+        work = torch.empty(B * (self.d + self.k + self.r) + max(self.n, self.d), dtype=torch.float32)
+        _lib().caldera_layer_fwd(B, h.data_ptr(), y.data_ptr(), work.data_ptr(), *self._args)
+        return y
+
+
+def _code_tensor(c: torch.Tensor) -> torch.Tensor:
+    """Codes in a 2-, 4- or 8-byte integer dtype (the widths the C kernels read), contiguous."""
+    if c.element_size() not in (2, 4, 8) or c.dtype == torch.int16:
+        c = c.to(torch.int32)
+    return c.contiguous()
+
+
+def fused_layer(  # noqa: PLR0913 - one argument per stored tensor of the layer
+    Q_codes: torch.Tensor,
+    Q_scale: torch.Tensor,
+    S_U: torch.Tensor | None,
+    S_V: torch.Tensor | None,
+    lr: tuple | None,
+    ft: tuple[torch.Tensor, torch.Tensor] | None,
+    bias: torch.Tensor | None,
+) -> FusedLayer:
+    """Prepare :class:`FusedLayer` for a layer with ``Q_codes`` (n, d/8) E8P, ``Q_scale`` () or (n, 1), RHT signs
+    ``S_U`` (d,), ``S_V`` (n,) (None: no RHT), ``lr`` = ``("dense", L (n, k), R (k, d))`` float16/float32 or
+    ``("codes", L_codes (k, n/8), L_scale, R_codes (k, d/8), R_scale, quantizer)`` or None, ``ft`` =
+    ``(L_ft (n, r), R_ft (r, d))`` or None, ``bias`` (n,) or None. Raises when the C kernels did not build."""
+    from caldera.hadamard import _factor_matrix, hadamard_factor
+    from caldera.kernels.tables import SUPPORTED
+
+    lib = _lib()
+    if lib is None:
+        raise RuntimeError("the C kernels did not build (no C compiler?); the fused layer needs them")
+    n, m = Q_codes.shape
+    d = 8 * m
+    keep: list[torch.Tensor] = []
+
+    def hold(t: torch.Tensor | None) -> int:
+        if t is None:
+            return 0
+        keep.append(t)
+        return t.data_ptr()
+
+    qc = _code_tensor(Q_codes)
+    qs = Q_scale.detach().float().reshape(-1).contiguous()
+    if qs.numel() not in (1, n):
+        raise ValueError(f"Q_scale: expected a scalar or ({n}, 1), got {qs.numel()} values")
+    su = sv = Md = Mn = None
+    Kd = Kn = 1
+    if S_U is not None:
+        su, sv = S_U.detach().float().contiguous(), S_V.detach().float().contiguous()
+        Kd, Kn = hadamard_factor(d)[0], hadamard_factor(n)[0]
+        if Kd > 1:
+            Md = _factor_matrix(Kd, True, True, torch.float32, torch.device("cpu"))
+        if Kn > 1:
+            Mn = _factor_matrix(Kn, True, False, torch.float32, torch.device("cpu"))
+    mode, k, Lp, Rp, lrw, stages, inv_rs, ls, rs = 0, 0, None, None, 2, 1, 1.0, 0.0, 0.0
+    if lr is not None and lr[0] == "dense":
+        L, R = lr[1].detach(), lr[2].detach()
+        dt = torch.float16 if L.dtype == torch.float16 else torch.float32
+        mode, k = (1 if dt == torch.float16 else 2), L.shape[1]
+        Lp, Rp = L.to(dt).contiguous(), R.to(dt).contiguous()
+    elif lr is not None:
+        _, Lc, L_scale, Rc, R_scale, quantizer = lr
+        stages, res = SUPPORTED[quantizer]
+        Lc, Rc = _code_tensor(Lc), _code_tensor(Rc)
+        if Lc.element_size() != Rc.element_size():
+            Lc, Rc = Lc.to(torch.int64), Rc.to(torch.int64)
+        mode, k, Lp, Rp, lrw = 3, Lc.shape[0], Lc, Rc, Lc.element_size()
+        inv_rs, ls, rs = 1.0 / res, float(L_scale), float(R_scale)
+    r, Lft, Rft = 0, None, None
+    if ft is not None:
+        Lft, Rft = ft[0].detach().float().contiguous(), ft[1].detach().float().contiguous()
+        r = Lft.shape[1]
+    b = None if bias is None else bias.detach().float().contiguous()
+    T = torch.from_numpy(lut_table())
+    args = (
+        d, n, hold(su), hold(sv), Kd, hold(Md), Kn, hold(Mn), hold(qc), qc.element_size(), hold(qs),
+        int(qs.numel() > 1), hold(T), mode, k, hold(Lp), hold(Rp), lrw, stages, inv_rs, ls, rs, r, hold(Lft),
+        hold(Rft), hold(b),
+    )  # fmt: skip
+    return FusedLayer(d, n, k, r, tuple(keep), args)

@@ -27,12 +27,15 @@ and the result is cast back to ``x``'s dtype.
 
 **Inference kernels.** When no gradient is needed, the input has at most ``KERNEL_MAX_ROWS`` rows (tokens)
 and a kernel of :mod:`caldera.kernels` reads this layer's codes (E8P backbone; 16-bit or E8P-RVQ4 factors),
-the product ``x̃ Qᵀ + (x̃ Rᵀ) Lᵀ`` can be computed straight from the codes (Numba on CPU, Triton on CUDA) with
-nothing dequantized or cached: memory stays at the compressed size. ``kernel="auto"`` (the default) takes the
-faster path as measured (``kernels/README.md``): the Triton kernel on CUDA (52 µs vs 67 µs for a cached fp32
-4096×11008 matvec on an H100), the reference path on CPU, where the Numba kernel is slower than a cached fp32
-matmul (SmolLM2 decoding 3.1 vs 5.5 tokens/s). ``kernel="kernel"`` uses a kernel whenever one applies (on CPU:
-compressed-size memory at a speed cost); ``kernel="reference"`` never does.
+the layer runs straight from the codes with nothing dequantized or cached: memory stays at the compressed
+size. On CPU (``"native"`` backend) the whole forward — both randomized Hadamard transforms, the E8P product,
+the factor products, ``L_ft R_ft`` and the bias — is one C call of :mod:`caldera.kernels.native`, prepared
+once per layer; without a C compiler the Numba products (``"numba"``) with the transforms in Python. On CUDA,
+the Triton kernel. ``kernel="auto"`` (the default) takes the faster path as measured (``kernels/README.md``):
+the fused C layer on CPU (SmolLM2 batch-1 decoding faster than the dense fp32 model, one thread), the Triton
+kernel on CUDA (52 µs vs 67 µs for a cached fp32 4096×11008 matvec on an H100), and the reference path where
+only the Numba products exist (they are slower than a cached fp32 matmul). ``kernel="kernel"`` uses a kernel
+whenever one applies; ``kernel="reference"`` never does. The fused C layer runs on one thread.
 
 **Reference path.** ``Q`` and the quantized factors are obtained from the codes by
 a table lookup (``quantizer.dequantize``) and, with ``cache_dequantized=True`` (the default), cached as
@@ -211,6 +214,7 @@ class CompressedLinear(nn.Module):
             self.register_buffer(name, None, persistent=False)
         self._rht_key: tuple | None = None
         self._rht: RHT | None = None
+        self._invalidate_kernels()
 
     # ------------------------------------------------------------------------------------------ building
 
@@ -346,6 +350,7 @@ class CompressedLinear(nn.Module):
             self.register_parameter(name, nn.Parameter(t, requires_grad=True))
         self.meta["signs_trainable"] = True
         self._rht_key = None
+        self._invalidate_kernels()
         return self
 
     # ------------------------------------------------------------------------------------------ decoding
@@ -364,6 +369,7 @@ class CompressedLinear(nn.Module):
     def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
         self.clear_cache()
         self._rht_key = None
+        self._invalidate_kernels()
         super()._load_from_state_dict(*args, **kwargs)
 
     def dequantized_Q(self) -> Tensor:
@@ -440,6 +446,12 @@ class CompressedLinear(nn.Module):
             return None
         if torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.parameters())):
             return None
+        if self._backend is False:
+            self._backend = self._choose_backend()
+        return self._backend
+
+    def _choose_backend(self) -> str | None:
+        """The backend for this layer's tensors and ``kernel`` setting, for inputs that may use a kernel."""
         from caldera.kernels.fused import select_backend
 
         k_q = self.rank - self.ft_rank
@@ -454,8 +466,42 @@ class CompressedLinear(nn.Module):
             lrq = self.meta["l_quantizer"]
         backend = select_backend(self.Q_codes.device, self.meta["q_quantizer"], lrq)
         if self.kernel == "auto" and backend == "numba":
-            return None  # on CPU the reference path is faster than the Numba kernel (module docstring)
+            return None  # the reference path is faster than the Numba products (module docstring)
         return backend
+
+    def _invalidate_kernels(self) -> None:
+        """Forget the backend choice and the prepared C call (tensors moved, replaced or reloaded)."""
+        self._backend: str | None | bool = False  # False: not chosen yet
+        self._fused = None
+        self._fused_key: tuple = ()
+
+    def _apply(self, fn, recurse: bool = True):  # .to(), .cpu(), .cuda(), .float(), ...: tensors replaced
+        out = super()._apply(fn, recurse)
+        self._invalidate_kernels()
+        return out
+
+    def _fused_layer(self):
+        """The prepared C call of :mod:`caldera.kernels.native` for this layer. Rebuilt after ``.to()``, a
+        reload, or an in-place update of a trainable tensor (``L_ft``/``R_ft``, real-valued signs: keyed on their
+        version counters); frozen buffers are only replaced through those paths."""
+        key = tuple(p._version for p in self._parameters.values())
+        if self._fused is None or self._fused_key != key:
+            from caldera.kernels.native import fused_layer
+
+            f = self._kernel_factors()
+            if f is None:
+                lr = None
+            elif f.L_codes is not None:
+                lr = ("codes", f.L_codes, f.L_scale, f.R_codes, f.R_scale, f.quantizer)
+            else:
+                lr = ("dense", f.L, f.R)
+            self._fused = fused_layer(
+                self.Q_codes, self.Q_scale, getattr(self, "S_U", None) if self.meta["rht"] else None,
+                getattr(self, "S_V", None) if self.meta["rht"] else None, lr,
+                (self.L_ft, self.R_ft) if self.ft_rank else None, self._buffers.get("bias"),
+            )  # fmt: skip
+            self._fused_key = key
+        return self._fused
 
     def _kernel_factors(self):
         from caldera.kernels.fused import Factors
@@ -473,11 +519,14 @@ class CompressedLinear(nn.Module):
         if x.shape[-1] != self.in_features:
             raise ValueError(f"input has last dimension {x.shape[-1]}; this layer expects {self.in_features}")
         dtype = x.dtype
+        backend = self.kernel_backend(x)
+        if backend == "native":  # the whole layer in one C call (RHTs, Q and factor products, bias)
+            y = self._fused_layer()(x.reshape(-1, self.in_features).float().contiguous())
+            return y.reshape(*x.shape[:-1], self.out_features).to(dtype)
         h = x.float()
         r = self.rht()
         if r is not None:
             h = r.rotate_input(h)
-        backend = self.kernel_backend(x)
         if backend is not None:
             from caldera.kernels.fused import codes_linear
 
