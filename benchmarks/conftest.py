@@ -7,10 +7,12 @@ reads as a multiple of the compute floor: ``stats.median / floor_s``.
 
 from __future__ import annotations
 
+import copy
 import time
 
 import pytest
 import torch
+from torch import nn
 
 
 @pytest.fixture(scope="session")
@@ -31,3 +33,41 @@ def record_floor(benchmark, flops: float, gemm_gflops: float, **extra) -> None:
     benchmark.extra_info.update(
         {"flops": flops, "gemm_gflops": gemm_gflops, "floor_s": flops / (gemm_gflops * 1e9), **extra}
     )
+
+
+def random_compressed(dense: nn.Module, rank: int, kernel: str = "auto", cache: bool = True, seed: int = 0):
+    """A deep copy of ``dense`` whose linears (not ``lm_head``) are ``CompressedLinear`` layers of the same shape
+    with random E8P codes, random RHT signs and rank-``rank`` 16-bit factors. Inference time does not depend on
+    the code values, so this measures the compressed path of any model without compressing it first."""
+    from caldera.pipeline.checkpoint import replace_module
+    from caldera.pipeline.compressed_linear import CompressedLinear
+
+    model = copy.deepcopy(dense)
+    g = torch.Generator().manual_seed(seed)
+    linears = [(n, x) for n, x in model.named_modules() if isinstance(x, nn.Linear) and "lm_head" not in n]
+    for name, lin in linears:
+        n, d = lin.weight.shape
+        meta = {
+            "version": 1, "method": "caldera", "in_features": d, "out_features": n, "q_quantizer": "e8p",
+            "q_codes_dtype": "int32", "rht": True, "rank": rank, "ft_rank": 0,
+            "lr_format": "float16" if rank else None, "l_quantizer": None, "r_quantizer": None,
+            "lr_codes_dtype": None, "signs_trainable": False, "bias": False, "ft_dtype": None,
+        }  # fmt: skip
+        sign = lambda k: (torch.randint(0, 2, (k,), generator=g) * 2 - 1).to(torch.int8)
+        ts = {
+            "Q_codes": torch.randint(0, 1 << 16, (n, d // 8), generator=g).to(torch.uint16),
+            "Q_scale": torch.tensor(0.01),
+            "S_U": sign(d),
+            "S_V": sign(n),
+        }
+        if rank:
+            ts["L_16"] = (torch.randn(n, rank, generator=g) / 100).half()
+            ts["R_16"] = (torch.randn(rank, d, generator=g) / 100).half()
+        replace_module(model, name, CompressedLinear.from_tensors(meta, ts, kernel=kernel, cache_dequantized=cache))
+    return model
+
+
+@pytest.fixture(scope="session")
+def random_compressed_fn():
+    """:func:`random_compressed` for benchmark files (conftest functions are not importable under importlib)."""
+    return random_compressed

@@ -23,11 +23,18 @@ SIZES = [int(s) for s in os.environ.get("CALDERA_BENCH_SIZES", "128,256,512,1024
 def test_complexity_exponent(benchmark, routine: Routine):
     result = measure_exponent(routine, SIZES, repeats=3)
     benchmark.group = "complexity"
-    benchmark.extra_info.update({
-        "routine": routine.name, "paper_claim": routine.claim, "sweep": routine.sweep, "sizes": SIZES,
-        "seconds": result["seconds"], "fitted_exponent": result["fitted_exponent"],
-        "claimed_exponent": routine.claimed_exponent, "counted_exponent": routine.counted_exponent,
-    })
+    benchmark.extra_info.update(
+        {
+            "routine": routine.name,
+            "paper_claim": routine.claim,
+            "sweep": routine.sweep,
+            "sizes": SIZES,
+            "seconds": result["seconds"],
+            "fitted_exponent": result["fitted_exponent"],
+            "claimed_exponent": routine.claimed_exponent,
+            "counted_exponent": routine.counted_exponent,
+        }
+    )
     fn = routine.setup(SIZES[-1])
     with torch_threads(1):
         benchmark(fn)  # the largest size, timed by pytest-benchmark when enabled

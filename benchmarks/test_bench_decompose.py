@@ -35,8 +35,7 @@ def ldlq_flops(n: int, d: int, buffer: int = 128, g: int = 8) -> float:
 
 
 def outer_iteration_flops(n: int, d: int, k: int, t_in: int) -> float:
-    q_step = 2 * n * k * d + ldlq_flops(n,
-                                        d) + (d**3) / 3 * 2 + 6 * k * d * d  # W−LR, LDLQ, chol ×2, downdate
+    q_step = 2 * n * k * d + ldlq_flops(n, d) + (d**3) / 3 * 2 + 6 * k * d * d  # W−LR, LDLQ, chol ×2, downdate
     lr_init = 2 * n * d * d + 4 * n * d * (k + 16) * 5  # Y = A H^½, randomized range finder (4 power its)
     inner = t_in * (2 * k * d * d + 2 * k * k * d + 4 * n * d * k + 2 * n * k * k)
     errors = 2 * n * d * d  # after-Q data-aware error

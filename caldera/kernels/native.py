@@ -122,6 +122,21 @@ static void dot4_u16(const float *x, const uint16_t *c, long m, const int8_t *T,
   out[0] = hsum(a0); out[1] = hsum(a1); out[2] = hsum(a2); out[3] = hsum(a3);
 }
 
+/* out[q] = dot of x_q = x + q * 8m (q = 0..3) with ONE row of codes: each code decoded once for four rows of x
+   (batches), one accumulator per x row, the arithmetic of dot1_u16 */
+static void dotx4_u16(const float *x, const uint16_t *c, long m, const int8_t *T, float *out) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+  const float *x1 = x + 8 * m, *x2 = x + 16 * m, *x3 = x + 24 * m;
+  for (long j = 0; j < m; j++) {
+    __m256 w = ld8(T, c[j]);
+    a0 = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + 8 * j), a0);
+    a1 = _mm256_fmadd_ps(w, _mm256_loadu_ps(x1 + 8 * j), a1);
+    a2 = _mm256_fmadd_ps(w, _mm256_loadu_ps(x2 + 8 * j), a2);
+    a3 = _mm256_fmadd_ps(w, _mm256_loadu_ps(x3 + 8 * j), a3);
+  }
+  out[0] = hsum(a0); out[1] = hsum(a1); out[2] = hsum(a2); out[3] = hsum(a3);
+}
+
 /* one row with exactly the arithmetic of one row of dot4_u16 (so a row's result does not depend on its group) */
 static float dot1_u16(const float *x, const uint16_t *c, long m, const int8_t *T) {
   __m256 a0 = _mm256_setzero_ps();
@@ -134,6 +149,19 @@ static float dot1_u16(const float *x, const uint16_t *c, long m, const int8_t *T
 void caldera_codes_mm(const float *x, long B, const void *codes, int width, long n, long m, const int8_t *T,
                       int stages, float inv_rs, const float *scale, int per_row, float *y, long r0, long r1) {
 #ifdef __AVX2__
+  if (width == 2 && stages == 1 && B >= 4) {  /* E8P backbone, a batch: each code decoded once per 4 x rows */
+    for (long i = r0; i < r1; i++) {
+      const uint16_t *ci = (const uint16_t *)codes + i * m;
+      float s = per_row ? scale[i] : scale[0], d4[4];
+      long b = 0;
+      for (; b + 4 <= B; b += 4) {
+        dotx4_u16(x + b * 8 * m, ci, m, T, d4);
+        for (int q = 0; q < 4; q++) y[(b + q) * n + i] = d4[q] * 0.25f * s;
+      }
+      for (; b < B; b++) y[b * n + i] = dot1_u16(x + b * 8 * m, ci, m, T) * 0.25f * s;
+    }
+    return;
+  }
   if (width == 2 && stages == 1) {  /* E8P backbone: four rows at a time */
     for (; r0 + 4 <= r1; r0 += 4)
       for (long b = 0; b < B; b++) {

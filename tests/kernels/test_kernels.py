@@ -51,7 +51,7 @@ def test_codes_matmul_reads_wider_code_dtypes(impl, quantizer, dtype):
 
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("quantizer", ["e8p", "e8p-rvq4"])
-@pytest.mark.parametrize("B", [1, 3])
+@pytest.mark.parametrize("B", [1, 3, 6])  # 6: the batched path (4 x rows per decoded code) and its tail
 @pytest.mark.parametrize("per_row", [False, True])
 @pytest.mark.parametrize(("n", "m"), [(13, 5), (1, 1)])
 def test_codes_matmul_matches_reference(impl, quantizer, B, per_row, n, m):
