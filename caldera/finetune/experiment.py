@@ -329,8 +329,7 @@ def build_table5(results_dir: str | Path, config: dict[str, Any]) -> dict[str, A
                 "best": res["best"], "final": res["final"], "best_step": res["best_step"],
                 "final_step": res["final_step"], "train_s": res["train_s"], "wall_s": res["wall_s"],
                 "data": res["data"]}
-            entry[f"{task}_no_ft"] = _baseline(results_dir, r.variant.id, task) if r.ref["method"] == "CALDERA" \
-                else None
+            entry[f"{task}_no_ft"] = _baseline(results_dir, r.variant.id, task)
             entry[f"{task}_dense"] = _baseline(results_dir, dense, task)
         rows.append(entry)
     return {"table": TABLE, "rows": rows, "config": {k: v for k, v in config["lora_ft"].items()},
@@ -338,15 +337,15 @@ def build_table5(results_dir: str | Path, config: dict[str, Any]) -> dict[str, A
 
 
 def lora_inputs(config: dict[str, Any], res: str) -> list[str]:
-    """Files the Table 5 rule reads: every measured (row, task) result and the baselines' evaluations."""
+    """Files the Table 5 rule reads: every measured (row, task) result and the baselines' evaluations (every
+    row's un-fine-tuned model; the dense model where this run's tables evaluate it)."""
     from caldera.experiments.plan import all_variants
 
     run_variants = all_variants(config)
     files = []
     for r in lora_rows(config):
         files += [f"{res}/lora/{r.id}/{t}.json" for t in TASKS]
-        if r.ref["method"] == "CALDERA":
-            files += [f"{res}/eval/{r.variant.id}/ppl_wiki.json", f"{res}/eval/{r.variant.id}/zeroshot.json"]
+        files += [f"{res}/eval/{r.variant.id}/ppl_wiki.json", f"{res}/eval/{r.variant.id}/zeroshot.json"]
         d = dense_variant_id(config, r.variant.model)
         if d in run_variants:  # the dense baseline, where this run's tables evaluate it
             files += [f"{res}/eval/{d}/ppl_wiki.json", f"{res}/eval/{d}/zeroshot.json"]
@@ -377,7 +376,8 @@ def render_table5(tab: dict[str, Any], config: dict[str, Any]) -> tuple[str, str
         "Avg bits: that formula on the stand-in's shapes. Ours: best of the "
         f"{cfg['n_checkpoints']} checkpoints chosen on a held-out split (never the evaluation set) / the final "
         "checkpoint, each value [95 % interval: perplexity bootstrap over the evaluation windows, accuracy Wilson "
-        "over the documents]; 'no FT': the un-fine-tuned compressed model, 'dense': the stand-in uncompressed, on "
+        "over the documents]; 'no FT': the row's model before LoRA (compressed, RHT-fine-tuned or LoftQ), "
+        "'dense': the stand-in uncompressed, both evaluated by the workflow's evaluate rule on "
         "the same windows / documents (zero-shot log-likelihood accuracy for RTE/Winogrande). Data: the wheel "
         "has no train split nor request files for RTE / Winogrande, so their validation documents are split "
         f"disjointly (eval = the first {config['eval']['zeroshot']['limit']}, the zero-shot documents; held-out "
