@@ -165,9 +165,17 @@ def rhtft_rows(config: dict[str, Any], table: str) -> list[dict[str, Any]]:
 
 
 def rhtft_variants(config: dict[str, Any]) -> dict[str, tuple[Variant, Variant]]:
-    """``{fine-tuned id: (fine-tuned variant, base variant)}`` over the RHT-FT tables of ``config["tables"]``."""
-    return {r["variant"].id: (r["variant"], r["base"]) for t in config["tables"] if t in RHTFT_TABLES
-            for r in rhtft_rows(config, t) if r["variant"] is not None}
+    """``{fine-tuned id: (fine-tuned variant, base variant)}`` over the RHT-FT tables of ``config["tables"]`` and
+    Table 5's RHT-FT rows (:func:`caldera.finetune.experiment.lora_rhtft_variants`: LoRA starts from them). One
+    base variant has one fine-tuned copy, shared by every table that lists it."""
+    out = {r["variant"].id: (r["variant"], r["base"]) for t in config["tables"] if t in RHTFT_TABLES
+           for r in rhtft_rows(config, t) if r["variant"] is not None}
+    if config.get("lora_ft"):
+        from caldera.finetune.experiment import lora_rhtft_variants
+
+        for vid, pair in lora_rhtft_variants(config).items():
+            out.setdefault(vid, pair)
+    return out
 
 
 def table_rows(config: dict[str, Any], table: str) -> list[dict[str, Any]]:

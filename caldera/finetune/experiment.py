@@ -5,8 +5,16 @@ Rows (``config["lora_ft"]["rows"]``): paper rows of ``table5_finetune`` measured
 rank mapped to the stand-in at equal bits, :func:`caldera.experiments.plan.mapped_rank`); its fine-tuned rank
 is the paper's fraction ``r / k`` of the stand-in rank (:func:`caldera.finetune.lora.mapped_ft_rank`). A LoftQ
 row runs this project's ``loftq`` method (NF-``b_q`` backbone, 16-bit factors at the mapped rank) and
-fine-tunes all of its factors, as LoftQ's LoRA adapters do. Rows with RHT-FT "Yes" need Tables 3–4's
-fine-tuned signs and are listed as pending; LoftQ's 2.5-bit row and LQ-LoRA are the paper's reference data.
+fine-tunes all of its factors, as LoftQ's LoRA adapters do. A CALDERA row with RHT-FT "Yes" (selected with
+``rht_ft: true`` in its ``lora_ft.rows`` entry; an entry without it selects the "No" row) fine-tunes the same
+variant after RHT fine-tuning: rule ``rht_finetune`` (Tables 3–4's, settings ``rht_ft``) trains that variant's
+signs, its checkpoint is the LoRA start, and its id is the variant's plus ``+rhtft``
+(:data:`caldera.experiments.plan.RHTFT_SUFFIX`, the id Tables 3–4 give the same model). LoftQ's 2.5-bit row and
+LQ-LoRA are the paper's reference data.
+
+"No FT" column: every measured row's un-fine-tuned starting model (``LoraRow.variant``: the compressed, the
+RHT-fine-tuned or the LoftQ model) is evaluated by the workflow's ``evaluate`` rule, as Tables 1–4 evaluate
+their rows, on the same windows / documents the fine-tuned model is scored on (paired comparisons).
 
 Data (offline; the wheel has no train split for RTE / Winogrande and no request files for them):
 
@@ -20,6 +28,7 @@ Data (offline; the wheel has no train split for RTE / Winogrande and no request 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import asdict, dataclass
@@ -30,7 +39,7 @@ import torch
 
 from caldera import stats
 from caldera.bits import MODEL_SHAPES, average_bits
-from caldera.experiments.plan import Variant, make_variant, mapped_rank, variant_for_row
+from caldera.experiments.plan import RHTFT_SUFFIX, Variant, make_variant, mapped_rank, variant_for_row
 from caldera.finetune import lora
 
 TABLE = "table5_finetune"
@@ -42,13 +51,22 @@ COLUMNS = {"wiki": "wiki2_ppl", "rte": "rte_acc", "winogrande": "wino_acc"}
 
 @dataclass(frozen=True)
 class LoraRow:
-    """One measured row of Table 5: the paper row, the compressed model it fine-tunes, the fine-tuned rank."""
+    """One measured row of Table 5: the paper row, the model it fine-tunes (``variant``: evaluated un-fine-tuned
+    as the "no FT" baseline), the fine-tuned rank; ``rht_base``: for an RHT-FT "Yes" row, the compressed variant
+    whose signs rule ``rht_finetune`` fine-tunes (``variant`` is then that variant under id ``+rhtft``)."""
 
     id: str
     ref: dict
     variant: Variant
     ft_rank: int
     avg_bits: float
+    rht_base: Variant | None = None
+
+    def checkpoint(self, results_dir: str) -> str:
+        """The checkpoint the LoRA jobs start from (the workflow's path)."""
+        if self.rht_base is not None:
+            return f"{results_dir}/rhtft/{self.rht_base.id}/checkpoint"
+        return f"{results_dir}/compressed/{self.variant.id}/checkpoint"
 
 
 def _ref_rows() -> list[dict[str, Any]]:
@@ -58,8 +76,13 @@ def _ref_rows() -> list[dict[str, Any]]:
 
 
 def _matches(ref: dict[str, Any], want: dict[str, Any]) -> bool:
-    """Whether paper row ``ref`` is the one ``want`` (``{model, method, rank[, b_lr, b_q]}``) names."""
+    """Whether paper row ``ref`` is the one ``want`` (``{model, method, rank[, b_lr, b_q, rht_ft]}``) names; a
+    ``want`` without ``rht_ft`` names the row without RHT fine-tuning."""
+    if ref["method"] == "CALDERA" and bool(ref.get("rht_ft")) != bool(want.get("rht_ft", False)):
+        return False
     for key, val in want.items():
+        if key == "rht_ft":
+            continue
         if key in ("model", "method"):
             if ref.get(key) != val:
                 return False
@@ -69,17 +92,24 @@ def _matches(ref: dict[str, Any], want: dict[str, Any]) -> bool:
 
 
 def row_for(config: dict[str, Any], ref: dict[str, Any]) -> LoraRow | None:
-    """The measured row for paper row ``ref`` (None: reference data, RHT-FT rows, or not a stand-in model)."""
+    """The measured row for paper row ``ref`` (None: reference data, an RHT-FT row of a config without an
+    ``rht_ft`` block, or not a stand-in model)."""
     pm = ref["model"]
     if pm not in config["stand_ins"]:
         return None
     model = config["stand_ins"][pm]
     shapes = MODEL_SHAPES[config["models"][model]["shapes"]]
     mult = int(config.get("rank_multiple", 8))
-    if ref["method"] == "CALDERA" and not ref["rht_ft"]:
+    if ref["method"] == "CALDERA":
+        if ref["rht_ft"] and not config.get("rht_ft"):
+            return None
         v = variant_for_row(config, ref)
         r = lora.mapped_ft_rank(v.rank, int(ref["rank"]), int(ref["ft_rank"]), mult)
-        return LoraRow(f"{v.id}-ft{r}", ref, v, r, average_bits(shapes, 2, v.b_lr, v.rank, ft_rank=r))
+        bits = average_bits(shapes, 2, v.b_lr, v.rank, ft_rank=r)  # real-valued signs: not counted (as the paper)
+        if ref["rht_ft"]:
+            ft = dataclasses.replace(v, id=v.id + RHTFT_SUFFIX)
+            return LoraRow(f"{ft.id}-ft{r}", ref, ft, r, bits, rht_base=v)
+        return LoraRow(f"{v.id}-ft{r}", ref, v, r, bits)
     if ref["method"] == "LoftQ" and float(ref["b_q"]).is_integer() and ref.get("avg_bits") is not None:
         k = mapped_rank(config, pm, int(ref["rank"]), int(ref["b_lr"]))
         params = {**config["lora_ft"].get("loftq", {}), "bits": int(ref["b_q"]), "rank": k}
@@ -103,14 +133,22 @@ def lora_rows(config: dict[str, Any]) -> list[LoraRow]:
     if cfg["rows"] != "all":
         for w in cfg["rows"]:
             if not any(_matches(r.ref, w) for r in out):
-                raise ValueError(f"lora_ft.rows: {w} matches no measurable row of {TABLE} (CALDERA rows without "
-                                 "RHT-FT, LoftQ rows with whole-bit backbones, of a model in stand_ins)")
+                raise ValueError(f"lora_ft.rows: {w} matches no measurable row of {TABLE} (CALDERA rows, with "
+                                 "rht_ft: true those with RHT-FT (needs the rht_ft block), LoftQ rows with "
+                                 "whole-bit backbones, of a model in stand_ins)")
     return out
 
 
 def lora_variants(config: dict[str, Any]) -> dict[str, Variant]:
-    """The compressed models Table 5's rows fine-tune (added to the run's variants, so they are compressed)."""
-    return {r.variant.id: r.variant for r in lora_rows(config)}
+    """The compressed models Table 5's rows start from (added to the run's variants, so they are compressed;
+    an RHT-FT row's is its ``rht_base``, whose fine-tuned copy :func:`lora_rhtft_variants` lists)."""
+    return {(r.rht_base or r.variant).id: r.rht_base or r.variant for r in lora_rows(config)}
+
+
+def lora_rhtft_variants(config: dict[str, Any]) -> dict[str, tuple[Variant, Variant]]:
+    """``{fine-tuned id: (RHT-fine-tuned variant, base variant)}`` of Table 5's RHT-FT rows (the form of
+    :func:`caldera.experiments.plan.rhtft_variants`, which adds them to Tables 3–4's)."""
+    return {r.variant.id: (r.variant, r.rht_base) for r in lora_rows(config) if r.rht_base is not None}
 
 
 def get_row(config: dict[str, Any], row_id: str) -> LoraRow:
@@ -309,7 +347,7 @@ def build_table5(results_dir: str | Path, config: dict[str, Any]) -> dict[str, A
                                                                     "ft_rank", "rht_ft", "avg_bits", "wiki2_ppl",
                                                                     "rte_acc", "wino_acc", "note")}}
         if r is None:
-            entry["status"] = ("needs RHT-FT (Tables 3–4)" if ref["method"] == "CALDERA"
+            entry["status"] = ("needs RHT-FT (config rht_ft block)" if ref["method"] == "CALDERA"
                                else "reference (paper's number, not run here)")
             rows.append(entry)
             continue
@@ -369,6 +407,11 @@ def render_table5(tab: dict[str, Any], config: dict[str, Any]) -> tuple[str, str
 
     cfg = config["lora_ft"]
     tasks = cfg["tasks"]
+    rht_measured = any(e.get("row", "").find(RHTFT_SUFFIX) >= 0 and e["status"] == "measured" for e in tab["rows"])
+    rht_note = ("RHT FT Yes: the row's compressed model with its RHT signs fine-tuned first (rule rht_finetune, "
+                "config rht_ft, as Tables 3–4), then LoRA; its 'no FT' is the RHT-fine-tuned model without LoRA"
+                + ("." if rht_measured else f"; these rows are pending in {config['name']} (CPU time, see config "
+                                             "lora_ft) and run in mini-full."))
     caption = (
         f"{TABLE}: CALDERA with the top-r singular components of L R fine-tuned in 16-bit ({cfg.get('ft_dtype')}) "
         "and the other k − r re-quantized at B_LR (the paper's text names the fine-tuned factors L₂, R₂; App. "
@@ -384,7 +427,8 @@ def render_table5(tab: dict[str, Any], config: dict[str, Any]) -> tuple[str, str
         "and train drawn from the rest); Wiki: eval windows = Tables 1–2's, held-out and train blocks follow "
         "them in the same stream. Hyper-parameters (App. E.4 scaled down, config lora_ft.tasks): "
         + "; ".join(f"{t}: " + ", ".join(f"{k} {v}" for k, v in s.items()) for t, s in tasks.items())
-        + ". LoftQ (ours): this project's loftq method (NF backbone, 16-bit factors) fine-tuned the same way.")
+        + ". LoftQ (ours): this project's loftq method (NF backbone, 16-bit factors) fine-tuned the same way. "
+        + rht_note)
     head = ["Method", "Paper model → stand-in", "Rank (paper → ours)", "r (ft)", "B_Q", "B_LR", "RHT FT",
             "Avg bits (paper / ours)", "Wiki2 ppl (paper / ours best / final / no FT / dense)",
             "RTE acc", "Wino acc", "status"]
