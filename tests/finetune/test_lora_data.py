@@ -152,3 +152,23 @@ def test_config_checks_the_training_sources():
             cfg["lora_ft"]["tasks"][task].update(upd)
         with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
             check_config(cfg)
+
+
+@pytest.mark.parametrize("name, says, never", [
+    ("mini", ["follow them in the same stream", "validation documents are split disjointly",
+              "these rows are pending in mini"], ["wikitext2-train"]),
+    ("paper", ["train = wikitext2-train, held-out = wikitext2-validation", "rte / winogrande: eval = all the "
+               "validation documents", "hub's 'train', 'train' split"], ["same stream", "pending"]),
+])
+def test_caption_names_the_data_each_config_uses(name, says, never, tmp_path):
+    import yaml
+
+    from caldera.finetune.experiment import build_table5, render_table5
+    from tests.finetune.test_table5 import ROOT
+
+    cfg = yaml.safe_load((ROOT / f"config/{name}.yaml").read_text())
+    caption = render_table5(build_table5(tmp_path, cfg), cfg)[3]
+    for s in says:
+        assert s in caption, s
+    for s in never:
+        assert s not in caption, s
