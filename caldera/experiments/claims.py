@@ -293,16 +293,16 @@ def _lora_pair(task: str, ft: dict[str, Any], base: dict[str, Any] | None) -> tu
             f"points ({iv['n']} docs)", iv["sdd"])
 
 
-def lora_claim(table5: dict[str, Any]) -> dict[str, Any]:
-    """"LoRA recovers accuracy" on Table 5's measured CALDERA rows (:func:`recovery_verdict`): the best-on-held-out
-    fine-tuned model against the un-fine-tuned compressed model (every task) and against the dense model (RTE,
-    Winogrande; Wiki2 perplexity vs dense is shown only), paired on the same evaluation windows / documents
-    (accuracy: the fine-tuned classifier vs zero-shot log-likelihood choice, as the paper compares Table 5 with
-    Tables 1–2)."""
+def lora_claim(table5: dict[str, Any], method: str = "CALDERA") -> dict[str, Any]:
+    """"LoRA recovers accuracy" on Table 5's measured rows of paper method ``method`` (CALDERA, or LoftQ: this
+    project's loftq method fine-tuned the same way) (:func:`recovery_verdict`): the best-on-held-out fine-tuned
+    model against the row's un-fine-tuned model (every task) and against the dense model (RTE, Winogrande; Wiki2
+    perplexity vs dense is shown only), paired on the same evaluation windows / documents (accuracy: the
+    fine-tuned classifier vs zero-shot log-likelihood choice, as the paper compares Table 5 with Tables 1–2)."""
     vs_c, vs_d, parts, sdds = [], [], [], []
     seen = set()
     for e in table5.get("rows", []):
-        if not str(e.get("status", "")).startswith("measured") or e["paper"]["method"] != "CALDERA":
+        if not str(e.get("status", "")).startswith("measured") or e["paper"]["method"] != method:
             continue
         if e["row"] in seen:  # two paper rows on one stand-in row (e.g. both families on SmolLM2): once
             continue
@@ -324,11 +324,22 @@ def lora_claim(table5: dict[str, Any]) -> dict[str, Any]:
                                                                         if (task, name) in info_only else ""))
                 sdds.append(f"{task} vs {name}: ±{r[2]:.3f}")
     verdict = recovery_verdict(vs_c, vs_d)
+    name = LORA_CLAIM + ("" if method == "CALDERA" else f", {method} (this project's method) rows")
     if not vs_c:
-        return {"claim": LORA_CLAIM, "source": "Table 5", "verdict": "not testable at this scale",
-                "numbers": "no measured CALDERA row with un-fine-tuned results", "sdd": "—"}
-    return {"claim": LORA_CLAIM + " (vs the un-fine-tuned compressed and the dense model)", "source": "Table 5",
+        return {"claim": name, "source": "Table 5", "verdict": "not testable at this scale",
+                "numbers": f"no measured {method} row with un-fine-tuned results", "sdd": "—"}
+    return {"claim": name + " (vs the un-fine-tuned compressed and the dense model)", "source": "Table 5",
             "verdict": verdict, "numbers": "; ".join(parts), "sdd": ", ".join(dict.fromkeys(sdds))}
+
+
+def lora_claims(table5: dict[str, Any]) -> list[dict[str, Any]]:
+    """:func:`lora_claim` for CALDERA's rows and, where Table 5 has measured LoftQ rows, for those (one verdict
+    per method: a LoftQ result never decides CALDERA's claim)."""
+    out = [lora_claim(table5, "CALDERA")]
+    if any(str(e.get("status", "")).startswith("measured") and e["paper"]["method"] == "LoftQ"
+           for e in table5.get("rows", [])):
+        out.append(lora_claim(table5, "LoftQ"))
+    return out
 
 
 RHTFT_CLAIM = "RHT fine-tuning lowers perplexity"
@@ -428,7 +439,7 @@ def check(fig3: dict[str, Any], fig4: dict[str, Any], tables: dict[str, dict[str
     if not ft:  # no RHT-FT table (or none of its rows) in this run
         add(RHTFT_CLAIM, "Tables 3–4", "pending (its issue has not landed)", "—", "—")
     if lora is not None:  # Table 5's JSON (caldera.finetune.experiment)
-        out.append(lora_claim(lora))
+        out += lora_claims(lora)
     else:
         add(LORA_CLAIM, "Table 5", "pending (its issue has not landed)", "—", "—")
     if throughput is None:

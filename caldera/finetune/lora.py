@@ -231,9 +231,12 @@ class SequenceClassifier(nn.Module):
         self.head = nn.Linear(hidden, n_labels, bias=False)
         with torch.no_grad():
             self.head.weight.copy_(torch.randn(n_labels, hidden, generator=g) * lm.config.initializer_range)
+        self.head.to(next(lm.parameters()).device)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
         body = self.lm.get_decoder() if hasattr(self.lm, "get_decoder") else self.lm.model
+        dev = self.head.weight.device  # inputs are built on the CPU; the model may sit on an accelerator
+        input_ids, attention_mask = input_ids.to(dev), attention_mask.to(dev)
         h = body(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
         last = attention_mask.sum(dim=1) - 1
         return self.head(h[torch.arange(h.shape[0]), last].float())
@@ -247,7 +250,8 @@ def trainable_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
 
 
 def lm_loss(model: nn.Module, blocks: Tensor) -> Tensor:
-    """Mean next-token cross-entropy of ``blocks`` (b, t)."""
+    """Mean next-token cross-entropy of ``blocks`` (b, t; moved to the model's device)."""
+    blocks = blocks.to(next(model.parameters()).device)
     logits = model(input_ids=blocks, use_cache=False).logits[:, :-1].float()
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), blocks[:, 1:].reshape(-1))
 
@@ -260,8 +264,8 @@ def classification_outputs(clf: SequenceClassifier, tokenizer, examples: Sequenc
         for i in range(0, len(examples), batch_size):
             chunk = examples[i:i + batch_size]
             ids, mask = encode_pairs(tokenizer, [(a, b) for a, b, _ in chunk], max_len)
+            logits = clf(ids, mask).float().cpu()
             y = torch.tensor([lab for _, _, lab in chunk])
-            logits = clf(ids, mask).float()
             out["correct"] += (logits.argmax(-1) == y).int().tolist()
             out["loss"] += F.cross_entropy(logits, y, reduction="none").tolist()
             out["margin"] += (logits.gather(1, y[:, None])[:, 0] - logits.gather(1, 1 - y[:, None])[:, 0]).tolist()
@@ -281,11 +285,11 @@ def checkpoint_steps(total: int, n_checkpoints: int, steps_per_epoch: int) -> li
 
 def _state_tensors(model: nn.Module, opt: torch.optim.Optimizer) -> dict[str, Tensor]:
     names = list(trainable_parameters(model))
-    out = {f"param.{n}": p.detach().clone() for n, p in trainable_parameters(model).items()}
+    out = {f"param.{n}": p.detach().cpu().clone() for n, p in trainable_parameters(model).items()}
     params = [p for group in opt.param_groups for p in group["params"]]
     for i, p in enumerate(params):
         for k, v in opt.state.get(p, {}).items():
-            out[f"opt.{names[i]}.{k}"] = v.detach().clone().reshape(v.shape)
+            out[f"opt.{names[i]}.{k}"] = v.detach().cpu().clone().reshape(v.shape)
     return out
 
 
@@ -295,7 +299,7 @@ def save_state(path: Path, model: nn.Module, opt, info: dict[str, Any], best: di
 
     tensors = _state_tensors(model, opt)
     for n, t in (best or {}).items():
-        tensors[f"best.{n}"] = t
+        tensors[f"best.{n}"] = t.cpu()
     save_safetensors_atomic({k: v.contiguous() for k, v in tensors.items()}, path,
                             {"info": json.dumps(info, sort_keys=True)})
 
@@ -312,7 +316,8 @@ def load_state(path: Path, model: nn.Module, opt) -> tuple[dict[str, Any], dict[
             p.copy_(tensors[f"param.{n}"])
     names = list(params)
     for i, p in enumerate(p for group in opt.param_groups for p in group["params"]):
-        st = {k.rsplit(".", 1)[1]: v for k, v in tensors.items() if k.startswith(f"opt.{names[i]}.")}
+        st = {k.rsplit(".", 1)[1]: v if k.endswith(".step") else v.to(p.device)  # AdamW keeps `step` on the CPU
+              for k, v in tensors.items() if k.startswith(f"opt.{names[i]}.")}
         if st:
             opt.state[p] = st
     best = {k.removeprefix("best."): v for k, v in tensors.items() if k.startswith("best.")}

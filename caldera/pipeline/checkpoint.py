@@ -94,7 +94,8 @@ def weight_fingerprint(module: CompressedLinear) -> list[float]:
     checkpoint config and compared at load, so metadata that no longer matches the tensors (another quantizer
     name, a changed scale) is refused instead of decoding to a different model. (The RHT signs are tensors,
     covered by the checksums; the basis is skipped because it would cost two transforms per module.)"""
-    W = module.rotated_weight().double()
+    with torch.no_grad():  # trainable L_ft / R_ft / signs (fine-tuning) must not build a graph here
+        W = module.rotated_weight().detach().double()
     return [float(W.sum()), float(W.pow(2).sum())]
 
 

@@ -123,6 +123,10 @@ EVALUATION_SOURCES = ("wiki-squad", "coqa-stories")
 # Paper-scale text, loaded with datasets.load_dataset(path, config, data_files=..., split=...)[column].
 HF_TEXT: dict[str, dict] = {
     "wikitext2": {"path": "wikitext", "config": "wikitext-2-raw-v1", "data_files": None, "split": "test"},
+    # WikiText-2's other splits: fine-tuning text (Table 5's language-modelling task trains on the train split)
+    "wikitext2-train": {"path": "wikitext", "config": "wikitext-2-raw-v1", "data_files": None, "split": "train"},
+    "wikitext2-validation": {"path": "wikitext", "config": "wikitext-2-raw-v1", "data_files": None,
+                             "split": "validation"},
     "c4": {
         "path": "allenai/c4",
         "config": None,
@@ -141,7 +145,8 @@ HF_TEXT: dict[str, dict] = {
 def load_hf_text(name: str, column: str = "text", **overrides) -> list[str]:
     """Paper-scale text through ``datasets.load_dataset`` (needs hub access, or a local copy).
 
-    ``name``: ``"wikitext2"`` (wikitext-2-raw-v1 test; its lines, to be joined with ``"\\n\\n"``), ``"c4"``
+    ``name``: ``"wikitext2"`` (wikitext-2-raw-v1 test; its lines, to be joined with ``"\\n\\n"``; its train and
+    validation splits are ``"wikitext2-train"``, ``"wikitext2-validation"``), ``"c4"``
     (allenai/c4 en validation shard 0) or ``"redpajama"`` (RedPajama-Data-1T-Sample train). Keyword
     ``overrides`` replace entries of :data:`HF_TEXT` (``path``, ``config``, ``data_files``, ``split``) or add
     ``cache_dir`` -- e.g. ``path="json", config=None, data_files={"validation": "/data/c4-val.json.gz"}``

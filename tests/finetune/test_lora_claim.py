@@ -59,3 +59,18 @@ def test_perplexity_direction():
     dense = [b - 20.0 for b in base]
     c = lora_claim(_row([1] * 60, [0] * 55 + [1] * 5, [1] * 60, ft, base, dense))
     assert c["verdict"] == "holds" and "not decided on" in c["numbers"]
+
+
+def test_loftq_rows_get_their_own_claim():
+    """The LoftQ (ours) row is judged against its own un-fine-tuned model, in its own claim: a LoftQ failure
+    never decides CALDERA's verdict, and a table without a measured LoftQ row has no LoftQ claim."""
+    from caldera.experiments.claims import lora_claims
+
+    cal = _row([1] * 60, [0] * 55 + [1] * 5, [1] * 60)["rows"][0]  # CALDERA: holds
+    lq = dict(_row([0] * 60, [1] * 60, [1] * 60)["rows"][0], row="q", paper={"method": "LoftQ"},
+              status="measured with this project's loftq method")  # LoftQ: worse than its no-FT model
+    claims = lora_claims({"rows": [cal, lq]})
+    assert [c["verdict"] for c in claims] == ["holds", "fails"]
+    assert "LoftQ" in claims[1]["claim"] and "LoftQ" not in claims[0]["claim"]
+    assert "q rte vs no FT" in claims[1]["numbers"] and "q rte" not in claims[0]["numbers"]
+    assert len(lora_claims({"rows": [cal]})) == 1

@@ -17,6 +17,10 @@ from caldera.pipeline.compressed_linear import CompressedLinear
 from caldera.pipeline.hessians import decoder_layers
 from tests.helpers import tiny_llama
 
+# every warning is an error here: the fine-tuning code must not warn (e.g. float() of a tensor that requires
+# grad in the checkpoint fingerprint of a model with trainable factors / signs)
+pytestmark = pytest.mark.filterwarnings("error")
+
 LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
            "mlp.up_proj", "mlp.down_proj")
 TRAIN = torch.randint(3, 128, (8, 24), generator=torch.Generator().manual_seed(1))

@@ -37,6 +37,25 @@ def test_dry_run_builds_the_dag(cfg, tmp_path):
     assert "compress_layers" in r.stdout and "make_table" in r.stdout
     if cfg in ("mini", "mini-full", "paper"):  # Tables 3-4 fine-tune their rows, then evaluate them
         assert "rht_finetune" in r.stdout and "+rhtft" in r.stdout
+    if cfg in ("mini", "mini-full"):  # Table 5: every row's un-fine-tuned model is evaluated ("no FT" column)
+        assert f"results/{cfg}/eval/smollm2-loftq2-r8-lr16/zeroshot.json" in r.stdout
+        assert f"results/{cfg}/eval/smollm2-caldera-r16-lr4/zeroshot.json" in r.stdout
+    if cfg == "paper":  # Table 5 at paper scale (WikiText-2 train split, hub train splits): measured, not pending
+        assert "rule lora_table:" in r.stdout and "pending_table" not in r.stdout
+        assert "results/paper/eval/llama-2-7b-loftq2-r64-lr16/zeroshot.json" in r.stdout
+        assert "results/paper/lora/llama-3-8b-caldera-r64-lr16+rhtft-ft64/wiki.json" in r.stdout
+    if cfg == "mini-full":  # ... and its RHT FT = Yes rows start from rule rht_finetune's checkpoint
+        job = _job(r.stdout, "lora_finetune", "lora/smollm2-caldera-r16-lr4+rhtft-ft8/wiki.json")
+        assert "results/mini-full/rhtft/smollm2-caldera-r16-lr4/checkpoint" in job
+
+
+def _job(dry_run: str, rule: str, output: str) -> str:
+    """The block of one job of rule ``rule`` writing ``output`` in a dry run's printout."""
+    import re
+
+    blocks = [b for b in re.split(r"^(?:local)?rule ", dry_run, flags=re.M) if b.startswith(f"{rule}:") and output in b]
+    assert len(blocks) == 1, (rule, output, len(blocks))
+    return blocks[0]
 
 
 def copy_workflow(dst: Path) -> None:

@@ -1,6 +1,9 @@
 # Table 5: low-rank adaptation of the top-r components of CALDERA's factors (caldera.finetune). One job per
 # (row, task): re-split, fine-tune, evaluate the best-on-held-out and the final checkpoint. The table rule puts
 # the measurements beside the paper's numbers; rows that config lora_ft.rows leaves out are marked pending.
+# A row starts from its compressed checkpoint, or (RHT FT Yes) from rule rht_finetune's checkpoint of that variant
+# (finetune.smk); rule `evaluate` scores every row's starting model (the "no FT" column; common.smk FT_VARIANTS).
+import re
 from types import SimpleNamespace
 
 from caldera.finetune.experiment import TASKS as LORA_TASKS
@@ -10,13 +13,13 @@ LORA_ROWS = {r.id: r for r in lora_rows(config)}
 
 
 wildcard_constraints:
-    lora_row="|".join(LORA_ROWS) or "no-lora-rows",
+    lora_row="|".join(map(re.escape, LORA_ROWS)) or "no-lora-rows",  # RHT-FT rows' ids contain "+"
     lora_task="|".join(LORA_TASKS),
 
 
 rule lora_finetune:
     input:
-        checkpoint=lambda w: f"{RES}/compressed/{LORA_ROWS[w.lora_row].variant.id}/checkpoint",
+        checkpoint=lambda w: LORA_ROWS[w.lora_row].checkpoint(RES),
         assets=f"{RES}/assets.json",
     output:
         json=f"{RES}/lora/{{lora_row}}/{{lora_task}}.json",
