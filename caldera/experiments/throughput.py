@@ -250,14 +250,15 @@ def build_throughput_table(results_dir: str | os.PathLike, config: dict[str, Any
 def render_throughput(tab: dict[str, Any], caption: str) -> tuple[str, str, str]:
     head = ["Method", "Paper model → stand-in", "Rank (paper → ours)", "B_LR", "paper tok/s",
             f"ours tok/s, {PROTOCOL_LABEL['single_token']}", f"ours tok/s, {PROTOCOL_LABEL['decode']}",
-            "peak memory (MB)"]
+            "model tensors (MB)", "peak memory (MB)"]
     md = [f"**{caption}**", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     tex = ["\\begin{tabular}{" + "l" * len(head) + "}", "\\toprule",
            " & ".join(h.replace("→", "$\\to$") for h in head) + " \\\\", "\\midrule"]
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(["method", "paper_model", "stand_in", "paper_rank", "rank", "b_lr", "tok_per_s_paper"]
-               + [f"{p}_{k}" for p in PROTOCOLS for k in ("median", "min", "max")] + ["peak_memory_mb"])
+               + [f"{p}_{k}" for p in PROTOCOLS for k in ("median", "min", "max")]
+               + ["model_tensor_mb", "peak_memory_mb"])
     for r in tab["rows"]:
         mem = r["peak_cuda_mb"] if r["peak_cuda_mb"] is not None else r["peak_rss_mb"]
         paper = "OOM" if r["paper_tok_per_s"] is None and "OOM" in (r["paper_note"] or "") else (
@@ -266,12 +267,15 @@ def render_throughput(tab: dict[str, Any], caption: str) -> tuple[str, str, str]
                  f"{r['paper_rank'] if r['paper_rank'] is not None else '—'} → "
                  f"{r['rank'] if r['rank'] is not None else '—'}",
                  "—" if r["b_lr"] is None else str(r["b_lr"]), paper,
-                 *(_fmt_tps(r["ours"][p]) for p in PROTOCOLS), "—" if mem is None else f"{mem:.0f}"]
+                 *(_fmt_tps(r["ours"][p]) for p in PROTOCOLS),
+                 "—" if r["model_tensor_mb"] is None else f"{r['model_tensor_mb']:.0f}",
+                 "—" if mem is None else f"{mem:.0f}"]
         md.append("| " + " | ".join(cells) + " |")
         tex.append(" & ".join(c.replace("#", "\\#").replace("→", "$\\to$") for c in cells) + " \\\\")
         w.writerow([r["method"], r["paper_model"], r["stand_in"], r["paper_rank"], r["rank"], r["b_lr"],
                     r["paper_tok_per_s"]]
-                   + [(r["ours"][p] or {}).get(k) for p in PROTOCOLS for k in ("median", "min", "max")] + [mem])
+                   + [(r["ours"][p] or {}).get(k) for p in PROTOCOLS for k in ("median", "min", "max")]
+                   + [r["model_tensor_mb"], mem])
     tex += ["\\bottomrule", "\\end{tabular}"]
     return "\n".join(md) + "\n", "\n".join(tex) + "\n", buf.getvalue()
 
@@ -292,7 +296,10 @@ def write_throughput_table(results_dir: str, config: dict[str, Any], out_md: str
         f"[min, max] tokens/s over {s['runs']} timed repeats after {s['warmup']} warm-up, for the paper's "
         f"protocol ({s['calls']} single-token forwards per repeat, no KV cache) and for generation with the KV "
         f"cache ({s['new_tokens']} greedy tokens per repeat from a {len(s['prompt'].split())}-word prompt). "
-        "Peak memory: the job's peak resident set (CPU) or peak CUDA allocation, model load included. The spread "
+        "Model tensors: the model's parameters and buffers after the timed repeats (a compressed layer's codes, "
+        "signs and factors, plus any dequantized cache its path built; the fp32 tied embedding / lm_head stays "
+        "dense). Peak memory: the job's peak resident set (CPU) or peak CUDA allocation, model load and the Python "
+        "runtime included. The spread "
         "is run-to-run within one job" + ("; each variant's job runs alone (throughput.exclusive)." if s["exclusive"]
                                           else "; other jobs may run beside it (throughput.exclusive: false).")
     )

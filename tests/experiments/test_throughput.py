@@ -115,7 +115,7 @@ def _fake(variant: str, tps: float, spread: float = 0.1) -> dict:
     rep = [tps * (1 + spread * d) for d in (-1, -0.5, 0, 0.5, 1)]
     r = {"tokens_per_s": rep, "median": tps, "min": min(rep), "max": max(rep)}
     return {"variant": variant, "device": "cpu", "torch_threads": 1, "peak_rss_mb": 900.0, "peak_cuda_mb": None,
-            "model_tensor_mb": 500.0, **{p: dict(r) for p in PROTOCOLS}}
+            "model_tensor_mb": 100.0 + tps, **{p: dict(r) for p in PROTOCOLS}}
 
 
 def test_table_has_the_papers_numbers_beside_ours(tmp_path):
@@ -132,5 +132,8 @@ def test_table_has_the_papers_numbers_beside_ours(tmp_path):
     assert "| OOM |" in md  # 70B uncompressed: the paper's OOM, ours measured on the stand-in
     rows = list(csv.DictReader(io.StringIO(outs[2].read_text())))
     assert len(rows) == 10 and float(rows[0]["single_token_median"]) == 10.0 and rows[0]["tok_per_s_paper"] == "31.75"
+    # each row's own model-tensor and peak-memory figures (not another variant's)
+    assert [float(r["model_tensor_mb"]) for r in rows[:2]] == [110.0, 106.0] and rows[0]["peak_memory_mb"] == "900.0"
+    assert "| 110 | 900 |" in md
     assert set(json.loads(outs[3].read_text())["measured"]) == set(speeds)
     assert len(tab["rows"]) == 10
