@@ -65,10 +65,7 @@ def _case(n, d, B, kind):
         if not native.available():
             pytest.skip("the C kernels did not build")
         signs = lambda k: (torch.randint(0, 2, (k,), generator=g) * 2 - 1).to(torch.int8)
-        if kind == "fused_lr16_rht":
-            lr, lr_bytes = ("dense", f16.L, f16.R), 2 * RANK * (n + d)
-        else:
-            lr, lr_bytes = ("codes", f.L_codes, f.L_scale, f.R_codes, f.R_scale, f.quantizer), RANK * (n + d) // 2
+        lr, lr_bytes = (f16, 2 * RANK * (n + d)) if kind == "fused_lr16_rht" else (f, RANK * (n + d) // 2)
         layer = native.fused_layer(codes, scale, signs(d), signs(n), lr, None, None)
         return (lambda: layer(x)), n * d // 4 + lr_bytes + n + d, 2 * RANK * (n + d)
     return (lambda: codes_linear(x, codes, scale, f, "numba")), n * d // 4 + RANK * (n + d) // 2, 2 * RANK * (n + d)

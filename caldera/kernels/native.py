@@ -39,6 +39,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from caldera.kernels.fused import Factors
+
 _SRC = r"""
 #include <stdint.h>
 #include <math.h>
@@ -458,14 +460,15 @@ def fused_layer(  # noqa: PLR0913 - one argument per stored tensor of the layer
     Q_scale: torch.Tensor,
     S_U: torch.Tensor | None,
     S_V: torch.Tensor | None,
-    lr: tuple | None,
+    factors: Factors | None,
     ft: tuple[torch.Tensor, torch.Tensor] | None,
     bias: torch.Tensor | None,
 ) -> FusedLayer:
     """Prepare :class:`FusedLayer` for a layer with ``Q_codes`` (n, d/8) E8P, ``Q_scale`` () or (n, 1), RHT signs
-    ``S_U`` (d,), ``S_V`` (n,) (None: no RHT), ``lr`` = ``("dense", L (n, k), R (k, d))`` float16/float32 or
-    ``("codes", L_codes (k, n/8), L_scale, R_codes (k, d/8), R_scale, quantizer)`` or None, ``ft`` =
-    ``(L_ft (n, r), R_ft (r, d))`` or None, ``bias`` (n,) or None. Raises when the C kernels did not build."""
+    ``S_U`` (d,), ``S_V`` (n,) (None: no RHT), the frozen low-rank part ``factors``
+    (:class:`caldera.kernels.fused.Factors`: float16/float32 ``L`` (n, k), ``R`` (k, d), or codes of ``Lᵀ``
+    (k, n/8) and ``R`` (k, d/8) with scalar scales; None: no factors), ``ft`` = ``(L_ft (n, r), R_ft (r, d))``
+    or None, ``bias`` (n,) or None. Raises when the C kernels did not build."""
     from caldera.hadamard import _factor_matrix, hadamard_factor
     from caldera.kernels.tables import SUPPORTED
 
@@ -496,19 +499,18 @@ def fused_layer(  # noqa: PLR0913 - one argument per stored tensor of the layer
         if Kn > 1:
             Mn = _factor_matrix(Kn, True, False, torch.float32, torch.device("cpu"))
     mode, k, Lp, Rp, lrw, stages, inv_rs, ls, rs = 0, 0, None, None, 2, 1, 1.0, 0.0, 0.0
-    if lr is not None and lr[0] == "dense":
-        L, R = lr[1].detach(), lr[2].detach()
+    if factors is not None and factors.L_codes is None:
+        L, R = factors.L.detach(), factors.R.detach()
         dt = torch.float16 if L.dtype == torch.float16 else torch.float32
         mode, k = (1 if dt == torch.float16 else 2), L.shape[1]
         Lp, Rp = L.to(dt).contiguous(), R.to(dt).contiguous()
-    elif lr is not None:
-        _, Lc, L_scale, Rc, R_scale, quantizer = lr
-        stages, res = SUPPORTED[quantizer]
-        Lc, Rc = _code_tensor(Lc), _code_tensor(Rc)
+    elif factors is not None:
+        stages, res = SUPPORTED[factors.quantizer]
+        Lc, Rc = _code_tensor(factors.L_codes), _code_tensor(factors.R_codes)
         if Lc.element_size() != Rc.element_size():
             Lc, Rc = Lc.to(torch.int64), Rc.to(torch.int64)
         mode, k, Lp, Rp, lrw = 3, Lc.shape[0], Lc, Rc, Lc.element_size()
-        inv_rs, ls, rs = 1.0 / res, float(L_scale), float(R_scale)
+        inv_rs, ls, rs = 1.0 / res, float(factors.L_scale), float(factors.R_scale)
     r, Lft, Rft = 0, None, None
     if ft is not None:
         Lft, Rft = ft[0].detach().float().contiguous(), ft[1].detach().float().contiguous()

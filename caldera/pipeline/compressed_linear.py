@@ -488,16 +488,9 @@ class CompressedLinear(nn.Module):
         if self._fused is None or self._fused_key != key:
             from caldera.kernels.native import fused_layer
 
-            f = self._kernel_factors()
-            if f is None:
-                lr = None
-            elif f.L_codes is not None:
-                lr = ("codes", f.L_codes, f.L_scale, f.R_codes, f.R_scale, f.quantizer)
-            else:
-                lr = ("dense", f.L, f.R)
             self._fused = fused_layer(
                 self.Q_codes, self.Q_scale, getattr(self, "S_U", None) if self.meta["rht"] else None,
-                getattr(self, "S_V", None) if self.meta["rht"] else None, lr,
+                getattr(self, "S_V", None) if self.meta["rht"] else None, self._kernel_factors(),
                 (self.L_ft, self.R_ft) if self.ft_rank else None, self._buffers.get("bias"),
             )  # fmt: skip
             self._fused_key = key
