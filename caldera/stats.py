@@ -176,3 +176,203 @@ def _paired_log_ratio_draws(a_nll, b_nll, tokens, resamples: int, seed: int) -> 
         raise ValueError("a paired perplexity ratio needs the same windows for both variants")
     idx = bootstrap_indices(sa.size, resamples, seed)
     return float((sa.sum() - sb.sum()) / t.sum()), _weighted_means(sa, t, idx) - _weighted_means(sb, t, idx), sa.size
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Realization spread: several independent compressions (seeds) of one variant, each scored on the same units.
+#
+# A compressed model is one *realization* of a random procedure (RHT signs, randomized-SVD sketches, and the
+# floating-point order of the machine that ran it). An interval over evaluation windows alone measures the
+# evaluation's noise, not the compression's, and a rerun with other seeds (or on another CPU) can land far
+# outside it. With S seeds per variant, every statistic below is the *mean over seeds* (for perplexity: of log
+# perplexity, i.e. the geometric mean across seeds), and its 95 % interval combines two independent sources:
+#
+# * **windows / documents** (shared by every seed and variant): the paired percentile bootstrap of this module
+#   applied to the seed-averaged per-unit values (log perplexity is linear in the per-window NLL sums, so the
+#   seed mean of log perplexity is the log perplexity of the seed-averaged window NLLs);
+# * **seeds**: Student's t over the per-seed statistics (each computed on all units): half-width
+#   ``t_{0.975, df} · sqrt(Σ_g s_g² / S_g)``, one term per independent group of realizations (a paired
+#   comparison with shared seeds is one group of per-seed differences; unpaired variants are separate groups,
+#   Welch–Satterthwaite df). A bootstrap over 3 seeds would understate this spread (it ignores the t quantile,
+#   4.30 at df = 2, and the (S−1)/S bias), so the small-sample t is used.
+#
+# Each side of the window interval is widened by the seed half-width in quadrature (independent sources):
+# ``lo = est − sqrt((est − lo_w)² + h_s²)``, ``hi = est + sqrt((hi_w − est)² + h_s²)``. A group of random
+# realizations with a single seed has no estimate of its spread: the seed part is then *undetermined*
+# (``seed_half = None``, ``lo = −inf``, ``hi = +inf``): no verdict can be taken on one realization.
+# --------------------------------------------------------------------------------------------------------------
+
+
+def t_quantile(df: float, level: float = LEVEL) -> float:
+    """The ``(1 + level)/2`` quantile of Student's t with ``df`` degrees of freedom (df may be fractional)."""
+    from scipy.stats import t as student_t
+
+    if not df > 0:
+        raise ValueError(f"degrees of freedom must be positive, got {df}")
+    return float(student_t.ppf((1.0 + level) / 2.0, df))
+
+
+def seed_half_width(groups: Sequence[Sequence[float]], level: float = LEVEL) -> dict:
+    """Half-width of the seed part of an interval for ``Σ_g mean(groups[g])`` (signs folded into the values).
+
+    ``groups``: one sequence of per-seed statistics per independent group of random realizations (a
+    deterministic variant, e.g. the dense model, contributes no group). Returns ``{"half", "sd", "df", "seeds"}``:
+    ``half = t_{df} · sqrt(Σ s_g²/S_g)`` with Welch–Satterthwaite ``df``; ``half = None`` when a group has one seed
+    (its spread is unknown); ``half = 0`` with no group (nothing random) or when every group's values agree."""
+    gs = [np.asarray(g, dtype=np.float64).ravel() for g in groups]
+    seeds = [int(g.size) for g in gs]
+    if not gs:
+        return {"half": 0.0, "sd": 0.0, "df": None, "seeds": seeds}
+    if any(g.size == 0 for g in gs):
+        raise ValueError("a group of realizations is empty")
+    if any(not np.all(np.isfinite(g)) for g in gs):
+        raise ValueError("per-seed statistics must be finite")
+    if any(g.size < 2 for g in gs):
+        return {"half": None, "sd": None, "df": None, "seeds": seeds}
+    terms = [float(g.var(ddof=1)) / g.size for g in gs]
+    var = sum(terms)
+    if var == 0.0:
+        return {"half": 0.0, "sd": 0.0, "df": None, "seeds": seeds}
+    df = var * var / sum(t * t / (g.size - 1) for t, g in zip(terms, gs))
+    return {"half": t_quantile(df, level) * math.sqrt(var), "sd": math.sqrt(var), "df": df, "seeds": seeds}
+
+
+def combine(estimate: float, lo_w: float, hi_w: float, seed: dict) -> dict:
+    """The combined interval of ``estimate`` from its window/document interval ``[lo_w, hi_w]`` and the seed part
+    ``seed`` (:func:`seed_half_width`), each side widened in quadrature (module comment above). Keys: estimate,
+    lo, hi, window_half, seed_half, seed_sd, df, seeds, sdd (half-width of the combined interval; inf when
+    the seed part is undetermined)."""
+    h = seed["half"]
+    if h is None:
+        lo, hi = -math.inf, math.inf
+    else:
+        lo = estimate - math.hypot(estimate - lo_w, h)
+        hi = estimate + math.hypot(hi_w - estimate, h)
+    return {"estimate": estimate, "lo": lo, "hi": hi, "window_lo": lo_w, "window_hi": hi_w,
+            "window_half": (hi_w - lo_w) / 2.0, "seed_half": h,
+            "seed_sd": seed["sd"], "df": seed["df"], "seeds": seed["seeds"], "sdd": (hi - lo) / 2.0}
+
+
+def _nll_matrix(nll, name: str) -> np.ndarray:
+    a = np.asarray(nll, dtype=np.float64)
+    if a.ndim == 1:
+        a = a[None, :]
+    if a.ndim != 2 or a.size == 0:
+        raise ValueError(f"{name} must be (seeds, windows), got shape {a.shape}")
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} has non-finite values")
+    return a
+
+
+def seeded_perplexity(nll, tokens, random: bool = True, resamples: int = RESAMPLES, seed: int = SEED,
+                      level: float = LEVEL) -> dict:
+    """Perplexity of one variant across its seeds: ``nll[s, i]`` is the summed NLL of window i under seed s
+    (all seeds on the same windows, ``tokens[i]`` scored tokens each). Estimate: the geometric mean across seeds
+    of the per-seed perplexities; interval: windows (bootstrap of the seed-averaged NLLs) combined with the
+    seeds (t over per-seed log perplexities), on the log scale and exponentiated. ``random=False`` (a
+    deterministic model, e.g. dense) has no seed part. Keys as :func:`combine` (exponentiated estimate, lo, hi;
+    window_half / seed_half / seed_sd / sdd on the log scale) plus ``per_seed`` perplexities and ``n`` windows."""
+    A = _nll_matrix(nll, "nll")
+    t = _arr(tokens, "tokens")
+    if A.shape[1] != t.size or np.any(t <= 0):
+        raise ValueError("nll must have one column per window and tokens must be positive")
+    w = perplexity_interval(A.mean(axis=0), t, resamples, seed, level)
+    per_seed = A.sum(axis=1) / t.sum()
+    est = float(per_seed.mean())
+    part = seed_half_width([per_seed] if random else [], level)
+    c = combine(est, math.log(w["lo"]), math.log(w["hi"]), part)
+    return {**_exp(c), "per_seed": [math.exp(x) for x in per_seed], "n": int(t.size)}
+
+
+def _exp(c: dict) -> dict:
+    """A :func:`combine` result on the log scale, with estimate and bounds exponentiated (half-widths stay log)."""
+    return {**c, **{k: math.exp(c[k]) for k in ("estimate", "lo", "hi", "window_lo", "window_hi")}}
+
+
+def seeded_ppl_ratio(a_nll, b_nll, tokens, a_random: bool = True, b_random: bool = True,
+                     paired_seeds: bool = False, resamples: int = RESAMPLES, seed: int = SEED,
+                     level: float = LEVEL) -> dict:
+    """``ppl_A / ppl_B`` across seeds on the same windows: ``a_nll`` (S_A, W), ``b_nll`` (S_B, W), ``tokens``
+    (W,). Estimate: ratio of the geometric means across seeds. Window part: :func:`paired_ppl_ratio` of the
+    seed-averaged window NLLs; seed part (:func:`seed_half_width`): with ``paired_seeds`` (both random, the same
+    seed list in the same order, so realization s of A and of B share RHT signs and sketches) one group of
+    per-seed log ratios; otherwise one group per random variant. Keys as :func:`combine` on the ratio scale
+    (lo/hi exponentiated; window_half, seed_half, sdd of the log ratio) plus ``n`` windows."""
+    A, B = _nll_matrix(a_nll, "a_nll"), _nll_matrix(b_nll, "b_nll")
+    t = _arr(tokens, "tokens")
+    if A.shape[1] != t.size or B.shape[1] != t.size:
+        raise ValueError("a paired perplexity ratio needs the same windows for both variants")
+    w = paired_ppl_ratio(A.mean(axis=0), t, B.mean(axis=0), t, resamples, seed, level)
+    la, lb = A.sum(axis=1) / t.sum(), B.sum(axis=1) / t.sum()
+    groups = _seed_groups(la, lb, a_random, b_random, paired_seeds)
+    est = float(la.mean() - lb.mean())
+    c = combine(est, math.log(w["lo"]), math.log(w["hi"]), seed_half_width(groups, level))
+    return {**_exp(c), "n": int(t.size)}
+
+
+def _seed_groups(a: np.ndarray, b: np.ndarray, a_random: bool, b_random: bool, paired: bool) -> list:
+    """Per-seed statistics of A and B as :func:`seed_half_width` groups for ``mean(a) − mean(b)``: one group of
+    per-seed differences when the seeds are shared (``paired``), else one group per random side."""
+    if paired:
+        if not (a_random and b_random) or a.size != b.size:
+            raise ValueError("paired seeds need two random variants with the same seeds")
+        return [a - b]
+    return ([a] if a_random else []) + ([b] if b_random else [])
+
+
+def seeded_mean_difference(a, b, a_random: bool = True, b_random: bool = True, paired_seeds: bool = False,
+                           resamples: int = RESAMPLES, seed: int = SEED, level: float = LEVEL) -> dict:
+    """``mean(a) − mean(b)`` over paired units (documents) and across seeds: ``a`` (S_A, D), ``b`` (S_B, D), the
+    same documents in the same order. Window(document) part: :func:`paired_mean_difference` of the seed-averaged
+    per-document values; seed part as :func:`seeded_ppl_ratio`. Keys as :func:`combine` plus ``n``."""
+    A, B = _nll_matrix(a, "a"), _nll_matrix(b, "b")
+    if A.shape[1] != B.shape[1]:
+        raise ValueError(f"paired samples need the same documents, got {A.shape[1]} and {B.shape[1]}")
+    w = paired_mean_difference(A.mean(axis=0), B.mean(axis=0), resamples, seed, level)
+    ma, mb = A.mean(axis=1), B.mean(axis=1)
+    groups = _seed_groups(ma, mb, a_random, b_random, paired_seeds)
+    c = combine(float(ma.mean() - mb.mean()), w["lo"], w["hi"], seed_half_width(groups, level))
+    return {**c, "n": int(A.shape[1])}
+
+
+def seeded_accuracy(correct, random: bool = True, level: float = LEVEL) -> dict:
+    """Accuracy of one variant across seeds: ``correct`` (S, D) 0/1 outcomes on the same documents. Estimate: the
+    mean over seeds; document part: the Wilson interval at n = D of the seed-mean accuracy (:func:`wilson_bounds`);
+    seed part: t over the per-seed accuracies. Bounds clipped to [0, 1]."""
+    C = _nll_matrix(correct, "correct")
+    if not np.all((C == 0) | (C == 1)):
+        raise ValueError("correct must hold 0/1 outcomes")
+    per_seed = C.mean(axis=1)
+    est = float(per_seed.mean())
+    lo_w, hi_w = wilson_bounds(est, C.shape[1])
+    c = combine(est, lo_w, hi_w, seed_half_width([per_seed] if random else [], level))
+    return {**c, "lo": max(0.0, c["lo"]), "hi": min(1.0, c["hi"]), "per_seed": per_seed.tolist(),
+            "n": int(C.shape[1])}
+
+
+def wilson_bounds(p: float, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval of a proportion ``p`` (not necessarily k/n: e.g. a mean over seeds) at ``n`` units."""
+    if n < 1 or not 0.0 <= p <= 1.0:
+        raise ValueError(f"need 0 <= p <= 1 and n >= 1, got p={p}, n={n}")
+    den = 1.0 + z * z / n
+    centre = (p + z * z / (2 * n)) / den
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def seeded_log_ratio_difference(a1_nll, b1_nll, t1, a2_nll, b2_nll, t2, a1_random: bool = True,
+                                a2_random: bool = True, resamples: int = RESAMPLES, seed: int = SEED,
+                                level: float = LEVEL) -> dict:
+    """:func:`log_ratio_difference` across seeds: A1 (S1, W1) vs deterministic B1 (1, W1) on windows ``t1``, and A2
+    vs B2 likewise on ``t2`` (two models: independent windows and independent realizations). Window part:
+    :func:`log_ratio_difference` of the seed-averaged NLLs; seed part: one group per random A."""
+    A1, B1, A2, B2 = (_nll_matrix(x, n) for x, n in ((a1_nll, "a1_nll"), (b1_nll, "b1_nll"), (a2_nll, "a2_nll"),
+                                                       (b2_nll, "b2_nll")))
+    w = log_ratio_difference(A1.mean(axis=0), B1.mean(axis=0), t1, A2.mean(axis=0), B2.mean(axis=0), t2,
+                             resamples, seed, level)
+    s1, s2 = float(np.sum(t1)), float(np.sum(t2))
+    l1 = A1.sum(axis=1) / s1 - B1.sum(axis=1).mean() / s1
+    l2 = A2.sum(axis=1) / s2 - B2.sum(axis=1).mean() / s2
+    groups = ([l1] if a1_random else []) + ([-l2] if a2_random else [])
+    c = combine(float(l1.mean() - l2.mean()), w["lo"], w["hi"], seed_half_width(groups, level))
+    return {**c, "n": w["n"]}

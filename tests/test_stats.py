@@ -132,3 +132,108 @@ def test_log_ratio_difference_is_the_difference_of_the_two_paired_log_ratios():
     assert r["lo"] == pytest.approx(-0.3) and r["hi"] == pytest.approx(-0.3)  # constant shifts: no spread
     same = stats.log_ratio_difference(a1, a1, t, a2, a2, t)
     assert same["lo"] == same["hi"] == 0.0
+
+
+# ---- realization spread: seeds combined with windows -----------------------------------------------------------
+
+T975_DF2 = 4.302652729911275  # Student t, 0.975 quantile, 2 degrees of freedom (tables)
+
+
+def test_seed_half_width_is_t_times_the_standard_error():
+    x = np.array([0.10, 0.16, 0.04])
+    r = stats.seed_half_width([x])
+    assert r["df"] == pytest.approx(2.0)
+    assert r["half"] == pytest.approx(T975_DF2 * x.std(ddof=1) / math.sqrt(3), rel=1e-9)
+
+
+def test_seed_half_width_welch_df_for_two_groups():
+    a, b = np.array([0.0, 0.3, 0.6]), np.array([1.0, 1.1, 1.2, 1.3, 1.4])
+    va, vb = a.var(ddof=1) / 3, b.var(ddof=1) / 5
+    df = (va + vb) ** 2 / (va ** 2 / 2 + vb ** 2 / 4)  # Welch–Satterthwaite by hand
+    r = stats.seed_half_width([a, b])
+    assert r["df"] == pytest.approx(df) and r["half"] == pytest.approx(stats.t_quantile(df) * math.sqrt(va + vb))
+
+
+def test_one_realization_leaves_the_seed_part_undetermined():
+    r = stats.seed_half_width([[0.2]])
+    assert r["half"] is None
+    c = stats.combine(0.1, 0.0, 0.2, r)
+    assert c["lo"] == -math.inf and c["hi"] == math.inf and stats.direction(c) == 0
+    # nothing random (a deterministic side only): the window interval stands as it is
+    assert stats.combine(0.1, 0.0, 0.2, stats.seed_half_width([]))["lo"] == pytest.approx(0.0)
+
+
+def test_seeded_ppl_ratio_window_part_and_estimate_against_oracles():
+    rng = np.random.default_rng(3)
+    tok = np.full(8, 100.0)
+    A = rng.normal(300, 20, (3, 8))
+    B = rng.normal(320, 20, (3, 8))
+    r = stats.seeded_ppl_ratio(A, B, tok, paired_seeds=True)
+    per_a = np.exp(A.sum(axis=1) / tok.sum())
+    per_b = np.exp(B.sum(axis=1) / tok.sum())
+    # estimate: ratio of the geometric means of the per-seed perplexities
+    assert r["estimate"] == pytest.approx(np.exp(np.log(per_a).mean() - np.log(per_b).mean()))
+    # window part: the paired bootstrap of the seed-averaged NLLs
+    w = stats.paired_ppl_ratio(A.mean(axis=0), tok, B.mean(axis=0), tok)
+    assert (r["window_lo"], r["window_hi"]) == pytest.approx((w["lo"], w["hi"]))
+    # seed part: t over the per-seed log ratios (paired seeds: one group)
+    d = np.log(per_a) - np.log(per_b)
+    assert r["seed_half"] == pytest.approx(T975_DF2 * d.std(ddof=1) / math.sqrt(3))
+    # combined: each side in quadrature, on the log scale
+    est = math.log(r["estimate"])
+    assert math.log(r["lo"]) == pytest.approx(est - math.hypot(est - math.log(w["lo"]), r["seed_half"]))
+    assert math.log(r["hi"]) == pytest.approx(est + math.hypot(math.log(w["hi"]) - est, r["seed_half"]))
+
+
+def test_seed_spread_widens_what_windows_alone_would_decide():
+    """A variant whose realizations differ by ±10 % on every window: the windows agree perfectly within a seed,
+    so the window-only interval of seed 0 excludes 1, but the seeds do not resolve the direction."""
+    tok = np.full(8, 100.0)
+    base = np.log(100.0) * tok
+    A = np.stack([base + math.log(f) * tok for f in (0.85, 1.00, 1.12)])
+    B = base[None, :]
+    one = stats.seeded_ppl_ratio(A[:1], B, tok, b_random=False)
+    assert one["seed_half"] is None and one["window_hi"] < 1.0  # windows alone: "lower"
+    three = stats.seeded_ppl_ratio(A, B, tok, b_random=False)
+    assert three["lo"] < 1.0 < three["hi"]  # with the seeds: no direction
+
+
+def test_combined_interval_covers_a_fresh_realization_where_windows_alone_do_not():
+    """Monte Carlo: each realization shifts log-ppl by N(0, 0.08²) on every window, windows add N(0, 0.02²).
+    The combined 95 % interval of the 3-seed ratio covers the true ratio (1) about 95 % of the time; the
+    window-only interval of one realization covers it far less (what the cross-machine rerun found)."""
+    rng = np.random.default_rng(11)
+    tok = np.full(8, 100.0)
+    hit_comb = hit_win = 0
+    n_sim = 300
+    for _ in range(n_sim):
+        A = (rng.normal(0, 0.08, (3, 1)) + rng.normal(0, 0.02, (3, 8)) + 5.0) * tok
+        B = (rng.normal(0, 0.08, (3, 1)) + rng.normal(0, 0.02, (3, 8)) + 5.0) * tok
+        c = stats.seeded_ppl_ratio(A, B, tok, resamples=400)
+        w = stats.paired_ppl_ratio(A[0], tok, B[0], tok, resamples=400)
+        hit_comb += c["lo"] <= 1.0 <= c["hi"]
+        hit_win += w["lo"] <= 1.0 <= w["hi"]
+    assert hit_comb / n_sim >= 0.90
+    assert hit_win / n_sim <= 0.60
+
+
+def test_seeded_perplexity_without_spread_is_the_window_interval():
+    rng = np.random.default_rng(5)
+    tok = np.full(6, 50.0)
+    nll = rng.normal(200, 10, 6)
+    one = stats.perplexity_interval(nll, tok)
+    same = stats.seeded_perplexity(np.stack([nll] * 3), tok)
+    assert (same["estimate"], same["lo"], same["hi"]) == pytest.approx((one["estimate"], one["lo"], one["hi"]))
+    assert stats.seeded_perplexity(nll[None, :], tok, random=False)["hi"] == pytest.approx(one["hi"])
+
+
+def test_seeded_accuracy_and_mean_difference():
+    C = np.array([[1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0]])
+    r = stats.seeded_accuracy(C)
+    assert r["estimate"] == pytest.approx(0.5) and r["per_seed"] == [0.5, 0.25, 0.75]
+    lo_w, hi_w = stats.wilson_bounds(0.5, 4)
+    assert (r["window_lo"], r["window_hi"]) == pytest.approx((lo_w, hi_w))
+    assert r["seed_half"] == pytest.approx(T975_DF2 * np.std([0.5, 0.25, 0.75], ddof=1) / math.sqrt(3))
+    assert stats.wilson_bounds(0.5, 4) == pytest.approx(stats.wilson_interval(2, 4))
+    d = stats.seeded_mean_difference(C, np.zeros((3, 4)), b_random=False)
+    assert d["estimate"] == pytest.approx(0.5) and d["lo"] < 0.5 < d["hi"]

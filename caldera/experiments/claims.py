@@ -25,6 +25,8 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
 from caldera import stats
 from caldera.atomic import write_atomic
 from caldera.experiments.plan import RHTFT_TABLES
@@ -53,7 +55,11 @@ def _bits(r: dict[str, Any]) -> str:
     return str(_bits_label(r["b_lr"]))
 
 
-VERDICTS = ("holds", "fails", "inconclusive", "not testable at this scale", "pending (its issue has not landed)")
+#: A comparison of random realizations taken on one realization of a side: its spread is unknown, so it is not
+#: decided here; ``replicates`` (config) or mini-full give it the seeds (the window-only verdict is shown).
+NEEDS_SEEDS = "needs mini-full (one realization)"
+VERDICTS = ("holds", "fails", "inconclusive", NEEDS_SEEDS, "not testable at this scale",
+            "pending (its issue has not landed)")
 CORPUS = "wiki"  # the tables' "Wiki2" column: the perplexity the paper's ranking claims are about
 
 
@@ -81,22 +87,69 @@ def _windows(table: dict[str, Any], variant: str) -> dict[str, Any] | None:
     return table.get("samples", {}).get(variant, {}).get("ppl", {}).get(CORPUS)
 
 
-def ppl_ratio(table: dict[str, Any], a: str, b: str) -> dict[str, Any] | None:
-    """Paired interval of ``ppl_a / ppl_b`` on the Wiki2 stand-in windows (None without per-window results)."""
-    wa, wb = _windows(table, a), _windows(table, b)
-    if wa is None or wb is None:
+def realizations(table: dict[str, Any], variant: str, corpus: str = CORPUS) -> dict[str, Any] | None:
+    """Every realization (seed) of ``variant``'s per-window results on ``corpus``: ``{"nll": (S, W) list,
+    "tokens": (W,), "seeds": [seed per row], "random": bool}`` from the table's ``seed_samples`` (all seeds) or
+    ``samples`` (the variant alone); None without per-window results. ``random``: the variant is a realization
+    of a random procedure (every compressed model; tables written before seeds were recorded: all but dense)."""
+    info = table.get("realizations", {}).get(variant)
+    per_seed = table.get("seed_samples", {}).get(variant) or [table.get("samples", {}).get(variant, {})]
+    seeds = list(info["seeds"]) if info else [None]
+    rows = [(sd, s.get("ppl", {}).get(corpus)) for sd, s in zip(seeds, per_seed)]
+    rows = [(sd, r) for sd, r in rows if r is not None]
+    if not rows:
         return None
-    return stats.paired_ppl_ratio(wa["window_nll"], wa["window_tokens"], wb["window_nll"], wb["window_tokens"])
+    return {"nll": [r["window_nll"] for _, r in rows], "tokens": rows[0][1]["window_tokens"],
+            "seeds": [sd for sd, _ in rows], "random": info["random"] if info else not variant.endswith("dense")}
+
+
+def _paired(ra: dict[str, Any], rb: dict[str, Any]) -> bool:
+    """Seeds shared: both random with the same seed list (realization s of each used the same RHT signs and
+    sketches), so the comparison is paired across seeds as well as windows."""
+    return (ra["random"] and rb["random"] and len(ra["seeds"]) > 1 and None not in ra["seeds"]
+            and ra["seeds"] == rb["seeds"])
+
+
+def ppl_ratio(table: dict[str, Any], a: str, b: str, corpus: str = CORPUS) -> dict[str, Any] | None:
+    """Interval of ``ppl_a / ppl_b`` on the Wiki2 stand-in windows across every seed of both variants
+    (:func:`caldera.stats.seeded_ppl_ratio`: windows and seeds combined; paired across seeds where they are
+    shared), with ``"pair": [a, b]``; None without per-window results."""
+    ra, rb = realizations(table, a, corpus), realizations(table, b, corpus)
+    if ra is None or rb is None:
+        return None
+    if list(ra["tokens"]) != list(rb["tokens"]):
+        raise ValueError(f"{a} and {b} were scored on different windows; evaluate both with the same eval.ppl")
+    iv = stats.seeded_ppl_ratio(ra["nll"], rb["nll"], ra["tokens"], ra["random"], rb["random"], _paired(ra, rb))
+    return {**iv, "pair": [a, b], "paired_seeds": _paired(ra, rb)}
 
 
 def _ratio_text(r: dict[str, Any]) -> str:
-    return f"×{r['estimate']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]"
+    """``×est [lo, hi]`` of a combined interval, with its seeds and the two parts' half-widths (as ±%); for an
+    undetermined seed part, the window-only interval."""
+    if r.get("seed_half", 0.0) is None:
+        return (f"×{r['estimate']:.3f}, windows only [{r['window_lo']:.3f}, {r['window_hi']:.3f}] "
+                f"(seeds {'/'.join(map(str, r['seeds']))}: spread unknown)")
+    text = f"×{r['estimate']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]"
+    if "window_half" in r and any(s > 1 for s in r.get("seeds", [])):
+        text += (f" ({'/'.join(map(str, r['seeds']))} seeds; windows ±{100 * math.expm1(r['window_half']):.1f} %, "
+                 f"seeds ±{100 * math.expm1(r['seed_half']):.1f} %)")
+    return text
 
 
 def _sdd_ratio(rs: list[dict[str, Any]]) -> str:
-    """Largest half-width of the paired log-ratio intervals, as ±% of perplexity, with the number of windows."""
+    """Largest half-width of the combined log-ratio intervals, as ±% of perplexity, with windows and seeds."""
     w = max(r["sdd"] for r in rs)
-    return f"±{100 * math.expm1(w):.1f} % ppl ({rs[0]['n']} windows)"
+    if not math.isfinite(w):
+        half = max(r["window_half"] for r in rs)
+        return f"undetermined: one realization (window part ±{100 * math.expm1(half):.1f} %)"
+    seeds = max(max(r.get("seeds") or [1]) for r in rs)
+    return f"±{100 * math.expm1(w):.1f} % ppl ({rs[0]['n']} windows, {seeds} seed{'s' if seeds > 1 else ''})"
+
+
+def seeds_verdict(intervals: list[dict[str, Any]], verdict: str) -> str:
+    """:data:`NEEDS_SEEDS` when any interval's seed part is undetermined (a random side with one realization),
+    else ``verdict``."""
+    return NEEDS_SEEDS if any(iv.get("seed_half", 0.0) is None for iv in intervals) else verdict
 
 
 def lower_verdict(intervals: list[dict[str, Any]], null: float = 1.0) -> str:
@@ -111,23 +164,36 @@ def lower_verdict(intervals: list[dict[str, Any]], null: float = 1.0) -> str:
 
 
 def zeroshot_pair(table: dict[str, Any], a: str, b: str) -> dict[str, Any] | None:
-    """Paired zero-shot comparison of variants ``a`` and ``b`` on the documents both scored (all tasks pooled,
-    matched by task and document id): accuracy difference and difference of the correct choice's
-    log-likelihood margin, each with a paired bootstrap interval; None without per-document results."""
-    za = table.get("samples", {}).get(a, {}).get("zeroshot", {})
-    zb = table.get("samples", {}).get(b, {}).get("zeroshot", {})
-    acc_a, acc_b, m_a, m_b = [], [], [], []
-    for task in sorted(set(za) & set(zb)):
-        ib = {d: i for i, d in enumerate(zb[task]["doc_id"])}
-        for i, d in enumerate(za[task]["doc_id"]):
-            if d in ib:
-                acc_a.append(za[task]["acc"][i])
-                acc_b.append(zb[task]["acc"][ib[d]])
-                m_a.append(za[task]["margin"][i])
-                m_b.append(zb[task]["margin"][ib[d]])
-    if not acc_a:
+    """Paired zero-shot comparison of variants ``a`` and ``b`` on the documents both scored in every realization
+    that has zero-shot results (all tasks pooled, matched by task and document id): accuracy difference and
+    difference of the correct choice's log-likelihood margin, each with the interval that combines documents and
+    seeds (:func:`caldera.stats.seeded_mean_difference`); None without per-document results."""
+    def per_seed(v: str) -> tuple[list[dict[str, Any]], list, bool]:
+        info = table.get("realizations", {}).get(v)
+        samples = table.get("seed_samples", {}).get(v) or [table.get("samples", {}).get(v, {})]
+        seeds = list(info["seeds"]) if info else [None]
+        keep = [(sd, s.get("zeroshot", {})) for sd, s in zip(seeds, samples) if s.get("zeroshot")]
+        return [z for _, z in keep], [sd for sd, _ in keep], info["random"] if info else not v.endswith("dense")
+
+    za, sa, rand_a = per_seed(a)
+    zb, sb, rand_b = per_seed(b)
+    if not za or not zb:
         return None
-    return {"acc": stats.paired_mean_difference(acc_a, acc_b), "margin": stats.paired_mean_difference(m_a, m_b)}
+    keys = None
+    for z in za + zb:
+        ks = {(task, d) for task, t in z.items() for d in t["doc_id"]}
+        keys = ks if keys is None else keys & ks
+    keys = sorted(keys or ())
+    if not keys:
+        return None
+
+    def matrix(zs: list[dict[str, Any]], metric: str) -> list[list[float]]:
+        return [[dict(zip(z[task]["doc_id"], z[task][metric]))[d] for task, d in keys] for z in zs]
+
+    paired = rand_a and rand_b and len(sa) > 1 and None not in sa and sa == sb
+    out = {m: stats.seeded_mean_difference(matrix(za, m), matrix(zb, m), rand_a, rand_b, paired)
+           for m in ("acc", "margin")}
+    return {**out, "pair": [a, b]}
 
 
 def degradation(tables: dict[str, dict[str, Any]]) -> dict[str, str]:
@@ -159,14 +225,23 @@ def degradation(tables: dict[str, dict[str, Any]]) -> dict[str, str]:
                            "rows degrade more"}
     more = sum(stats.direction(iv) > 0 for iv in ivs)
     less = sum(stats.direction(iv) < 0 for iv in ivs)
-    verdict = "holds" if more == len(keys) else "fails" if less else "inconclusive"
+    verdict = seeds_verdict(ivs, "holds" if more == len(keys) else "fails" if less else "inconclusive")
+
+    def text(iv: dict[str, Any]) -> str:
+        if iv["seed_half"] is None:
+            return f"{iv['estimate']:+.3f}, windows only [{iv['window_lo']:+.3f}, {iv['window_hi']:+.3f}]"
+        return f"{iv['estimate']:+.3f} [{iv['lo']:+.3f}, {iv['hi']:+.3f}] (seeds {'/'.join(map(str, iv['seeds']))})"
+
     detail = "; ".join(f"{m} k={k} {lr[b]}: ×{r3[(m, k, b)][0]:.2f} vs ×{r2[(m, k, b)][0]:.2f}, log-difference "
-                       f"{iv['estimate']:+.3f} [{iv['lo']:+.3f}, {iv['hi']:+.3f}] (paper ×{r3[(m, k, b)][1]:.2f} "
-                       f"vs ×{r2[(m, k, b)][1]:.2f})" for (m, k, b), iv in zip(keys, ivs))
+                       f"{text(iv)} (paper ×{r3[(m, k, b)][1]:.2f} vs ×{r2[(m, k, b)][1]:.2f})"
+                       for (m, k, b), iv in zip(keys, ivs))
+    sdd = max(iv["sdd"] for iv in ivs)
     return {"verdict": verdict,
             "numbers": f"{more}/{len(keys)} rows degrade more, {less} less (95 % intervals); perplexity ratio "
                        f"compressed/unquantized, {s3} (for LLaMa-3) vs {s2} (for LLaMa-2 7B): {detail}",
-            "sdd": f"±{max(iv['sdd'] for iv in ivs):.3f} in log ratio"}
+            "sdd": f"±{sdd:.3f} in log ratio" if math.isfinite(sdd) else "undetermined: one realization",
+            "intervals": [{**iv, "pair": [f"{m} k={k} {lr[b]}", "LLaMa-2 7B stand-in"], "kind": "log difference"}
+                          for (m, k, b), iv in zip(keys, ivs)]}
 
 
 def _row_for(table: dict[str, Any], paper_model: str, key: tuple) -> tuple[dict, dict] | tuple[None, None]:
@@ -179,23 +254,24 @@ def _row_for(table: dict[str, Any], paper_model: str, key: tuple) -> tuple[dict,
 def _degradation_interval(t1, pm1, t3, pm3, key) -> dict[str, Any] | None:
     c2, d2 = _row_for(t1, pm1, key)
     c3, d3 = _row_for(t3, pm3, key)
-    w = [_windows(t, r["variant"]) for t, r in ((t3, c3), (t3, d3), (t1, c2), (t1, d2))]
+    w = [realizations(t, r["variant"]) for t, r in ((t3, c3), (t3, d3), (t1, c2), (t1, d2))]
     if any(x is None for x in w):
         return None
-    return stats.log_ratio_difference(w[0]["window_nll"], w[1]["window_nll"], w[0]["window_tokens"],
-                                      w[2]["window_nll"], w[3]["window_nll"], w[2]["window_tokens"])
+    return stats.seeded_log_ratio_difference(w[0]["nll"], w[1]["nll"], w[0]["tokens"], w[2]["nll"], w[3]["nll"],
+                                             w[2]["tokens"], w[0]["random"], w[2]["random"])
 
 
 def table_claims(tables: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """The ranking claims of the zero-shot tables, one per distinct comparison of variants (see module doc)."""
     found: dict[tuple, dict[str, Any]] = {}
 
-    def add(key: tuple, claim: str, source: str, decide: Callable[[], tuple[str, str, str]]) -> None:
+    def add(key: tuple, claim: str, source: str, decide: Callable[[], tuple]) -> None:
         if key in found:
             found[key]["source"] += f", {source}"
             return
-        verdict, numbers, sdd = decide()
-        found[key] = {"claim": claim, "source": source, "verdict": verdict, "numbers": numbers, "sdd": sdd}
+        verdict, numbers, sdd, *ivs = decide()
+        found[key] = {"claim": claim, "source": source, "verdict": verdict, "numbers": numbers, "sdd": sdd,
+                      "intervals": ivs[0] if ivs else []}
 
     for name, tab in tables.items():
         rows = _ppl_rows(tab)
@@ -237,15 +313,16 @@ def _decide_lowest(tab, top: dict, others: list[str]) -> tuple[str, str, str]:
     if not others or any(iv is None for iv in ivs):
         return "inconclusive", "no per-window results (rerun the evaluation)", "—"
     detail = "; ".join(f"vs {o}: {_ratio_text(iv)}" for o, iv in zip(others, ivs))
-    return (lower_verdict(ivs), f"{top['variant']} (ppl {top['ours']['wiki2_ppl']:.2f}) / each other compressed "
-            f"row: {detail}", _sdd_ratio(ivs))
+    return (seeds_verdict(ivs, lower_verdict(ivs)), f"{top['variant']} (ppl {top['ours']['wiki2_ppl']:.2f}) / each "
+            f"other compressed row: {detail}", _sdd_ratio(ivs), [{**iv, "kind": "ppl ratio"} for iv in ivs])
 
 
-def _decide_ppl_pair(tab, a: str, b: str) -> tuple[str, str, str]:
+def _decide_ppl_pair(tab, a: str, b: str) -> tuple:
     iv = ppl_ratio(tab, a, b)
     if iv is None:
         return "inconclusive", "no per-window results (rerun the evaluation)", "—"
-    return lower_verdict([iv]), f"ppl {a} / {b}: {_ratio_text(iv)}", _sdd_ratio([iv])
+    return (seeds_verdict([iv], lower_verdict([iv])), f"ppl {a} / {b}: {_ratio_text(iv)}", _sdd_ratio([iv]),
+            [{**iv, "kind": "ppl ratio"}])
 
 
 def _decide_zeroshot_pair(tab, a: str, b: str) -> tuple[str, str, str]:
@@ -253,11 +330,19 @@ def _decide_zeroshot_pair(tab, a: str, b: str) -> tuple[str, str, str]:
     if z is None:
         return "inconclusive", "no per-document results (rerun the evaluation)", "—"
     m, acc = z["margin"], z["acc"]
-    verdict = {1: "holds", -1: "fails", 0: "inconclusive"}[stats.direction(m)]
-    numbers = (f"{a} − {b} on {m['n']} documents: correct-choice log-likelihood margin {m['estimate']:+.3f} "
-               f"[{m['lo']:+.3f}, {m['hi']:+.3f}] nats (decides); accuracy {100 * acc['estimate']:+.1f} "
-               f"[{100 * acc['lo']:+.1f}, {100 * acc['hi']:+.1f}] points")
-    return verdict, numbers, f"±{m['sdd']:.3f} nats margin, ±{100 * acc['sdd']:.1f} accuracy points ({m['n']} docs)"
+    verdict = seeds_verdict([m], {1: "holds", -1: "fails", 0: "inconclusive"}[stats.direction(m)])
+    seeds = "/".join(map(str, m["seeds"]))
+    if m["seed_half"] is None:
+        numbers = (f"{a} − {b} on {m['n']} documents (seeds {seeds}: spread unknown): correct-choice log-likelihood "
+                   f"margin {m['estimate']:+.3f}, documents only [{m['window_lo']:+.3f}, {m['window_hi']:+.3f}] "
+                   f"nats; accuracy {100 * acc['estimate']:+.1f}, documents only [{100 * acc['window_lo']:+.1f}, "
+                   f"{100 * acc['window_hi']:+.1f}] points")
+        return verdict, numbers, "undetermined: one realization", [{**m, "pair": [a, b], "kind": "margin"}]
+    numbers = (f"{a} − {b} on {m['n']} documents, seeds {seeds}: correct-choice log-likelihood margin "
+               f"{m['estimate']:+.3f} [{m['lo']:+.3f}, {m['hi']:+.3f}] nats (decides); accuracy "
+               f"{100 * acc['estimate']:+.1f} [{100 * acc['lo']:+.1f}, {100 * acc['hi']:+.1f}] points")
+    return (verdict, numbers, f"±{m['sdd']:.3f} nats margin, ±{100 * acc['sdd']:.1f} accuracy points ({m['n']} docs)",
+            [{**m, "pair": [a, b], "kind": "margin"}])
 
 
 LORA_CLAIM = "LoRA fine-tuning recovers accuracy"
@@ -328,8 +413,11 @@ def lora_claim(table5: dict[str, Any], method: str = "CALDERA") -> dict[str, Any
     if not vs_c:
         return {"claim": name, "source": "Table 5", "verdict": "not testable at this scale",
                 "numbers": f"no measured {method} row with un-fine-tuned results", "sdd": "—"}
+    # one compression realization per row (Table 5 has no seed replicates): the fine-tuning gain of another
+    # realization is not measured, so the windows / documents alone decide nothing (shown, not taken)
     return {"claim": name + " (vs the un-fine-tuned compressed and the dense model)", "source": "Table 5",
-            "verdict": verdict, "numbers": "; ".join(parts), "sdd": ", ".join(dict.fromkeys(sdds))}
+            "verdict": NEEDS_SEEDS, "numbers": f"windows / documents only: {verdict}; " + "; ".join(parts),
+            "sdd": ", ".join(dict.fromkeys(sdds)) + " (windows / documents only)"}
 
 
 def lora_claims(table5: dict[str, Any]) -> list[dict[str, Any]]:
@@ -373,8 +461,8 @@ def rhtft_claims(tables: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
                 c = stats.paired_ppl_ratio(c4[0]["window_nll"], c4[0]["window_tokens"], c4[1]["window_nll"],
                                            c4[1]["window_tokens"])
                 numbers += f"; C4 stand-in (not deciding): {_ratio_text(c)} ({c['n']} windows)"
-            out.append({"claim": RHTFT_CLAIM, "source": src, "verdict": lower_verdict([iv]), "numbers": numbers,
-                        "sdd": _sdd_ratio([iv])})
+            out.append({"claim": RHTFT_CLAIM, "source": src, "verdict": seeds_verdict([iv], lower_verdict([iv])),
+                        "numbers": numbers, "sdd": _sdd_ratio([iv]), "intervals": [{**iv, "kind": "ppl ratio"}]})
     return out
 
 
@@ -461,20 +549,30 @@ def _validated_extra(e: dict[str, Any]) -> dict[str, Any]:
     return {"sdd": "— (deterministic)", **e}
 
 
-SDD_NOTE = ("*Verdicts.* Ordering claims on perplexity and zero-shot results are decided by a paired 95 % interval "
-            "(same windows / documents for both variants; percentile bootstrap, {resamples} resamples, seed {seed}): "
-            "**holds** if it excludes no-difference on the claimed side, **fails** if it excludes it on the other "
-            "side, **inconclusive** otherwise. Matrix-level claims (Figures 3/4) compare deterministic single-matrix "
-            "errors and are holds / fails on the numbers shown. *Smallest detectable difference* (sdd): the "
-            "half-width of the claim's paired 95 % interval at this run's sample (for perplexity, of the log ratio, "
-            "printed as ±% of perplexity; for zero-shot, of the mean per-document difference); a true difference "
-            "well below it is reported as inconclusive. A comparison repeated by several table rows (Table 1's "
-            "7B/13B/70B rows map to the same stand-in variants) is stated once, with every row in its source.")
+SDD_NOTE = ("*Verdicts.* Ordering claims on perplexity and zero-shot results are decided by a 95 % interval that "
+            "counts both sources of noise: the evaluation sample (paired percentile bootstrap over the same windows "
+            "/ documents for both variants, {resamples} resamples, seed {seed}) and the compression's own "
+            "randomness (Student's t over the compression seeds of each variant — RHT signs, randomized-SVD "
+            "sketches — paired across seeds where both variants share them; the two half-widths added in "
+            "quadrature, `caldera.stats`). **holds** if it excludes no-difference on the claimed side, **fails** if "
+            "it excludes it on the other side, **inconclusive** otherwise; **needs mini-full (one realization)** "
+            "when a compressed side has a single seed here, so its realization spread is unknown (the window-only "
+            "interval is shown, not decided on: `replicates` in the config, or mini-full, gives it seeds). "
+            "Matrix-level claims (Figures 3/4) compare deterministic single-matrix errors and are holds / fails on "
+            "the numbers shown. *Smallest detectable difference* (sdd): the half-width of the claim's combined "
+            "interval (for perplexity, of the log ratio, printed as ±% of perplexity; for zero-shot, of the mean "
+            "per-document difference). `spread.md` puts the between-seed spread beside the window spread per "
+            "variant and says how many seeds each comparison needs. A comparison repeated by several table rows "
+            "(Table 1's 7B/13B/70B rows map to the same stand-in variants) is stated once, with every row in its "
+            "source. *Reproducibility*: a rerun on the same CPU type with the same seeds is bitwise identical; "
+            "on another CPU, or with other seeds, each compressed model is another realization, and only these "
+            "intervals — not the point values — are expected to reproduce.")
 
 
 def write_claims(fig3_json: str, fig4_json: str, table_jsons: list[str], out_md: str, out_json: str,
                  extra: list[dict[str, Any]] | None = None, selection_json: str | None = None,
-                 throughput_json: str | None = None, lora_json: str | None = None) -> list:
+                 throughput_json: str | None = None, lora_json: str | None = None, spread_md: str | None = None,
+                 spread_json: str | None = None) -> list:
     """``claims.md`` / ``claims.json`` from the figure and table JSONs; ``extra``: more claim entries (dicts with
     ``claim``, ``source``, ``verdict``, ``numbers`` and optionally ``sdd``), listed after the matrix-level ones.
     ``selection_json``: the selection rule's output; each failing Figure 3/4 claim that it re-measured under the
@@ -498,5 +596,94 @@ def write_claims(fig3_json: str, fig4_json: str, table_jsons: list[str], out_md:
              "| claim | source | verdict | numbers | smallest detectable difference |", "|---|---|---|---|---|"]
     lines += [f"| {c['claim']} | {c['source']} | **{c['verdict']}** | {c['numbers']} | {c['sdd']} |" for c in claims]
     write_atomic(out_md, "\n".join(lines) + "\n")
+    for c in claims:  # ±inf bounds (a seed part undetermined) are stored as null: JSON has no infinity
+        c["intervals"] = [{k: (None if isinstance(x, float) and not math.isfinite(x) else x) for k, x in iv.items()}
+                          for iv in c.get("intervals", [])]
     write_json(out_json, claims)
+    if spread_md is not None:
+        md, data = spread_report(tables, claims)
+        write_atomic(spread_md, md)
+        write_json(spread_json or str(Path(spread_md).with_suffix(".json")), data)
     return claims
+
+
+def seeds_needed(effect: float, window_half: float, seed_sd_one: float, most: int = 64) -> int | None:
+    """Smallest number of seeds S ≥ 2 at which a comparison with per-seed spread ``seed_sd_one`` (the standard
+    deviation of one realization's statistic) and window half-width ``window_half`` would give a combined
+    interval (:func:`caldera.stats.combine`, symmetric approximation) that excludes no-difference for a true
+    ``effect`` (same scale, e.g. log ratio); None when even ``most`` seeds would not (the windows' noise alone
+    is at least the effect: more windows / documents are needed, not more seeds)."""
+    e = abs(effect)
+    if window_half >= e:
+        return None
+    for s in range(2, most + 1):
+        if math.hypot(window_half, stats.t_quantile(s - 1) * seed_sd_one / math.sqrt(s)) < e:
+            return s
+    return None
+
+
+def spread_report(tables: dict[str, dict[str, Any]], claims: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """``spread.md`` / ``spread.json``: the compression's realization spread beside the evaluation's sampling
+    spread. Per variant with several seeds: each seed's Wiki2 / C4 perplexity, the between-seed standard
+    deviation of log perplexity and the window half-width (both as ±% of perplexity), and where replicates were
+    scored zero-shot, the same for the mean correct-choice margin. Per decided comparison: its two parts and how
+    many seeds it needs (:func:`seeds_needed`) at its measured effect and spread."""
+    rows, seen = [], set()
+    for name, tab in tables.items():
+        for vid, info in tab.get("realizations", {}).items():
+            if vid in seen or len(info["ids"]) < 2:
+                continue
+            seen.add(vid)
+            entry: dict[str, Any] = {"variant": vid, "table": name, "seeds": info["seeds"]}
+            for corpus in ("wiki", "c4"):
+                r = realizations(tab, vid, corpus)
+                if r is None or len(r["seeds"]) < 2:
+                    continue
+                iv = stats.seeded_perplexity(r["nll"], r["tokens"], random=True)
+                logs = np.log(iv["per_seed"])
+                entry[corpus] = {"per_seed": iv["per_seed"], "estimate": iv["estimate"], "lo": iv["lo"],
+                                 "hi": iv["hi"], "seed_sd": float(logs.std(ddof=1)),
+                                 "window_half": iv["window_half"], "seeds": len(r["seeds"])}
+            rows.append(entry)
+    lines = ["# Realization spread: seeds vs evaluation windows", "",
+             "Each compressed model is one realization of a random procedure (RHT signs, randomized-SVD sketches, "
+             "and the floating-point order of the CPU that ran it). *Between seeds*: standard deviation of log "
+             "perplexity across the seeds (one realization's spread, as ±%). *Windows*: half-width of the 95 % "
+             "bootstrap interval over the evaluation windows of the seed-mean (as ±%). A ratio above 1 means the "
+             "compression's own randomness, not the evaluation sample, limits what the run can decide.", "",
+             "| variant | seeds | Wiki2 ppl per seed | geo-mean [95 %, windows + seeds] | between seeds (sd) | windows "
+             "(half-width) | seeds / windows | C4 between seeds / windows |", "|---|---|---|---|---|---|---|---|"]
+    for e in rows:
+        w, c = e.get("wiki"), e.get("c4")
+        if w is None:
+            continue
+        c4 = (f"±{100 * math.expm1(c['seed_sd']):.1f} % / ±{100 * math.expm1(c['window_half']):.1f} %"
+              if c else "—")
+        lines.append(f"| {e['variant']} | {'/'.join(map(str, e['seeds']))} | "
+                     f"{', '.join(f'{p:.2f}' for p in w['per_seed'])} | {w['estimate']:.2f} [{w['lo']:.2f}, "
+                     f"{w['hi']:.2f}] | ±{100 * math.expm1(w['seed_sd']):.1f} % | "
+                     f"±{100 * math.expm1(w['window_half']):.1f} % | {w['seed_sd'] / w['window_half']:.2f} | {c4} |")
+    lines += ["", "## Seeds each comparison needs", "",
+              "For each paired perplexity comparison of the claims: the estimate, the half-widths of its two parts "
+              "(log ratio, as ±%), and the smallest number of seeds per variant at which an interval of this "
+              "construction would exclude no-difference if the true ratio were the estimate and the per-seed "
+              "spread as measured (Student's t over S seeds, windows in quadrature); '—' when the windows' "
+              "half-width alone exceeds the effect (more windows are needed, not more seeds).", "",
+              "| claim | pair | estimate [combined 95 %] | windows | seeds (this run) | seeds needed |",
+              "|---|---|---|---|---|---|"]
+    needs = []
+    for cl in claims:
+        for iv in cl.get("intervals", []):
+            if iv.get("kind") != "ppl ratio" or iv.get("seed_half") is None or max(iv.get("seeds") or [1]) < 2:
+                continue
+            s = max(iv["seeds"])
+            one = iv["seed_sd"] * math.sqrt(s) if iv["seed_sd"] is not None else 0.0
+            need = seeds_needed(math.log(iv["estimate"]), iv["window_half"], one)
+            needs.append({"claim": cl["claim"], "pair": iv["pair"], "estimate": iv["estimate"], "lo": iv["lo"],
+                          "hi": iv["hi"], "window_half": iv["window_half"], "seed_half": iv["seed_half"],
+                          "seeds": iv["seeds"], "seeds_needed": need})
+            lines.append(f"| {cl['claim']} | {' / '.join(iv['pair'])} | ×{iv['estimate']:.3f} [{iv['lo']:.3f}, "
+                         f"{iv['hi']:.3f}] | ±{100 * math.expm1(iv['window_half']):.1f} % | "
+                         f"{'/'.join(map(str, iv['seeds']))}: ±{100 * math.expm1(iv['seed_half']):.1f} % | "
+                         f"{'—' if need is None else need} |")
+    return "\n".join(lines) + "\n", {"variants": rows, "comparisons": needs}

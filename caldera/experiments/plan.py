@@ -58,6 +58,8 @@ class Variant:
     b_lr: int | None = None
     #: the method's typed config (``get_method(method).make_config(params)``); None for the dense model
     config: Any = field(default=None, hash=False, compare=False)
+    #: a seed replicate (:func:`replicate_variants`): the id of the variant it realizes again, with another seed
+    replicate_of: str | None = None
 
 
 def _safe(s: str) -> str:
@@ -211,7 +213,80 @@ def all_variants(config: dict[str, Any]) -> dict[str, Variant]:
 
         for vid, v in lora_variants(config).items():
             out.setdefault(vid, v)
+    return {vid: offset_seed(config, v) for vid, v in out.items()}
+
+
+def offset_seed(config: dict[str, Any], v: Variant) -> Variant:
+    """``v`` with its method seed raised by ``config["seed_offset"]`` (default 0: unchanged): a fresh-seed rerun
+    of the whole run (``--config seed_offset=100 name=… tables_dir=…``) gives every compressed variant, and each
+    seed replicate, new realizations under the same ids."""
+    off = int(config.get("seed_offset") or 0)
+    if not off or v.config is None or not hasattr(v.config, "seed"):
+        return v
+    params = {**v.params, "seed": int(v.config.seed) + off}
+    return dataclasses.replace(v, params=params, config=method_config(v.method, params, "seed_offset"))
+
+
+#: A seed replicate's id is its variant's id plus this suffix and the seed (``_safe`` ids never end so otherwise).
+REPLICATE_SUFFIX = "-seed"
+
+
+def is_random(v: Variant) -> bool:
+    """Is ``v`` one realization of a random procedure? Every compressed model is: RHT signs and sketches are
+    seeded, and even a seedless method's rounding depends on the floating-point order of the machine (the
+    same seed on another CPU gives another realization). Only the dense model is not."""
+    return v.method != "dense"
+
+
+def replicate_variants(config: dict[str, Any], variants: dict[str, Variant]) -> dict[str, list[Variant]]:
+    """``{variant id: [the variant, its replicate for each seed of replicates.seeds, …]}`` for every compressed
+    variant whose id matches a pattern of ``replicates.variants`` (``fnmatch``; ``"*"``: all) and whose method
+    takes a ``seed``: the same method, parameters and rank, compressed again with ``params.seed = s`` (every
+    per-layer seed is derived from it: :func:`caldera.pipeline.compress.group_seed`). Empty without a
+    ``replicates`` block. The realizations are listed in seed order, the variant's own seed first."""
+    import fnmatch
+
+    rep = config.get("replicates")
+    if not rep or not rep.get("seeds"):
+        return {}
+    out: dict[str, list[Variant]] = {}
+    for vid, v in sorted(variants.items()):
+        if v.replicate_of is not None or v.config is None or not hasattr(v.config, "seed"):
+            continue
+        if not any(fnmatch.fnmatchcase(vid, pat) for pat in rep.get("variants", [])):
+            continue
+        reps = [v]
+        off = int(config.get("seed_offset") or 0)
+        for i, s in enumerate(rep["seeds"]):
+            params = {**v.params, "seed": int(s) + off}
+            reps.append(Variant(f"{vid}{REPLICATE_SUFFIX}{int(s)}", v.model, v.method, params, v.rank, v.b_lr,
+                                method_config(v.method, params, f"replicates.seeds[{i}]"), replicate_of=vid))
+        out[vid] = reps
     return out
+
+
+def check_replicates(config: dict[str, Any], variants: dict[str, Variant]) -> list[str]:
+    """Problems of the ``replicates`` block, each naming its key: seeds that repeat or equal a variant's own
+    seed (that realization exists already), and patterns that match no compressed, seeded variant."""
+    import fnmatch
+
+    rep = config.get("replicates")
+    if not rep:
+        return []
+    errors = []
+    seeds = [int(s) for s in rep.get("seeds", [])]
+    if len(set(seeds)) != len(seeds):
+        errors.append(f"replicates.seeds: {seeds} repeats a seed; each seed is one more realization")
+    seeded = {vid: v for vid, v in variants.items() if v.config is not None and hasattr(v.config, "seed")}
+    off = int(config.get("seed_offset") or 0)
+    own = sorted({v.config.seed for v in seeded.values()} & {s + off for s in seeds})
+    if own:
+        errors.append(f"replicates.seeds: {own} is a variant's own seed (methods.*.params.seed); pick other seeds")
+    for i, pat in enumerate(rep.get("variants", [])):
+        if not any(fnmatch.fnmatchcase(vid, pat) for vid in seeded):
+            errors.append(f"replicates.variants[{i}]: {pat!r} matches no compressed variant with a seed; variants "
+                          f"of this run: {sorted(seeded)}")
+    return errors
 
 
 def check_config(config: dict[str, Any]) -> dict[str, Variant]:
@@ -314,6 +389,7 @@ def check_config(config: dict[str, Any]) -> dict[str, Variant]:
     for a in fc["ablations"]:
         if a not in PRESETS:
             errors.append(f"figures.ablations: {a!r} is not a CALDERA preset; accepted: {sorted(PRESETS)}")
+    errors += check_replicates(config, variants)
     if errors:
         raise ValueError("invalid workflow config:\n  - " + "\n  - ".join(errors))
     return variants

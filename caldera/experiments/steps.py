@@ -184,9 +184,16 @@ def step_evaluate(
     config: dict[str, Any], v: Variant, checkpoint: str | None, ppl_outs: dict[str, str], zeroshot_out: str
 ) -> dict[str, Any]:
     """Every evaluation of one variant in one job (the model is loaded once): perplexity on each corpus of
-    ``ppl_outs`` (:func:`eval_ppl`), then zero-shot (:func:`eval_zeroshot`)."""
+    ``ppl_outs`` (:func:`eval_ppl`), then zero-shot (:func:`eval_zeroshot`). A seed replicate
+    (``v.replicate_of``) is scored on perplexity only unless ``replicates.zeroshot`` is true: its zero-shot file
+    then records that it was skipped (no results), so the tables use the seeds that have them."""
     mdl, tok = load_variant(config, v, checkpoint)
     ppl = eval_ppl(config, v, mdl, tok, ppl_outs)
+    if v.replicate_of is not None and not (config.get("replicates") or {}).get("zeroshot", False):
+        res = {"variant": v.id, "skipped": "seed replicate scored on perplexity only (replicates.zeroshot: false)",
+               "results": {"tasks": {}}}
+        write_json(zeroshot_out, res)
+        return {"ppl": ppl, "zeroshot": res}
     return {"ppl": ppl, "zeroshot": eval_zeroshot(config, v, mdl, tok, zeroshot_out)}
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from caldera import stats
 from caldera.atomic import write_atomic
 from caldera.bits import MODEL_SHAPES, average_bits
-from caldera.experiments.plan import RHTFT_TABLES, table_rows
+from caldera.experiments.plan import RHTFT_TABLES, all_variants, is_random, replicate_variants, table_rows
 
 TASK_COLUMNS = {  # paper column -> (our task, metric for tables 1–2: acc; Mistral table: as its header says)
     "wino_acc": ("caldera_winogrande", "acc"),
@@ -78,9 +78,35 @@ def variant_samples(results_dir: Path, variant: str) -> dict[str, Any]:
     return out
 
 
-def measured_row(results_dir: Path, config: dict[str, Any], table: str, row: dict[str, Any]) -> dict[str, Any]:
+def _seed_stack(samples: list[dict[str, Any]], kind: str, key: str) -> dict[str, Any] | None:
+    """Per-seed results of one corpus (``kind="ppl"``) or task (``"zeroshot"``) stacked over the seeds that have
+    it: ``{"seeds": [index into samples], …}`` with ``window_nll`` (S, W) + ``window_tokens`` (W) for a corpus,
+    ``doc_id`` (D) + ``acc`` / ``acc_norm`` / ``margin`` (S, D) on the documents every such seed scored, for a
+    task. None when no seed has it."""
+    have = [(i, s[kind][key]) for i, s in enumerate(samples) if key in s.get(kind, {})]
+    if not have:
+        return None
+    if kind == "ppl":
+        return {"seeds": [i for i, _ in have], "window_nll": [r["window_nll"] for _, r in have],
+                "window_tokens": have[0][1]["window_tokens"]}
+    docs = [d for d in have[0][1]["doc_id"] if all(d in r["doc_id"] for _, r in have)]
+    out: dict[str, Any] = {"seeds": [i for i, _ in have], "doc_id": docs}
+    for m in ("acc", "acc_norm", "margin"):
+        if all(m in r for _, r in have):
+            out[m] = [[dict(zip(r["doc_id"], r[m]))[d] for d in docs] for _, r in have]
+    return out
+
+
+def measured_row(results_dir: Path, config: dict[str, Any], table: str, row: dict[str, Any],
+                 replicates: list[Any] | None = None) -> dict[str, Any]:
     """This run's numbers for one table row: ``{column: value}`` with ``column + "_ci"`` → ``[lo, hi]`` (95 %)
-    beside every perplexity and accuracy (accuracies and their intervals in %)."""
+    beside every perplexity and accuracy (accuracies and their intervals in %), and ``"seeds"``: how many
+    compression realizations each kind of number averages (``{"ppl": S, "zeroshot": S}``).
+
+    ``replicates``: the row variant's realizations (:func:`caldera.experiments.plan.replicate_variants`, the
+    variant first). With several, a perplexity is the geometric mean across seeds and an accuracy the mean, each
+    with the interval that combines windows / documents and seeds (:func:`caldera.stats.seeded_perplexity`,
+    :func:`caldera.stats.seeded_accuracy`); with one, the window / Wilson interval of that realization."""
     v = row["variant"]
     out: dict[str, Any] = {}
     if v is None:
@@ -93,14 +119,30 @@ def measured_row(results_dir: Path, config: dict[str, Any], table: str, row: dic
     else:
         s = _load(results_dir / "compressed" / v.id / "summary.json")
         out["avg_bits"] = (s or {}).get("bits", {}).get("avg_bits_formula")
+    reps = replicates or [v]
+    samples = [variant_samples(results_dir, r.id) for r in reps]
+    random = is_random(v)
+    seeds = {"ppl": 1, "zeroshot": 1}
     for corpus in ("wiki", "c4"):
         r = _load(results_dir / "eval" / v.id / f"ppl_{corpus}.json")
+        stack = _seed_stack(samples, "ppl", corpus) if len(reps) > 1 else None
+        if stack is not None and len(stack["seeds"]) > 1:
+            ci = stats.seeded_perplexity(stack["window_nll"], stack["window_tokens"], random=random)
+            out[f"{corpus}_ppl"], out[f"{corpus}_ppl_ci"] = ci["estimate"], [ci["lo"], ci["hi"]]
+            seeds["ppl"] = len(stack["seeds"])
+            continue
         out[f"{corpus}_ppl"] = None if r is None else r["ppl"]
         out[f"{corpus}_ppl_ci"] = None if r is None else _ppl_interval(r)
     zs = _load(results_dir / "eval" / v.id / "zeroshot.json")
     for col, (task, metric) in TASK_COLUMNS.items():
         if col in ACC_NORM_TABLES.get(table, ()):
             metric = "acc_norm"
+        stack = _seed_stack(samples, "zeroshot", task) if len(reps) > 1 else None
+        if stack is not None and len(stack["seeds"]) > 1 and metric in stack and stack["doc_id"]:
+            ci = stats.seeded_accuracy(stack[metric], random=random)
+            out[col], out[f"{col}_ci"] = 100 * ci["estimate"], [100 * ci["lo"], 100 * ci["hi"]]
+            seeds["zeroshot"] = len(stack["seeds"])
+            continue
         t = None if zs is None else zs["results"]["tasks"].get(task)
         if t is None or metric not in t:
             out[col] = out[f"{col}_ci"] = None
@@ -115,6 +157,7 @@ def measured_row(results_dir: Path, config: dict[str, Any], table: str, row: dic
             out[f"{col}_ci"] = [100 * lo, 100 * hi]
         else:
             out[f"{col}_ci"] = None
+    out["seeds"] = seeds
     return out
 
 
@@ -145,11 +188,12 @@ def build_table(results_dir: str | os.PathLike, config: dict[str, Any], table: s
     are kept for the paired before/after claim."""
     results_dir = Path(results_dir)
     ft_table = table in RHTFT_TABLES
+    reps = replicate_variants(config, all_variants(config))
     cols = ["avg_bits", "wiki2_ppl", "c4_ppl", *TASK_COLUMNS] + (["wiki2_ppl_no_ft"] if ft_table else [])
     rows = []
     for row in table_rows(config, table):
         ref, v = row["ref"], row["variant"]
-        meas = measured_row(results_dir, config, table, row)
+        meas = measured_row(results_dir, config, table, row, reps.get(v.id) if v else None)
         meas["wiki2_ppl"] = meas.pop("wiki_ppl", None)
         meas["wiki2_ppl_ci"] = meas.pop("wiki_ppl_ci", None)
         extra: dict[str, Any] = {}
@@ -174,34 +218,51 @@ def build_table(results_dir: str | os.PathLike, config: dict[str, Any], table: s
             "paper": {c: (ref or {}).get(c) for c in cols},
             "ours": {c: meas.get(c) for c in cols},
             "ours_ci": {c: meas.get(f"{c}_ci") for c in cols if f"{c}_ci" in meas},
+            "seeds": meas.get("seeds", {"ppl": 0, "zeroshot": 0}),
         })
     variants = sorted({r[k] for r in rows for k in ("variant", "base_variant") if r.get(k)})
+    by_id = {v.id: v for row in table_rows(config, table) for v in (row.get("variant"), row.get("base")) if v}
+    realizations = {}
+    for vid in variants:
+        rs = reps.get(vid) or [by_id[vid]]
+        realizations[vid] = {"random": is_random(rs[0]), "seeds": [getattr(r.config, "seed", None) for r in rs],
+                             "ids": [r.id for r in rs]}
     return {"table": table, "columns": cols, "rows": rows,
             "stats": {"level": stats.LEVEL, "resamples": stats.RESAMPLES, "seed": stats.SEED,
-                      "perplexity": "percentile bootstrap over windows", "accuracy": "Wilson score interval"},
-            "samples": {v: variant_samples(results_dir, v) for v in variants}}
+                      "perplexity": "percentile bootstrap over windows, combined with Student's t over seeds",
+                      "accuracy": "Wilson score interval, combined with Student's t over seeds"},
+            "samples": {v: variant_samples(results_dir, v) for v in variants},
+            # every realization (seed) of each variant, in realizations[v]["ids"] order (the first is samples[v])
+            "realizations": realizations,
+            "seed_samples": {v: [variant_samples(results_dir, i) for i in realizations[v]["ids"]]
+                             for v in variants if len(realizations[v]["ids"]) > 1}}
+
 
 
 def render(tab: dict[str, Any], caption: str) -> tuple[str, str, str]:
     cols = tab["columns"]
-    head = ["Method", "Paper model → stand-in", "Rank (paper → ours)", "B_LR"] + [f"{c} (paper / ours)" for c in cols]
+    head = (["Method", "Paper model → stand-in", "Rank (paper → ours)", "B_LR", "Seeds (ppl / 0-shot)"]
+            + [f"{c} (paper / ours)" for c in cols])
     md = [f"**{caption}**", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     tex = ["\\begin{tabular}{" + "l" * len(head) + "}", "\\toprule",
            " & ".join(h.replace("_", "\\_").replace("→", "$\\to$") for h in head) + " \\\\", "\\midrule"]
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(["method", "paper_model", "stand_in", "paper_rank", "rank", "b_lr"]
+    w.writerow(["method", "paper_model", "stand_in", "paper_rank", "rank", "b_lr", "seeds_ppl", "seeds_zeroshot"]
                + [f"{c}_{s}" for c in cols for s in ("paper", "ours", "ours_lo", "ours_hi")])
     for r in tab["rows"]:
+        n = r.get("seeds") or {}
+        seeds = f"{n['ppl']} / {n['zeroshot']}" if r["variant"] and n.get("ppl") else "—"
         cells = [r["method"], f"{r['paper_model']} → {r['stand_in']}", f"{r['paper_rank']} → {r['rank']}",
-                 str(r["b_lr"])]
+                 str(r["b_lr"]), seeds]
         ci = r.get("ours_ci", {})
         cells += [f"{_fmt(r['paper'][c])} / {_fmt(r['ours'][c], 1 if c.endswith('_acc') else 2, ci.get(c))}"
                   for c in cols]
         md.append("| " + " | ".join(cells) + " |")
         tex.append(" & ".join(c.replace("#", "\\#").replace("±", "$\\pm$").replace("→", "$\\to$").replace("_", "\\_")
                               for c in cells) + " \\\\")
-        w.writerow([r["method"], r["paper_model"], r["stand_in"], r["paper_rank"], r["rank"], r["b_lr"]]
+        w.writerow([r["method"], r["paper_model"], r["stand_in"], r["paper_rank"], r["rank"], r["b_lr"],
+                    n.get("ppl") if r["variant"] else None, n.get("zeroshot") if r["variant"] else None]
                    + [x for c in cols for x in (r["paper"][c], r["ours"][c], *(ci.get(c) or (None, None)))])
     tex += ["\\bottomrule", "\\end{tabular}"]
     return "\n".join(md) + "\n", "\n".join(tex) + "\n", buf.getvalue()
@@ -225,9 +286,12 @@ def write_table(results_dir: str, config: dict[str, Any], table: str, out_md: st
     stand = sorted({r["stand_in"] for r in tab["rows"] if r["variant"]})
     caption = (f"{table}: paper numbers beside this run ({config['name']} config). Stand-in model(s): "
                f"{', '.join(stand)}; each paper rank is mapped to the stand-in rank with the closest average bits "
-               f"(App. E.5). Ours: value [95 % interval] — perplexity: percentile bootstrap over the evaluation "
-               f"windows ({stats.RESAMPLES} resamples, seed {stats.SEED}); accuracy in %: Wilson score interval "
-               f"over the documents. Zero-shot limit per task: {config['eval']['zeroshot'].get('limit')}; "
+               f"(App. E.5). Ours: value [95 % interval] over the compression seeds of the Seeds column (ppl: "
+               f"geometric mean; accuracy: mean) — perplexity: percentile bootstrap over the evaluation windows "
+               f"({stats.RESAMPLES} resamples, seed {stats.SEED}), accuracy in %: Wilson score interval over the "
+               f"documents, each widened by Student's t over the seeds where a row has several (caldera.stats; "
+               f"one seed: the evaluation's noise only, not the compression's). Zero-shot limit per task: "
+               f"{config['eval']['zeroshot'].get('limit')}; "
                "perplexity corpora (windows × tokens): "
                + ", ".join(f"{k}={v['source']} ({v.get('n_windows') or 'all'} × {v['seq_len']})"
                            for k, v in config["eval"]["ppl"].items()) + ".")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from caldera.experiments.claims import degradation
 
@@ -38,7 +39,17 @@ def _with_windows(table: dict, spread: float = 0.0) -> dict:
     for r in table["rows"]:
         w = samples[r["variant"]]["ppl"]["wiki"]
         r["ours"]["wiki2_ppl"] = math.exp(sum(w["window_nll"]) / (TOK * N_WIN))
-    return {**table, "samples": samples}
+    return {**table, **_identical_seeds(samples)}
+
+
+def _identical_seeds(samples: dict, n: int = 3) -> dict:
+    """Every variant realized ``n`` times with identical results (no realization spread): the verdicts are the
+    windows' alone, as when the compression were deterministic. Each seed's entry is the same dict object, so
+    edits of ``samples`` reach every seed."""
+    real = {v: {"random": not v.endswith("dense"), "seeds": list(range(n)) if not v.endswith("dense") else [None],
+                "ids": [v] * n} for v in samples}
+    return {"samples": samples, "realizations": real,
+            "seed_samples": {v: [samples[v]] * n for v in samples if not v.endswith("dense")}}
 
 
 def _tables(l3_quip, l3_stand="B", spread=0.0):
@@ -323,7 +334,7 @@ def _rhtft_table(before: float, after: float, spread: float = 0.0) -> dict:
     rows[0]["ours"]["wiki2_ppl_no_ft"] = before
     rows[0]["paper"]["wiki2_ppl_no_ft"] = 7.37
     tab = _with_windows({"rows": [rows[0], {**rows[0], "variant": "base", "ours": {"wiki2_ppl": before}}]}, spread)
-    return {"rows": [tab["rows"][0], rows[1]], "samples": tab["samples"]}
+    return {**tab, "rows": [tab["rows"][0], rows[1]]}
 
 
 def test_rhtft_claim_decided_by_the_paired_interval():
@@ -350,3 +361,72 @@ def test_rhtft_claim_pending_without_the_tables_and_kept_out_of_the_ranking_clai
                                  "table3_llama2_rhtft": _rhtft_table(before=40.0, after=30.0)})
     assert _verdict(c, RHTFT_CLAIM)["verdict"] == "holds"
     assert not any("table3" in x["source"] and x["claim"] != RHTFT_CLAIM for x in c)
+
+
+# ---- claims across compression seeds ---------------------------------------------------------------------------
+
+
+def _seeded(table: dict, factors: dict[str, tuple[float, ...]]) -> dict:
+    """``table`` with each listed variant realized once per factor: seed s's windows are seed 0's scaled by
+    ``factors[v][s]`` in perplexity (a realization that is better or worse on every window alike)."""
+    out = {**table, "realizations": dict(table["realizations"]), "seed_samples": dict(table["seed_samples"])}
+    for v, fs in factors.items():
+        w = table["samples"][v]["ppl"]["wiki"]
+        out["seed_samples"][v] = [{"ppl": {"wiki": {"window_nll": [x + math.log(f) * t for x, t in
+                                                                   zip(w["window_nll"], w["window_tokens"])],
+                                                    "window_tokens": w["window_tokens"]}}, "zeroshot": {}}
+                                  for f in fs]
+        out["realizations"][v] = {"random": True, "seeds": list(range(len(fs))), "ids": [v] * len(fs)}
+    return out
+
+
+def test_a_window_only_win_is_undone_by_the_seed_spread():
+    from caldera.experiments.claims import table_claims
+
+    t = _table1(c4=36.0, quip=40.0)  # ×0.90 on every window of seed 0
+    beats = _verdict(table_claims({"table1_llama2_zeroshot": t}), "4-bit CALDERA beats QuIP# in Wiki2")
+    assert beats["verdict"] == "holds"
+    # other realizations of the same two variants land ±15 % around: the seeds do not resolve the direction
+    t = _seeded(t, {"c4-r16": (1.0, 1.15, 0.9), "quip": (1.0, 0.85, 1.1), "c4-r32": (1.0, 1.2, 0.85)})
+    beats = _verdict(table_claims({"table1_llama2_zeroshot": t}), "4-bit CALDERA beats QuIP# in Wiki2")
+    assert beats["verdict"] == "inconclusive", beats["numbers"]
+    iv = beats["intervals"][0]
+    assert iv["seeds"] == [3] and iv["paired_seeds"] and iv["lo"] < 1.0 < iv["hi"]
+    assert "seeds ±" in beats["numbers"] and "3 seeds" in beats["sdd"]
+
+
+def test_one_realization_of_a_compressed_side_needs_mini_full():
+    from caldera.experiments.claims import NEEDS_SEEDS, table_claims
+
+    t = _table1(c4=30.0, quip=40.0)
+    for v in ("c4-r16", "quip"):  # seed 0 only
+        t["realizations"][v] = {"random": True, "seeds": [0], "ids": [v]}
+        del t["seed_samples"][v]
+    beats = _verdict(table_claims({"table1_llama2_zeroshot": t}), "4-bit CALDERA beats QuIP# in Wiki2")
+    assert beats["verdict"] == NEEDS_SEEDS
+    assert "windows only [0.750, 0.750]" in beats["numbers"] and beats["sdd"].startswith("undetermined")
+
+
+def test_spread_report_lists_the_seed_spread_and_the_seeds_needed():
+    from caldera.experiments.claims import seeds_needed, spread_report, table_claims
+
+    t = _seeded(_table1(c4=36.0, quip=40.0), {"c4-r16": (1.0, 1.02, 0.99), "quip": (1.0, 0.98, 1.01)})
+    tables = {"table1_llama2_zeroshot": t}
+    md, data = spread_report(tables, table_claims(tables))
+    row = [r for r in data["variants"] if r["variant"] == "c4-r16"][0]
+    logs = np.log([36.0 * f for f in (1.0, 1.02, 0.99)])
+    assert row["wiki"]["seed_sd"] == pytest.approx(logs.std(ddof=1), rel=1e-6)
+    assert row["wiki"]["per_seed"] == pytest.approx([36.0, 36.72, 35.64], rel=1e-6)
+    assert "| c4-r16 |" in md and "Seeds each comparison needs" in md
+    comp = [c for c in data["comparisons"] if c["pair"] == ["c4-r16", "quip"]][0]
+    assert comp["seeds_needed"] == seeds_needed(math.log(comp["estimate"]), comp["window_half"],
+                                                comp["seed_half"] / 4.302652729911275 * math.sqrt(3))
+
+
+def test_seeds_needed_grows_with_the_spread_and_stops_at_the_windows():
+    from caldera.experiments.claims import seeds_needed
+
+    assert seeds_needed(0.2, 0.0, 0.01) == 2
+    few, many = seeds_needed(0.1, 0.02, 0.05), seeds_needed(0.1, 0.02, 0.15)
+    assert few is not None and many is not None and many > few
+    assert seeds_needed(0.05, 0.06, 0.0) is None  # the windows alone are wider than the effect

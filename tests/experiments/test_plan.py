@@ -91,6 +91,9 @@ BAD = {
     "figure-layer-without-hessians": ("figures.layer", 5, "not in layers"),
     "figure-model-not-stand-in": ("figures.paper_model", "llama-9b", "figures.paper_model"),
     "unknown-table": ("tables", ["table9"], "table9"),
+    "replicate-seed-is-own-seed": ("replicates.seeds", [0, 1], "is a variant's own seed"),
+    "replicate-seed-repeated": ("replicates.seeds", [1, 1], "seeds"),
+    "replicate-pattern-matches-nothing": ("replicates.variants", ["gemma3-*"], "matches no compressed variant"),
 }
 
 
@@ -150,3 +153,40 @@ def test_bad_rhtft_config_named(edit, words):
     with pytest.raises(ValueError) as e:
         check_config(cfg)
     assert words in str(e.value)
+
+
+def test_replicates_realize_the_listed_variants_again_with_each_seed():
+    from caldera.experiments.plan import REPLICATE_SUFFIX, replicate_variants
+
+    cfg = load("smoke")
+    variants = checked(cfg)
+    reps = replicate_variants(cfg, variants)
+    assert sorted(reps) == sorted(v for v in variants if v.startswith(("smollm2-caldera-", "smollm2-quipsharp")))
+    for vid, rs in reps.items():
+        assert rs[0] is variants[vid] and [r.config.seed for r in rs] == [0, 1, 2]
+        for r in rs[1:]:
+            assert r.id == f"{vid}{REPLICATE_SUFFIX}{r.config.seed}" and r.replicate_of == vid
+            # the same method, rank and every other parameter: only the seed differs
+            assert (r.method, r.rank, r.b_lr) == (rs[0].method, rs[0].rank, rs[0].b_lr)
+            assert {k: x for k, x in r.params.items() if k != "seed"} == {k: x for k, x in rs[0].params.items()
+                                                                        if k != "seed"}
+    # the dense model and seedless methods (rtn) are never replicated
+    assert not any(v.endswith("dense") or "rtn" in v for v in reps)
+    cfg.pop("replicates")
+    assert replicate_variants(cfg, variants) == {}
+
+
+def test_seed_offset_gives_every_realization_new_seeds_under_the_same_ids():
+    from caldera.experiments.plan import replicate_variants
+
+    cfg = load("smoke")
+    v0 = checked(cfg)
+    cfg2 = copy.deepcopy(cfg)
+    cfg2["seed_offset"] = 100
+    v1 = checked(cfg2)
+    assert sorted(v0) == sorted(v1)
+    for vid in v0:
+        if hasattr(v0[vid].config, "seed"):
+            assert v1[vid].config.seed == v0[vid].config.seed + 100
+    r1 = replicate_variants(cfg2, v1)
+    assert {r.config.seed for rs in r1.values() for r in rs} == {100, 101, 102}

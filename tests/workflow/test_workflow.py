@@ -134,6 +134,11 @@ def test_smoke_workflow_end_to_end(tmp_path):
     from caldera.experiments.claims import VERDICTS  # holds / fails / inconclusive / not testable / pending
 
     assert {c["verdict"] for c in claims} <= set(VERDICTS)
+    # seed replicates (config replicates): the Table 7 rows average three realizations and the claims count them
+    table = json.loads((out / "table7_mistral.json").read_text())
+    assert {r["seeds"]["ppl"] for r in table["rows"] if r["variant"] and "caldera" in r["variant"]} == {3}
+    assert any(max(iv.get("seeds") or [0]) == 3 for c in claims for iv in c.get("intervals", []))
+    assert "| smollm2-quipsharp | 0/1/2 |" in (out / "spread.md").read_text()
     # resumable: a second run has nothing to do
     r2 = subprocess.run(SNAKEMAKE + ["-n", "--cores", "2", "--configfile", "config/smoke.yaml"], cwd=tmp_path,
                         capture_output=True, text=True, timeout=600, env=env)

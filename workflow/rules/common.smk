@@ -5,7 +5,13 @@ import sys
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from caldera.experiments.plan import check_config, effective_settings, pending_tables, rhtft_variants
+from caldera.experiments.plan import (
+    check_config,
+    effective_settings,
+    pending_tables,
+    replicate_variants,
+    rhtft_variants,
+)
 from caldera.experiments.selection import matrix_claim_inputs, selection_models
 from caldera.experiments.steps import layer_chunks
 from caldera.experiments.throughput import TABLE as THROUGHPUT_TABLE, throughput_settings, throughput_variants
@@ -22,6 +28,9 @@ RES = f"results/{RUN}"
 TABLES_DIR = config["tables_dir"]
 print(f"CALDERA workflow, config {', '.join(map(str, CONFIG_FILES))}; effective settings:\n"
       + json.dumps(effective_settings(config, VARIANTS), indent=1, sort_keys=True, default=str), file=sys.stderr)
+# seed replicates (config `replicates`): the same variants compressed again with other seeds, evaluated like any
+REPLICATES = replicate_variants(config, VARIANTS)
+VARIANTS.update({r.id: r for reps in REPLICATES.values() for r in reps[1:]})
 COMPRESSED = sorted(v for v, spec in VARIANTS.items() if spec.method != "dense")
 # RHT-FT models (Tables 3-4): made by rule rht_finetune from their base variant, then evaluated like any variant
 FT_VARIANTS = rhtft_variants(config)
@@ -53,6 +62,12 @@ def declared(*parts):
 def variant_spec(wildcards):
     v = VARIANTS[wildcards.variant]
     return declared(dataclasses.asdict(v), config["models"][v.model]["source"], config.get("layers"))
+
+
+def eval_spec(wildcards):
+    v = VARIANTS[wildcards.variant]
+    rep = (config.get("replicates") or {}).get("zeroshot", False) if v.replicate_of else None
+    return declared(variant_spec(wildcards), config["eval"], rep)
 
 
 def compress_spec(wildcards):
@@ -126,6 +141,9 @@ def get_table_inputs(wildcards):
             continue
         files += [f"{RES}/eval/{v.id}/ppl_{c}.json" for c in config["eval"]["ppl"]]
         files.append(f"{RES}/eval/{v.id}/zeroshot.json")
+        for r in REPLICATES.get(v.id, [])[1:]:  # its seed replicates (the table's values across seeds)
+            files += [f"{RES}/eval/{r.id}/ppl_{c}.json" for c in config["eval"]["ppl"]]
+            files.append(f"{RES}/eval/{r.id}/zeroshot.json")
         base = row.get("base")
         if base is not None:  # an RHT-FT row: its un-fine-tuned evaluation too (the before/after claim)
             files += [f"{RES}/eval/{base.id}/ppl_{c}.json" for c in config["eval"]["ppl"]]

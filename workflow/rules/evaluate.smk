@@ -11,7 +11,7 @@ rule evaluate:
     log:
         f"{RES}/logs/eval/{{variant}}.log",
     params:
-        spec=lambda w: declared(variant_spec(w), config["eval"]),
+        spec=eval_spec,
         variant=lambda w: VARIANTS[w.variant],
     resources:
         gpu=1,

@@ -132,6 +132,8 @@ rule claims:
     output:
         md=report(f"{TABLES_DIR}/claims.md", category="Claims"),
         json=f"{TABLES_DIR}/claims.json",
+        spread_md=report(f"{TABLES_DIR}/spread.md", category="Claims"),
+        spread_json=f"{TABLES_DIR}/spread.json",
     benchmark:
         f"{RES}/benchmarks/claims/claims.tsv"
     log:
