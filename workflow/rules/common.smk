@@ -5,12 +5,17 @@ import sys
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
+from caldera.experiments.config_guard import check_config_files
 from caldera.experiments.plan import check_config, effective_settings, pending_tables, rhtft_variants
 from caldera.experiments.selection import matrix_claim_inputs, selection_models
 from caldera.experiments.steps import layer_chunks
 from caldera.experiments.throughput import TABLE as THROUGHPUT_TABLE, throughput_settings, throughput_variants
 
 CONFIG_FILES = list(workflow.overwrite_configfiles) or ["config/mini.yaml"]
+try:
+    check_config_files(CONFIG_FILES)  # re-read strictly: Snakemake's loader lets a repeated key's last value win
+except ValueError as e:
+    raise WorkflowError(f"config: {e}") from None
 validate(config, "../schemas/config.schema.yaml")
 try:
     VARIANTS = check_config(config)  # every method config built through the registry: fails here, not in a job
