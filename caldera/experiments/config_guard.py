@@ -34,6 +34,26 @@ def check_config_files(paths: list[str | Path]) -> None:
         load_yaml_strict(p)
 
 
+def quoted_number_errors(config: dict[str, Any], schema_file: str | Path) -> list[str]:
+    """Schema violations whose value is a quoted number (``bits: "2"``), each as ``path: ... write it without
+    quotes``; the schema's own message ("'2' is not valid under any of the given schemas") does not say so."""
+    import jsonschema
+
+    schema = load_yaml_strict(schema_file)
+    out = []
+    for err in jsonschema.Draft202012Validator(schema).iter_errors(config):
+        bad = [e for e in [err, *err.context] if isinstance(e.instance, str)]
+        for e in bad[:1]:
+            try:
+                float(e.instance)
+            except ValueError:
+                continue
+            where = ".".join(str(k) for k in e.absolute_path)
+            key = where.rsplit(".", 1)[-1]
+            out.append(f"{where}: {e.instance!r} is a quoted number; write it without quotes ({key}: {e.instance})")
+    return sorted(set(out))
+
+
 def _non_finite(node: Any, path: str, out: list[str]) -> None:
     if isinstance(node, dict):
         for k, v in node.items():

@@ -125,8 +125,21 @@ BAD = {
     "bits-string-caldera": ("methods.caldera.params.q_bits", "2", "q_bits='2' is a string"),
     "bool-string": ("methods.caldera.params.hessian_update", "false", "hessian_update='false' is a string; "
                     "hessian_update takes true or false"),
-    "selection-bits-string": ("selection.bits", "2", "'2' is not valid"),
 }
+
+
+@pytest.mark.parametrize("path, value, words", [
+    ("selection.bits", "2", "selection.bits: '2' is a quoted number; write it without quotes (bits: 2)"),
+    ("calibration.n_samples", "8", "calibration.n_samples: '8' is a quoted number; write it without quotes"),
+    ("lora_ft.tasks.wiki.lr", "1e-4", "lora_ft.tasks.wiki.lr: '1e-4' is a quoted number"),
+])
+def test_quoted_numbers_are_named_before_the_schema_message(path, value, words):
+    from caldera.experiments.config_guard import quoted_number_errors
+
+    cfg = yaml.safe_load((ROOT / "config/smoke.yaml").read_text())
+    assert quoted_number_errors(cfg, SCHEMA) == []
+    _set(cfg, path, value)
+    assert words in "\n".join(quoted_number_errors(cfg, SCHEMA))
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
