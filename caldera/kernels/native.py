@@ -166,7 +166,10 @@ def current_build() -> Build | str:
     if isinstance(found, str):
         return found
     cc, version = found
-    source = _SRC_PATH.read_bytes()
+    try:
+        source = _SRC_PATH.read_bytes()
+    except OSError as e:
+        return f"the kernel source {_SRC_PATH} cannot be read ({e}); reinstall caldera"
     return Build(folder, build_key(source, cc, version), cc, source)
 
 

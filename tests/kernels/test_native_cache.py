@@ -237,3 +237,9 @@ def test_cpu_id_holds_the_flags_line():
 def test_source_ships_inside_the_package():
     shipped = native._SRC_PATH  # caldera/kernels/csrc/ (symlink) → kernels/cpu/
     assert shipped.is_file() and shipped.read_bytes() == (ROOT / "kernels/cpu/caldera_layer.c").read_bytes()
+
+
+def test_missing_source_falls_back_with_one_warning(cache, monkeypatch, tmp_path):
+    monkeypatch.setattr(native, "_SRC_PATH", tmp_path / "nosuch.c")
+    lib, msgs = _load()
+    assert lib is None and len(msgs) == 1 and "nosuch.c cannot be read" in msgs[0] and "reinstall" in msgs[0]
