@@ -115,7 +115,7 @@ def _secure_dir(d: Path) -> str | None:
 def _compiler() -> tuple[str, str] | str:
     """``(path, cc --version output)`` of ``$CC`` or ``cc``, or the reason there is none."""
     name = os.environ.get("CC") or "cc"
-    cc = shutil.which(name) or shutil.which("gcc")
+    cc = shutil.which(name) or (None if os.environ.get("CC") else shutil.which("gcc"))  # a set $CC is not replaced
     if not cc:
         return f"no C compiler ({name!r} not found; set $CC)"
     try:

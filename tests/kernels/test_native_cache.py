@@ -243,3 +243,9 @@ def test_missing_source_falls_back_with_one_warning(cache, monkeypatch, tmp_path
     monkeypatch.setattr(native, "_SRC_PATH", tmp_path / "nosuch.c")
     lib, msgs = _load()
     assert lib is None and len(msgs) == 1 and "nosuch.c cannot be read" in msgs[0] and "reinstall" in msgs[0]
+
+
+def test_compiler_named_by_cc_that_does_not_exist_is_a_warning(cache, monkeypatch):
+    monkeypatch.setenv("CC", "no-such-compiler-xyz")
+    lib, msgs = _load()
+    assert lib is None and len(msgs) == 1 and "'no-such-compiler-xyz' not found; set $CC" in msgs[0]
