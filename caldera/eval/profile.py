@@ -91,7 +91,8 @@ def profile(config: dict, model: str, head: bool = False) -> dict:
 
 def main(argv=None) -> None:
     import torch
-    import yaml
+
+    from caldera.strict_yaml import load_yaml_strict
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", default="config/mini.yaml")
@@ -100,7 +101,7 @@ def main(argv=None) -> None:
     p.add_argument("--head", action="store_true", help="also time the LM head of one perplexity window")
     a = p.parse_args(argv)
     torch.set_num_threads(1)
-    config = yaml.safe_load(Path(a.config).read_text())
+    config = load_yaml_strict(a.config)
     if a.set_eval:
         for k, v in json.loads(a.set_eval).items():
             config["eval"][k] = {**config["eval"].get(k, {}), **v} if isinstance(v, dict) else v

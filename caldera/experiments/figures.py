@@ -99,10 +99,16 @@ def step_lplr_traces(config: dict[str, Any], model: str, hessian_dir: str, out: 
     return res
 
 
+#: Per-format metadata that keeps a rerun's file byte-identical: no creation date in a PDF (matplotlib writes the
+#: current time otherwise) or an SVG; PNG metadata has no date.
+_NO_DATE = {"pdf": {"CreationDate": None}, "svg": {"Date": None}, "png": {}}
+
+
 def _save(fig, out_png: str, out_pdf: str) -> None:
     for path in (out_png, out_pdf):
+        fmt = Path(path).suffix.lstrip(".")
         with atomic_path(path) as tmp:
-            fig.savefig(tmp, bbox_inches="tight", dpi=130, format=Path(path).suffix.lstrip("."))
+            fig.savefig(tmp, bbox_inches="tight", dpi=130, format=fmt, metadata=_NO_DATE.get(fmt))
 
 
 def plot_figure1(data: dict[str, Any], out_png: str, out_pdf: str) -> None:

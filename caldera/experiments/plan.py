@@ -299,6 +299,7 @@ def check_config(config: dict[str, Any]) -> dict[str, Variant]:
     """
     from caldera.config import PRESETS
     from caldera.eval.zeroshot import TASKS
+    from caldera.experiments.config_guard import plan_time_errors
     from caldera.pipeline.text import HF_TEXT, TEXT_SOURCES
 
     errors: list[str] = []
@@ -390,6 +391,7 @@ def check_config(config: dict[str, Any]) -> dict[str, Variant]:
         if a not in PRESETS:
             errors.append(f"figures.ablations: {a!r} is not a CALDERA preset; accepted: {sorted(PRESETS)}")
     errors += check_replicates(config, variants)
+    errors += plan_time_errors(config)  # non-finite numbers, selection, asset names, ranks, lengths, duplicates
     if errors:
         raise ValueError("invalid workflow config:\n  - " + "\n  - ".join(errors))
     return variants

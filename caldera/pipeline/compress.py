@@ -275,10 +275,13 @@ def compress_model(
             bar.set_postfix_str(msg)
             bar.update(1)
 
-        with torch.no_grad():
-            tensors, matrices = _decompose_layer(
-                all_layers[li], li, H_groups, spec, config, ft_rank=ft_rank, progress_cb=tick
-            )
+        try:
+            with torch.no_grad():
+                tensors, matrices = _decompose_layer(
+                    all_layers[li], li, H_groups, spec, config, ft_rank=ft_rank, progress_cb=tick
+                )
+        except ValueError as e:  # e.g. an indefinite H: say which file it came from
+            raise ValueError(f"layer {li} with the Hessians of {layer_file(hessian_dir, li)}: {e}") from e
         st, js = layer_paths(out_dir, li)
         # one metadata key (JSON, sorted): a rerun writes byte-identical files (see caldera.atomic)
         save_safetensors_atomic(tensors, st, {"caldera_layer": json.dumps({"format": FORMAT, "layer": li})})

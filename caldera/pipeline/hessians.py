@@ -13,7 +13,8 @@ calibration activations are propagated **layer by layer through the original mod
 
 One artifact per layer, ``layer_{l:03d}.safetensors``, holds ``{group}.H`` (d×d, ``store_dtype``),
 ``{group}.mu`` (d, float64) and ``{group}.count`` (int64 scalar) for the four groups, plus a JSON metadata
-string (``caldera_hessians``: format, layer, groups, n_tokens, seed, model, dtype, calibration fingerprint).
+string (``caldera_hessians``: format, layer, groups, n_tokens, seed, model, dtype, calibration fingerprint, and
+``tensors_sha256``, the content hash of every tensor, checked whenever the file is read: :func:`tensors_sha256`).
 Unlike the authors' files, H is stored uncentered (no ``μμᵀ`` to add back) and not trace-normalized:
 regularization is the decomposition's job (``caldera.ldl.regularize_hessian``).
 
@@ -121,7 +122,9 @@ class HessianAccumulator:
             "dtype": str(dtype).removeprefix("torch."),
             **metadata,
         }
-        return save_safetensors_atomic(self.tensors("", dtype), path, {META_KEY: json.dumps(meta, sort_keys=True)})
+        tensors = self.tensors("", dtype)
+        meta["tensors_sha256"] = tensors_sha256(tensors)
+        return save_safetensors_atomic(tensors, path, {META_KEY: json.dumps(meta, sort_keys=True)})
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> tuple["HessianAccumulator", dict[str, Any]]:
@@ -139,6 +142,17 @@ class HessianAccumulator:
 
 
 # ----------------------------------------------------------------------------------------- file helpers
+
+
+def tensors_sha256(tensors: dict[str, Tensor]) -> str:
+    """sha256 over every tensor's name, dtype, shape and bytes (in name order): recorded in a Hessian file's
+    metadata when it is written, checked by every read, so a flipped bit is an error naming the file."""
+    h = hashlib.sha256()
+    for k in sorted(tensors):
+        t = tensors[k].detach().cpu().contiguous()
+        h.update(f"{k}\0{str(t.dtype).removeprefix('torch.')}\0{tuple(t.shape)}\0".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
 
 
 def _corrupt(path: str | os.PathLike, why: str) -> ValueError:
@@ -164,6 +178,12 @@ def _read(path: str | os.PathLike) -> tuple[dict[str, Tensor], dict[str, Any]]:
         meta = None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise _corrupt(path, f"missing or unknown '{META_KEY}' metadata (expected format {FORMAT})")
+    want = meta.get("tensors_sha256")
+    if want is None:
+        raise _corrupt(path, "no content hash 'tensors_sha256' in its metadata (written by an older version, or "
+                             "edited)")  # fmt: skip
+    if tensors_sha256(tensors) != want:
+        raise _corrupt(path, "its tensors do not match the content hash recorded when it was written (a changed bit)")
     for k, t in tensors.items():
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
             raise _corrupt(path, f"tensor {k!r} has NaN/Inf entries")
@@ -384,6 +404,7 @@ def collect_hessians(
                         "model": str(name),
                         "dtype": str(store_dtype).removeprefix("torch."),
                         "calibration_sha256": fp,
+                        "tensors_sha256": tensors_sha256(tensors),
                     }
                     meta_json = {META_KEY: json.dumps(meta, sort_keys=True)}
                     save_safetensors_atomic(tensors, layer_file(out_dir, li), meta_json)

@@ -94,7 +94,55 @@ BAD = {
     "replicate-seed-is-own-seed": ("replicates.seeds", [0, 1], "is a variant's own seed"),
     "replicate-seed-repeated": ("replicates.seeds", [1, 1], "seeds"),
     "replicate-pattern-matches-nothing": ("replicates.variants", ["gemma3-*"], "matches no compressed variant"),
+    # issue 21 item 4: refused at plan time, each naming its key and the fix
+    "selection-candidate-typo": ("selection.candidates.Q-first", {"update_ordr": "Q-first"},
+                                 "selection.candidates.Q-first: method 'caldera': unknown parameters ['update_ordr']"),
+    "selection-base-typo": ("selection.base", {"presett": "paper"},
+                            "selection.base: method 'caldera': unknown parameters ['presett']"),
+    "selection-base-bad-preset": ("selection.base", {"preset": "nosuch"}, "selection.base: "),
+    "selection-unknown-stand-in": ("selection.layers", {"nosuch": [1]},
+                                   "selection.layers.nosuch: not a key of models (['smollm2']); name a stand-in"),
+    "selection-layer-out-of-range": ("selection.layers", {"smollm2": [99]},
+                                     "selection.layers.smollm2: [99] out of range (30 decoder layers: 0..29)"),
+    "selection-layer-without-hessians": ("selection.layers", {"smollm2": [5]},
+                                         "selection.layers.smollm2: [5] have no Hessians (not in layers [0, 1])"),
+    "unknown-asset": ("models.smollm2.source", "asset:nosuch",
+                      "models.smollm2.source: 'asset:nosuch' is not an offline asset; accepted: ['asset:gemma3', "),
+    "lr-nan": ("lora_ft.tasks.wiki.lr", float("nan"), "lora_ft.tasks.wiki.lr: nan is not a finite number"),
+    "lr-inf": ("lora_ft.tasks.wiki.lr", float("inf"), "lora_ft.tasks.wiki.lr: inf is not a finite number"),
+    "weight-decay-nan": ("lora_ft.tasks.wiki.weight_decay", float("nan"), "weight_decay: nan is not a finite"),
+    "duplicate-task": ("eval.zeroshot.tasks", ["caldera_winogrande", "winogrande"],
+                       "eval.zeroshot.tasks: ['caldera_winogrande', 'winogrande'] name the same task more than once"),
+    "paper-ranks-none-match": ("paper_ranks", [999], "paper_ranks: [999] are not ranks of the rows of tables "
+                               "['table7_mistral'] (those rows would all be dropped); accepted: [128, 256]"),
+    "figure-rank-too-large": ("figures.paper_ranks", [100000], "figures.paper_ranks: 100000 cannot be mapped to "
+                              "models.smollm2 (4-bit factors): rank=100000 exceeds min(n, d)=4096"),
+    "figure-rank-above-paper-model": ("figures.paper_ranks", [64, 5000], "figures.paper_ranks: 5000 cannot be"),
+    "seq-len-huge": ("calibration.seq_len", 10_000_000,
+                     "calibration.seq_len: 10000000 tokens is longer than models.smollm2 takes (8192 positions)"),
+    "ppl-seq-len-huge": ("eval.ppl.wiki.seq_len", 10_000_000, "eval.ppl.wiki.seq_len: 10000000 tokens"),
+    "block-size-huge": ("lora_ft.tasks.wiki.block_size", 9000, "lora_ft.tasks.wiki.block_size: 9000 tokens"),
+    "bits-string-rtn": ("extra_methods.0.params.bits", "2",
+                        "extra_methods[0] (rtn-2bit): method 'rtn': bits='2' is a string; bits takes a number: "
+                        "write it without quotes (e.g. bits: 2)"),
+    "bits-string-caldera": ("methods.caldera.params.q_bits", "2", "q_bits='2' is a string"),
+    "bool-string": ("methods.caldera.params.hessian_update", "false", "hessian_update='false' is a string; "
+                    "hessian_update takes true or false"),
 }
+
+
+@pytest.mark.parametrize("path, value, words", [
+    ("selection.bits", "2", "selection.bits: '2' is a quoted number; write it without quotes (bits: 2)"),
+    ("calibration.n_samples", "8", "calibration.n_samples: '8' is a quoted number; write it without quotes"),
+    ("lora_ft.tasks.wiki.lr", "1e-4", "lora_ft.tasks.wiki.lr: '1e-4' is a quoted number"),
+])
+def test_quoted_numbers_are_named_before_the_schema_message(path, value, words):
+    from caldera.experiments.config_guard import quoted_number_errors
+
+    cfg = yaml.safe_load((ROOT / "config/smoke.yaml").read_text())
+    assert quoted_number_errors(cfg, SCHEMA) == []
+    _set(cfg, path, value)
+    assert words in "\n".join(quoted_number_errors(cfg, SCHEMA))
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
@@ -190,3 +238,24 @@ def test_seed_offset_gives_every_realization_new_seeds_under_the_same_ids():
             assert v1[vid].config.seed == v0[vid].config.seed + 100
     r1 = replicate_variants(cfg2, v1)
     assert {r.config.seed for rs in r1.values() for r in rs} == {100, 101, 102}
+
+
+def test_duplicate_yaml_key_is_refused_with_file_and_line(tmp_path):
+    from caldera.experiments.config_guard import check_config_files
+    from caldera.strict_yaml import load_yaml_strict
+
+    f = tmp_path / "dup.yaml"
+    f.write_text("name: a\ncalibration:\n  seq_len: 128\n  n_samples: 8\n  seq_len: 64\n")
+    assert yaml.safe_load(f.read_text())["calibration"]["seq_len"] == 64  # what the plain loader does
+    with pytest.raises(ValueError) as e:
+        check_config_files([f])
+    msg = str(e.value)
+    assert str(f) in msg and "duplicate key 'seq_len' (first at line 3)" in msg and "line 5" in msg
+    assert load_yaml_strict(ROOT / "config/smoke.yaml") == yaml.safe_load((ROOT / "config/smoke.yaml").read_text())
+
+
+@pytest.mark.parametrize("name", ["mini", "mini-full", "mini-core", "smoke", "paper"])
+def test_shipped_configs_have_no_duplicate_keys(name):
+    from caldera.strict_yaml import load_yaml_strict
+
+    load_yaml_strict(ROOT / f"config/{name}.yaml")

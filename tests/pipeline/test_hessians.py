@@ -146,3 +146,60 @@ def test_hessians_on_cuda_match_cpu(tmp_path):
         a, b = (load_layer_hessians(layer_file(tmp_path / d, li)) for d in ("cpu", "cuda"))
         for g in a:
             torch.testing.assert_close(b[g], a[g], rtol=1e-4, atol=1e-5 * float(a[g].abs().max()))
+
+
+def _flip(path, tensor, byte, bit):
+    """Flip one bit of entry 0 of ``tensor`` in a safetensors file, in place (byte 0 = lowest mantissa bits of a
+    little-endian float32, byte 3 bit 6 = an exponent bit)."""
+    raw = bytearray(path.read_bytes())
+    n = int.from_bytes(raw[:8], "little")
+    start = 8 + n + json.loads(raw[8 : 8 + n])[tensor]["data_offsets"][0]
+    raw[start + byte] ^= 1 << bit
+    path.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("byte, bit, what", [(0, 0, "low mantissa bit"), (3, 6, "exponent bit")])
+def test_flipped_bit_is_an_error_naming_the_file_and_recomputed(tmp_path, byte, bit, what):
+    """Issue 21 item 3: a flipped bit, even one that leaves every value finite and plausible, never loads."""
+    model, ids = tiny_llama(), calib(n=3, t=8)
+    collect_hessians(model, ids, tmp_path, progress=False)
+    p = layer_file(tmp_path, 1)
+    good = {g: H.clone() for g, H in load_layer_hessians(p).items()}  # not a view of the file
+    _flip(p, "qkv.H", byte, bit)
+    with pytest.raises(ValueError) as e:
+        load_layer_hessians(p)
+    msg = str(e.value)
+    assert str(p) in msg and "do not match the content hash" in msg and "delete it and rerun" in msg
+    assert "sigma_reg" not in msg
+    s = collect_hessians(model, ids, tmp_path, progress=False)  # the next run recomputes exactly that layer
+    assert s["computed"] == [1]
+    again = load_layer_hessians(p)
+    for g in good:
+        assert torch.equal(again[g], good[g])  # recomputed: the same Hessians
+
+
+def test_hessian_without_content_hash_is_refused(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from caldera.pipeline.hessians import META_KEY
+
+    collect_hessians(tiny_llama(), calib(n=3, t=8), tmp_path, layers=[0], progress=False)
+    p = layer_file(tmp_path, 0)
+    from safetensors import safe_open
+
+    with safe_open(str(p), "pt") as f:
+        meta = json.loads(f.metadata()[META_KEY])
+    del meta["tensors_sha256"]
+    save_file(load_file(str(p)), str(p), {META_KEY: json.dumps(meta)})
+    with pytest.raises(ValueError, match=r"layer_000\.safetensors is corrupt.*no content hash 'tensors_sha256'"):
+        load_layer_hessians(p)
+
+
+def test_accumulator_file_records_and_checks_its_hash(tmp_path):
+    acc = HessianAccumulator(8)
+    acc.update(torch.randn(5, 8, dtype=torch.float64))
+    p = acc.save(tmp_path / "h.safetensors", dtype=torch.float32)
+    assert HessianAccumulator.load(p)[1]["tensors_sha256"]
+    _flip(p, "H", 0, 0)
+    with pytest.raises(ValueError, match=r"h\.safetensors is corrupt.*content hash"):
+        HessianAccumulator.load(p)

@@ -94,6 +94,9 @@ def test_explicit_configfile_is_the_whole_config(cfg, tmp_path):
     (("n_samples: 8", "n_samples: -3"), "n_samples"),  # schema
     (("n_samples: 8", "n_sample: 8"), "'n_sample' was unexpected"),  # schema: a typo is not ignored
     (("outer_iters: 2,\n", "outer_iters: -1,\n"), "CalderaConfig.outer_iters=-1"),
+    (("  n_samples: 8\n", "  n_samples: 8\n  n_samples: 9\n"), "duplicate key 'n_samples'"),  # strict re-read
+    (("lr: 1.0e-4", "lr: .nan"), "lora_ft.tasks.wiki.lr: nan is not a finite number"),
+    (("bits: 4\n", 'bits: "4"\n'), "selection.bits: '4' is a quoted number; write it without quotes (bits: 4)"),
 ])
 def test_bad_config_fails_the_dry_run(edit, words, tmp_path):
     copy_workflow(tmp_path)

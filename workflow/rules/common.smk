@@ -1,10 +1,12 @@
 import dataclasses
 import json
 import sys
+from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
+from caldera.experiments.config_guard import check_config_files, quoted_number_errors
 from caldera.experiments.plan import (
     check_config,
     effective_settings,
@@ -17,6 +19,13 @@ from caldera.experiments.steps import layer_chunks
 from caldera.experiments.throughput import TABLE as THROUGHPUT_TABLE, throughput_settings, throughput_variants
 
 CONFIG_FILES = list(workflow.overwrite_configfiles) or ["config/mini.yaml"]
+try:
+    check_config_files(CONFIG_FILES)  # re-read strictly: Snakemake's loader lets a repeated key's last value win
+except ValueError as e:
+    raise WorkflowError(f"config: {e}") from None
+_quoted = quoted_number_errors(config, Path(workflow.basedir) / "workflow/schemas/config.schema.yaml")
+if _quoted:
+    raise WorkflowError(f"config {', '.join(map(str, CONFIG_FILES))}:\n  - " + "\n  - ".join(_quoted))
 validate(config, "../schemas/config.schema.yaml")
 try:
     VARIANTS = check_config(config)  # every method config built through the registry: fails here, not in a job
