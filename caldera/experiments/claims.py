@@ -607,6 +607,29 @@ def write_claims(fig3_json: str, fig4_json: str, table_jsons: list[str], out_md:
     return claims
 
 
+def _zeroshot_seeds(tab: dict[str, Any], vid: str) -> dict[str, Any] | None:
+    """Per-seed mean margin and accuracy of ``vid`` over the (task, document) pairs every seed scored, with the
+    between-seed standard deviations and the documents' bootstrap half-width of the seed-mean; None unless at
+    least two seeds have zero-shot results."""
+    info = tab.get("realizations", {}).get(vid) or {}
+    per = [(sd, s.get("zeroshot") or {}) for sd, s in zip(info.get("seeds", []),
+                                                        tab.get("seed_samples", {}).get(vid, []))]
+    per = [(sd, z) for sd, z in per if z]
+    if len(per) < 2:
+        return None
+    keys = sorted(set.intersection(*({(t, d) for t, r in z.items() for d in r["doc_id"]} for _, z in per)))
+    if not keys:
+        return None
+    out: dict[str, Any] = {"seeds": [sd for sd, _ in per], "n": len(keys)}
+    for m in ("margin", "acc"):
+        M = np.array([[dict(zip(z[t]["doc_id"], z[t][m]))[d] for t, d in keys] for _, z in per])
+        w = stats.bootstrap_mean(M.mean(axis=0))
+        out[f"{m}_per_seed"] = M.mean(axis=1).tolist()
+        out[f"{m}_seed_sd"] = float(M.mean(axis=1).std(ddof=1))
+        out[f"{m}_window_half"] = (w["hi"] - w["lo"]) / 2.0
+    return out
+
+
 def seeds_needed(effect: float, window_half: float, seed_sd_one: float, most: int = 64) -> int | None:
     """Smallest number of seeds S ≥ 2 at which a comparison with per-seed spread ``seed_sd_one`` (the standard
     deviation of one realization's statistic) and window half-width ``window_half`` would give a combined
@@ -644,6 +667,9 @@ def spread_report(tables: dict[str, dict[str, Any]], claims: list[dict[str, Any]
                 entry[corpus] = {"per_seed": iv["per_seed"], "estimate": iv["estimate"], "lo": iv["lo"],
                                  "hi": iv["hi"], "seed_sd": float(logs.std(ddof=1)),
                                  "window_half": iv["window_half"], "seeds": len(r["seeds"])}
+            zs = _zeroshot_seeds(tab, vid)
+            if zs is not None:
+                entry["zeroshot"] = zs
             rows.append(entry)
     lines = ["# Realization spread: seeds vs evaluation windows", "",
              "Each compressed model is one realization of a random procedure (RHT signs, randomized-SVD sketches, "
@@ -663,6 +689,22 @@ def spread_report(tables: dict[str, dict[str, Any]], claims: list[dict[str, Any]
                      f"{', '.join(f'{p:.2f}' for p in w['per_seed'])} | {w['estimate']:.2f} [{w['lo']:.2f}, "
                      f"{w['hi']:.2f}] | ±{100 * math.expm1(w['seed_sd']):.1f} % | "
                      f"±{100 * math.expm1(w['window_half']):.1f} % | {w['seed_sd'] / w['window_half']:.2f} | {c4} |")
+    zrows = [e for e in rows if e.get("zeroshot")]
+    if zrows:
+        lines += ["", "Zero-shot (all tasks pooled, the documents every seed scored): between-seed standard deviation "
+                  "of the mean correct-choice margin (nats) and of accuracy (points) beside the half-width of the "
+                  "documents' 95 % bootstrap interval of the seed-mean.", "",
+                  "| variant | seeds | documents | margin per seed | margin: between seeds / documents | accuracy "
+                  "per seed (%) | accuracy: between seeds / documents |", "|---|---|---|---|---|---|---|"]
+        for e in zrows:
+            z = e["zeroshot"]
+            lines.append(f"| {e['variant']} | {'/'.join(map(str, z['seeds']))} | {z['n']} | "
+                         f"{', '.join(f'{m:+.3f}' for m in z['margin_per_seed'])} | ±{z['margin_seed_sd']:.3f} / "
+                         f"±{z['margin_window_half']:.3f} | {', '.join(f'{100 * a:.1f}' for a in z['acc_per_seed'])} | "
+                         f"±{100 * z['acc_seed_sd']:.1f} / ±{100 * z['acc_window_half']:.1f} |")
+    else:
+        lines += ["", "Zero-shot: no variant has zero-shot results for several seeds in this run "
+                  "(`replicates.zeroshot: false`); mini-full scores its replicates zero-shot."]
     lines += ["", "## Seeds each comparison needs", "",
               "For each paired perplexity comparison of the claims: the estimate, the half-widths of its two parts "
               "(log ratio, as ±%), and the smallest number of seeds per variant at which an interval of this "

@@ -430,3 +430,21 @@ def test_seeds_needed_grows_with_the_spread_and_stops_at_the_windows():
     few, many = seeds_needed(0.1, 0.02, 0.05), seeds_needed(0.1, 0.02, 0.15)
     assert few is not None and many is not None and many > few
     assert seeds_needed(0.05, 0.06, 0.0) is None  # the windows alone are wider than the effect
+
+
+def test_spread_report_puts_the_zero_shot_seed_spread_beside_the_documents():
+    from caldera.experiments.claims import spread_report
+
+    t = _table1()
+    docs = list(range(10))
+    per_seed = []
+    for s, shift in enumerate((0.0, 0.3, -0.3)):
+        per_seed.append({"ppl": t["samples"]["quip"]["ppl"],
+                         "zeroshot": {"caldera_rte": {"doc_id": docs, "acc": [1.0] * (5 + s) + [0.0] * (5 - s),
+                                                      "margin": [0.1 * d + shift for d in docs]}}})
+    t["seed_samples"]["quip"] = per_seed
+    md, data = spread_report({"table1_llama2_zeroshot": t}, [])
+    z = [r for r in data["variants"] if r["variant"] == "quip"][0]["zeroshot"]
+    assert z["n"] == 10 and z["margin_per_seed"] == pytest.approx([0.45, 0.75, 0.15])
+    assert z["margin_seed_sd"] == pytest.approx(0.3) and z["acc_per_seed"] == pytest.approx([0.5, 0.6, 0.7])
+    assert "| quip | 0/1/2 | 10 |" in md
