@@ -213,6 +213,18 @@ def save_compressed(
     return write_checkpoint(out_dir, tensors, config, tokenizer)
 
 
+def folder_files(folder: Path) -> list[str]:
+    """Relative paths of the files in ``folder`` that a loader could read: everything except hidden paths (a
+    component starting with ``.``: Snakemake's ``.snakemake_timestamp``, huggingface_hub's ``.cache/``), which no
+    transformers or tokenizer loader opens."""
+    out = []
+    for p in sorted(folder.rglob("*")):
+        rel = p.relative_to(folder)
+        if p.is_file() and not any(part.startswith(".") for part in rel.parts):
+            out.append(rel.as_posix())
+    return out
+
+
 def verify_checksums(folder: str | os.PathLike) -> dict[str, str]:
     """Check every file listed in ``checksums.json``; ``ValueError`` naming the first bad file."""
     folder = Path(folder)
@@ -234,11 +246,7 @@ def verify_checksums(folder: str | os.PathLike) -> dict[str, str]:
             raise ValueError(
                 f"checkpoint file {p} is corrupt or truncated (sha256 {got[:12]}… != {expected[:12]}…); {_RERUN}"
             )
-    unlisted = sorted(
-        p.relative_to(folder).as_posix()
-        for p in folder.rglob("*")
-        if p.is_file() and p.relative_to(folder).as_posix() not in sums and p.name != CHECKSUM_FILE
-    )
+    unlisted = sorted(name for name in folder_files(folder) if name not in sums and name != CHECKSUM_FILE)
     if unlisted:  # e.g. a special_tokens_map.json added later: the tokenizer loader would read it unverified
         raise ValueError(
             f"checkpoint {folder} holds {unlisted[0]!r}, which {CHECKSUM_FILE} does not list (loaders such as the "
@@ -414,11 +422,7 @@ def verify_manifest(cfg: dict[str, Any], folder: str | os.PathLike) -> None:
     for name in (HF_CONFIG_FILE,):
         if name not in files:
             raise _bad(folder, f"manifest.files does not list {name} {_NO_VERIFY}")
-    present = {
-        p.relative_to(folder).as_posix()
-        for p in folder.rglob("*")
-        if p.is_file() and p.name not in (CONFIG_FILE, CHECKSUM_FILE, MODEL_FILE)
-    }
+    present = {name for name in folder_files(folder) if name not in (CONFIG_FILE, CHECKSUM_FILE, MODEL_FILE)}
     for name in sorted(present | set(files)):
         if name not in files:
             raise _bad(folder, f"{name} is not in manifest.files of {CONFIG_FILE}: it would be read unverified; "

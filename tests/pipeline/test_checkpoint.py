@@ -441,6 +441,18 @@ def test_file_listed_in_checksums_but_not_in_manifest_refused(saved, tmp_path):
         load_compressed(ck)
 
 
+def test_hidden_files_are_not_loader_inputs(saved, tmp_path):
+    """Snakemake's .snakemake_timestamp in a directory output and huggingface_hub's .cache/ are not files any
+    loader reads: they do not make a checkpoint unlisted-file dirty (a visible file does, see above)."""
+    _, path = saved
+    ck = _copy(path, tmp_path / "ck")
+    (ck / ".snakemake_timestamp").write_text("")
+    (ck / ".cache" / "huggingface").mkdir(parents=True)
+    (ck / ".cache" / "huggingface" / "model.safetensors.metadata").write_text("x")
+    model, tok = load_compressed(ck)
+    assert tok is not None and isinstance(model.model.layers[0].mlp.up_proj, CompressedLinear)
+
+
 def test_config_json_must_say_what_base_config_says(saved, tmp_path):
     """config.json (what from_pretrained builds the model from) edited and its manifest entry recomputed: its
     content is still compared with the recorded base config."""
