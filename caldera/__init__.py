@@ -62,9 +62,18 @@ class _RegisterWithTransformers:
             run(module)
             if self in sys.meta_path:
                 sys.meta_path.remove(self)
-            from caldera.pipeline.hf import register
+            try:
+                from caldera.pipeline.hf import register
 
-            register()
+                register()
+            except Exception as e:  # noqa: BLE001 - never break the user's transformers import
+                import warnings
+
+                warnings.warn(
+                    f"caldera could not register its quantization method with transformers ({type(e).__name__}: "
+                    f"{e}); from_pretrained on caldera checkpoints will not work, load_compressed still does",
+                    stacklevel=2,
+                )
 
         spec.loader.exec_module = exec_module
         return spec
