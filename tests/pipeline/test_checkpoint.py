@@ -192,6 +192,12 @@ def test_gemma3_round_trip(tmp_path):
     with torch.no_grad():
         assert torch.equal(loaded(ids).logits, model(ids).logits)
     assert torch.equal(loaded.model.embed_tokens.embed_scale, model.model.embed_tokens.embed_scale)
+    from transformers import AutoModelForCausalLM  # the caldera quantization method, same model
+
+    hf = AutoModelForCausalLM.from_pretrained(str(path))
+    assert type(hf).__name__ == "Gemma3ForCausalLM" and isinstance(hf.model.layers[2].mlp.up_proj, CompressedLinear)
+    with torch.no_grad():
+        assert torch.equal(hf(ids).logits, model(ids).logits)
 
 
 def _copy(path, dst):
