@@ -190,3 +190,37 @@ def test_lm_eval_cli_on_the_compressed_checkpoint(saved, tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     _, tok = load_compressed(path)
     check_lm_eval_output(out, model, tok, abs_tol=1e-4)
+
+
+HUB_CHILD = r"""
+import json, sys, torch
+import caldera
+from transformers import AutoModelForCausalLM
+m, tok = caldera.load_compressed("caldera-test/tiny")
+h = AutoModelForCausalLM.from_pretrained("caldera-test/tiny")
+assert tok is not None and type(h.model.layers[0].mlp.up_proj).__name__ == "CompressedLinear"
+ids = torch.tensor(json.loads(sys.argv[1]))
+with torch.no_grad():
+    torch.save({"lc": m(ids).logits, "hf": h(ids).logits}, sys.argv[2])
+"""
+
+
+def test_hub_id_loads_from_the_hub_cache(saved, tmp_path):
+    """A hub id (`org/name`) loads with load_compressed (huggingface_hub.snapshot_download) and with
+    from_pretrained, from a hub cache holding the repository (offline: no network here), verified the same way."""
+    import shutil
+
+    model, path = saved
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "models--caldera-test--tiny"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    shutil.copytree(path, repo / "snapshots" / commit)
+    out = tmp_path / "l.pt"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "HF_HUB_CACHE": str(tmp_path / "hub")}
+    r = subprocess.run([sys.executable, "-c", HUB_CHILD, json.dumps(IDS), str(out)], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = torch.load(out)
+    assert torch.equal(got["lc"], _logits(model)) and torch.equal(got["hf"], _logits(model))
