@@ -518,7 +518,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("checkpoint")
     p.add_argument("--matrices", action="store_true", help="list every matrix's errors")
-    p.add_argument("--no-verify", action="store_true", help="skip the checksum verification")
+    p.add_argument("--no-verify", action="store_true",
+                   help="skip the verification (checksums, content manifest, fingerprints): summarize as stored")
     p.set_defaults(func=cmd_info)
 
     p = sub.add_parser(
