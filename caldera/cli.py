@@ -5,6 +5,8 @@
     caldera compress  --hessians H --method caldera --preset paper --param rank=64 --out CKPT
     caldera eval ppl|zeroshot|throughput --model CKPT
     caldera info CKPT                                bits, shapes, ranks, per-matrix errors
+    caldera convert OLD --out NEW                    a format-1 checkpoint in the current format
+    caldera lm-eval --model hf --model_args pretrained=CKPT ...   lm-eval's own CLI on the compressed model
     caldera matrix-report                            matrix-level ablations (caldera.reports.matrix)
 
 ``--model`` accepts ``smollm2`` (the cached SmolLM2-135M from ``caldera assets``), a local Hugging Face
@@ -445,6 +447,34 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_convert(args: argparse.Namespace) -> int:
+    from caldera.pipeline.checkpoint import convert_checkpoint
+
+    out = convert_checkpoint(args.checkpoint, args.out)
+    _print_json({"converted": str(out)})
+    return 0
+
+
+def cmd_lm_eval(rest: list[str]) -> int:
+    """lm-eval's own command line (``lm_eval.__main__.cli_evaluate``, same arguments, same outputs), run in this
+    process after the ``caldera`` quantization method is registered with transformers, so
+    ``--model hf --model_args pretrained=CKPT`` evaluates the compressed checkpoint (its CompressedLinear layers)."""
+    from caldera.pipeline.hf import register
+
+    register()
+    from lm_eval.__main__ import cli_evaluate
+
+    saved = sys.argv
+    sys.argv = ["lm_eval", *rest]
+    try:
+        cli_evaluate()
+    except SystemExit as e:  # argparse --help / errors
+        return int(e.code or 0) if not isinstance(e.code, str) else 2
+    finally:
+        sys.argv = saved
+    return 0
+
+
 def cmd_matrix_report(args: argparse.Namespace, rest: list[str]) -> int:
     from caldera.reports.matrix import main as report_main  # lazy: the lead engineer's module
 
@@ -566,7 +596,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("checkpoint")
     p.add_argument("--matrices", action="store_true", help="list every matrix's errors")
-    p.add_argument("--no-verify", action="store_true", help="skip the checksum verification")
+    p.add_argument("--no-verify", action="store_true",
+                   help="skip the verification (checksums, content manifest, fingerprints): summarize as stored")
     p.set_defaults(func=cmd_info)
 
     p = sub.add_parser(
@@ -578,6 +609,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("checkpoint")
     p.add_argument("--out", required=True, help="new folder to write (must not exist)")
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser(
+        "convert",
+        help="rewrite a format-1 checkpoint (no config.json, no content manifest) in the current format",
+        description="Verifies the old checkpoint as far as format 1 allows (checksums, structure, reconstruction "
+        "fingerprints) and writes it anew: config.json with the caldera quantization config (from_pretrained, "
+        "lm-eval) and the content manifest. Example: caldera convert results/ck --out results/ck2",
+    )
+    p.add_argument("checkpoint")
+    p.add_argument("--out", required=True, help="new folder to write (must not exist)")
+    p.set_defaults(func=cmd_convert)
+
+    sub.add_parser(
+        "lm-eval",
+        help="lm-eval's own CLI with the caldera method registered (--model hf --model_args pretrained=CKPT)",
+        description="Every argument goes to lm-eval's CLI unchanged. Example: caldera lm-eval --model hf "
+        "--model_args pretrained=results/ck --tasks arc_easy",
+        add_help=False,
+    )
 
     p = sub.add_parser(
         "matrix-report",
@@ -592,6 +642,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "lm-eval":
+        return cmd_lm_eval(argv[1:])
     if argv and argv[0] == "matrix-report":
         rest = argv[1:]
         if rest[:1] == ["--"]:

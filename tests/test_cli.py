@@ -12,7 +12,7 @@ import torch
 
 from caldera import cli
 
-COMMANDS = ["assets", "hessians", "compress", "eval", "info"]
+COMMANDS = ["assets", "hessians", "compress", "eval", "info", "convert"]
 
 
 @pytest.mark.parametrize("argv", [[], *[[c] for c in COMMANDS]])

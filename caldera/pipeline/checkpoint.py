@@ -1,24 +1,34 @@
-"""Compressed-model checkpoints: a folder of safetensors + JSON, no pickle.
+"""Compressed-model checkpoints: a folder of safetensors + JSON, no pickle, that transformers also loads.
 
-Layout of a checkpoint folder::
+Layout of a checkpoint folder (format 2)::
 
     model.safetensors      every tensor: the base model's non-linear weights (embeddings, norms, lm_head
                            unless tied to the embeddings) under their usual names, plus the state of every
                            CompressedLinear under its module path
                            (``model.layers.0.self_attn.q_proj.Q_codes``)
+    config.json            the base model's config plus ``quantization_config: {"quant_method": "caldera",
+                           "format_version": 2, "method": ...}``: ``AutoModelForCausalLM.from_pretrained`` loads
+                           the folder once ``caldera`` is imported (:mod:`caldera.pipeline.hf`)
     caldera_config.json    format version, base model config dict, method name + config, per-module
-                           metadata (shapes, rank, bits, quantizer names), bits summary, errors, and per
-                           module the fingerprint [Σ W, Σ W²] of what its tensors decode to (RHT basis)
+                           metadata (shapes, rank, bits, quantizer names), bits summary, errors, per module the
+                           fingerprint [Σ W, Σ W²] of what its tensors decode to (RHT basis), and the content
+                           ``manifest``: sha256 of every tensor (:func:`tensor_digest`, RHT signs included), of the
+                           base config (:func:`json_digest`) and of every other file (config.json, tokenizer)
     tokenizer files        optional (``tokenizer.save_pretrained``)
     checksums.json         sha256 of every other file
 
 The folder is written under a temporary sibling name and renamed into place (:func:`caldera.atomic.atomic_dir`).
-:func:`load_compressed` verifies every checksum first, then checks the content (checksums only prove the
-files are the ones written, not that they agree with each other): the config's structure and module metadata
-(:func:`check_config`), finite tensors (:func:`check_tensors`), the shapes implied by the base config, and
-each module's fingerprint. Only then does it build ``AutoModelForCausalLM.from_config(base_config)`` (on
-the meta device: no random initialization, no hub access), swap in the ``CompressedLinear`` modules and
-assign the stored tensors. Every inconsistency is a ``ValueError`` naming the checkpoint and the field.
+:func:`load_compressed` (and the transformers quantizer) verify before building anything
+(:func:`read_checkpoint`): every checksum, no file in the folder that checksums.json does not list (a tokenizer
+loader would read it), the config's structure (:func:`check_config`), the content manifest
+(:func:`verify_manifest`, :func:`check_tensor_manifest`: checksums only prove the files are the ones listed, the
+manifest that the tensors, base config and files are the ones written), finite tensors (:func:`check_tensors`),
+the shapes implied by the base config, and each module's fingerprint (metadata against tensors). A missing
+manifest or fingerprint is an error; ``verify=False`` is the one, explicit opt-out. Only then does it build
+``AutoModelForCausalLM.from_config(base_config)`` (on the meta device: no random initialization, no hub access),
+swap in the ``CompressedLinear`` modules and assign the stored tensors. Every inconsistency is a ``ValueError``
+naming the checkpoint and the field or file. Format 1 (no config.json, no manifest) is read only by
+:func:`convert_checkpoint` (``caldera convert``).
 """
 
 from __future__ import annotations
@@ -37,11 +47,16 @@ from torch import Tensor, nn
 from caldera.atomic import atomic_dir, sha256_file
 from caldera.pipeline.compressed_linear import KERNELS, CompressedLinear
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: Format 1 (before ``config.json`` and the content manifest): readable only by ``caldera convert``.
+LEGACY_FORMAT = 1
 MODEL_FILE = "model.safetensors"
 CONFIG_FILE = "caldera_config.json"
+HF_CONFIG_FILE = "config.json"
 CHECKSUM_FILE = "checksums.json"
+QUANT_METHOD = "caldera"
 _RERUN = "re-run `caldera compress` to rebuild the checkpoint"
+_NO_VERIFY = "(to load it anyway, unverified: load_compressed(..., verify=False) / `--no-verify`)"
 #: Relative tolerance of the stored reconstruction fingerprints (float64 sums of float32 values).
 FINGERPRINT_RTOL = 1e-5
 
@@ -99,6 +114,35 @@ def weight_fingerprint(module: CompressedLinear) -> list[float]:
     return [float(W.sum()), float(W.pow(2).sum())]
 
 
+def tensor_digest(t: Tensor) -> str:
+    """sha256 of a tensor's dtype, shape and bytes (the content manifest's entry for it)."""
+    import hashlib
+
+    t = t.detach().cpu().contiguous()
+    h = hashlib.sha256(f"{_json_default(t.dtype)}|{list(t.shape)}|".encode())
+    h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def json_digest(obj: Any) -> str:
+    """sha256 of the canonical JSON of ``obj`` (sorted keys, no whitespace)."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _plain_json(obj: Any) -> Any:
+    """``obj`` as it reads back from the JSON file (tuples as lists, dtypes as names)."""
+    return json.loads(json.dumps(obj, default=_json_default))
+
+
+def hf_config_dict(base_config: dict[str, Any], method: str) -> dict[str, Any]:
+    """The ``config.json`` of a checkpoint: the base model's config plus ``quantization_config`` naming the
+    ``caldera`` method, so ``AutoModelForCausalLM.from_pretrained`` dispatches to :mod:`caldera.pipeline.hf`."""
+    qc = {"quant_method": QUANT_METHOD, "format_version": FORMAT_VERSION, "method": method}
+    return {**base_config, "quantization_config": qc}
+
+
 def write_checkpoint(
     out_dir: str | os.PathLike,
     tensors: dict[str, Tensor],
@@ -108,20 +152,36 @@ def write_checkpoint(
     """Write ``tensors`` + ``config`` (+ tokenizer) + checksums to ``out_dir`` atomically (:func:`atomic_dir`).
 
     ``config["modules"]`` maps module paths to :meth:`CompressedLinear.metadata`; the reconstruction
-    fingerprint of every module (:func:`weight_fingerprint`) is added as ``config["fingerprints"]``.
+    fingerprint of every module (:func:`weight_fingerprint`) is added as ``config["fingerprints"]`` and the
+    content manifest as ``config["manifest"]``: the sha256 of every tensor (:func:`tensor_digest`), of the base
+    config (:func:`json_digest`) and of every other file the loader reads (``config.json``, tokenizer files).
     """
     flat = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
     fingerprints = {
         path: weight_fingerprint(CompressedLinear.from_tensors(meta, _module_tensors(flat, path)))
         for path, meta in config.get("modules", {}).items()
     }
+    config = _plain_json(config)
     with atomic_dir(out_dir) as tmp:
         # one metadata key: safetensors orders several keys randomly (see caldera.atomic)
-        save_file(flat, str(tmp / MODEL_FILE), metadata={"format": f"caldera-checkpoint/{FORMAT_VERSION}"})
-        cfg = {"format_version": FORMAT_VERSION, **config, "fingerprints": fingerprints}
-        (tmp / CONFIG_FILE).write_text(json.dumps(cfg, indent=1, sort_keys=True, default=_json_default) + "\n")
+        save_file(flat, str(tmp / MODEL_FILE), metadata={"format": "pt"})
+        (tmp / HF_CONFIG_FILE).write_text(
+            json.dumps(hf_config_dict(config["base_config"], config["method"]), indent=1, sort_keys=True) + "\n"
+        )
         if tokenizer is not None:
             tokenizer.save_pretrained(str(tmp))
+        files = {
+            p.relative_to(tmp).as_posix(): sha256_file(p)
+            for p in sorted(tmp.rglob("*"))
+            if p.is_file() and p.name != MODEL_FILE
+        }
+        manifest = {
+            "tensors": {k: tensor_digest(v) for k, v in sorted(flat.items())},
+            "base_config": json_digest(config["base_config"]),
+            "files": files,
+        }
+        cfg = {"format_version": FORMAT_VERSION, **config, "fingerprints": fingerprints, "manifest": manifest}
+        (tmp / CONFIG_FILE).write_text(json.dumps(cfg, indent=1, sort_keys=True, default=_json_default) + "\n")
         sums = {p.relative_to(tmp).as_posix(): sha256_file(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
         (tmp / CHECKSUM_FILE).write_text(json.dumps({"sha256": sums}, indent=1, sort_keys=True) + "\n")
     return Path(out_dir)
@@ -153,6 +213,18 @@ def save_compressed(
     return write_checkpoint(out_dir, tensors, config, tokenizer)
 
 
+def folder_files(folder: Path) -> list[str]:
+    """Relative paths of the files in ``folder`` that a loader could read: everything except hidden paths (a
+    component starting with ``.``: Snakemake's ``.snakemake_timestamp``, huggingface_hub's ``.cache/``), which no
+    transformers or tokenizer loader opens."""
+    out = []
+    for p in sorted(folder.rglob("*")):
+        rel = p.relative_to(folder)
+        if p.is_file() and not any(part.startswith(".") for part in rel.parts):
+            out.append(rel.as_posix())
+    return out
+
+
 def verify_checksums(folder: str | os.PathLike) -> dict[str, str]:
     """Check every file listed in ``checksums.json``; ``ValueError`` naming the first bad file."""
     folder = Path(folder)
@@ -174,6 +246,13 @@ def verify_checksums(folder: str | os.PathLike) -> dict[str, str]:
             raise ValueError(
                 f"checkpoint file {p} is corrupt or truncated (sha256 {got[:12]}… != {expected[:12]}…); {_RERUN}"
             )
+    unlisted = sorted(name for name in folder_files(folder) if name not in sums and name != CHECKSUM_FILE)
+    if unlisted:  # e.g. a special_tokens_map.json added later: the tokenizer loader would read it unverified
+        raise ValueError(
+            f"checkpoint {folder} holds {unlisted[0]!r}, which {CHECKSUM_FILE} does not list (loaders such as the "
+            f"tokenizer's would read it unverified); delete it (all unlisted: {unlisted[:5]}) or {_RERUN} "
+            f"{_NO_VERIFY}"
+        )
     return sums
 
 
@@ -204,20 +283,27 @@ _MODULE_FIELDS: dict[str, tuple[type, ...]] = {
 }
 
 
-def check_config(cfg: dict[str, Any], folder: str | os.PathLike) -> None:
+def check_config(cfg: dict[str, Any], folder: str | os.PathLike, *, legacy: bool = False) -> None:
     """Validate the structure of a checkpoint config (no tensors needed): format version, required keys and
     types, a ``model_type`` this transformers knows, every module's metadata (features, ranks, quantizer
-    names that resolve). ``ValueError`` naming the checkpoint and the field."""
+    names that resolve). ``ValueError`` naming the checkpoint and the field. Format 1 passes only with
+    ``legacy=True`` (``caldera convert``)."""
     from transformers import CONFIG_MAPPING
 
     from caldera.pipeline.compressed_linear import META_VERSION, resolve_quantizer
 
     folder = Path(folder)
     cfile = CONFIG_FILE
-    if cfg.get("format_version") != FORMAT_VERSION:
+    version = cfg.get("format_version")
+    if version == LEGACY_FORMAT and not legacy:
         raise ValueError(
-            f"{folder / cfile}: format_version {cfg.get('format_version')!r}; this library reads {FORMAT_VERSION}; "
-            f"{_RERUN}"
+            f"{folder / cfile}: format_version 1 (written before config.json and the content manifest); convert it "
+            f"with `caldera convert {folder} --out NEW` (verifies its checksums and fingerprints) or {_RERUN}"
+        )
+    if version not in (FORMAT_VERSION, LEGACY_FORMAT):
+        raise ValueError(
+            f"{folder / cfile}: format_version {version!r}; this library reads {FORMAT_VERSION} "
+            f"(and {LEGACY_FORMAT} through `caldera convert`); {_RERUN}"
         )
     for key, typ in (("base_config", dict), ("method", str), ("method_config", dict), ("modules", dict)):
         if not isinstance(cfg.get(key), typ):
@@ -315,69 +401,254 @@ def materialize(model: nn.Module) -> int:
     return len(paths)
 
 
-def load_compressed(
-    folder: str | os.PathLike, *, load_tokenizer: bool = True, cache_dequantized: bool = True, kernel: str = "auto"
-) -> tuple[nn.Module, Any | None]:
-    """Load a checkpoint written by :func:`save_compressed` / ``assemble_checkpoint``.
-
-    Returns ``(model, tokenizer or None)``; the model is the base architecture (``LlamaForCausalLM``,
-    ``Gemma3ForCausalLM``, ...) in eval mode whose compressed linear layers are :class:`CompressedLinear`.
-    Checksums are verified before anything is parsed; then the metadata is checked against the tensors
-    (:func:`check_config`, :func:`check_tensors`, the base architecture's shapes, the stored reconstruction
-    fingerprints): a checkpoint whose files are intact but whose content is inconsistent is refused with a
-    ``ValueError`` naming the field, never loaded silently.
-
-    ``kernel`` (``auto`` | ``kernel`` | ``reference``) and ``cache_dequantized`` choose how every compressed layer
-    computes (:class:`CompressedLinear`; ``auto``: the measured-faster path on the device the model is moved to).
-    This is the one call that loads a compressed checkpoint for inference (``caldera.load_compressed``); for a
-    folder that needs no ``caldera`` import use ``caldera export`` (:func:`caldera.pipeline.export.export_hf`).
-    """
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    if kernel not in KERNELS:
-        raise ValueError(f"kernel={kernel!r}; accepted: {', '.join(KERNELS)}")
+def verify_manifest(cfg: dict[str, Any], folder: str | os.PathLike) -> None:
+    """The content manifest of a format-2 config (passed :func:`check_config`) against the folder: the base
+    config's digest, every other file the loader reads (tokenizer files, ``config.json``: listed and unchanged,
+    none unlisted) and ``config.json`` itself (the base config plus the ``caldera`` quantization config, nothing
+    else: ``from_pretrained`` builds the model from it). ``ValueError`` naming the file or key and the fix."""
     folder = Path(folder)
-    verify_checksums(folder)
+    man = cfg.get("manifest")
+    if not isinstance(man, dict) or not all(isinstance(man.get(k), dict) for k in ("tensors", "files")):
+        raise _bad(folder, f"{CONFIG_FILE} has no content manifest (key 'manifest' missing or malformed) {_NO_VERIFY}")
+    if man.get("base_config") != json_digest(cfg["base_config"]):
+        keys = sorted(cfg["base_config"])
+        raise _bad(
+            folder,
+            f"{CONFIG_FILE} key 'base_config' differs from the one recorded when the checkpoint was written "
+            f"(manifest.base_config digest; e.g. an edited hidden_act or hidden_size among {len(keys)} keys): the "
+            f"model it builds would not be the one compressed",
+        )
+    files = man["files"]
+    for name in (HF_CONFIG_FILE,):
+        if name not in files:
+            raise _bad(folder, f"manifest.files does not list {name} {_NO_VERIFY}")
+    present = {name for name in folder_files(folder) if name not in (CONFIG_FILE, CHECKSUM_FILE, MODEL_FILE)}
+    for name in sorted(present | set(files)):
+        if name not in files:
+            raise _bad(folder, f"{name} is not in manifest.files of {CONFIG_FILE}: it would be read unverified; "
+                       "delete it")
+        if name not in present:
+            raise _bad(folder, f"{name}, listed in manifest.files, is missing")
+        if sha256_file(folder / name) != files[name]:
+            raise _bad(folder, f"{name} differs from the file recorded in manifest.files")
+    try:
+        hf = json.loads((folder / HF_CONFIG_FILE).read_text())
+    except (OSError, ValueError) as e:
+        raise _bad(folder, f"{HF_CONFIG_FILE} is not valid JSON ({e})") from None
+    want = hf_config_dict(cfg["base_config"], cfg["method"])
+    if not isinstance(hf, dict) or hf != want:
+        diff = sorted(k for k in set(hf) | set(want) if hf.get(k) != want.get(k)) if isinstance(hf, dict) else []
+        raise _bad(folder, f"{HF_CONFIG_FILE} does not match base_config of {CONFIG_FILE} (keys {diff[:5]})")
+
+
+def check_tensor_manifest(cfg: dict[str, Any], tensors: dict[str, Tensor], folder: str | os.PathLike) -> None:
+    """Every tensor (RHT signs, scales, codes, embeddings, norms) against its digest in ``manifest.tensors``; no
+    tensor missing or extra; every compressed module has a reconstruction fingerprint."""
+    folder = Path(folder)
+    want = cfg["manifest"]["tensors"]
+    for k in sorted(set(want) | set(tensors)):
+        if k not in tensors:
+            raise _bad(folder, f"tensor {k!r}, listed in manifest.tensors, is not in {MODEL_FILE}")
+        if k not in want:
+            raise _bad(folder, f"tensor {k!r} of {MODEL_FILE} is not listed in manifest.tensors")
+        if tensor_digest(tensors[k]) != want[k]:
+            raise _bad(folder, f"tensor {k!r} differs from the one recorded in manifest.tensors "
+                       f"({MODEL_FILE} was modified after writing)")
+    fps = cfg.get("fingerprints")
+    missing = sorted(set(cfg["modules"]) - set(fps)) if isinstance(fps, dict) else ["all"]
+    if missing:
+        raise _bad(folder, f"{CONFIG_FILE} has no reconstruction fingerprint for modules {missing[:3]} "
+                   f"(key 'fingerprints') {_NO_VERIFY}")
+
+
+def read_checkpoint(
+    folder: str | os.PathLike, *, verify: bool = True, legacy: bool = False
+) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """``(config, tensors)`` of a checkpoint folder, verified (``verify=True``): checksums and no unlisted file
+    (:func:`verify_checksums`), the config's structure (:func:`check_config`), the content manifest
+    (:func:`verify_manifest`, :func:`check_tensor_manifest`) and finite tensors (:func:`check_tensors`).
+    ``legacy=True`` also reads format 1 (no manifest; its fingerprints are then required), for ``caldera convert``.
+    ``verify=False`` (documented opt-out) keeps only the structural checks a load needs not to crash."""
+    folder = Path(folder)
+    if verify:
+        verify_checksums(folder)
+    elif not folder.is_dir():
+        raise FileNotFoundError(f"checkpoint folder {folder} does not exist; run `caldera compress` first")
     cfg = read_config(folder)
-    check_config(cfg, folder)
+    check_config(cfg, folder, legacy=legacy or not verify)
+    v2 = cfg["format_version"] == FORMAT_VERSION
+    if verify and v2:
+        verify_manifest(cfg, folder)
     try:
         tensors = load_file(str(folder / MODEL_FILE))
     except (SafetensorError, OSError) as e:
         raise ValueError(f"checkpoint file {folder / MODEL_FILE} cannot be read ({e}); {_RERUN}") from None
     check_tensors(cfg, tensors, folder)
+    if verify and v2:
+        check_tensor_manifest(cfg, tensors, folder)
+    elif verify:
+        fps = cfg.get("fingerprints")
+        if not isinstance(fps, dict) or set(cfg["modules"]) - set(fps):
+            raise _bad(folder, "this format-1 checkpoint has no reconstruction fingerprints (key 'fingerprints'), "
+                       "so its tensors cannot be checked against its metadata")
+    return cfg, tensors
+
+
+def build_base_model(cfg: dict[str, Any], folder: str | os.PathLike) -> tuple[Any, nn.Module]:
+    """``(transformers config, model on the meta device)`` from ``base_config``; ``ValueError`` naming the
+    checkpoint for anything the config classes refuse (e.g. a ``hidden_size`` the head count does not divide)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     base = dict(cfg["base_config"])
     try:
         config = AutoConfig.for_model(base.pop("model_type"), **base)
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(config)
-    except (ValueError, TypeError, KeyError, AttributeError) as e:
-        raise _bad(folder, f"base_config does not build a model ({type(e).__name__}: {e})") from None
+    except Exception as e:  # noqa: BLE001 - strict-dataclass validation errors are not ValueErrors
+        msg = str(e).strip().splitlines()
+        raise _bad(Path(folder), f"base_config does not build a model ({type(e).__name__}: "
+                   f"{' '.join(msg)[:300]})") from None
+    return config, model
+
+
+def check_module(
+    folder: Path, path: str, meta: dict[str, Any], own: dict[str, Tensor], fingerprints: dict[str, Any] | None,
+    **kw: Any,
+) -> CompressedLinear:
+    """The :class:`CompressedLinear` at ``path`` built from its tensors ``own``, checked against its metadata
+    (no unused tensor) and its stored fingerprint (when ``fingerprints`` has one)."""
+    try:
+        mod = CompressedLinear.from_tensors(meta, own, **kw)
+    except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as e:
+        raise _bad(folder, f"modules[{path!r}] does not match its tensors ({e})") from None
+    unused = sorted(set(own) - set(mod.state_dict()))
+    if unused:  # e.g. rht or lr_format flipped in the metadata: the tensors say otherwise
+        raise _bad(
+            folder,
+            f"modules[{path!r}] has tensors {unused} that its metadata does not use (rht={meta['rht']}, "
+            f"lr_format={meta.get('lr_format')!r}, ft_rank={meta['ft_rank']})",
+        )
+    if fingerprints:
+        check_fingerprint(folder, path, mod, fingerprints)
+    return mod
+
+
+def check_fingerprint(folder: Path, path: str, mod: CompressedLinear, fingerprints: dict[str, Any]) -> None:
+    """``mod`` decodes to the weight whose fingerprint was stored for ``path`` (:func:`weight_fingerprint`)."""
+    try:
+        fp = weight_fingerprint(mod)
+    except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as e:
+        raise _bad(folder, f"modules[{path!r}] does not match its tensors ({e})") from None
+    want = fingerprints.get(path)
+    if not isinstance(want, list) or len(want) != 2:
+        raise _bad(folder, f"fingerprints[{path!r}] is {want!r}, expected [sum, sum of squares] {_NO_VERIFY}")
+    if not all(math.isclose(a, b, rel_tol=FINGERPRINT_RTOL, abs_tol=1e-30) for a, b in zip(fp, want)):
+        raise _bad(
+            folder,
+            f"modules[{path!r}] decodes to a different weight than was saved (sum, sum of squares "
+            f"{fp[0]:.6g}, {fp[1]:.6g} != stored {want[0]:.6g}, {want[1]:.6g}): its metadata (quantizer "
+            "names, dtypes) no longer matches its tensors",
+        )
+
+
+def resolve_checkpoint(name: str | os.PathLike, revision: str | None = None) -> Path:
+    """A local checkpoint folder for ``name``: the folder itself, or a Hugging Face hub id (``org/name``)
+    downloaded (or found in the hub cache) with ``huggingface_hub.snapshot_download``."""
+    p = Path(name).expanduser()
+    if p.exists() or os.path.isabs(str(name)) or str(name).startswith(".") or str(name).count("/") != 1:
+        return p
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(str(name), revision=revision))
+    except Exception as e:  # noqa: BLE001 - offline, unknown repo, auth: one message
+        raise FileNotFoundError(
+            f"checkpoint {name!r} is neither a local folder nor a hub repository that could be fetched "
+            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); check the path or the repo id"
+        ) from None
+
+
+def cast_dense(model: nn.Module, dtype: torch.dtype) -> None:
+    """Cast the floating parameters and buffers outside :class:`CompressedLinear` modules (embeddings, norms,
+    lm_head) to ``dtype``; compressed layers keep their stored dtypes (they compute in float32 and return the
+    input's dtype)."""
+    for mod in model.modules():
+        if isinstance(mod, CompressedLinear):
+            continue
+        for t in mod._parameters.values():
+            if t is not None and t.is_floating_point():
+                t.data = t.data.to(dtype)
+
+
+def load_compressed(
+    folder: str | os.PathLike,
+    *,
+    load_tokenizer: bool = True,
+    cache_dequantized: bool = True,
+    kernel: str = "auto",
+    verify: bool = True,
+    device_map: str | torch.device | None = None,
+    dtype: torch.dtype | str | None = None,
+    revision: str | None = None,
+) -> tuple[nn.Module, Any | None]:
+    """Load a checkpoint written by :func:`save_compressed` / ``assemble_checkpoint``.
+
+    Returns ``(model, tokenizer or None)``; the model is the base architecture (``LlamaForCausalLM``,
+    ``Gemma3ForCausalLM``, ...) in eval mode whose compressed linear layers are :class:`CompressedLinear`.
+    ``folder`` is a local folder or a hub id (``org/name``, fetched with ``huggingface_hub``; ``revision``).
+    Everything is verified before the model is built (:func:`read_checkpoint`): checksums, no file the loader
+    would read unlisted, the content manifest (every tensor's digest, the base config's, the tokenizer files'),
+    the metadata against the tensors and each module's reconstruction fingerprint. A checkpoint that fails any
+    of it is refused with a ``ValueError`` naming the file or key; ``verify=False`` is the explicit opt-out
+    (structural checks only). Format-1 checkpoints are refused with a pointer to ``caldera convert``.
+
+    ``kernel`` (``auto`` | ``kernel`` | ``reference``) and ``cache_dequantized`` choose how every compressed layer
+    computes (:class:`CompressedLinear`; ``auto``: the measured-faster path on the device the model is moved to).
+    ``device_map``: one device (``"cpu"``, ``"cuda:0"``) the model is moved to (for ``"auto"`` or a per-module
+    map use ``AutoModelForCausalLM.from_pretrained(folder, device_map=...)`` after ``import caldera``).
+    ``dtype``: the dtype of the uncompressed parameters (embeddings, norms, lm_head; :func:`cast_dense`).
+    The same checkpoint loads with ``AutoModelForCausalLM.from_pretrained(folder)`` once ``caldera`` is imported
+    (:mod:`caldera.pipeline.hf`); for a folder that needs no ``caldera`` import use ``caldera export``.
+    """
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel={kernel!r}; accepted: {', '.join(KERNELS)}")
+    if isinstance(dtype, str):
+        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(dtype, dtype)
+    if dtype is not None and not isinstance(dtype, torch.dtype):
+        raise ValueError(f"dtype={dtype!r}; accepted: float32, bfloat16, float16 (or a torch.dtype)")
+    if isinstance(device_map, dict) or device_map == "auto":
+        raise ValueError(
+            f"device_map={device_map!r}: load_compressed moves the whole model to one device (e.g. 'cuda:0'); for "
+            "'auto' or a per-module map use AutoModelForCausalLM.from_pretrained(CKPT, device_map=...) after "
+            "`import caldera`"
+        )
+    folder = resolve_checkpoint(folder, revision)
+    cfg, tensors = read_checkpoint(folder, verify=verify)
+    model = _assemble(cfg, tensors, folder, verify=verify, cache_dequantized=cache_dequantized, kernel=kernel)
+    if dtype is not None:
+        cast_dense(model, dtype)
+    if device_map is not None:
+        model.to(device_map)
+    tokenizer = None
+    if load_tokenizer and any((folder / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")):
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    return model, tokenizer
+
+
+def _assemble(
+    cfg: dict[str, Any], tensors: dict[str, Tensor], folder: Path, *, verify: bool, **kw: Any
+) -> nn.Module:
+    """The base model with its compressed modules, from a config and tensors that :func:`read_checkpoint`
+    returned; the checkpoint's config is kept as ``model.caldera_checkpoint_config`` (``save_pretrained``)."""
+    from transformers import AutoModelForCausalLM
+
+    config, model = build_base_model(cfg, folder)
     _check_against_model(cfg, tensors, model, folder)
-    fingerprints = cfg.get("fingerprints") or {}  # absent in checkpoints written before they were recorded
+    fingerprints = cfg.get("fingerprints") if verify else None
     for path, meta in cfg["modules"].items():
-        try:
-            own = _module_tensors(tensors, path)
-            mod = CompressedLinear.from_tensors(meta, own, cache_dequantized=cache_dequantized, kernel=kernel)
-            fp = weight_fingerprint(mod) if path in fingerprints else None
-        except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as e:
-            raise _bad(folder, f"modules[{path!r}] does not match its tensors ({e})") from None
-        unused = sorted(set(own) - set(mod.state_dict()))
-        if unused:  # e.g. rht or lr_format flipped in the metadata: the tensors say otherwise
-            raise _bad(
-                folder,
-                f"modules[{path!r}] has tensors {unused} that its metadata does not use (rht={meta['rht']}, "
-                f"lr_format={meta.get('lr_format')!r}, ft_rank={meta['ft_rank']})",
-            )
-        if fp is not None:
-            want = fingerprints[path]
-            if not all(math.isclose(a, b, rel_tol=FINGERPRINT_RTOL, abs_tol=1e-30) for a, b in zip(fp, want)):
-                raise _bad(
-                    folder,
-                    f"modules[{path!r}] decodes to a different weight than was saved (sum, sum of squares "
-                    f"{fp[0]:.6g}, {fp[1]:.6g} != stored {want[0]:.6g}, {want[1]:.6g}): its metadata (quantizer "
-                    "names, dtypes) no longer matches its tensors",
-                )
+        mod = check_module(folder, path, meta, _module_tensors(tensors, path), fingerprints, **kw)
         replace_module(model, path, mod)
     compressed_keys = {k for k in tensors if any(k.startswith(p + ".") for p in cfg["modules"])}
     rest = {k: v for k, v in tensors.items() if k not in compressed_keys}
@@ -413,9 +684,72 @@ def load_compressed(
     if left:
         raise ValueError(f"{folder}: tensors {left[:5]} were not restored; {_RERUN}")
     model.eval()
-    tokenizer = None
-    if load_tokenizer and any((folder / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")):
+    attach_checkpoint_config(model, cfg)
+    return model
+
+
+#: Keys of a checkpoint config that :func:`save_compressed` recomputes; every other key is carried over.
+_DERIVED_KEYS = ("format_version", "base_config", "method", "method_config", "modules", "tied", "fingerprints",
+                 "manifest")
+
+
+def _save_pretrained(model: nn.Module, save_directory: str | os.PathLike, *, tokenizer: Any | None = None,
+                     **kwargs: Any) -> Path:
+    """``save_pretrained`` of a model with compressed layers: the checkpoint format again (:func:`save_compressed`:
+    ``config.json`` with the ``caldera`` quantization config, ``model.safetensors``, ``caldera_config.json``
+    with the content manifest, ``checksums.json``), written atomically to a new folder. After
+    :func:`materialize` (no compressed layer left) it is transformers' own ``save_pretrained`` of the dense model,
+    without the quantization config."""
+    if not any(isinstance(m, CompressedLinear) for m in model.modules()):  # materialize()d: a dense model now
+        if getattr(model, "hf_quantizer", None) is not None:
+            model.hf_quantizer.remove_quantization_config(model)
+        elif getattr(model.config, "quantization_config", None) is not None:
+            del model.config.quantization_config
+        type(model).save_pretrained(model, save_directory, **kwargs)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(save_directory)
+        return Path(save_directory)
+    ignored = {"safe_serialization", "is_main_process", "max_shard_size"}
+    unsupported = sorted(k for k, v in kwargs.items() if k not in ignored and v not in (None, False))
+    if unsupported:
+        raise ValueError(
+            f"save_pretrained of a caldera-compressed model does not support {unsupported}: it writes one verified "
+            "checkpoint folder (safetensors, no sharding, no hub push); push the folder with huggingface_hub"
+        )
+    out = Path(save_directory)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ValueError(
+            f"save_pretrained({out}): the folder exists and is not empty; a caldera checkpoint is written as a "
+            "whole (and would replace it): choose a new folder or remove it"
+        )
+    cfg = getattr(model, "caldera_checkpoint_config", {})
+    extra = {k: v for k, v in cfg.items() if k not in _DERIVED_KEYS}
+    return save_compressed(model, out, method=cfg.get("method", "unknown"),
+                           method_config=cfg.get("method_config", {}), tokenizer=tokenizer, extra=extra)
+
+
+def attach_checkpoint_config(model: nn.Module, cfg: dict[str, Any]) -> None:
+    """Keep the checkpoint's config on ``model`` and make ``model.save_pretrained(DIR, tokenizer=None)`` write the
+    checkpoint format (:func:`_save_pretrained`) instead of a plain transformers folder."""
+    import types
+
+    model.caldera_checkpoint_config = {k: v for k, v in cfg.items() if k not in ("fingerprints", "manifest")}
+    model.save_pretrained = types.MethodType(_save_pretrained, model)
+
+
+def convert_checkpoint(old: str | os.PathLike, out: str | os.PathLike) -> Path:
+    """Rewrite a format-1 checkpoint (verified as far as format 1 allows: checksums, structure, reconstruction
+    fingerprints) in the current format (``config.json`` + content manifest) to the new folder ``out``."""
+    old, out = Path(old), Path(out)
+    if out.exists():
+        raise ValueError(f"--out {out} already exists; remove it or choose a new folder")
+    cfg, tensors = read_checkpoint(old, legacy=True)
+    model = _assemble(cfg, tensors, old, verify=True, cache_dequantized=False, kernel="reference")
+    tok = None
+    if any((old / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")):
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-    return model, tokenizer
+        tok = AutoTokenizer.from_pretrained(str(old), local_files_only=True)
+    extra = {k: v for k, v in cfg.items() if k not in _DERIVED_KEYS}
+    return save_compressed(model, out, method=cfg["method"], method_config=cfg["method_config"], tokenizer=tok,
+                           extra=extra)

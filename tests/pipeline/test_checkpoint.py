@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from caldera.methods import get_method
 from caldera.pipeline.checkpoint import (
@@ -101,7 +102,14 @@ def test_layout(saved):
     assert {MODEL_FILE, CONFIG_FILE, CHECKSUM_FILE} <= files
     assert not list(path.parent.glob("*.tmp-*"))
     cfg = json.loads((path / CONFIG_FILE).read_text())
-    assert cfg["format_version"] == 1 and cfg["method"] == "quip#"
+    assert cfg["format_version"] == 2 and cfg["method"] == "quip#"
+    hf = json.loads((path / "config.json").read_text())  # what from_pretrained / lm-eval read
+    assert hf["quantization_config"] == {"quant_method": "caldera", "format_version": 2, "method": "quip#"}
+    assert {k: v for k, v in hf.items() if k != "quantization_config"} == cfg["base_config"]
+    man = cfg["manifest"]
+    assert set(man["tensors"]) == set(load_file(str(path / MODEL_FILE)))  # every tensor, RHT signs included
+    assert "model.layers.0.self_attn.q_proj.S_U" in man["tensors"]
+    assert set(man["files"]) == files - {MODEL_FILE, CONFIG_FILE, CHECKSUM_FILE} and "config.json" in man["files"]
     assert cfg["tied"] == {"lm_head.weight": "model.embed_tokens.weight"}
     assert len(cfg["modules"]) == 14
     m = cfg["modules"]["model.layers.0.self_attn.k_proj"]
@@ -184,6 +192,12 @@ def test_gemma3_round_trip(tmp_path):
     with torch.no_grad():
         assert torch.equal(loaded(ids).logits, model(ids).logits)
     assert torch.equal(loaded.model.embed_tokens.embed_scale, model.model.embed_tokens.embed_scale)
+    from transformers import AutoModelForCausalLM  # the caldera quantization method, same model
+
+    hf = AutoModelForCausalLM.from_pretrained(str(path))
+    assert type(hf).__name__ == "Gemma3ForCausalLM" and isinstance(hf.model.layers[2].mlp.up_proj, CompressedLinear)
+    with torch.no_grad():
+        assert torch.equal(hf(ids).logits, model(ids).logits)
 
 
 def _copy(path, dst):
@@ -230,11 +244,30 @@ def _rechecksum(ck):
     (ck / CHECKSUM_FILE).write_text(json.dumps({"sha256": sums}))
 
 
-def _edit_config(f):
+def _reseal(ck):
+    """What a buggy writer produces: the content manifest, config.json and every checksum recomputed from the
+    (inconsistent) content, so only the deeper checks (structure, shapes, fingerprints) can catch it."""
+    from safetensors.torch import load_file
+
+    from caldera.atomic import sha256_file
+    from caldera.pipeline.checkpoint import HF_CONFIG_FILE, hf_config_dict, json_digest, tensor_digest
+
+    cfg = json.loads((ck / CONFIG_FILE).read_text())
+    if isinstance(cfg.get("base_config"), dict):
+        (ck / HF_CONFIG_FILE).write_text(json.dumps(hf_config_dict(cfg["base_config"], cfg.get("method"))))
+        cfg["manifest"]["base_config"] = json_digest(cfg["base_config"])
+    cfg["manifest"]["tensors"] = {k: tensor_digest(v) for k, v in load_file(str(ck / MODEL_FILE)).items()}
+    cfg["manifest"]["files"] = {p.name: sha256_file(p) for p in ck.iterdir()
+                                if p.name not in (MODEL_FILE, CONFIG_FILE, CHECKSUM_FILE)}
+    (ck / CONFIG_FILE).write_text(json.dumps(cfg))
+    _rechecksum(ck)
+
+
+def _edit_config(f, name=CONFIG_FILE):
     def go(ck):
-        cfg = json.loads((ck / CONFIG_FILE).read_text())
+        cfg = json.loads((ck / name).read_text())
         f(cfg)
-        (ck / CONFIG_FILE).write_text(json.dumps(cfg))
+        (ck / name).write_text(json.dumps(cfg))
 
     return go
 
@@ -294,7 +327,7 @@ def test_inconsistent_content_refused_by_load_and_info(saved, tmp_path, capsys, 
     _, path = saved
     ck = _copy(path, tmp_path / "ck")
     edit(ck)
-    _rechecksum(ck)
+    _reseal(ck)
     with pytest.raises(ValueError, match=msg + r".*re-run `caldera compress`"):
         load_compressed(ck, load_tokenizer=False)
     capsys.readouterr()
@@ -314,6 +347,143 @@ def test_info_without_verification_still_has_no_traceback(saved, tmp_path, capsy
     assert "q_proj'].in_features is missing" in capsys.readouterr().err
     assert cli.main(["info", str(path)]) == 0
     assert json.loads(capsys.readouterr().out)["n_compressed_modules"] == 14
+
+
+# ------------------------------------------------------------ issue 21: content verified, not only checksums
+
+
+def _add_file(name, text):
+    def go(ck):
+        (ck / name).write_text(text)
+
+    return go
+
+
+def _both(*edits):
+    def go(ck):
+        for e in edits:
+            e(ck)
+
+    return go
+
+
+_S = "model.layers.0.self_attn.q_proj"
+_FIX = r".*(delete it|re-run `caldera compress`)"
+# The hostile tester's mutations: content changed, checksums.json recomputed (nothing else).
+TAMPERED = {
+    "RHT signs negated": (
+        _edit_tensors(lambda t: t.__setitem__(_S + ".S_U", -t[_S + ".S_U"])),
+        r"tensor 'model\.layers\.0\.self_attn\.q_proj\.S_U' differs from the one recorded in manifest\.tensors",
+    ),
+    "RHT signs zeroed": (
+        _edit_tensors(lambda t: t.__setitem__(_S + ".S_V", torch.zeros_like(t[_S + ".S_V"]))),
+        r"tensor 'model\.layers\.0\.self_attn\.q_proj\.S_V' differs from the one recorded in manifest\.tensors",
+    ),
+    "fingerprints deleted + Q_scale doubled": (
+        _both(_edit_config(lambda c: c.pop("fingerprints")),
+              _edit_tensors(lambda t: t.__setitem__(_S + ".Q_scale", t[_S + ".Q_scale"] * 2))),
+        r"tensor 'model\.layers\.0\.self_attn\.q_proj\.Q_scale' differs from the one recorded",
+    ),
+    "fingerprints deleted": (
+        _edit_config(lambda c: c.pop("fingerprints")),
+        r"caldera_config\.json has no reconstruction fingerprint for modules .*verify=False",
+    ),
+    "manifest deleted": (
+        _edit_config(lambda c: c.pop("manifest")),
+        r"caldera_config\.json has no content manifest .*verify=False",
+    ),
+    "hidden_act -> relu": (
+        _edit_config(lambda c: c["base_config"].update(hidden_act="relu")),
+        r"caldera_config\.json key 'base_config' differs from the one recorded when the checkpoint was written",
+    ),
+    "config.json hidden_act -> relu": (
+        _edit_config(lambda c: c.update(hidden_act="relu"), "config.json"),
+        r"config\.json differs from the file recorded in manifest\.files",
+    ),
+    "unlisted special_tokens_map.json": (
+        _add_file("special_tokens_map.json", json.dumps({"bos_token": "w5"})),
+        r"holds 'special_tokens_map\.json', which checksums\.json does not list",
+    ),
+}
+
+
+def _tampered(path, tmp_path, case):
+    edit, msg = TAMPERED[case]
+    ck = _copy(path, tmp_path / "ck")
+    edit(ck)
+    if case != "unlisted special_tokens_map.json":
+        _rechecksum(ck)
+    return ck, msg
+
+
+@pytest.mark.parametrize("case", list(TAMPERED))
+def test_tampered_content_refused(saved, tmp_path, case):
+    """Each mutation of issue 21 (checksums recomputed) is refused by load_compressed and by transformers'
+    from_pretrained (the same verification), with the file or key and the fix; verify=False loads it."""
+    from transformers import AutoModelForCausalLM
+
+    _, path = saved
+    ck, msg = _tampered(path, tmp_path, case)
+    with pytest.raises(ValueError, match=msg + _FIX):
+        load_compressed(ck)
+    with pytest.raises(ValueError, match=msg + _FIX):
+        AutoModelForCausalLM.from_pretrained(str(ck))
+    model, _ = load_compressed(ck, verify=False, load_tokenizer=False)  # the documented opt-out
+    assert isinstance(model.model.layers[0].self_attn.q_proj, CompressedLinear)
+
+
+def test_file_listed_in_checksums_but_not_in_manifest_refused(saved, tmp_path):
+    """A tokenizer file added and checksums.json recomputed to list it: the content manifest still refuses it."""
+    _, path = saved
+    ck = _copy(path, tmp_path / "ck")
+    (ck / "special_tokens_map.json").write_text(json.dumps({"bos_token": "w5"}))
+    _rechecksum(ck)
+    with pytest.raises(ValueError, match=r"special_tokens_map\.json is not in manifest\.files.*delete it"):
+        load_compressed(ck)
+    (ck / "special_tokens_map.json").unlink()
+    (ck / "tokenizer.json").write_text((ck / "tokenizer.json").read_text().replace('"w9"', '"w99"'))
+    _rechecksum(ck)
+    with pytest.raises(ValueError, match=r"tokenizer\.json differs from the file recorded in manifest\.files"):
+        load_compressed(ck)
+
+
+def test_hidden_files_are_not_loader_inputs(saved, tmp_path):
+    """Snakemake's .snakemake_timestamp in a directory output and huggingface_hub's .cache/ are not files any
+    loader reads: they do not make a checkpoint unlisted-file dirty (a visible file does, see above)."""
+    _, path = saved
+    ck = _copy(path, tmp_path / "ck")
+    (ck / ".snakemake_timestamp").write_text("")
+    (ck / ".cache" / "huggingface").mkdir(parents=True)
+    (ck / ".cache" / "huggingface" / "model.safetensors.metadata").write_text("x")
+    model, tok = load_compressed(ck)
+    assert tok is not None and isinstance(model.model.layers[0].mlp.up_proj, CompressedLinear)
+
+
+def test_config_json_must_say_what_base_config_says(saved, tmp_path):
+    """config.json (what from_pretrained builds the model from) edited and its manifest entry recomputed: its
+    content is still compared with the recorded base config."""
+    from caldera.atomic import sha256_file
+
+    _, path = saved
+    ck = _copy(path, tmp_path / "ck")
+    _edit_config(lambda c: c.update(hidden_act="relu"), "config.json")(ck)
+    _edit_config(lambda c: c["manifest"]["files"].update({"config.json": sha256_file(ck / "config.json")}))(ck)
+    _rechecksum(ck)
+    with pytest.raises(ValueError, match=r"config\.json does not match base_config of caldera_config\.json "
+                       r"\(keys \['hidden_act'\]\).*re-run"):
+        load_compressed(ck)
+
+
+def test_hidden_size_mismatch_is_a_value_error(saved, tmp_path):
+    """A hidden_size the head count does not divide (manifest resealed, so the model build is reached): a
+    ValueError naming base_config, not transformers' StrictDataclassClassValidationError."""
+    _, path = saved
+    ck = _copy(path, tmp_path / "ck")
+    _edit_config(lambda c: c["base_config"].update(hidden_size=63))(ck)
+    _reseal(ck)
+    with pytest.raises(ValueError, match=r"base_config does not build a model \(StrictDataclassClassValidationError"
+                       r".*hidden size \(63\) is not a multiple of the number of attention heads.*re-run"):
+        load_compressed(ck)
 
 
 EXPORT_CHILD = r"""
@@ -369,44 +539,64 @@ def _continuation_loglik(model, tok, context: str, continuation: str) -> float:
     return float(sum(logp[i - 1, whole[i]] for i in range(n_ctx, len(whole))))
 
 
-def test_export_runs_under_lm_eval_cli(saved, tmp_path):
-    """`caldera export` → `python -m lm_eval --model hf --model_args pretrained=DIR` on the project's ARC-Easy task
-    (4 local documents, --limit 4) with no caldera import: the result file has the task's accuracy over 4
-    documents, and every logged log-likelihood equals the compressed model's own (oracle: a direct forward)."""
-    from caldera.cli import main
-    from caldera.eval.zeroshot import tasks_dir
-
-    model, path = saved
-    hf = tmp_path / "hf"
-    assert main(["export", str(path), "--out", str(hf)]) == 0
-    cache = tmp_path / "cache"
-    (cache / "tasks").mkdir(parents=True)
-    docs = [{"id": f"q{i}", "question": f"w{5 + i} w9 w33", "choices": ["w10 w11", "w20", f"w{30 + i} w31", "w40"],
+ARC_DOCS = [{"id": f"q{i}", "question": f"w{5 + i} w9 w33", "choices": ["w10 w11", "w20", f"w{30 + i} w31", "w40"],
              "gold": i % 4} for i in range(6)]
-    (cache / "tasks" / "arc_easy.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+
+
+def lm_eval_args(pretrained: str, tmp_path) -> tuple[list[str], dict[str, str], Path]:
+    """lm-eval CLI arguments for the project's ARC-Easy task on 4 local documents (ARC_DOCS, built into a
+    CALDERA_CACHE under ``tmp_path``), the offline environment (without PYTHONPATH) and the output folder."""
+    from caldera.eval.zeroshot import tasks_dir
+    from caldera.pipeline.assets import build_atomically
+
+    cache = tmp_path / "cache"
+
+    def build(tmp):  # with the .complete marker the task loader verifies when caldera is importable
+        (tmp / "arc_easy.jsonl").write_text("".join(json.dumps(d) + "\n" for d in ARC_DOCS))
+
+    build_atomically(cache / "tasks", "0" * 64, build)
     out = tmp_path / "lm_eval_out"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", CALDERA_CACHE=str(cache))
-    args = ["--model", "hf", "--model_args", f"pretrained={hf},dtype=float32", "--tasks", "caldera_arc_easy",
+    args = ["--model", "hf", "--model_args", pretrained, "--tasks", "caldera_arc_easy",
             "--include_path", str(tasks_dir()), "--limit", "4", "--batch_size", "2", "--device", "cpu",
             "--output_path", str(out), "--log_samples"]
-    r = subprocess.run([sys.executable, "-c", LM_EVAL_CHILD, *args], cwd=tmp_path, env=env, capture_output=True,
-                       text=True, timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return args, env, out
+
+
+def check_lm_eval_output(out, model, tok, abs_tol: float) -> None:
+    """lm-eval's result files: 4 documents, every logged log-likelihood equal to ``model``'s own (oracle: a direct
+    forward) within ``abs_tol``, and the accuracy that follows from them."""
     results = json.loads(next(out.rglob("results_*.json")).read_text())
     task = results["results"]["caldera_arc_easy"]
     assert results["n-samples"]["caldera_arc_easy"]["effective"] == 4
     lines = next(out.rglob("samples_caldera_arc_easy_*.jsonl")).read_text().splitlines()
     samples = [json.loads(line) for line in lines]
     assert sorted(s["doc_id"] for s in samples) == [0, 1, 2, 3]
-    _, tok = load_compressed(path)
     correct = []
     for s in samples:
         lls = []
         for arg, resp in zip(s["arguments"].values(), s["resps"]):
             ours = _continuation_loglik(model, tok, arg["arg_0"], arg["arg_1"])
-            assert float(resp[0][0]) == pytest.approx(ours, abs=1e-3), (s["doc_id"], arg)
+            assert float(resp[0][0]) == pytest.approx(ours, abs=abs_tol), (s["doc_id"], arg)
             lls.append(ours)
         assert len(lls) == 4
-        correct.append(float(max(range(4), key=lls.__getitem__) == docs[s["doc_id"]]["gold"]))
+        correct.append(float(max(range(4), key=lls.__getitem__) == ARC_DOCS[s["doc_id"]]["gold"]))
     assert task["acc,none"] == pytest.approx(sum(correct) / 4)
+
+
+def test_export_runs_under_lm_eval_cli(saved, tmp_path):
+    """`caldera export` → `python -m lm_eval --model hf --model_args pretrained=DIR` on the project's ARC-Easy task
+    (4 local documents, --limit 4) with no caldera import: the result file has the task's accuracy over 4
+    documents, and every logged log-likelihood equals the compressed model's own (oracle: a direct forward)."""
+    from caldera.cli import main
+
+    model, path = saved
+    hf = tmp_path / "hf"
+    assert main(["export", str(path), "--out", str(hf)]) == 0
+    args, env, out = lm_eval_args(f"pretrained={hf},dtype=float32", tmp_path)
+    r = subprocess.run([sys.executable, "-c", LM_EVAL_CHILD, *args], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    _, tok = load_compressed(path)
+    check_lm_eval_output(out, model, tok, abs_tol=1e-3)

@@ -1,0 +1,178 @@
+"""The ``caldera`` quantization method of transformers: ``AutoModelForCausalLM.from_pretrained(CKPT)`` on a
+compressed checkpoint.
+
+A checkpoint folder (:mod:`caldera.pipeline.checkpoint`) carries ``config.json``: the base model's config plus
+``quantization_config: {"quant_method": "caldera", "format_version": 2, "method": ...}``. transformers reads the
+``quant_method`` and dispatches to :class:`CalderaHfQuantizer` once :func:`register` has run; ``import caldera``
+arranges that (``caldera/__init__.py``: at once if transformers' quantizer registry is already imported, else by
+an import hook that registers right after transformers imports it, so ``import caldera`` stays light).
+
+What the quantizer does, in transformers' loading order:
+
+1. before the weights are read (:meth:`CalderaHfQuantizer._process_model_before_weight_loading`): verify the
+   folder exactly as :func:`~caldera.pipeline.checkpoint.load_compressed` does (checksums, no unlisted file, the
+   config's structure, the content manifest, ``config.json`` equal to the recorded base config), then replace
+   every compressed ``nn.Linear`` by a :class:`~caldera.pipeline.compressed_linear.CompressedLinear` shell whose
+   tensors (shapes and dtypes from the safetensors header) are on the meta device;
+2. transformers fills every tensor from ``model.safetensors`` (stored dtypes kept: :meth:`get_new_dtype`);
+3. after (:meth:`_process_model_after_weight_loading`): every tensor of the loaded model against its digest in
+   the manifest (nothing missing, nothing randomly initialised, nothing cast), each module's reconstruction
+   fingerprint, and ``save_pretrained`` bound to the checkpoint writer
+   (:func:`~caldera.pipeline.checkpoint.attach_checkpoint_config`).
+
+Without ``import caldera`` transformers does not know the method: it warns "Unknown quantization type" and would
+build a dense model with randomly initialised linear layers. That is why such a process must register first
+(``caldera lm-eval`` for lm-eval's CLI, see the README).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from caldera.pipeline.checkpoint import FORMAT_VERSION, QUANT_METHOD
+
+_REGISTERED = False
+
+
+def _classes() -> tuple[type, type]:
+    from transformers.quantizers.base import HfQuantizer
+    from transformers.utils.quantization_config import QuantizationConfigMixin
+
+    class CalderaQuantizationConfig(QuantizationConfigMixin):
+        """``quantization_config`` of a caldera checkpoint's ``config.json`` (everything else about the
+        compression lives in ``caldera_config.json``, read and verified by the quantizer)."""
+
+        def __init__(self, format_version: int = FORMAT_VERSION, method: str | None = None, **kwargs: Any):
+            self.quant_method = QUANT_METHOD
+            self.format_version = format_version
+            self.method = method
+
+        def to_dict(self) -> dict[str, Any]:
+            return {"quant_method": QUANT_METHOD, "format_version": self.format_version, "method": self.method}
+
+    class CalderaHfQuantizer(HfQuantizer):
+        """Loads a pre-compressed caldera checkpoint (module docstring); it cannot quantize a dense model (use
+        ``caldera compress``)."""
+
+        requires_calibration = True
+
+        def __init__(self, quantization_config: Any, **kwargs: Any):
+            super().__init__(quantization_config, **kwargs)
+            self._cfg: dict[str, Any] | None = None
+            self._folder: Path | None = None
+
+        def validate_environment(self, *args: Any, **kwargs: Any) -> None:
+            if self.quantization_config.format_version != FORMAT_VERSION:
+                raise ValueError(
+                    f"config.json: quantization_config.format_version {self.quantization_config.format_version!r}; "
+                    f"this caldera reads {FORMAT_VERSION} (convert older checkpoints with `caldera convert`)"
+                )
+
+        def get_new_dtype(self, converter: Any, param: Any, dtype: Any) -> None:
+            return None  # keep every stored dtype: codes are integers, scales/signs must not be rounded
+
+        def _process_model_before_weight_loading(self, model: Any, checkpoint_files: Any = None, **kwargs: Any):
+            # transformers builds the model under a meta-device and `dtype` default; the lookup tables a quantizer
+            # builds on first use (E8P's codebook) must be real float32 tensors (the shells are explicitly meta)
+            old = torch.get_default_dtype()
+            torch.set_default_dtype(torch.float32)
+            try:
+                with torch.device("cpu"):
+                    return _before(self, model, checkpoint_files)
+            finally:
+                torch.set_default_dtype(old)
+
+        def _process_model_after_weight_loading(self, model: Any, **kwargs: Any):
+            return _after(self, model)
+
+        @property
+        def is_trainable(self) -> bool:
+            return False
+
+        def is_serializable(self) -> bool:
+            return True
+
+    return CalderaQuantizationConfig, CalderaHfQuantizer
+
+
+def register() -> None:
+    """Register the ``caldera`` quantization config and quantizer with transformers (idempotent)."""
+    global _REGISTERED
+    if _REGISTERED:
+        return
+    from transformers.quantizers import auto
+
+    cfg_cls, q_cls = _classes()
+    if QUANT_METHOD not in auto.AUTO_QUANTIZATION_CONFIG_MAPPING:
+        auto.register_quantization_config(QUANT_METHOD)(cfg_cls)
+    if QUANT_METHOD not in auto.AUTO_QUANTIZER_MAPPING:
+        auto.register_quantizer(QUANT_METHOD)(q_cls)
+    _REGISTERED = True
+
+
+def _before(quantizer: Any, model: Any, checkpoint_files: Any) -> Any:
+    from safetensors import safe_open
+
+    from caldera.pipeline.checkpoint import (
+        CONFIG_FILE,
+        MODEL_FILE,
+        _check_against_model,
+        check_config,
+        read_config,
+        replace_module,
+        verify_checksums,
+        verify_manifest,
+    )
+    from caldera.pipeline.compressed_linear import CompressedLinear
+
+    if not checkpoint_files:
+        raise ValueError("the caldera quantization method loads a compressed checkpoint folder; none was resolved")
+    folder = Path(checkpoint_files[0]).parent
+    if not (folder / CONFIG_FILE).is_file():
+        raise ValueError(
+            f"{folder} has a caldera config.json but no {CONFIG_FILE}: for a hub repository load it with "
+            "caldera.load_compressed('org/name') (downloads the whole folder), or download the whole repository "
+            "(huggingface_hub.snapshot_download) and pass its folder"
+        )
+    verify_checksums(folder)
+    cfg = read_config(folder)
+    check_config(cfg, folder)
+    verify_manifest(cfg, folder)
+    with safe_open(str(folder / MODEL_FILE), "pt") as f:
+        dtypes = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I8": torch.int8,
+                  "U8": torch.uint8, "I16": torch.int16, "U16": torch.uint16, "I32": torch.int32,
+                  "U32": torch.uint32, "I64": torch.int64, "BOOL": torch.bool, "F64": torch.float64}
+        shells = {}
+        for k in f.keys():
+            sl = f.get_slice(k)
+            shells[k] = torch.empty(sl.get_shape(), dtype=dtypes[sl.get_dtype()], device="meta")
+    _check_against_model(cfg, shells, model, folder)
+    for path, meta in cfg["modules"].items():
+        prefix = path + "."
+        own = {k[len(prefix):]: v for k, v in shells.items() if k.startswith(prefix)}
+        try:
+            mod = CompressedLinear.from_tensors(meta, own)
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"checkpoint {folder}: modules[{path!r}] does not match its tensors ({e})") from None
+        replace_module(model, path, mod)
+    quantizer._cfg, quantizer._folder = cfg, folder
+    return model
+
+
+def _after(quantizer: Any, model: Any) -> Any:
+    from caldera.pipeline.checkpoint import _bad, attach_checkpoint_config, check_fingerprint, check_tensor_manifest
+
+    cfg, folder = quantizer._cfg, quantizer._folder
+    tied = cfg.get("tied", {})
+    state = {k: v for k, v in model.state_dict().items() if k not in tied}
+    on_meta = sorted(k for k, v in state.items() if v.device.type == "meta")
+    if on_meta:
+        raise _bad(folder, f"tensors {on_meta[:5]} were not loaded")
+    check_tensor_manifest(cfg, state, folder)  # what was loaded, bit for bit: nothing missing, initialised or cast
+    for path in cfg["modules"]:
+        check_fingerprint(folder, path, model.get_submodule(path), cfg["fingerprints"])
+    attach_checkpoint_config(model, cfg)
+    return model

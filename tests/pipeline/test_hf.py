@@ -1,0 +1,226 @@
+"""The ``caldera`` quantization method of transformers (caldera.pipeline.hf): from_pretrained, save_pretrained,
+lm-eval's own CLI on a compressed checkpoint, and old (format 1) checkpoints through `caldera convert`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from caldera.pipeline.checkpoint import CHECKSUM_FILE, CONFIG_FILE, MODEL_FILE, load_compressed, save_compressed
+from caldera.pipeline.compressed_linear import CompressedLinear
+from tests.pipeline.test_checkpoint import (
+    IDS,
+    ROOT,
+    _copy,
+    _rechecksum,
+    check_lm_eval_output,
+    compress_in_place,
+    lm_eval_args,
+    tiny_llama,
+    word_tokenizer,
+)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("hf")
+    model, cfg = compress_in_place(tiny_llama(seed=3))
+    path = save_compressed(
+        model, tmp / "ck", method="quip#", method_config=dataclasses.asdict(cfg), tokenizer=word_tokenizer(),
+        extra={"bits": {"avg_bits": 2.0}},
+    )
+    return model, path
+
+
+def _logits(model):
+    with torch.no_grad():
+        return model(torch.tensor(IDS)).logits
+
+
+def test_from_pretrained_equals_load_compressed(saved):
+    """AutoModelForCausalLM.from_pretrained(CKPT) builds the compressed model: CompressedLinear layers with the
+    stored codes, tied head, and logits bit-identical to load_compressed's (and to the model that was saved)."""
+    from transformers import AutoModelForCausalLM
+
+    import caldera  # noqa: F401 - registers the quantization method
+
+    model, path = saved
+    hf = AutoModelForCausalLM.from_pretrained(str(path))
+    ref, _ = load_compressed(path, load_tokenizer=False)
+    assert type(hf).__name__ == "LlamaForCausalLM" and not hf.training
+    lin = hf.model.layers[1].mlp.down_proj
+    assert isinstance(lin, CompressedLinear) and lin.Q_codes.dtype == torch.uint16 and lin.S_U.dtype == torch.int8
+    assert sum(isinstance(m, CompressedLinear) for m in hf.modules()) == 14
+    assert hf.lm_head.weight is hf.model.embed_tokens.weight
+    assert hf.config.quantization_config.quant_method == "caldera"
+    a, b = _logits(hf), _logits(ref)
+    assert torch.equal(a, b) and torch.equal(a, _logits(model))
+    ids = torch.tensor(IDS)[:1, :4]
+    gen = dict(max_new_tokens=5, min_new_tokens=5, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        assert torch.equal(hf.generate(ids, **gen), ref.generate(ids, **gen))
+
+
+CHILD = r"""
+import json, sys, torch
+import caldera
+assert "transformers" not in sys.modules, "import caldera imported transformers"
+from transformers import AutoModelForCausalLM, AutoTokenizer
+m = AutoModelForCausalLM.from_pretrained(sys.argv[1])
+assert type(m.model.layers[0].self_attn.q_proj).__name__ == "CompressedLinear"
+with torch.no_grad():
+    torch.save(m(torch.tensor(json.loads(sys.argv[2]))).logits, sys.argv[3])
+"""
+
+
+def test_import_caldera_then_transformers_in_a_fresh_process(saved, tmp_path):
+    """`import caldera` does not import transformers, yet registers the method when transformers is imported
+    later (the import hook): the usual `import caldera; from transformers import ...` order works."""
+    model, path = saved
+    out = tmp_path / "l.pt"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    r = subprocess.run([sys.executable, "-c", CHILD, str(path), json.dumps(IDS), str(out)], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert torch.equal(torch.load(out), _logits(model))
+
+
+def test_save_pretrained_round_trip(saved, tmp_path):
+    """save_pretrained of a from_pretrained (or load_compressed) model writes the checkpoint format again: the
+    same tensors and config (extras kept), verified on reload by both loaders; a non-empty folder is refused."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    model, path = saved
+    hf = AutoModelForCausalLM.from_pretrained(str(path))
+    out = tmp_path / "again"
+    hf.save_pretrained(out, tokenizer=word_tokenizer())
+    assert {p.name for p in out.iterdir()} == {p.name for p in path.iterdir()}
+    a, b = load_file(str(out / MODEL_FILE)), load_file(str(path / MODEL_FILE))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) and a[k].dtype == b[k].dtype for k in a)
+    ca, cb = (json.loads((p / CONFIG_FILE).read_text()) for p in (out, path))
+    assert ca["modules"] == cb["modules"] and ca["bits"] == {"avg_bits": 2.0} and ca["tied"] == cb["tied"]
+    # the one difference: from_pretrained records the dtype it loaded (the source model's config had None)
+    assert {k: v for k, v in ca["base_config"].items() if k != "dtype"} == {
+        k: v for k, v in cb["base_config"].items() if k != "dtype"} and ca["base_config"]["dtype"] == "float32"
+    assert json.loads((out / "config.json").read_text())["quantization_config"]["quant_method"] == "caldera"
+    assert torch.equal(_logits(AutoModelForCausalLM.from_pretrained(str(out))), _logits(model))
+    lc, tok = load_compressed(out)
+    assert tok is not None and torch.equal(_logits(lc), _logits(model))
+    out2 = tmp_path / "again2"
+    lc.save_pretrained(out2)  # a load_compressed model saves the same way
+    assert torch.equal(load_file(str(out2 / MODEL_FILE))["model.norm.weight"], b["model.norm.weight"])
+    with pytest.raises(ValueError, match=r"the folder exists and is not empty.*choose a new folder"):
+        hf.save_pretrained(out)
+    with pytest.raises(ValueError, match=r"does not support \['push_to_hub'\]"):
+        hf.save_pretrained(tmp_path / "x", push_to_hub=True)
+
+
+def _as_format1(path, dst):
+    """The layout the format-1 writer produced: no config.json, no content manifest."""
+    ck = _copy(path, dst)
+    (ck / "config.json").unlink()
+    cfg = json.loads((ck / CONFIG_FILE).read_text())
+    cfg.pop("manifest")
+    cfg["format_version"] = 1
+    (ck / CONFIG_FILE).write_text(json.dumps(cfg))
+    _rechecksum(ck)
+    return ck
+
+
+def test_old_checkpoint_is_converted(saved, tmp_path, capsys):
+    """A format-1 checkpoint is refused by load_compressed with the convert command to run; `caldera convert`
+    (which checks its checksums and fingerprints) writes the current format, which loads both ways with the same
+    logits. A format-1 checkpoint whose fingerprints are gone cannot be converted."""
+    from transformers import AutoModelForCausalLM
+
+    from caldera.cli import main
+
+    model, path = saved
+    old = _as_format1(path, tmp_path / "old")
+    with pytest.raises(ValueError, match=r"format_version 1 .*`caldera convert .*old --out NEW`"):
+        load_compressed(old)
+    new = tmp_path / "new"
+    assert main(["convert", str(old), "--out", str(new)]) == 0
+    assert (new / "config.json").exists() and (new / CHECKSUM_FILE).exists()
+    assert torch.equal(_logits(load_compressed(new)[0]), _logits(model))
+    assert torch.equal(_logits(AutoModelForCausalLM.from_pretrained(str(new))), _logits(model))
+    assert json.loads((new / CONFIG_FILE).read_text())["bits"] == {"avg_bits": 2.0}
+    capsys.readouterr()
+    assert main(["convert", str(old), "--out", str(new)]) == 2
+    assert "already exists" in capsys.readouterr().err
+    cfg = json.loads((old / CONFIG_FILE).read_text())
+    cfg.pop("fingerprints")
+    (old / CONFIG_FILE).write_text(json.dumps(cfg))
+    _rechecksum(old)
+    assert main(["convert", str(old), "--out", str(tmp_path / "new2")]) == 2
+    assert "has no reconstruction fingerprints" in capsys.readouterr().err
+
+
+def test_load_compressed_dtype_and_device(saved):
+    """dtype casts the uncompressed parameters only (the compressed layers keep their stored dtypes and compute
+    in float32); a per-module device_map is refused with the from_pretrained alternative."""
+    _, path = saved
+    m, _ = load_compressed(path, dtype="bfloat16", device_map="cpu", load_tokenizer=False)
+    assert m.model.embed_tokens.weight.dtype == torch.bfloat16 and m.model.norm.weight.dtype == torch.bfloat16
+    q = m.model.layers[0].self_attn.q_proj
+    assert q.Q_scale.dtype == torch.float32 and q.S_U.dtype == torch.int8
+    assert _logits(m).dtype == torch.bfloat16
+    with pytest.raises(ValueError, match=r"device_map='auto'.*from_pretrained\(CKPT, device_map=...\)"):
+        load_compressed(path, device_map="auto")
+    with pytest.raises(FileNotFoundError, match=r"neither a local folder nor a hub repository"):
+        load_compressed("nosuch-org/nosuch-model-xyz")
+
+
+def test_lm_eval_cli_on_the_compressed_checkpoint(saved, tmp_path):
+    """`caldera lm-eval` (lm-eval's own CLI main, in-process, after registering the method) with
+    `--model hf --model_args pretrained=CKPT` evaluates the compressed checkpoint itself: every logged
+    log-likelihood equals the compressed model's own forward (oracle), and the accuracy follows from them."""
+    model, path = saved
+    args, env, out = lm_eval_args(f"pretrained={path}", tmp_path)
+    env["PYTHONPATH"] = str(ROOT)
+    r = subprocess.run([sys.executable, "-m", "caldera.cli", "lm-eval", *args], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    _, tok = load_compressed(path)
+    check_lm_eval_output(out, model, tok, abs_tol=1e-4)
+
+
+HUB_CHILD = r"""
+import json, sys, torch
+import caldera
+from transformers import AutoModelForCausalLM
+m, tok = caldera.load_compressed("caldera-test/tiny")
+h = AutoModelForCausalLM.from_pretrained("caldera-test/tiny")
+assert tok is not None and type(h.model.layers[0].mlp.up_proj).__name__ == "CompressedLinear"
+ids = torch.tensor(json.loads(sys.argv[1]))
+with torch.no_grad():
+    torch.save({"lc": m(ids).logits, "hf": h(ids).logits}, sys.argv[2])
+"""
+
+
+def test_hub_id_loads_from_the_hub_cache(saved, tmp_path):
+    """A hub id (`org/name`) loads with load_compressed (huggingface_hub.snapshot_download) and with
+    from_pretrained, from a hub cache holding the repository (offline: no network here), verified the same way."""
+    import shutil
+
+    model, path = saved
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "models--caldera-test--tiny"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    shutil.copytree(path, repo / "snapshots" / commit)
+    out = tmp_path / "l.pt"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "HF_HUB_CACHE": str(tmp_path / "hub")}
+    r = subprocess.run([sys.executable, "-c", HUB_CHILD, json.dumps(IDS), str(out)], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = torch.load(out)
+    assert torch.equal(got["lc"], _logits(model)) and torch.equal(got["hf"], _logits(model))
