@@ -85,3 +85,45 @@ def test_rhtft_table_shows_before_and_after_and_carries_both_samples(tmp_path):
     assert len(pending) == 5 and all(r["stand_in"].startswith("pending in mini") for r in pending)
     md = Path(out["md"]).read_text()
     assert "Rows run: CALDERA k=64 B_LR=4" in md and "Stand-in model(s): SmolLM2-135M (Q4_1-dequantized, fp32);" in md
+
+
+def test_a_replicated_row_prints_the_geometric_mean_across_seeds_with_the_combined_interval(tmp_path):
+    import json
+    import math
+    from pathlib import Path
+
+    import numpy as np
+    import yaml
+
+    from caldera import stats
+    from caldera.experiments.plan import all_variants, replicate_variants
+    from caldera.experiments.tables import write_table
+
+    config = yaml.safe_load(Path("config/mini.yaml").read_text())
+    reps = replicate_variants(config, all_variants(config))["smollm2-quipsharp"]
+    assert [r.id for r in reps] == ["smollm2-quipsharp", "smollm2-quipsharp-seed1", "smollm2-quipsharp-seed2"]
+    tok = [511] * 4
+    nlls = []
+    for k, r in enumerate(reps):  # seed k: every window log(ppl) shifted by 0.1 k
+        d = tmp_path / "eval" / r.id
+        d.mkdir(parents=True)
+        nll = [511 * (x + 0.1 * k) for x in (4.0, 5.0, 4.5, 5.5)]
+        nlls.append(nll)
+        for corpus in ("wiki", "c4"):
+            (d / f"ppl_{corpus}.json").write_text(json.dumps({"ppl": math.exp(sum(nll) / 2044), "window_nll": nll,
+                                                              "window_tokens": tok}))
+        (d / "zeroshot.json").write_text(json.dumps({"results": {"tasks": {}}, "skipped": "replicate"}))
+    out = {k: str(tmp_path / f"t.{k}") for k in ("md", "tex", "csv", "json")}
+    tab = write_table(str(tmp_path), config, "table7_mistral", out["md"], out["tex"], out["csv"], out["json"])
+    row = next(r for r in tab["rows"] if r["variant"] == "smollm2-quipsharp")
+    assert row["seeds"] == {"ppl": 3, "zeroshot": 1}
+    geo = math.exp(np.mean([sum(n) / 2044 for n in nlls]))  # geometric mean of the three perplexities
+    assert row["ours"]["wiki2_ppl"] == __import__("pytest").approx(geo)
+    ci = stats.seeded_perplexity(nlls, tok)
+    assert row["ours_ci"]["wiki2_ppl"] == [ci["lo"], ci["hi"]]
+    one = stats.perplexity_interval(np.mean(nlls, axis=0), tok)  # windows alone: narrower than with the seeds
+    assert ci["lo"] < one["lo"] and ci["hi"] > one["hi"]
+    assert "| 3 / 1 |" in Path(out["md"]).read_text()
+    saved = json.loads(Path(out["json"]).read_text())
+    assert saved["realizations"]["smollm2-quipsharp"]["seeds"] == [0, 1, 2]
+    assert len(saved["seed_samples"]["smollm2-quipsharp"]) == 3
