@@ -30,7 +30,7 @@ import numpy as np
 from caldera import stats
 from caldera.atomic import write_atomic
 from caldera.experiments.plan import RHTFT_TABLES
-from caldera.experiments.tables import _bits_label
+from caldera.experiments.tables import _bits_label, _paired, ppl_ratio, realizations  # noqa: F401 (re-exported)
 
 
 def _final(curve: dict[str, Any]) -> float:
@@ -85,42 +85,6 @@ def _ppl_ratios(table: dict[str, Any], paper_model: str) -> tuple[str | None, di
 
 def _windows(table: dict[str, Any], variant: str) -> dict[str, Any] | None:
     return table.get("samples", {}).get(variant, {}).get("ppl", {}).get(CORPUS)
-
-
-def realizations(table: dict[str, Any], variant: str, corpus: str = CORPUS) -> dict[str, Any] | None:
-    """Every realization (seed) of ``variant``'s per-window results on ``corpus``: ``{"nll": (S, W) list,
-    "tokens": (W,), "seeds": [seed per row], "random": bool}`` from the table's ``seed_samples`` (all seeds) or
-    ``samples`` (the variant alone); None without per-window results. ``random``: the variant is a realization
-    of a random procedure (every compressed model; tables written before seeds were recorded: all but dense)."""
-    info = table.get("realizations", {}).get(variant)
-    per_seed = table.get("seed_samples", {}).get(variant) or [table.get("samples", {}).get(variant, {})]
-    seeds = list(info["seeds"]) if info else [None]
-    rows = [(sd, s.get("ppl", {}).get(corpus)) for sd, s in zip(seeds, per_seed)]
-    rows = [(sd, r) for sd, r in rows if r is not None]
-    if not rows:
-        return None
-    return {"nll": [r["window_nll"] for _, r in rows], "tokens": rows[0][1]["window_tokens"],
-            "seeds": [sd for sd, _ in rows], "random": info["random"] if info else not variant.endswith("dense")}
-
-
-def _paired(ra: dict[str, Any], rb: dict[str, Any]) -> bool:
-    """Seeds shared: both random with the same seed list (realization s of each used the same RHT signs and
-    sketches), so the comparison is paired across seeds as well as windows."""
-    return (ra["random"] and rb["random"] and len(ra["seeds"]) > 1 and None not in ra["seeds"]
-            and ra["seeds"] == rb["seeds"])
-
-
-def ppl_ratio(table: dict[str, Any], a: str, b: str, corpus: str = CORPUS) -> dict[str, Any] | None:
-    """Interval of ``ppl_a / ppl_b`` on the Wiki2 stand-in windows across every seed of both variants
-    (:func:`caldera.stats.seeded_ppl_ratio`: windows and seeds combined; paired across seeds where they are
-    shared), with ``"pair": [a, b]``; None without per-window results."""
-    ra, rb = realizations(table, a, corpus), realizations(table, b, corpus)
-    if ra is None or rb is None:
-        return None
-    if list(ra["tokens"]) != list(rb["tokens"]):
-        raise ValueError(f"{a} and {b} were scored on different windows; evaluate both with the same eval.ppl")
-    iv = stats.seeded_ppl_ratio(ra["nll"], rb["nll"], ra["tokens"], ra["random"], rb["random"], _paired(ra, rb))
-    return {**iv, "pair": [a, b], "paired_seeds": _paired(ra, rb)}
 
 
 def _ratio_text(r: dict[str, Any]) -> str:

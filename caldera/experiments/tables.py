@@ -227,22 +227,87 @@ def build_table(results_dir: str | os.PathLike, config: dict[str, Any], table: s
         rs = reps.get(vid) or [by_id[vid]]
         realizations[vid] = {"random": is_random(rs[0]), "seeds": [getattr(r.config, "seed", None) for r in rs],
                              "ids": [r.id for r in rs]}
-    return {"table": table, "columns": cols, "rows": rows,
-            "stats": {"level": stats.LEVEL, "resamples": stats.RESAMPLES, "seed": stats.SEED,
+    tab = {"table": table, "columns": cols, "rows": rows,
+           "stats": {"level": stats.LEVEL, "resamples": stats.RESAMPLES, "seed": stats.SEED,
                       "perplexity": "percentile bootstrap over windows, combined with Student's t over seeds",
                       "accuracy": "Wilson score interval, combined with Student's t over seeds"},
             "samples": {v: variant_samples(results_dir, v) for v in variants},
             # every realization (seed) of each variant, in realizations[v]["ids"] order (the first is samples[v])
             "realizations": realizations,
-            "seed_samples": {v: [variant_samples(results_dir, i) for i in realizations[v]["ids"]]
-                             for v in variants if len(realizations[v]["ids"]) > 1}}
+           "seed_samples": {v: [variant_samples(results_dir, i) for i in realizations[v]["ids"]]
+                            for v in variants if len(realizations[v]["ids"]) > 1}}
+    if not ft_table:
+        add_times_dense(tab)
+    return tab
 
+
+def add_times_dense(tab: dict[str, Any]) -> None:
+    """A ``wiki2_x_dense`` column after ``wiki2_ppl``: each compressed row's Wiki2 perplexity over the same paper
+    model's unquantized row, the paper's and ours (with the interval of :func:`ppl_ratio`: windows and seeds),
+    so the tables show how much more the stand-ins lose than the paper's models (in place)."""
+    cols = tab["columns"]
+    cols.insert(cols.index("wiki2_ppl") + 1, "wiki2_x_dense")
+    dense = {r["paper_model"]: r for r in tab["rows"] if str(r["method"]).startswith(("Unquantized", "Uncompressed"))}
+    for r in tab["rows"]:
+        d = dense.get(r["paper_model"])
+        r["paper"]["wiki2_x_dense"] = r["ours"]["wiki2_x_dense"] = None
+        if d is None or d is r:
+            continue
+        pp, pd = r["paper"].get("wiki2_ppl"), d["paper"].get("wiki2_ppl")
+        if pp is not None and pd:
+            r["paper"]["wiki2_x_dense"] = pp / pd
+        if r["variant"] and d["variant"]:
+            iv = ppl_ratio(tab, r["variant"], d["variant"])
+            if iv is not None:  # one seed: the windows' interval, as the perplexity column (Seeds column: 1)
+                one = iv["seed_half"] is None
+                r["ours"]["wiki2_x_dense"] = iv["estimate"]
+                r["ours_ci"]["wiki2_x_dense"] = [iv["window_lo"] if one else iv["lo"],
+                                                 iv["window_hi"] if one else iv["hi"]]
+
+
+
+def realizations(table: dict[str, Any], variant: str, corpus: str = "wiki") -> dict[str, Any] | None:
+    """Every realization (seed) of ``variant``'s per-window results on ``corpus``: ``{"nll": (S, W) list,
+    "tokens": (W,), "seeds": [seed per row], "random": bool}`` from the table's ``seed_samples`` (all seeds) or
+    ``samples`` (the variant alone); None without per-window results. ``random``: the variant is a realization
+    of a random procedure (every compressed model; tables written before seeds were recorded: all but dense)."""
+    info = table.get("realizations", {}).get(variant)
+    per_seed = table.get("seed_samples", {}).get(variant) or [table.get("samples", {}).get(variant, {})]
+    seeds = list(info["seeds"]) if info else [None]
+    rows = [(sd, s.get("ppl", {}).get(corpus)) for sd, s in zip(seeds, per_seed)]
+    rows = [(sd, r) for sd, r in rows if r is not None]
+    if not rows:
+        return None
+    return {"nll": [r["window_nll"] for _, r in rows], "tokens": rows[0][1]["window_tokens"],
+            "seeds": [sd for sd, _ in rows], "random": info["random"] if info else not variant.endswith("dense")}
+
+
+def _paired(ra: dict[str, Any], rb: dict[str, Any]) -> bool:
+    """Seeds shared: both random with the same seed list (realization s of each used the same RHT signs and
+    sketches), so the comparison is paired across seeds as well as windows."""
+    return (ra["random"] and rb["random"] and len(ra["seeds"]) > 1 and None not in ra["seeds"]
+            and ra["seeds"] == rb["seeds"])
+
+
+def ppl_ratio(table: dict[str, Any], a: str, b: str, corpus: str = "wiki") -> dict[str, Any] | None:
+    """Interval of ``ppl_a / ppl_b`` on the Wiki2 stand-in windows across every seed of both variants
+    (:func:`caldera.stats.seeded_ppl_ratio`: windows and seeds combined; paired across seeds where they are
+    shared), with ``"pair": [a, b]``; None without per-window results."""
+    ra, rb = realizations(table, a, corpus), realizations(table, b, corpus)
+    if ra is None or rb is None:
+        return None
+    if list(ra["tokens"]) != list(rb["tokens"]):
+        raise ValueError(f"{a} and {b} were scored on different windows; evaluate both with the same eval.ppl")
+    iv = stats.seeded_ppl_ratio(ra["nll"], rb["nll"], ra["tokens"], ra["random"], rb["random"], _paired(ra, rb))
+    return {**iv, "pair": [a, b], "paired_seeds": _paired(ra, rb)}
 
 
 def render(tab: dict[str, Any], caption: str) -> tuple[str, str, str]:
     cols = tab["columns"]
-    head = (["Method", "Paper model → stand-in", "Rank (paper → ours)", "B_LR", "Seeds (ppl / 0-shot)"]
-            + [f"{c} (paper / ours)" for c in cols])
+    stands = {r["stand_in"] for r in tab["rows"] if r["variant"]}
+    one = len(stands) == 1  # one stand-in for the whole table: named once (the caption), not in every row
+    head = (["Method", "Paper model" if one else "Paper model → stand-in", "Rank (paper → ours)", "B_LR",
+             "Seeds (ppl / 0-shot)"] + [f"{c} (paper / ours)" for c in cols])
     md = [f"**{caption}**", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     tex = ["\\begin{tabular}{" + "l" * len(head) + "}", "\\toprule",
            " & ".join(h.replace("_", "\\_").replace("→", "$\\to$") for h in head) + " \\\\", "\\midrule"]
@@ -253,8 +318,9 @@ def render(tab: dict[str, Any], caption: str) -> tuple[str, str, str]:
     for r in tab["rows"]:
         n = r.get("seeds") or {}
         seeds = f"{n['ppl']} / {n['zeroshot']}" if r["variant"] and n.get("ppl") else "—"
-        cells = [r["method"], f"{r['paper_model']} → {r['stand_in']}", f"{r['paper_rank']} → {r['rank']}",
-                 str(r["b_lr"]), seeds]
+        model = (r["paper_model"] if r["variant"] else f"{r['paper_model']} ({r['stand_in']})") if one else \
+            f"{r['paper_model']} → {r['stand_in']}"
+        cells = [r["method"], model, f"{r['paper_rank']} → {r['rank']}", str(r["b_lr"]), seeds]
         ci = r.get("ours_ci", {})
         cells += [f"{_fmt(r['paper'][c])} / {_fmt(r['ours'][c], 1 if c.endswith('_acc') else 2, ci.get(c))}"
                   for c in cols]
@@ -284,8 +350,9 @@ def write_table(results_dir: str, config: dict[str, Any], table: str, out_md: st
 
     tab = build_table(results_dir, config, table)
     stand = sorted({r["stand_in"] for r in tab["rows"] if r["variant"]})
-    caption = (f"{table}: paper numbers beside this run ({config['name']} config). Stand-in model(s): "
-               f"{', '.join(stand)}; each paper rank is mapped to the stand-in rank with the closest average bits "
+    caption = (f"{table}: paper numbers beside this run ({config['name']} config). Stand-in model"
+               f"{'s' if len(stand) > 1 else ' for every row'}: {', '.join(stand)}; each paper rank is mapped to the "
+               f"stand-in rank with the closest average bits "
                f"(App. E.5). Ours: value [95 % interval] over the compression seeds of the Seeds column (ppl: "
                f"geometric mean; accuracy: mean) — perplexity: percentile bootstrap over the evaluation windows "
                f"({stats.RESAMPLES} resamples, seed {stats.SEED}), accuracy in %: Wilson score interval over the "

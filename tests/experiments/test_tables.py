@@ -84,7 +84,8 @@ def test_rhtft_table_shows_before_and_after_and_carries_both_samples(tmp_path):
     pending = [r for r in tab["rows"] if r["variant"] is None]
     assert len(pending) == 5 and all(r["stand_in"].startswith("pending in mini") for r in pending)
     md = Path(out["md"]).read_text()
-    assert "Rows run: CALDERA k=64 B_LR=4" in md and "Stand-in model(s): SmolLM2-135M (Q4_1-dequantized, fp32);" in md
+    assert "Rows run: CALDERA k=64 B_LR=4" in md
+    assert "Stand-in model for every row: SmolLM2-135M (Q4_1-dequantized, fp32);" in md
 
 
 def test_a_replicated_row_prints_the_geometric_mean_across_seeds_with_the_combined_interval(tmp_path):
@@ -124,6 +125,35 @@ def test_a_replicated_row_prints_the_geometric_mean_across_seeds_with_the_combin
     one = stats.perplexity_interval(np.mean(nlls, axis=0), tok)  # windows alone: narrower than with the seeds
     assert ci["lo"] < one["lo"] and ci["hi"] > one["hi"]
     assert "| 3 / 1 |" in Path(out["md"]).read_text()
+    assert row["ours"]["wiki2_x_dense"] is None  # Table 7 has no unquantized row (the paper prints none)
     saved = json.loads(Path(out["json"]).read_text())
     assert saved["realizations"]["smollm2-quipsharp"]["seeds"] == [0, 1, 2]
     assert len(saved["seed_samples"]["smollm2-quipsharp"]) == 3
+
+
+def test_times_dense_column_beside_the_papers_ratio():
+    import math
+
+    import pytest
+
+    from caldera.experiments.tables import add_times_dense
+
+    tok = [100] * 4
+    dense_nll, comp_nll = [100 * x for x in (3.0, 3.2, 2.8, 3.0)], [100 * x for x in (4.0, 4.2, 3.8, 4.4)]
+    rows = [{"method": "Unquantized (7B)", "paper_model": "llama-2-7b", "variant": "d",
+             "paper": {"wiki2_ppl": 5.12}, "ours": {"wiki2_ppl": math.exp(3.0)}, "ours_ci": {}},
+            {"method": "CALDERA (7B)", "paper_model": "llama-2-7b", "variant": "c",
+             "paper": {"wiki2_ppl": 7.36}, "ours": {"wiki2_ppl": math.exp(4.1)}, "ours_ci": {}}]
+    tab = {"columns": ["avg_bits", "wiki2_ppl", "c4_ppl"], "rows": rows,
+           "samples": {"d": {"ppl": {"wiki": {"window_nll": dense_nll, "window_tokens": tok}}},
+                       "c": {"ppl": {"wiki": {"window_nll": comp_nll, "window_tokens": tok}}}},
+           "realizations": {"d": {"random": False, "seeds": [None], "ids": ["d"]},
+                            "c": {"random": True, "seeds": [0], "ids": ["c"]}}}
+    add_times_dense(tab)
+    assert tab["columns"] == ["avg_bits", "wiki2_ppl", "wiki2_x_dense", "c4_ppl"]
+    c = rows[1]
+    assert c["paper"]["wiki2_x_dense"] == pytest.approx(7.36 / 5.12)  # the paper loses ×1.44
+    assert c["ours"]["wiki2_x_dense"] == pytest.approx(math.exp(1.1))
+    lo, hi = c["ours_ci"]["wiki2_x_dense"]  # one seed: the windows' interval, finite
+    assert lo < math.exp(1.1) < hi < 10
+    assert rows[0]["ours"]["wiki2_x_dense"] is None
