@@ -45,13 +45,21 @@ def compare_claims(committed: list[dict[str, Any]], rerun: list[dict[str, Any]])
                 continue
             lo, hi, est = ref.get("lo"), ref.get("hi"), iv.get("estimate")
             bounded = all(isinstance(x, (int, float)) and math.isfinite(x) for x in (lo, hi, est))
+            wlo, whi = ref.get("window_lo"), ref.get("window_hi")
+            wb = all(isinstance(x, (int, float)) and math.isfinite(x) for x in (wlo, whi, est))
             comps.append({"claim": c["claim"], "pair": iv.get("pair"), "kind": iv.get("kind"),
                           "committed": [ref.get("estimate"), lo, hi], "rerun": est,
-                          "inside": bool(bounded and lo <= est <= hi) if bounded else None})
+                          "inside": bool(bounded and lo <= est <= hi) if bounded else None,
+                          "inside_windows_only": bool(wlo <= est <= whi) if wb else None})
     counted = [x for x in comps if x["inside"] is not None]
     inside = sum(x["inside"] for x in counted)
+    wcount = [x for x in comps if x["inside_windows_only"] is not None]
+    winside = sum(x["inside_windows_only"] for x in wcount)
     return {"coverage": {"inside": inside, "total": len(counted),
                          "share": inside / len(counted) if counted else None},
+            # the committed run's window-only intervals (the evaluation's noise alone), for every pair
+            "coverage_windows_only": {"inside": winside, "total": len(wcount),
+                                      "share": winside / len(wcount) if wcount else None},
             "comparisons": comps, "verdicts": verdicts, "flips": [v for v in verdicts if v["flip"]]}
 
 
@@ -60,7 +68,9 @@ def render(result: dict[str, Any]) -> str:
     share = "—" if cov["share"] is None else f"{100 * cov['share']:.0f} %"
     lines = ["# Rerun vs committed claims", "",
              f"Coverage: {cov['inside']} of {cov['total']} rerun estimates inside the committed 95 % intervals "
-             f"({share}); verdict flips (holds ↔ fails): {len(result['flips'])}.", "",
+             f"({share}); verdict flips (holds ↔ fails): {len(result['flips'])}. The committed window-only "
+             f"intervals (evaluation noise alone) would have covered {result['coverage_windows_only']['inside']} of "
+             f"{result['coverage_windows_only']['total']}.", "",
              "| claim | pair | committed [95 %] | rerun | inside |", "|---|---|---|---|---|"]
     for x in result["comparisons"]:
         e, lo, hi = x["committed"]

@@ -9,7 +9,8 @@ from caldera.experiments.coverage import compare_claims, main
 
 def _claim(verdict, *ivs, name="c", source="s"):
     return {"claim": name, "source": source, "verdict": verdict, "numbers": "", "sdd": "",
-            "intervals": [{"pair": list(p), "estimate": e, "lo": lo, "hi": hi} for p, e, lo, hi in ivs]}
+            "intervals": [{"pair": list(p), "estimate": e, "lo": lo, "hi": hi, "window_lo": e - 0.01,
+                           "window_hi": e + 0.01} for p, e, lo, hi in ivs]}
 
 
 def test_coverage_counts_rerun_estimates_inside_the_committed_intervals():
@@ -21,6 +22,8 @@ def test_coverage_counts_rerun_estimates_inside_the_committed_intervals():
     assert r["coverage"] == {"inside": 1, "total": 2, "share": 0.5}  # 0.93 in [0.8, 0.95]; 0.85 not in [0.6, 0.8]
     assert [x["inside"] for x in r["comparisons"]] == [True, False, None]
     assert r["flips"] == []  # inconclusive -> fails is a strengthening, not a flip
+    # the window-only intervals (±0.01 here) cover none of the three moved estimates
+    assert r["coverage_windows_only"] == {"inside": 0, "total": 3, "share": 0.0}
 
 
 def test_a_holds_to_fails_change_is_a_flip_and_fails_the_command(tmp_path):
