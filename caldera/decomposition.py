@@ -241,7 +241,7 @@ def _decompose(
     Wr = rht.rotate_W(W.float()) if rht is not None else W.float()
     Hr = ctx.H_rot
     M = ctx.sqrt.half  # (d, d) float64, H_rot = M Mᵀ
-    M32 = M.float()
+    M32 = ctx.sqrt.half32
     qQ = quantizer_for_bits(cfg.q_bits)
     qL = quantizer_for_bits(cfg.l_bits) if cfg.factors_quantized else None
     qR = quantizer_for_bits(cfg.r_bits) if cfg.factors_quantized else None

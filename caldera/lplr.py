@@ -94,7 +94,7 @@ def lplr_factorize(
     if sweep not in ("jacobi", "alternating"):
         raise ValueError(f"sweep={sweep!r}; accepted: 'jacobi' (Alg. 2) or 'alternating' (authors)")
     hs = H if isinstance(H, HessianSqrt) else HessianSqrt.of(H)
-    Hh, Hh_inv = hs.half.float(), hs.inv_half.float()
+    Hh, Hh_inv = hs.half32, hs.inv_half32
     A = A.float()
     Y = A @ Hh if Y is None else Y.float()
     obj = _Objective(Y, Hh)

@@ -14,6 +14,7 @@ unless n = d.)
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -106,6 +107,16 @@ class HessianSqrt:
 
     half: Tensor
     inv_half: Tensor
+
+    @functools.cached_property
+    def half32(self) -> Tensor:
+        """``half`` in float32 (the LPLR and error matmuls' operand), converted once per factor pair."""
+        return self.half.float()
+
+    @functools.cached_property
+    def inv_half32(self) -> Tensor:
+        """``inv_half`` in float32, converted once per factor pair."""
+        return self.inv_half.float()
 
     @classmethod
     def of(cls, H: Tensor) -> "HessianSqrt":
