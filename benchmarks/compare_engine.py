@@ -1,6 +1,7 @@
 """Old-vs-new engine timing at the paper's shapes (issue 18, item 1): time per outer iteration and error.
 
-Usage (one code tree per run; ``CALDERA_ROOT`` picks which ``caldera`` package is imported)::
+Usage (one code tree per run; ``CALDERA_ROOT`` picks which ``caldera`` package is imported, by default the
+tree that holds this script)::
 
     CALDERA_ROOT=/path/to/tree python benchmarks/compare_engine.py --shapes 4096x4096 --outer 2 --out x.json
 
@@ -20,9 +21,9 @@ import platform
 import sys
 import time
 
-root = os.environ.get("CALDERA_ROOT")
-if root:
-    sys.path.insert(0, root)
+# the tree to measure: CALDERA_ROOT, else the tree this script lives in (never an installed copy)
+root = os.environ.get("CALDERA_ROOT") or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, root)
 
 import torch  # noqa: E402
 
@@ -50,7 +51,8 @@ def run(n: int, d: int, outer: int, svd: str | None) -> dict:
     its = [b - a for a, b in zip(marks, marks[1:])]
     cpu_its = [b - a for a, b in zip(cpu, cpu[1:])]
     return {
-        "shape": [n, d], "config": cfg.to_dict(), "prepare_s": prep, "outer_iteration_s": its, "outer_iteration_cpu_s": cpu_its,
+        "shape": [n, d], "config": cfg.to_dict(), "prepare_s": prep, "outer_iteration_s": its,
+        "outer_iteration_cpu_s": cpu_its,
         "error": dec.error, "errors": [e["error"] for e in dec.error_trace],
         "extrapolated_15x10_s": prep + its[0] + 14 * its[-1],
     }
