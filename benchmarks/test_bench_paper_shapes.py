@@ -23,7 +23,7 @@ rate (``gemm_gflops`` of ``conftest.py``; float64 work is counted at the same ra
 above their floor). Run::
 
     nice -n 10 python -m pytest benchmarks/test_bench_paper_shapes.py --benchmark-enable \
-        --benchmark-json=benchmarks/results/paper_shapes_cpu.json -p no:randomly
+        --benchmark-json=kernels/measured/paper_shapes_cpu.json -p no:randomly
 """
 
 from __future__ import annotations
