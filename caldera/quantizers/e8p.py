@@ -436,8 +436,9 @@ def _pool(workers: int) -> ThreadPoolExecutor:
 #: Search backends: "numba" (compiled loop, :mod:`caldera.quantizers.e8p_kernel`, CPU tensors only) and
 #: "torch" (the vectorised search above, any device). "auto" picks numba when it imports; tensors on any
 #: other device than the CPU always use "torch" (on their own device: no host round trip).
-#: 8-vectors per pass of the torch search on a non-CPU device (bounds its buffers to ~0.5 GiB).
-_DEVICE_CHUNK_ROWS = 1 << 22
+#: 8-vectors per pass of the torch search on a non-CPU device: every (vector, shift) temporary of the search is
+#: 2 · 2**20 float32 = 8 MiB (a few dozen are alive at once); one pass covers a BlockLDLQ step or a factor
+_DEVICE_CHUNK_ROWS = 1 << 20
 #: the Numba kernel splits inputs of at least this many 8-vectors over the job's threads (it releases the
 #: GIL; a BlockLDLQ step quantizes n 8-vectors, n = 4096 or 11008 at LLaMa-2 7B shapes)
 _NUMBA_SPLIT_ROWS = 2048
