@@ -47,7 +47,9 @@ class HessianContext:
     """Everything derived from one Hessian, shared by the matrices that read it (q/k/v; gate/up).
 
     H_reg: (d, d) float64 ``H / mean(diag H) + σ I``; S_U: (d,) ±1 or None (no RHT); H_rot: (d, d) float64
-    in the RHT basis; sqrt: eigen-factors of H_rot; ldl: ``block_ldl(H_rot)`` (reused when H is not updated).
+    in the RHT basis; sqrt: Cholesky factors of H_rot (``sqrt.half`` = M with H_rot = M Mᵀ, also the M of the
+    App. E.2 Hessian update); ldl: ``block_ldl(H_rot)`` (reused when H is not updated). All on H's device;
+    the signs are drawn from a CPU generator (the same signs on every device) and moved there once.
     """
 
     H_reg: Tensor
@@ -61,8 +63,8 @@ class HessianContext:
         H_reg = regularize_hessian(H, sigma_reg)
         d = H.shape[0]
         if rht:
-            S_U = random_signs(d, torch.Generator().manual_seed(seed))
-            H_rot = RHT(S_U=S_U, S_V=torch.ones(1)).rotate_H(H_reg)
+            S_U = random_signs(d, torch.Generator().manual_seed(seed)).to(H.device)
+            H_rot = RHT(S_U=S_U, S_V=torch.ones(1, device=H.device)).rotate_H(H_reg)
         else:
             S_U, H_rot = None, H_reg
         if d % LDL_BLOCK:
@@ -108,12 +110,15 @@ class Decomposition:
         return self.rht.unrotate_W(Wr) if self.rht is not None else Wr
 
 
-def hessian_update(H: Tensor, L: Tensor, R: Tensor, sigma_reg: float) -> Tensor:
+def hessian_update(H: Tensor, L: Tensor, R: Tensor, sigma_reg: float, M: Tensor | None = None) -> Tensor:
     """App. E.2: ``H̃ = H − M V Vᵀ Mᵀ`` with H = M Mᵀ (Cholesky) and V the top-k right singular vectors of
     L R M, plus ``sigma_reg · mean(diag H̃) · I`` (H̃ = M (I − VVᵀ) Mᵀ is singular). Shapes: H (d, d) float64,
-    L (n, k), R (k, d). Cost O(k d² + n k²): the SVD is taken of the k×d matrix R_L (R M), L = Q_L R_L.
+    L (n, k), R (k, d); M (d, d) float64, the lower Cholesky factor of H when the caller holds it (H is the
+    same in every outer iteration: :class:`HessianContext` factors it once), else computed here. Cost
+    O(k d² + n k²): the SVD is taken of the k×d matrix R_L (R M), L = Q_L R_L.
     """
-    M = cholesky_or_raise(H)
+    if M is None:
+        M = cholesky_or_raise(H)
     _, RL = torch.linalg.qr(L.double())
     _, _, Vh = torch.linalg.svd(RL @ (R.double() @ M), full_matrices=False)
     MV = M @ Vh.T
@@ -164,7 +169,7 @@ def caldera_decompose(
         )
     amax = float(W.detach().abs().max())
     if amax == 0.0:
-        return _zero_decomposition(n, d, config, context)
+        return _zero_decomposition(n, d, config, context, W.device)
     e = 0 if 2.0**-MAG_EXP <= amax <= 2.0**MAG_EXP else 2 * (math.frexp(amax)[1] // 2)  # even: 2^(e/2) exact
     if not 2.0**-LIMIT_EXP <= amax <= 2.0**LIMIT_EXP:
         raise ValueError(
@@ -183,24 +188,28 @@ def caldera_decompose(
     )
 
 
-def _zero_decomposition(n: int, d: int, cfg: CalderaConfig, context: HessianContext | None) -> Decomposition:
+def _zero_decomposition(
+    n: int, d: int, cfg: CalderaConfig, context: HessianContext | None, device: torch.device
+) -> Decomposition:
     """The exact decomposition of W = 0 (n, d): valid codes with scale 0 (Q = 0, L = 0, R = 0), the same RHT
-    signs the general path draws, so the stored layer has the same layout as every other."""
+    signs the general path draws, so the stored layer has the same layout as every other (on W's device)."""
     k = cfg.rank
     qQ = quantizer_for_bits(cfg.q_bits)
-    zero = torch.zeros(())
+    zero = torch.zeros((), device=device)
     rht = None
     if cfg.rht:
         S_U = context.S_U if context is not None else random_signs(d, torch.Generator().manual_seed(cfg.seed))
-        rht = RHT(S_U=S_U, S_V=random_signs(n, torch.Generator().manual_seed(cfg.seed + 1)))
+        S_V = random_signs(n, torch.Generator().manual_seed(cfg.seed + 1))
+        rht = RHT(S_U=S_U.to(device), S_V=S_V.to(device))
     L_sc = R_sc = None
     if cfg.factors_quantized:
         qL, qR = quantizer_for_bits(cfg.l_bits), quantizer_for_bits(cfg.r_bits)
-        L_sc = ScaledCodes(qL.quantize(torch.zeros(k, n)), zero.clone())
-        R_sc = ScaledCodes(qR.quantize(torch.zeros(k, d)), zero.clone())
+        L_sc = ScaledCodes(qL.quantize(torch.zeros(k, n, device=device)), zero.clone())
+        R_sc = ScaledCodes(qR.quantize(torch.zeros(k, d, device=device)), zero.clone())
     return Decomposition(
-        method="caldera", Q=torch.zeros(n, d), L=torch.zeros(n, k), R=torch.zeros(k, d),
-        Q_codes=qQ.quantize(torch.zeros(n, d)), Q_scale=zero.clone(), L_codes=L_sc, R_codes=R_sc, rht=rht,
+        method="caldera", Q=torch.zeros(n, d, device=device), L=torch.zeros(n, k, device=device),
+        R=torch.zeros(k, d, device=device), Q_codes=qQ.quantize(torch.zeros(n, d, device=device)),
+        Q_scale=zero.clone(), L_codes=L_sc, R_codes=R_sc, rht=rht,
         error_trace=[], error=0.0, best_iter=-1, config=cfg.to_dict(), q_quantizer=qQ.name,
     )
 
@@ -212,29 +221,44 @@ def _decompose(
     context: HessianContext | None,
     progress: Callable[[int], None] | None,
 ) -> Decomposition:
-    """Algorithm 1 on a validated W of safe magnitude (:func:`caldera_decompose`)."""
+    """Algorithm 1 on a validated W of safe magnitude (:func:`caldera_decompose`).
+
+    Runs on W's device (H's context must be on the same device). Work shared across steps: with H_rot = M Mᵀ
+    (``ctx.sqrt.half``, factored once), ``Y = (W − Q) M`` (float32 (n, d)) is formed once per Q step and
+    serves both the data-aware error after that step, ``‖(Q + LR − W)Xᵀ‖ = ‖L (R M) − Y‖`` (O(n d k) instead
+    of O(n d²)), and the next LPLR call (its ``A H^{1/2}``); M is also the App. E.2 update's Cholesky factor.
+    """
     n, d = W.shape
+    dev = W.device
     ctx = context or HessianContext.prepare(H, rht=cfg.rht, seed=cfg.seed, sigma_reg=cfg.sigma_reg)
     if (ctx.S_U is not None) != cfg.rht:
         raise ValueError("context was prepared with a different rht setting than config.rht")
-    rht = RHT(S_U=ctx.S_U, S_V=random_signs(n, torch.Generator().manual_seed(cfg.seed + 1))) if cfg.rht else None
+    if ctx.H_rot.device != dev:
+        raise ValueError(f"W is on {dev} but the Hessian context is on {ctx.H_rot.device}; move one of them")
+    rht = None
+    if cfg.rht:
+        rht = RHT(S_U=ctx.S_U, S_V=random_signs(n, torch.Generator().manual_seed(cfg.seed + 1)).to(dev))
     Wr = rht.rotate_W(W.float()) if rht is not None else W.float()
     Hr = ctx.H_rot
-    H32 = Hr.float()
+    M = ctx.sqrt.half  # (d, d) float64, H_rot = M Mᵀ
+    M32 = ctx.sqrt.half32
     qQ = quantizer_for_bits(cfg.q_bits)
     qL = quantizer_for_bits(cfg.l_bits) if cfg.factors_quantized else None
     qR = quantizer_for_bits(cfg.r_bits) if cfg.factors_quantized else None
-    gen = torch.Generator().manual_seed(cfg.seed + 2)
-    denom = float(((Wr @ H32).double() * Wr.double()).sum())
+    gen = torch.Generator(device=dev).manual_seed(cfg.seed + 2)
+    Y = Wr @ M32  # (W − Q) M for the current Q (Q = 0 before the first Q step)
+    denom = float(torch.linalg.vector_norm(Y, dtype=torch.float64)) ** 2
 
-    def rel_error(E: Tensor) -> float:
-        return (max(float(((E @ H32).double() * E.double()).sum()), 0.0) / denom) ** 0.5
+    def rel_error(L: Tensor, R: Tensor, Y: Tensor) -> float:
+        """‖(Q + LR − W)Xᵀ‖ / ‖WXᵀ‖ = ‖L (R M) − Y‖ / ‖W M‖ with Y = (W − Q) M."""
+        E = torch.addmm(Y, L, R @ M32, alpha=-1.0)  # Y − L R M
+        return float(torch.linalg.vector_norm(E, dtype=torch.float64)) / denom**0.5
 
     k = cfg.rank
-    L = torch.zeros(n, k)
-    R = torch.zeros(k, d)
+    L = torch.zeros(n, k, device=dev)
+    R = torch.zeros(k, d, device=dev)
     L_sc = R_sc = None
-    Qb = QuantizedBackbone(torch.zeros(n, d), None, None)  # type: ignore[arg-type]
+    Qb = QuantizedBackbone(torch.zeros(n, d, device=dev), None, None)  # type: ignore[arg-type]
     steps = ("Q", "LR") if cfg.update_order == "Q-first" else ("LR", "Q")
     trace: list[dict[str, Any]] = []
     best: tuple | None = None
@@ -249,22 +273,22 @@ def _decompose(
                     Qb = nearest_quantize(A, qQ)
                 else:
                     use_update = cfg.hessian_update and bool(L.any())
-                    Hq = hessian_update(Hr, L, R, cfg.sigma_reg) if use_update else Hr
+                    Hq = hessian_update(Hr, L, R, cfg.sigma_reg, M=M) if use_update else Hr
                     shared = ctx.ldl if (not use_update and cfg.ldlq_order == "reverse") else None
                     Qb = ldlq_quantize(
                         A, Hq, qQ, order=cfg.ldlq_order, refine_passes=cfg.ldlq_refine_passes, ldl=shared
                     )
+                Y = (Wr - Qb.Q) @ M32
+                entry["error"] = rel_error(L, R, Y)
             else:
                 res = lplr_factorize(
                     Wr - Qb.Q, ctx.sqrt, k, qL, qR, cfg.inner_iters, sweep=cfg.lplr_sweep, svd=cfg.svd,
-                    generator=gen,
+                    generator=gen, Y=Y,
                 )
                 L, R, L_sc, R_sc = res.L, res.R, res.L_codes, res.R_codes
                 entry["lplr_errors"] = res.errors
                 # ‖(LR − (W − Q))Xᵀ‖² is LPLR's own objective: no second O(n d²) evaluation needed
                 entry["error"] = (res.sq_error / denom) ** 0.5
-            if "error" not in entry:
-                entry["error"] = rel_error(Qb.Q + L @ R - Wr)
             trace.append(entry)
             done.add(step)
             if cfg.best_tracking == "substep" and len(done) == 2 and (best is None or entry["error"] < best[0]):

@@ -71,12 +71,12 @@ _COL_BLOCK_ELEMS = 1 << 18
 @functools.lru_cache(maxsize=None)
 def _load_hadamard_cached(K: int) -> Tensor:
     if K == 1:
-        return torch.ones(1, 1)
+        return torch.ones(1, 1, device="cpu")
     text = resources.files("caldera").joinpath("data", "hadamard", f"had{K}.txt").read_text()
     rows = [line.strip() for line in text.splitlines() if line.strip()]
     if len(rows) != K or any(len(r) != K or set(r) - {"+", "-"} for r in rows):
         raise ValueError(f"package data had{K}.txt is not a {K}×{K} matrix of '+'/'-'; reinstall caldera")
-    return torch.tensor([[1.0 if c == "+" else -1.0 for c in r] for r in rows], dtype=torch.float32)
+    return torch.tensor([[1.0 if c == "+" else -1.0 for c in r] for r in rows], dtype=torch.float32, device="cpu")
 
 
 def load_hadamard(K: int) -> Tensor:
@@ -152,7 +152,7 @@ def _factor_matrix(f: int, is_k: bool, transpose: bool, dtype: torch.dtype, devi
         H = _load_hadamard_cached(f).to(torch.float64)
         H = H.T if transpose else H
     else:  # Sylvester, symmetric
-        H = torch.ones(1, 1, dtype=torch.float64)
+        H = torch.ones(1, 1, dtype=torch.float64, device="cpu")
         while H.shape[0] < f:
             H = torch.cat([torch.cat([H, H], 1), torch.cat([H, -H], 1)], 0)
     return (H / math.sqrt(f)).to(dtype=dtype, device=device).contiguous()

@@ -73,6 +73,7 @@ def block_ldl(H: Tensor, block: int = 8) -> tuple[Tensor, Tensor]:
     nb = d // block
     DL = Lc.reshape(nb, block, nb, block).diagonal(dim1=0, dim2=2).permute(2, 0, 1)  # (nb, b, b)
     D = DL @ DL.transpose(1, 2)
-    DL_inv = torch.linalg.solve_triangular(DL, torch.eye(block, dtype=H.dtype).expand(nb, block, block), upper=False)
+    eye = torch.eye(block, dtype=H.dtype, device=H.device).expand(nb, block, block)
+    DL_inv = torch.linalg.solve_triangular(DL, eye, upper=False)
     L = (Lc.reshape(d, nb, block).transpose(0, 1) @ DL_inv).transpose(0, 1).reshape(d, d)
     return L, D

@@ -112,8 +112,8 @@ def greedy_refine(
     return W_hat, codes
 
 
-def _reverse_blocks(d: int) -> Tensor:
-    return torch.arange(d).reshape(d // LDL_BLOCK, LDL_BLOCK).flip(0).reshape(-1)
+def _reverse_blocks(d: int, device: torch.device) -> Tensor:
+    return torch.arange(d, device=device).reshape(d // LDL_BLOCK, LDL_BLOCK).flip(0).reshape(-1)
 
 
 def ldlq_quantize(
@@ -136,7 +136,7 @@ def ldlq_quantize(
     scale = rms(A) / quantizer.opt_scale
     X = A.float() / scale
     if order == "forward":
-        perm = _reverse_blocks(d)  # block reversal is an involution: it is its own inverse
+        perm = _reverse_blocks(d, A.device)  # block reversal is an involution: it is its own inverse
         Hp = H[perm][:, perm]
         L, _ = block_ldl(Hp, LDL_BLOCK)
         W_hat, codes = block_ldlq(X[:, perm], L, quantizer)

@@ -82,16 +82,21 @@ def lplr_factorize(
     sweep: str = "jacobi",
     svd: str = "exact",
     generator: torch.Generator | None = None,
+    Y: Tensor | None = None,
 ) -> LPLRResult:
-    """Algorithm 2 on A (n, d) float32 with positive-definite H (d, d) (or its :class:`HessianSqrt`)."""
+    """Algorithm 2 on A (n, d) float32 with positive-definite H (d, d) (or its :class:`HessianSqrt`).
+
+    ``Y`` may pass ``A @ hs.half`` (float32 (n, d)) when the caller already holds it (Algorithm 1 forms it
+    for its error after the Q step), saving the O(n d²) product. Everything runs on A's device.
+    """
     if (quant_L is None) != (quant_R is None):
         raise ValueError("quant_L and quant_R must both be quantizers or both None (16-bit factors)")
     if sweep not in ("jacobi", "alternating"):
         raise ValueError(f"sweep={sweep!r}; accepted: 'jacobi' (Alg. 2) or 'alternating' (authors)")
     hs = H if isinstance(H, HessianSqrt) else HessianSqrt.of(H)
-    Hh, Hh_inv = hs.half.float(), hs.inv_half.float()
+    Hh, Hh_inv = hs.half32, hs.inv_half32
     A = A.float()
-    Y = A @ Hh
+    Y = A @ Hh if Y is None else Y.float()
     obj = _Objective(Y, Hh)
     Uk, Sk, Vk = top_k_svd(Y, k, method=svd, generator=generator)
     L_hat, R_hat = Uk, (Sk[:, None] * Vk.T) @ Hh_inv  # lines 2–3 (App. C.4 closed form)

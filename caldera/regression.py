@@ -14,6 +14,7 @@ unless n = d.)
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -42,7 +43,8 @@ def top_k_svd(
     """Top-k singular triplets (U_k (m, k), S_k (k,), V_k (n, k)) of Y (m, n).
 
     ``method="randomized"`` is the Halko–Martinsson–Tropp range finder with ``power_iters`` QR-stabilized
-    power iterations, drawing its test matrix from ``generator`` (required, for determinism).
+    power iterations, drawing its test matrix from ``generator`` (required, for determinism) on the
+    generator's device and moving it to Y's device when they differ (a (n, k + oversample) copy).
     """
     if method == "exact" or k + oversample >= min(Y.shape):
         U, S, Vh = torch.linalg.svd(Y, full_matrices=False)
@@ -51,7 +53,8 @@ def top_k_svd(
         raise ValueError(f"svd method {method!r}; accepted: 'exact' or 'randomized'")
     if generator is None:
         raise ValueError("randomized SVD needs a seeded torch.Generator (determinism)")
-    omega = torch.randn(Y.shape[1], k + oversample, generator=generator, dtype=Y.dtype)
+    omega = torch.randn(Y.shape[1], k + oversample, generator=generator, dtype=Y.dtype, device=generator.device)
+    omega = omega.to(Y.device)
     Qy, _ = torch.linalg.qr(Y @ omega)
     for _ in range(power_iters):
         Qz, _ = torch.linalg.qr(Y.T @ Qy)
@@ -104,6 +107,16 @@ class HessianSqrt:
 
     half: Tensor
     inv_half: Tensor
+
+    @functools.cached_property
+    def half32(self) -> Tensor:
+        """``half`` in float32 (the LPLR and error matmuls' operand), converted once per factor pair."""
+        return self.half.float()
+
+    @functools.cached_property
+    def inv_half32(self) -> Tensor:
+        """``inv_half`` in float32, converted once per factor pair."""
+        return self.inv_half.float()
 
     @classmethod
     def of(cls, H: Tensor) -> "HessianSqrt":

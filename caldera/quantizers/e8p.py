@@ -53,6 +53,7 @@ Shapes and dtypes: ``quantize`` takes ``(..., n)`` floating tensors with ``n % 8
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from concurrent.futures import ThreadPoolExecutor
@@ -79,12 +80,13 @@ _NUM_CODES = 1 << 16
 
 def check_finite(x: Tensor, arg: str, bound: float | None = None) -> None:
     """Raise ``ValueError`` naming ``arg`` unless ``x`` is a floating tensor of finite values (and, if
-    ``bound`` is given, ``max|x| ≤ bound``). One pass over ``x`` (``amax`` propagates NaN)."""
+    ``bound`` is given, ``max|x| ≤ bound``). One pass over ``x`` (``amax`` propagates NaN). Tensors on the
+    ``meta`` device carry no values: only their dtype is checked."""
     if not isinstance(x, Tensor):
         raise ValueError(f"{arg}: expected a torch.Tensor, got {type(x).__name__}")
     if not x.is_floating_point():
         raise ValueError(f"{arg}: expected a floating-point tensor, got dtype {x.dtype}")
-    if x.numel():
+    if x.numel() and x.device.type != "meta":
         m = float(x.detach().abs().amax())
         if not math.isfinite(m):
             raise ValueError(f"{arg}: contains NaN or Inf entries; only finite values can be quantized")
@@ -97,14 +99,14 @@ _WIDE_UNSIGNED = (torch.uint16, torch.uint32, torch.uint64)
 
 def check_codes(codes: Tensor, arg: str, upper: int) -> None:
     """Raise ``ValueError`` unless ``codes`` is an integer tensor (any signed or unsigned width) with values
-    in ``[0, upper)``."""
+    in ``[0, upper)`` (values are not checked on the ``meta`` device, which holds none)."""
     if not isinstance(codes, Tensor):
         raise ValueError(f"{arg}: expected a torch.Tensor, got {type(codes).__name__}")
     if codes.is_floating_point() or codes.is_complex() or codes.dtype == torch.bool:
         raise ValueError(f"{arg}: expected an integer tensor of codes, got dtype {codes.dtype}")
     if codes.ndim == 0:
         raise ValueError(f"{arg}: expected at least one dimension, got a scalar")
-    if codes.numel():
+    if codes.numel() and codes.device.type != "meta":
         # torch implements no min/max for uint16/uint32/uint64 (the dtypes checkpoints store codes in); the
         # values are widened first (uint64 above 2**63 wraps negative and is reported out of range)
         c = codes.to(torch.int64) if codes.dtype in _WIDE_UNSIGNED else codes
@@ -122,6 +124,9 @@ class _E8PTables:
     codebook: Tensor  # (65536, 8) float32
     n12_abs: Tensor  # (29, 8) float32, the norm-12 patterns (rows 227..255 of S)
     n12_mask3: Tensor  # (29, 8) float32, 1 where the norm-12 pattern is 3/2
+    parity8: Tensor  # (256,) float32, parity of the byte
+    pow4_f: Tensor  # (8,) float32, 4**i
+    pow2_col: Tensor  # (8, 1) int32, 2**i
 
 
 def _short_patterns_2x() -> Tensor:
@@ -130,7 +135,7 @@ def _short_patterns_2x() -> Tensor:
     Every abs pattern of odd half-integers occurs in D̂8 (flipping one sign changes the sum by an odd
     integer), so these are all tuples over {1, 3, 5, 7} with Σ (2x_i)² ≤ 40.
     """
-    odd = torch.tensor([1, 3, 5, 7], dtype=torch.int64)
+    odd = torch.tensor([1, 3, 5, 7], dtype=torch.int64, device="cpu")
     grid = torch.cartesian_prod(*([odd] * 8))  # (4**8, 8), ascending lexicographic order
     norm = (grid * grid).sum(1)
     keep = norm <= 40
@@ -141,26 +146,27 @@ def _short_patterns_2x() -> Tensor:
 
 @functools.lru_cache(maxsize=1)
 def _tables() -> _E8PTables:
-    n12 = torch.tensor([[int(c) for c in s] for s in NORM12_PATTERNS_2X], dtype=torch.int64)
+    n12 = torch.tensor([[int(c) for c in s] for s in NORM12_PATTERNS_2X], dtype=torch.int64, device="cpu")
     abs2 = torch.cat((_short_patterns_2x(), n12))
     assert abs2.shape == (256, 8), abs2.shape
     abs_f = abs2.to(torch.float32) / 2
     sum_odd = (abs2.sum(1) // 2) % 2
 
     digits = (abs2 - 1) // 2  # 0, 1, 2 for 1/2, 3/2, 5/2
-    keys = (digits * (4 ** torch.arange(8))).sum(1)
-    key_to_index = torch.full((4**8,), -1.0)
-    key_to_index[keys] = torch.arange(256, dtype=torch.float32)
+    keys = (digits * (4 ** torch.arange(8, device="cpu"))).sum(1)
+    key_to_index = torch.full((4**8,), -1.0, device="cpu")
+    key_to_index[keys] = torch.arange(256, dtype=torch.float32, device="cpu")
 
-    codes = torch.arange(_NUM_CODES)
+    codes = torch.arange(_NUM_CODES, device="cpu")
     k = codes >> 8
-    bits = (codes[:, None] >> torch.arange(8)) & 1  # (65536, 8) sign bits of the low byte
+    bits = (codes[:, None] >> torch.arange(8, device="cpu")) & 1  # (65536, 8) sign bits of the low byte
     p = bits.sum(1) % 2
     flips = bits.clone()
     flips[:, 0] ^= p  # even-weight flip pattern
     base = abs_f[k].clone()
     base[:, 7] *= 1 - 2 * sum_odd[k].to(torch.float32)  # odd |x| sum: negate last coordinate first
-    cb = base * (1 - 2 * flips).to(torch.float32) + torch.where(p == 0, 0.25, -0.25)[:, None]
+    shift = torch.full((_NUM_CODES,), 0.25, device="cpu").masked_fill_(p == 1, -0.25)
+    cb = base * (1 - 2 * flips).to(torch.float32) + shift[:, None]
     return _E8PTables(
         abs2=abs2,
         abs_f=abs_f,
@@ -169,16 +175,29 @@ def _tables() -> _E8PTables:
         codebook=cb.to(torch.float32).contiguous(),
         n12_abs=abs_f[227:].contiguous(),
         n12_mask3=(abs2[227:] == 3).to(torch.float32).contiguous(),
+        parity8=_PARITY8,
+        pow4_f=_POW4_F,
+        pow2_col=_POW2_COL,
     )
+
+
+@functools.lru_cache(maxsize=None)
+def tables_on(device: torch.device) -> _E8PTables:
+    """The E8P tables on ``device`` (built once on the CPU by :func:`_tables`, copied once per device and
+    cached), so that codes on a GPU are searched and dequantized with tables on that GPU."""
+    t = _tables()
+    if torch.device(device).type == "cpu":
+        return t
+    return _E8PTables(**{f.name: getattr(t, f.name).to(device) for f in dataclasses.fields(t)})
 
 
 # Class scores (see the module docstring). Classes 0..6 are the permutation-closed classes ½⁸,
 # (3/2)^k ½^(8−k) for k = 1..4, 5/2 ½⁷ and 5/2 3/2 ½⁶. Relative to Σ|y| (|y| sorted: y(1) ≥ … ≥ y(8)),
 # class c scores  2·Σ_k (a_(k) − ½)·y(k) − ‖a‖² − 2·y(8)·odd_c,  odd_c = (Σa_c + #negatives) mod 2.
 # A pattern is identified by its base-4 key Σ_i d_i 4^i, digit d_i = (2|x_i| − 1)/2 (0, 1, 2 for ½, 3/2, 5/2).
-_POW4_F = 4.0 ** torch.arange(8, dtype=torch.float32)
-_POW2_COL = (2 ** torch.arange(8, dtype=torch.int32))[:, None]
-_PARITY8 = torch.tensor([bin(i).count("1") & 1 for i in range(256)], dtype=torch.float32)
+_POW4_F = 4.0 ** torch.arange(8, dtype=torch.float32, device="cpu")
+_POW2_COL = (2 ** torch.arange(8, dtype=torch.int32, device="cpu"))[:, None]
+_PARITY8 = torch.tensor([bin(i).count("1") & 1 for i in range(256)], dtype=torch.float32, device="cpu")
 # Optimal 19-comparator sorting network for 8 inputs (Knuth, TAOCP vol. 3, 5.3.4); checked by the 0-1
 # principle in tests/quantizers/test_e8p.py. Each pair (i, j), i < j, leaves the larger value at i.
 SORT8_NETWORK: tuple[tuple[int, int], ...] = (
@@ -203,7 +222,7 @@ def _sign_byte(rows: list[Tensor]) -> tuple[Tensor, Tensor]:
     for i in range(1, 8):
         # arithmetic shift: bit i of (v >> (31 − i)) is the sign bit of v
         negbyte |= (rows[i].view(torch.int32) >> (31 - i)) & (1 << i)
-    return negbyte, _PARITY8.index_select(0, negbyte)
+    return negbyte, tables_on(negbyte.device).parity8.index_select(0, negbyte)
 
 
 def _sort8(rows: list[Tensor]) -> list[Tensor]:
@@ -234,7 +253,7 @@ def _argmax_rows(s: Tensor) -> tuple[Tensor, Tensor]:
     """
     best = s.amax(0)
     hit = torch.sign(s - best).add_(1)
-    rank = torch.arange(s.shape[0], 0, -1, dtype=torch.float32)[:, None]  # r, r-1, ..., 1
+    rank = torch.arange(s.shape[0], 0, -1, dtype=torch.float32, device=s.device)[:, None]  # r, r-1, ..., 1
     first = (hit * rank).amax(0)
     return best, (s.shape[0] - first).to(torch.int64)
 
@@ -269,15 +288,16 @@ def _best_points(y: list[Tensor], t: _E8PTables) -> tuple[Tensor, Tensor, Tensor
     """
     M = y[0].shape[0]
     ay = [v.abs() for v in y]
-    tmp = torch.empty(M)
-    negf = torch.lt(y[0], 0, out=torch.empty(M))  # bit i: y_i < 0 (−0.0 counts as positive)
+    dev = y[0].device
+    tmp = torch.empty(M, device=dev)
+    negf = torch.lt(y[0], 0, out=torch.empty(M, device=dev))  # bit i: y_i < 0 (−0.0 counts as positive)
     for i in range(1, 8):
         negf.add_(torch.lt(y[i], 0, out=tmp), alpha=1 << i)
     neg = negf.to(torch.int32)
-    q = _PARITY8.index_select(0, neg)  # parity of the number of negative coordinates (float 0/1)
+    q = t.parity8.index_select(0, neg)  # parity of the number of negative coordinates (float 0/1)
     r = _sort8(_packed_keys(ay))
     y1, y2, y3, y4, y5, y6, _, y8 = [(k & -8).view(torch.float32) for k in r]
-    w = [_POW4_F.index_select(0, r[k] & 7) for k in range(5)]  # 4**(coordinate of rank k+1)
+    w = [t.pow4_f.index_select(0, r[k] & 7) for k in range(5)]  # 4**(coordinate of rank k+1)
 
     p2 = y1 + y2
     p3 = p2 + y3
@@ -297,8 +317,8 @@ def _best_points(y: list[Tensor], t: _E8PTables) -> tuple[Tensor, Tensor, Tensor
         (torch.add(neg_o, y1, alpha=4).add_(y2, alpha=2).sub_(10), torch.add(w[1], w[0], alpha=2), 1),
     )
     best = neg_e - 2
-    key = torch.zeros(M)
-    sa = torch.zeros(M)
+    key = torch.zeros(M, device=dev)
+    sa = torch.zeros(M, device=dev)
     for score, k, odd_sum in classes:
         better = torch.gt(score, best, out=tmp)  # strict: the first best class wins ties
         torch.maximum(best, score, out=best)
@@ -315,7 +335,7 @@ def _best_points(y: list[Tensor], t: _E8PTables) -> tuple[Tensor, Tensor, Tensor
     ub = torch.add(neg_o, p4, alpha=2).add_(y5, alpha=2).sub_(12)
     ub2 = torch.add(neg_o, p4, alpha=2).add_(y6, alpha=2).sub_(12)
     k5 = t.key_to_index.index_select(0, (k3 + w[3] + w[4]).to(torch.int32))  # 227..255, or -1
-    valid = torch.gt(k5, 0, out=torch.empty(M))
+    valid = torch.gt(k5, 0, out=torch.empty(M, device=dev))
     easy = torch.gt(ub, best, out=tmp).mul_(valid)
     best.addcmul_(easy, ub - best)
     index.addcmul_(easy, k5 - index)
@@ -333,10 +353,10 @@ def _best_points(y: list[Tensor], t: _E8PTables) -> tuple[Tensor, Tensor, Tensor
     return total.add_(best), code8, hard
 
 
-def _signs_and_parity(y: Tensor) -> tuple[Tensor, Tensor]:
+def _signs_and_parity(y: Tensor, t: _E8PTables) -> tuple[Tensor, Tensor]:
     """:func:`_sign_byte` for a small ``(8, c)`` tensor: ``(negbyte int64 (c,), q float32 (c,))``."""
-    negbyte = ((y.view(torch.int32) >> 31) & _POW2_COL).sum(0)
-    return negbyte, _PARITY8.index_select(0, negbyte)
+    negbyte = ((y.view(torch.int32) >> 31) & t.pow2_col).sum(0)
+    return negbyte, t.parity8.index_select(0, negbyte)
 
 
 def _norm12_finish(x: Tensor, cols: Tensor, obj: Tensor, code: Tensor, t: _E8PTables) -> None:
@@ -353,7 +373,7 @@ def _norm12_finish(x: Tensor, cols: Tensor, obj: Tensor, code: Tensor, t: _E8PTa
         pf = p.to(torch.float32)
         y = xs.T + (pf * 0.5 - 0.25)  # x − ¼𝟙 (p = 0) or x + ¼𝟙 (p = 1), (8, c)
         ay = y.abs()
-        negbyte, q = _signs_and_parity(y)
+        negbyte, q = _signs_and_parity(y, t)
         odd = 1 - q  # Σa = 9 is odd
         g, k = _norm12_gain(ay, odd, t)
         g += ay.sum(0) + (0.5 - pf) * xs.sum(1)
@@ -366,25 +386,27 @@ def _norm12_finish(x: Tensor, cols: Tensor, obj: Tensor, code: Tensor, t: _E8PTa
             code[hw] = (((kw + 227) << 8) | low).to(code.dtype)
 
 
-def _encode(x: Tensor, t: _E8PTables, out: Tensor) -> None:
+def _encode(x: Tensor, t: _E8PTables, out: Tensor, chunk: int = _CHUNK_ROWS) -> None:
     """Write the codes of the nearest codewords to the rows of ``x`` (float32 ``(n, 8)``) into ``out``
-    (integer ``(n,)``).
+    (integer ``(n,)``), all on ``x``'s device (``t`` must be :func:`tables_on` that device).
 
-    Every torch op here works on at most ``_COLS`` elements (single-threaded, see ``_COLS``), except the
-    rare exact norm-12 batches which are smaller still.
+    On the CPU every torch op here works on at most ``_COLS`` elements (single-threaded, see ``_COLS``),
+    except the rare exact norm-12 batches which are smaller still; other devices pass a larger ``chunk``
+    (8-vectors per pass) so that each op fills the device.
     """
     n = x.shape[0]
+    dev = x.device
     # ‖x − s𝟙 − b‖² = ‖x‖² − 2sΣx + 8s² − gain, and ‖x‖², 8s² do not depend on the shift s = ±¼, so the
     # shift with the larger obj = gain + 2sΣx = gain ± ½Σx wins. [:n]: p = 0 (x − ¼𝟙), [n:]: p = 1 (x + ¼𝟙).
-    obj = torch.empty(2 * n)
-    code = torch.empty(2 * n, dtype=torch.int32)
+    obj = torch.empty(2 * n, device=dev)
+    code = torch.empty(2 * n, dtype=torch.int32, device=dev)
     hard = []
-    for start in range(0, n, _CHUNK_ROWS):
-        stop = min(start + _CHUNK_ROWS, n)
+    for start in range(0, n, chunk):
+        stop = min(start + chunk, n)
         m = stop - start
         xc = x[start:stop]
         # Both shifts at once: row i holds coordinate i, columns [:m] of x − ¼𝟙 and [m:] of x + ¼𝟙.
-        y = torch.empty(8, 2 * m)
+        y = torch.empty(8, 2 * m, device=dev)
         half_sx = torch.mul(xc[:, 0], 0.5)
         for i in range(8):
             torch.sub(xc[:, i], 0.25, out=y[i, :m])
@@ -400,8 +422,8 @@ def _encode(x: Tensor, t: _E8PTables, out: Tensor) -> None:
             hard.append(h + torch.where(h < m, start, n + start - m))
     if hard:
         _norm12_finish(x, torch.cat(hard), obj, code, t)
-    for start in range(0, n, _CHUNK_ROWS):
-        stop = min(start + _CHUNK_ROWS, n)
+    for start in range(0, n, chunk):
+        stop = min(start + chunk, n)
         plus = obj[start:stop] >= obj[n + start : n + stop]
         out[start:stop] = torch.where(plus, code[start:stop], code[n + start : n + stop])
 
@@ -411,8 +433,15 @@ def _pool(workers: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="caldera-e8p")
 
 
-#: Search backends: "numba" (compiled loop, :mod:`caldera.quantizers.e8p_kernel`) and "torch" (the
-#: vectorised reference above). "auto" picks numba when it imports.
+#: Search backends: "numba" (compiled loop, :mod:`caldera.quantizers.e8p_kernel`, CPU tensors only) and
+#: "torch" (the vectorised search above, any device). "auto" picks numba when it imports; tensors on any
+#: other device than the CPU always use "torch" (on their own device: no host round trip).
+#: 8-vectors per pass of the torch search on a non-CPU device: every (vector, shift) temporary of the search is
+#: 2 · 2**20 float32 = 8 MiB (a few dozen are alive at once); one pass covers a BlockLDLQ step or a factor
+_DEVICE_CHUNK_ROWS = 1 << 20
+#: the Numba kernel splits inputs of at least this many 8-vectors over the job's threads (it releases the
+#: GIL; a BlockLDLQ step quantizes n 8-vectors, n = 4096 or 11008 at LLaMa-2 7B shapes)
+_NUMBA_SPLIT_ROWS = 2048
 BACKENDS = ("auto", "numba", "torch")
 
 
@@ -454,14 +483,30 @@ def _encode_numba(x: Tensor, t: _E8PTables, out: Tensor) -> None:
 def _encode_all(x: Tensor, t: _E8PTables, out: Tensor, backend: str = "torch") -> None:
     """:func:`_encode` over ``x`` (``(n, 8)`` float32) in blocks, writing int32 codes into ``out`` ``(n,)``.
 
-    The search itself is single-threaded (see ``_COLS``; the Numba kernel releases the GIL); large inputs
-    are split into blocks that run on ``torch.get_num_threads()`` Python threads (torch releases the GIL
-    inside its kernels, so the blocks overlap). Every 8-vector is searched independently, so the result
-    does not depend on the split.
+    On the CPU the search itself is single-threaded (see ``_COLS``; the Numba kernel releases the GIL);
+    large inputs are split into blocks that run on ``torch.get_num_threads()`` Python threads (torch
+    releases the GIL inside its kernels, so the blocks overlap); the Numba kernel is split from
+    ``_NUMBA_SPLIT_ROWS`` 8-vectors on (the size of one BlockLDLQ step). Every 8-vector is searched
+    independently, so the result does not depend on the split. Other devices run the torch search on
+    ``x``'s device in passes of ``_DEVICE_CHUNK_ROWS`` (``backend`` must be "torch" there).
     """
-    encode = _encode_numba if backend == "numba" else _encode
     n = x.shape[0]
+    if x.device.type != "cpu":
+        if backend != "torch":
+            raise ValueError(f"E8P backend={backend!r} runs on CPU tensors only; got a tensor on {x.device}")
+        _encode(x, t, out, chunk=_DEVICE_CHUNK_ROWS)
+        return
+    encode = _encode_numba if backend == "numba" else _encode
     workers = torch.get_num_threads()
+    if backend == "numba" and workers > 1 and _NUMBA_SPLIT_ROWS <= n < 2 * _CHUNK_ROWS:
+        step = -(-n // workers)
+        jobs = [
+            _pool(workers).submit(encode, x[start : start + step], t, out[start : start + step])
+            for start in range(0, n, step)
+        ]
+        for job in jobs:
+            job.result()
+        return
     if workers <= 1 or n < 2 * _CHUNK_ROWS:
         for start in range(0, n, _BLOCK_ROWS):
             encode(x[start : start + _BLOCK_ROWS], t, out[start : start + _BLOCK_ROWS])
@@ -486,7 +531,9 @@ class E8P(Quantizer):
     tables, which are built once per process (~20 ms).
 
     ``backend``: ``"auto"`` (default: the compiled Numba search when Numba imports, else torch), ``"numba"``
-    or ``"torch"`` (the vectorised reference). Both are exact; they can differ only on float ties.
+    or ``"torch"`` (the vectorised reference). Both are exact; they can differ only on float ties. The
+    backend applies to CPU tensors; tensors on another device (CUDA, ...) are searched by the torch path on
+    that device, and codes on a device are dequantized with the codebook copied there once (cached).
     """
 
     name = "e8p"
@@ -518,8 +565,9 @@ class E8P(Quantizer):
     def quantize(self, x: Tensor) -> Tensor:
         """Nearest-codeword codes: float ``(..., n)`` -> int32 ``(..., n // 8)``."""
         xf = self._flat(x, "x")
-        codes = torch.empty(xf.shape[0], dtype=torch.int32)
-        _encode_all(xf, self._t, codes, self.backend)
+        codes = torch.empty(xf.shape[0], dtype=torch.int32, device=xf.device)
+        cpu = xf.device.type == "cpu"
+        _encode_all(xf, tables_on(xf.device), codes, self.backend if cpu else "torch")
         return codes.reshape(*x.shape[:-1], x.shape[-1] // 8)
 
     def dequantize(self, codes: Tensor) -> Tensor:
@@ -529,7 +577,7 @@ class E8P(Quantizer):
         idx = codes.reshape(-1)
         if idx.dtype not in (torch.int32, torch.int64):
             idx = idx.to(torch.int64)
-        flat = self._t.codebook.index_select(0, idx)
+        flat = tables_on(idx.device).codebook.index_select(0, idx)
         return flat.reshape(*codes.shape[:-1], codes.shape[-1] * 8)
 
     def round(self, x: Tensor) -> Tensor:

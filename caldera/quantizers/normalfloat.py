@@ -16,8 +16,11 @@ from caldera.quantizers.base import Quantizer, ScaledCodes
 
 
 @lru_cache(maxsize=None)
-def nf_levels(bits: int) -> Tensor:
-    p = (torch.arange(2**bits, dtype=torch.float64) + 0.5) / 2**bits
+def nf_levels(bits: int, device: torch.device | str = "cpu") -> Tensor:
+    """The 2**bits NormalFloat levels in [−1, 1] (float32), built on the CPU and cached per device."""
+    if torch.device(device).type != "cpu":
+        return nf_levels(bits).to(device)
+    p = (torch.arange(2**bits, dtype=torch.float64, device="cpu") + 0.5) / 2**bits
     v = torch.special.ndtri(p)
     return (v / v.abs().max()).float()
 
@@ -36,10 +39,10 @@ class NormalFloat(Quantizer):
 
     def quantize(self, x: Tensor) -> Tensor:
         """Indices of the nearest levels to x (already in [−1, 1] units)."""
-        return ((x.float()[..., None] - nf_levels(self.bits)).abs().argmin(-1)).to(self.code_dtype)
+        return ((x.float()[..., None] - nf_levels(self.bits, x.device)).abs().argmin(-1)).to(self.code_dtype)
 
     def dequantize(self, codes: Tensor) -> Tensor:
-        return nf_levels(self.bits)[codes.long()]
+        return nf_levels(self.bits, codes.device)[codes.long()]
 
     def quantize_with_scale(self, x: Tensor) -> ScaledCodes:
         if x.shape[-1] % self.block:

@@ -34,7 +34,7 @@ from .e8p import E8P, check_codes, check_finite
 
 _E81B_CHUNK = _e8p._COLS  # rows per search chunk (single-threaded torch ops, see e8p._COLS)
 _PAIRS = list(itertools.combinations(range(8), 2))
-_PAIR_LUT = torch.full((64,), -1, dtype=torch.int64)
+_PAIR_LUT = torch.full((64,), -1, dtype=torch.int64, device="cpu")
 for _p, (_i, _j) in enumerate(_PAIRS):
     _PAIR_LUT[8 * _i + _j] = _p
 
@@ -42,13 +42,13 @@ for _p, (_i, _j) in enumerate(_PAIRS):
 @functools.lru_cache(maxsize=1)
 def e81b_codebook() -> Tensor:
     """The E81B codebook, ``(256, 8)`` float32, in the row order of the module docstring."""
-    cb = torch.zeros(256, 8)
+    cb = torch.zeros(256, 8, device="cpu")
     for p, (i, j) in enumerate(_PAIRS):
         for sbits in range(4):
             cb[1 + 4 * p + sbits, i] = -1.0 if sbits & 2 else 1.0
             cb[1 + 4 * p + sbits, j] = -1.0 if sbits & 1 else 1.0
-    b = torch.arange(128)
-    bits = (b[:, None] >> torch.arange(7)) & 1
+    b = torch.arange(128, device="cpu")
+    bits = (b[:, None] >> torch.arange(7, device="cpu")) & 1
     minus = torch.cat((bits, bits.sum(1, keepdim=True) % 2), dim=1)
     cb[113:241] = 0.5 - minus.to(torch.float32)
     for i in range(8):
@@ -56,6 +56,12 @@ def e81b_codebook() -> Tensor:
     for i in range(7):
         cb[249 + i, i] = -2.0
     return cb
+
+
+@functools.lru_cache(maxsize=None)
+def _on(device: torch.device) -> tuple[Tensor, Tensor]:
+    """(codebook, pair lookup table) on ``device``, copied once per device."""
+    return e81b_codebook().to(device), _PAIR_LUT.to(device)
 
 
 def _e81b_chunk(x: Tensor) -> Tensor:
@@ -86,12 +92,12 @@ def _e81b_chunk(x: Tensor) -> Tensor:
         (kmax & -8).view(torch.float32).mul(4).sub_(4),  # ±2e_i
     )
     best = torch.zeros_like(v1)  # the origin
-    family = torch.zeros(v1.shape, dtype=torch.int64)
+    family = torch.zeros(v1.shape, dtype=torch.int64, device=v1.device)
     for f, g in enumerate(gains, start=1):
         family.masked_fill_(g > best, f)
         torch.maximum(best, g, out=best)
     a, b = torch.minimum(p1, p2), torch.maximum(p1, p2)
-    root = 1 + 4 * _PAIR_LUT.index_select(0, 8 * a + b) + 2 * ((negbyte >> a) & 1) + ((negbyte >> b) & 1)
+    root = 1 + 4 * _on(a.device)[1].index_select(0, 8 * a + b) + 2 * ((negbyte >> a) & 1) + ((negbyte >> b) & 1)
     half = 113 + ((negbyte ^ (q.to(torch.int64) << p8)) & 127)
     two = torch.where(pe == 7, 248, 241 + pe + 8 * ((negbyte >> pe) & 1))
     out = torch.where(family == 1, root, torch.where(family == 2, half, two))
@@ -123,14 +129,15 @@ class E81B(Quantizer):
         check_finite(x, "x")
         self.check_shape(x, "x")
         xf = x.detach().to(torch.float32).reshape(-1, 8)
-        codes = torch.empty(xf.shape[0], dtype=torch.int32)
+        codes = torch.empty(xf.shape[0], dtype=torch.int32, device=xf.device)
         for s in range(0, xf.shape[0], _E81B_CHUNK):
             codes[s : s + _E81B_CHUNK] = _e81b_chunk(xf[s : s + _E81B_CHUNK])
         return codes.reshape(*x.shape[:-1], x.shape[-1] // 8)
 
     def dequantize(self, codes: Tensor) -> Tensor:
         check_codes(codes, "codes", 256)
-        flat = self._cb.index_select(0, codes.reshape(-1).to(torch.int64))
+        idx = codes.reshape(-1).to(torch.int64)
+        flat = _on(idx.device)[0].index_select(0, idx)
         return flat.reshape(*codes.shape[:-1], codes.shape[-1] * 8)
 
 

@@ -1,0 +1,84 @@
+"""Old-vs-new engine timing at the paper's shapes (issue 18, item 1): time per outer iteration and error.
+
+Usage (one code tree per run; ``CALDERA_ROOT`` picks which ``caldera`` package is imported, by default the
+tree that holds this script)::
+
+    CALDERA_ROOT=/path/to/tree python benchmarks/compare_engine.py --shapes 4096x4096 --outer 2 --out x.json
+
+Inputs: ``caldera.synthetic.llm_like(n, d, seed=0)`` (the same (W, H) for every tree). Settings: the
+``paper`` preset with rank 256, 4-bit factors, T_in = 10 and ``--outer`` outer iterations (reduced from
+T_out = 15; iteration 0 runs without the Hessian update, later ones with it, so a full run is
+``prepare + it0 + 14 · it1``). Prints and writes JSON: preparation time (regularize, RHT, factorizations of
+H), the wall and process CPU time of every outer iteration, and the relative data-aware error after them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+# the tree to measure: CALDERA_ROOT, else the tree this script lives in (never an installed copy)
+root = os.environ.get("CALDERA_ROOT") or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, root)
+
+import torch  # noqa: E402
+
+import caldera  # noqa: E402
+from caldera import CalderaConfig, caldera_decompose  # noqa: E402
+from caldera.decomposition import HessianContext  # noqa: E402
+from caldera.synthetic import llm_like  # noqa: E402
+
+
+def run(n: int, d: int, outer: int, svd: str | None) -> dict:
+    W, H = llm_like(n, d, seed=0)
+    over = {"svd": svd} if svd else {}
+    cfg = CalderaConfig.preset("paper", rank=256, l_bits=4, r_bits=4, outer_iters=outer, inner_iters=10, **over)
+    t0 = time.perf_counter()
+    ctx = HessianContext.prepare(H, rht=cfg.rht, seed=cfg.seed, sigma_reg=cfg.sigma_reg)
+    prep = time.perf_counter() - t0
+    marks = [time.perf_counter()]
+    cpu = [time.process_time()]
+
+    def tick(t: int) -> None:
+        marks.append(time.perf_counter())
+        cpu.append(time.process_time())
+
+    dec = caldera_decompose(W, H, cfg, context=ctx, progress=tick)
+    its = [b - a for a, b in zip(marks, marks[1:])]
+    cpu_its = [b - a for a, b in zip(cpu, cpu[1:])]
+    return {
+        "shape": [n, d], "config": cfg.to_dict(), "prepare_s": prep, "outer_iteration_s": its,
+        "outer_iteration_cpu_s": cpu_its,
+        "error": dec.error, "errors": [e["error"] for e in dec.error_trace],
+        "extrapolated_15x10_s": prep + its[0] + 14 * its[-1],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default="4096x4096,11008x4096,4096x11008")
+    ap.add_argument("--outer", type=int, default=2)
+    ap.add_argument("--svd", default=None)
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    a = ap.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    res = {"caldera": caldera.__file__, "torch": torch.__version__, "threads": torch.get_num_threads(),
+           "machine": platform.processor() or platform.machine(), "runs": []}
+    for s in a.shapes.split(","):
+        n, d = map(int, s.split("x"))
+        r = run(n, d, a.outer, a.svd)
+        print(json.dumps({k: v for k, v in r.items() if k != "config"}), flush=True)
+        res["runs"].append(r)
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
