@@ -629,7 +629,7 @@ def spread_report(tables: dict[str, dict[str, Any]], claims: list[dict[str, Any]
                 iv = stats.seeded_perplexity(r["nll"], r["tokens"], random=True)
                 logs = np.log(iv["per_seed"])
                 entry[corpus] = {"per_seed": iv["per_seed"], "estimate": iv["estimate"], "lo": iv["lo"],
-                                 "hi": iv["hi"], "seed_sd": float(logs.std(ddof=1)),
+                                 "hi": iv["hi"], "seed_sd": float(logs.std(ddof=1)), "seed_half": iv["seed_half"],
                                  "window_half": iv["window_half"], "seeds": len(r["seeds"])}
             zs = _zeroshot_seeds(tab, vid)
             if zs is not None:
@@ -638,11 +638,15 @@ def spread_report(tables: dict[str, dict[str, Any]], claims: list[dict[str, Any]
     lines = ["# Realization spread: seeds vs evaluation windows", "",
              "Each compressed model is one realization of a random procedure (RHT signs, randomized-SVD sketches, "
              "and the floating-point order of the CPU that ran it). *Between seeds*: standard deviation of log "
-             "perplexity across the seeds (one realization's spread, as ±%). *Windows*: half-width of the 95 % "
-             "bootstrap interval over the evaluation windows of the seed-mean (as ±%). A ratio above 1 means the "
-             "compression's own randomness, not the evaluation sample, limits what the run can decide.", "",
-             "| variant | seeds | Wiki2 ppl per seed | geo-mean [95 %, windows + seeds] | between seeds (sd) | windows "
-             "(half-width) | seeds / windows | C4 between seeds / windows |", "|---|---|---|---|---|---|---|---|"]
+             "perplexity across the seeds (one realization's spread, as ±%). The geo-mean's 95 % interval has two "
+             "parts, both half-widths as ±%: *seed part* (Student's t over the seeds) and *window part* (bootstrap "
+             "over the evaluation windows of the seed-mean); their ratio above 1 means the compression's own "
+             "randomness, not the evaluation sample, limits what the run can decide. A single variant's window "
+             "part includes how hard the windows are; a paired comparison cancels that (next section), so "
+             "there the seed part dominates even more.", "",
+             "| variant | seeds | Wiki2 ppl per seed | geo-mean [95 %, windows + seeds] | between seeds (sd) "
+             "| seed part | window part | seed / window part | C4: between seeds (sd) / window part |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for e in rows:
         w, c = e.get("wiki"), e.get("c4")
         if w is None:
@@ -652,7 +656,8 @@ def spread_report(tables: dict[str, dict[str, Any]], claims: list[dict[str, Any]
         lines.append(f"| {e['variant']} | {'/'.join(map(str, e['seeds']))} | "
                      f"{', '.join(f'{p:.2f}' for p in w['per_seed'])} | {w['estimate']:.2f} [{w['lo']:.2f}, "
                      f"{w['hi']:.2f}] | ±{100 * math.expm1(w['seed_sd']):.1f} % | "
-                     f"±{100 * math.expm1(w['window_half']):.1f} % | {w['seed_sd'] / w['window_half']:.2f} | {c4} |")
+                     f"±{100 * math.expm1(w['seed_half']):.1f} % | ±{100 * math.expm1(w['window_half']):.1f} % | "
+                     f"{w['seed_half'] / w['window_half']:.2f} | {c4} |")
     zrows = [e for e in rows if e.get("zeroshot")]
     if zrows:
         lines += ["", "Zero-shot (all tasks pooled, the documents every seed scored): between-seed standard deviation "
