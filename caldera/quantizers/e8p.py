@@ -181,13 +181,17 @@ def _tables() -> _E8PTables:
     )
 
 
-@functools.lru_cache(maxsize=None)
 def tables_on(device: torch.device) -> _E8PTables:
     """The E8P tables on ``device`` (built once on the CPU by :func:`_tables`, copied once per device and
-    cached), so that codes on a GPU are searched and dequantized with tables on that GPU."""
+    cached), so that codes on a GPU are searched and dequantized with tables on that GPU. The CPU tables are
+    :func:`_tables` itself (never a second cache of it that could outlive ``_tables.cache_clear()``)."""
+    device = torch.device(device)
+    return _tables() if device.type == "cpu" else _tables_copy(device)
+
+
+@functools.lru_cache(maxsize=None)
+def _tables_copy(device: torch.device) -> _E8PTables:
     t = _tables()
-    if torch.device(device).type == "cpu":
-        return t
     return _E8PTables(**{f.name: getattr(t, f.name).to(device) for f in dataclasses.fields(t)})
 
 
