@@ -27,22 +27,23 @@ def _key(c: dict[str, Any]) -> tuple[str, str]:
 
 def compare_claims(committed: list[dict[str, Any]], rerun: list[dict[str, Any]]) -> dict[str, Any]:
     """``{"coverage": {"inside", "total", "share"}, "comparisons": [...], "verdicts": [...], "flips": [...]}``
-    (see module doc). Comparisons whose committed interval is unbounded (a seed part undetermined) are listed
-    but not counted."""
+    (see module doc). Verdicts are matched by claim and source, intervals by claim and pair (each pair once).
+    Comparisons whose committed interval is unbounded (a seed part undetermined) are listed but not counted."""
     old = {_key(c): c for c in committed}
-    comps, verdicts = [], []
+    # intervals are matched by claim and pair, whatever rows list them (a partial rerun groups sources anew)
+    by_pair = {(c["claim"], tuple(iv.get("pair") or ())): iv for c in committed for iv in c.get("intervals", [])}
+    comps, verdicts, seen = [], [], set()
     for c in rerun:
         o = old.get(_key(c))
-        if o is None:
-            continue
-        verdicts.append({"claim": c["claim"], "source": c["source"], "committed": o["verdict"],
-                         "rerun": c["verdict"],
-                         "flip": {o["verdict"], c["verdict"]} == set(DECIDED)})
-        by_pair = {tuple(iv.get("pair") or ()): iv for iv in o.get("intervals", [])}
+        if o is not None:
+            verdicts.append({"claim": c["claim"], "source": c["source"], "committed": o["verdict"],
+                             "rerun": c["verdict"], "flip": {o["verdict"], c["verdict"]} == set(DECIDED)})
         for iv in c.get("intervals", []):
-            ref = by_pair.get(tuple(iv.get("pair") or ()))
-            if ref is None:
+            key = (c["claim"], tuple(iv.get("pair") or ()))
+            ref = by_pair.get(key)
+            if ref is None or key in seen:
                 continue
+            seen.add(key)
             lo, hi, est = ref.get("lo"), ref.get("hi"), iv.get("estimate")
             bounded = all(isinstance(x, (int, float)) and math.isfinite(x) for x in (lo, hi, est))
             wlo, whi = ref.get("window_lo"), ref.get("window_hi")
