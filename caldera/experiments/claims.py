@@ -30,7 +30,7 @@ import numpy as np
 from caldera import stats
 from caldera.atomic import write_atomic
 from caldera.experiments.plan import RHTFT_TABLES
-from caldera.experiments.tables import _bits_label, _paired, ppl_ratio, realizations  # noqa: F401 (re-exported)
+from caldera.experiments.tables import _bits_label, _paired, ppl_ratio, realizations, seed_parts  # noqa: F401
 
 
 def _final(curve: dict[str, Any]) -> float:
@@ -132,15 +132,8 @@ def zeroshot_pair(table: dict[str, Any], a: str, b: str) -> dict[str, Any] | Non
     that has zero-shot results (all tasks pooled, matched by task and document id): accuracy difference and
     difference of the correct choice's log-likelihood margin, each with the interval that combines documents and
     seeds (:func:`caldera.stats.seeded_mean_difference`); None without per-document results."""
-    def per_seed(v: str) -> tuple[list[dict[str, Any]], list, bool]:
-        info = table.get("realizations", {}).get(v)
-        samples = table.get("seed_samples", {}).get(v) or [table.get("samples", {}).get(v, {})]
-        seeds = list(info["seeds"]) if info else [None]
-        keep = [(sd, s.get("zeroshot", {})) for sd, s in zip(seeds, samples) if s.get("zeroshot")]
-        return [z for _, z in keep], [sd for sd, _ in keep], info["random"] if info else not v.endswith("dense")
-
-    za, sa, rand_a = per_seed(a)
-    zb, sb, rand_b = per_seed(b)
+    za, sa, rand_a = seed_parts(table, a, "zeroshot")
+    zb, sb, rand_b = seed_parts(table, b, "zeroshot")
     if not za or not zb:
         return None
     keys = None
@@ -576,10 +569,8 @@ def _zeroshot_seeds(tab: dict[str, Any], vid: str) -> dict[str, Any] | None:
     """Per-seed mean margin and accuracy of ``vid`` over the (task, document) pairs every seed scored, with the
     between-seed standard deviations and the documents' bootstrap half-width of the seed-mean; None unless at
     least two seeds have zero-shot results."""
-    info = tab.get("realizations", {}).get(vid) or {}
-    per = [(sd, s.get("zeroshot") or {}) for sd, s in zip(info.get("seeds", []),
-                                                        tab.get("seed_samples", {}).get(vid, []))]
-    per = [(sd, z) for sd, z in per if z]
+    zs, seeds, _ = seed_parts(tab, vid, "zeroshot")
+    per = list(zip(seeds, zs))
     if len(per) < 2:
         return None
     keys = sorted(set.intersection(*({(t, d) for t, r in z.items() for d in r["doc_id"]} for _, z in per)))

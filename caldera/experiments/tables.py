@@ -266,20 +266,30 @@ def add_times_dense(tab: dict[str, Any]) -> None:
 
 
 
-def realizations(table: dict[str, Any], variant: str, corpus: str = "wiki") -> dict[str, Any] | None:
-    """Every realization (seed) of ``variant``'s per-window results on ``corpus``: ``{"nll": (S, W) list,
-    "tokens": (W,), "seeds": [seed per row], "random": bool}`` from the table's ``seed_samples`` (all seeds) or
-    ``samples`` (the variant alone); None without per-window results. ``random``: the variant is a realization
-    of a random procedure (every compressed model; tables written before seeds were recorded: all but dense)."""
+def seed_parts(table: dict[str, Any], variant: str, kind: str, key: str | None = None
+               ) -> tuple[list[Any], list[Any], bool]:
+    """``(parts, seeds, random)`` of ``variant`` in a table JSON: for each realization (seed) that has it, its
+    ``samples[kind]`` (``kind`` "ppl" or "zeroshot"; with ``key``, that corpus's entry), from ``seed_samples``
+    (all seeds) or ``samples`` (the variant alone); ``random``: the variant is a realization of a random
+    procedure (every compressed model; tables written before seeds were recorded: all but dense)."""
     info = table.get("realizations", {}).get(variant)
     per_seed = table.get("seed_samples", {}).get(variant) or [table.get("samples", {}).get(variant, {})]
     seeds = list(info["seeds"]) if info else [None]
-    rows = [(sd, s.get("ppl", {}).get(corpus)) for sd, s in zip(seeds, per_seed)]
-    rows = [(sd, r) for sd, r in rows if r is not None]
-    if not rows:
+    rows = [(sd, s.get(kind) or {}) for sd, s in zip(seeds, per_seed)]
+    rows = [(sd, p if key is None else p.get(key)) for sd, p in rows]
+    rows = [(sd, p) for sd, p in rows if p]
+    return [p for _, p in rows], [sd for sd, _ in rows], info["random"] if info else not variant.endswith("dense")
+
+
+def realizations(table: dict[str, Any], variant: str, corpus: str = "wiki") -> dict[str, Any] | None:
+    """Every realization (seed) of ``variant``'s per-window results on ``corpus``: ``{"nll": (S, W) list,
+    "tokens": (W,), "seeds": [seed per row], "random": bool}`` (:func:`seed_parts`); None without per-window
+    results."""
+    parts, seeds, random = seed_parts(table, variant, "ppl", corpus)
+    if not parts:
         return None
-    return {"nll": [r["window_nll"] for _, r in rows], "tokens": rows[0][1]["window_tokens"],
-            "seeds": [sd for sd, _ in rows], "random": info["random"] if info else not variant.endswith("dense")}
+    return {"nll": [r["window_nll"] for r in parts], "tokens": parts[0]["window_tokens"], "seeds": seeds,
+            "random": random}
 
 
 def _paired(ra: dict[str, Any], rb: dict[str, Any]) -> bool:
