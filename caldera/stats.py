@@ -200,7 +200,18 @@ def _paired_log_ratio_draws(a_nll, b_nll, tokens, resamples: int, seed: int) -> 
 # ``lo = est − sqrt((est − lo_w)² + h_s²)``, ``hi = est + sqrt((hi_w − est)² + h_s²)``. A group of random
 # realizations with a single seed has no estimate of its spread: the seed part is then *undetermined*
 # (``seed_half = None``, ``lo = −inf``, ``hi = +inf``): no verdict can be taken on one realization.
+#
+# **Where a rerun lands.** The interval above is a confidence interval for the mean over all realizations; it is
+# not where *another* S-seed run's estimate is expected to land. A rerun on the same windows / documents with as
+# many fresh seeds (or on another CPU) has its own seed noise, independent of this run's, while the unit sample is
+# shared: ``estimate_rerun − estimate`` has variance ``2 · seed_sd²``. Its 95 % prediction interval is therefore
+# ``estimate ± sqrt(2) · seed_half`` (``rerun_lo``/``rerun_hi``; no window part, the windows being the same). The
+# confidence interval covers such a rerun with probability ≥ P(|t_df| < t_{0.975,df}/√2): 0.91 at df = 2, 0.88
+# at df = 4, → 0.83 as df grows; the prediction interval 0.95 at any df (normal per-seed statistics).
 # --------------------------------------------------------------------------------------------------------------
+
+#: half-width of the rerun prediction interval in units of the seed half-width (two independent seed means)
+RERUN_FACTOR = math.sqrt(2.0)
 
 
 def t_quantile(df: float, level: float = LEVEL) -> float:
@@ -241,16 +252,20 @@ def combine(estimate: float, lo_w: float, hi_w: float, seed: dict) -> dict:
     """The combined interval of ``estimate`` from its window/document interval ``[lo_w, hi_w]`` and the seed part
     ``seed`` (:func:`seed_half_width`), each side widened in quadrature (module comment above). Keys: estimate,
     lo, hi, window_half, seed_half, seed_sd, df, seeds, sdd (half-width of the combined interval; inf when
-    the seed part is undetermined)."""
+    the seed part is undetermined), and ``rerun_lo``/``rerun_hi``: the 95 % *prediction* interval of the
+    estimate a rerun of the same design would get (the same units, as many fresh seeds; module comment)."""
     h = seed["half"]
     if h is None:
         lo, hi = -math.inf, math.inf
+        r_lo, r_hi = -math.inf, math.inf
     else:
         lo = estimate - math.hypot(estimate - lo_w, h)
         hi = estimate + math.hypot(hi_w - estimate, h)
+        r_lo, r_hi = estimate - RERUN_FACTOR * h, estimate + RERUN_FACTOR * h
     return {"estimate": estimate, "lo": lo, "hi": hi, "window_lo": lo_w, "window_hi": hi_w,
             "window_half": (hi_w - lo_w) / 2.0, "seed_half": h,
-            "seed_sd": seed["sd"], "df": seed["df"], "seeds": seed["seeds"], "sdd": (hi - lo) / 2.0}
+            "seed_sd": seed["sd"], "df": seed["df"], "seeds": seed["seeds"], "sdd": (hi - lo) / 2.0,
+            "rerun_lo": r_lo, "rerun_hi": r_hi}
 
 
 def _nll_matrix(nll, name: str) -> np.ndarray:
@@ -286,7 +301,8 @@ def seeded_perplexity(nll, tokens, random: bool = True, resamples: int = RESAMPL
 
 def _exp(c: dict) -> dict:
     """A :func:`combine` result on the log scale, with estimate and bounds exponentiated (half-widths stay log)."""
-    return {**c, **{k: math.exp(c[k]) for k in ("estimate", "lo", "hi", "window_lo", "window_hi")}}
+    return {**c, **{k: math.exp(c[k]) for k in ("estimate", "lo", "hi", "window_lo", "window_hi", "rerun_lo",
+                                                 "rerun_hi")}}
 
 
 def seeded_ppl_ratio(a_nll, b_nll, tokens, a_random: bool = True, b_random: bool = True,
@@ -346,7 +362,8 @@ def seeded_accuracy(correct, random: bool = True, level: float = LEVEL) -> dict:
     est = float(per_seed.mean())
     lo_w, hi_w = wilson_bounds(est, C.shape[1])
     c = combine(est, lo_w, hi_w, seed_half_width([per_seed] if random else [], level))
-    return {**c, "lo": max(0.0, c["lo"]), "hi": min(1.0, c["hi"]), "per_seed": per_seed.tolist(),
+    return {**c, "lo": max(0.0, c["lo"]), "hi": min(1.0, c["hi"]), "rerun_lo": max(0.0, c["rerun_lo"]),
+            "rerun_hi": min(1.0, c["rerun_hi"]), "per_seed": per_seed.tolist(),
             "n": int(C.shape[1])}
 
 

@@ -217,6 +217,33 @@ def test_combined_interval_covers_a_fresh_realization_where_windows_alone_do_not
     assert hit_win / n_sim <= 0.60
 
 
+def test_rerun_prediction_interval_covers_another_run_at_95_percent_where_the_ci_covers_less():
+    """Monte Carlo against closed forms: a run of S = 3 seeds and an independent rerun of 3 fresh seeds on the same
+    windows (window noise shared, realization noise N(0, 0.1²) per seed). The rerun's estimate lies inside this
+    run's prediction interval (``rerun_lo``/``rerun_hi``) 95 % of the time; inside the confidence interval only
+    P(|t_2| < t_{0.975,2}/√2) = 0.907 of the time. A prediction interval without the √2 would sit at 0.907 too."""
+    from scipy.stats import t as student_t
+
+    rng = np.random.default_rng(3)
+    tok = np.full(4, 100.0)
+    n_sim, hit_pred, hit_ci = 4000, 0, 0
+    for _ in range(n_sim):
+        shared = rng.normal(0, 0.05, 4)  # the windows: the same in both runs
+        run, rerun = ((rng.normal(0, 0.1, (3, 1)) + shared + 5.0) * tok for _ in range(2))
+        a = stats.seeded_perplexity(run, tok, resamples=50)
+        b = stats.seeded_perplexity(rerun, tok, resamples=50)
+        # windows held fixed: the CI's window part would only widen it, so take the seed part alone
+        c = stats.combine(math.log(a["estimate"]), math.log(a["estimate"]), math.log(a["estimate"]),
+                          stats.seed_half_width([run.sum(axis=1) / tok.sum()]))
+        hit_pred += a["rerun_lo"] <= b["estimate"] <= a["rerun_hi"]
+        hit_ci += c["lo"] <= math.log(b["estimate"]) <= c["hi"]
+    q = student_t.ppf(0.975, 2)
+    assert hit_pred / n_sim == pytest.approx(0.95, abs=0.012)
+    assert hit_ci / n_sim == pytest.approx(2 * student_t.cdf(q / math.sqrt(2), 2) - 1, abs=0.015)
+    one = stats.seeded_perplexity(run[:1], tok)
+    assert (one["rerun_lo"], one["rerun_hi"]) == (0.0, math.inf)  # one realization: nowhere to predict from
+
+
 def test_seeded_perplexity_without_spread_is_the_window_interval():
     rng = np.random.default_rng(5)
     tok = np.full(6, 50.0)

@@ -524,7 +524,10 @@ SDD_NOTE = ("*Verdicts.* Ordering claims on perplexity and zero-shot results are
             "(Table 1's 7B/13B/70B rows map to the same stand-in variants) is stated once, with every row in its "
             "source. *Reproducibility*: a rerun on the same CPU type with the same seeds is bitwise identical; "
             "on another CPU, or with other seeds, each compressed model is another realization, and only these "
-            "intervals — not the point values — are expected to reproduce.")
+            "intervals — not the point values — are expected to reproduce. The interval is a confidence interval "
+            "for the mean over realizations; where *another* run with as many fresh seeds should land (95 %) is "
+            "the wider prediction interval `rerun_lo`/`rerun_hi` in `claims.json` (seed part × √2, "
+            "`caldera.stats.combine`), which `python -m caldera.experiments.coverage` checks a rerun against.")
 
 
 def write_claims(fig3_json: str, fig4_json: str, table_jsons: list[str], out_md: str, out_json: str,

@@ -32,6 +32,18 @@ def test_a_holds_to_fails_change_is_a_flip_and_fails_the_command(tmp_path):
     b.write_text(json.dumps([_claim("fails", (("a", "b"), 1.1, 1.05, 1.2))]))
     assert main([str(a), str(b), "--out", str(tmp_path / "cov.md")]) == 1
     text = (tmp_path / "cov.md").read_text()
-    assert "(FLIP)" in text and "0 of 1" in text
+    assert "(FLIP)" in text and "0 of 1 (0 %)" in text
     b.write_text(json.dumps([_claim("holds", (("a", "b"), 0.9, 0.85, 0.93))]))
     assert main([str(a), str(b)]) == 0
+
+
+def test_the_rerun_prediction_interval_is_counted_on_its_own():
+    """A committed interval with a rerun prediction interval: the rerun's estimate may fall outside the confidence
+    interval yet inside the (wider) prediction interval; both shares are reported, matched to the same pair."""
+    committed = [_claim("holds", (("a", "b"), 0.9, 0.85, 0.95), (("a", "c"), 0.7, 0.6, 0.8))]
+    committed[0]["intervals"][0].update(rerun_lo=0.8, rerun_hi=1.0)  # the second pair predates rerun intervals
+    rerun = [_claim("holds", (("a", "b"), 0.97, 0.9, 1.0), (("a", "c"), 0.75, 0.7, 0.8))]
+    r = compare_claims(committed, rerun)
+    assert [x["inside"] for x in r["comparisons"]] == [False, True]
+    assert [x["inside_rerun_interval"] for x in r["comparisons"]] == [True, None]
+    assert r["coverage"]["inside"] == 1 and r["coverage_rerun_interval"] == {"inside": 1, "total": 1, "share": 1.0}
