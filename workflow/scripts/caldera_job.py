@@ -14,6 +14,9 @@ import os
 def job(sm):
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = str(sm.threads)
+    from caldera import numerics  # torch-free: pins the CPU code paths (config `numerics`) before torch loads
+
+    numerics.apply(sm.config.get("numerics", "native"))
     import torch
 
     torch.set_num_threads(sm.threads)
