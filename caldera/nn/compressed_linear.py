@@ -63,104 +63,21 @@ from torch import Tensor, nn
 
 from caldera.decomposition import Decomposition
 from caldera.hadamard import RHT
-from caldera.quantizers.base import Quantizer
-
-META_VERSION = 1
-#: ``"auto"``: the measured-faster path (module docstring); ``"kernel"``: a :mod:`caldera.kernels` kernel whenever
-#: one applies; ``"reference"``: always dequantize (and cache, with ``cache_dequantized``).
-KERNELS = ("auto", "kernel", "reference")
-#: Inputs with more rows (tokens) than this take the reference path (dequantize + GEMM, as QuIP# does for
-#: batch > 1): the kernels are matrix-vector kernels for decoding.
-KERNEL_MAX_ROWS = 16
-_FT_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def _dtype_name(dt: torch.dtype) -> str:
-    return str(dt).removeprefix("torch.")
-
-
-def _dtype(name: str) -> torch.dtype:
-    dt = getattr(torch, name, None)
-    if not isinstance(dt, torch.dtype):
-        raise ValueError(f"unknown dtype name {name!r}")
-    return dt
-
-
-def narrow_codes(codes: Tensor) -> Tensor:
-    """The same integer values in the smallest dtype that holds them (uint8 … uint32, int32, int64)."""
-    if codes.is_floating_point() or codes.is_complex() or codes.dtype == torch.bool:
-        raise ValueError(f"codes must be an integer tensor, got {codes.dtype}")
-    if codes.numel() == 0:
-        return codes.to(torch.uint8)
-    lo, hi = int(codes.min()), int(codes.max())
-    for dt in (torch.uint8, torch.int8, torch.uint16, torch.int16, torch.uint32, torch.int32):
-        info = torch.iinfo(dt)
-        if info.min <= lo and hi <= info.max:
-            return codes.to(dt).contiguous()
-    return codes.to(torch.int64).contiguous()
-
-
-def resolve_quantizer(name: str) -> Quantizer:
-    """Quantizer instance for a registry name (``caldera.quantizers.get_quantizer``)."""
-    from caldera.quantizers import get_quantizer
-
-    return get_quantizer(name)
-
-
-def quantizer_name_for_bits(bits: int) -> str:
-    from caldera.quantizers import quantizer_for_bits
-
-    return quantizer_for_bits(int(bits)).name
-
-
-def dequantize(name: str, codes: Tensor, scale: Tensor, codes_dtype: str | None = None) -> Tensor:
-    """``scale · quantizer(name).dequantize(codes)`` as float32 (codes restored to ``codes_dtype`` first)."""
-    q = resolve_quantizer(name)
-    c = codes.to(_dtype(codes_dtype)) if codes_dtype else codes
-    deq = getattr(q, "dequantize_with_scale", None)
-    if deq is not None and scale.ndim > 0:
-        from caldera.quantizers.base import ScaledCodes
-
-        return deq(ScaledCodes(c, scale.float())).float()
-    return q.dequantize(c).float() * scale.float()
-
-
-def _infer_q_quantizer(dec: Decomposition) -> str:
-    if dec.q_quantizer is not None:
-        return dec.q_quantizer
-    cfg = dec.config or {}
-    if "q_bits" in cfg:
-        return quantizer_name_for_bits(cfg["q_bits"])
-    if dec.method == "rtn" and "bits" in cfg:
-        from caldera.quantizers import UniformRTN
-
-        return UniformRTN(int(cfg["bits"]), per_row=bool(cfg.get("per_row", True))).name
-    raise ValueError(
-        f"cannot tell which quantizer produced the Q codes of a {dec.method!r} decomposition (its config has "
-        "no 'q_bits'); pass q_quantizer=<registry name> to CompressedLinear.from_decomposition"
-    )
-
-
-def _infer_lr_quantizer(dec: Decomposition, which: str) -> str:
-    cfg = dec.config or {}
-    key = f"{which}_bits"
-    if key in cfg:
-        return quantizer_name_for_bits(cfg[key])
-    raise ValueError(
-        f"cannot tell which quantizer produced the {which.upper()} codes of a {dec.method!r} decomposition "
-        f"(its config has no {key!r}); pass lr_quantizer=<registry name>"
-    )
-
-
-def _close(a: Tensor, b: Tensor) -> bool:
-    tol = 1e-5 * float(b.abs().max().clamp_min(1e-30))
-    return a.shape == b.shape and float((a.float() - b.float()).abs().max()) <= tol if a.numel() else True
-
-
-def _signs_tensor(s: Tensor) -> Tensor:
-    """±1 signs as int8 (exact); anything else (fine-tuned real signs) as float32."""
-    s = s.detach().float().cpu()
-    return s.to(torch.int8) if bool(((s == 1) | (s == -1)).all()) else s.contiguous()
+from caldera.nn import dispatch
+from caldera.nn.dispatch import KERNEL_MAX_ROWS, KERNELS  # noqa: F401 - importable from here as before
+from caldera.nn.format import (  # noqa: F401 - the storage helpers, importable from here as before
+    _FT_DTYPES,
+    META_VERSION,
+    _close,
+    _dtype_name,
+    _infer_lr_quantizer,
+    _infer_q_quantizer,
+    _signs_tensor,
+    dequantize,
+    narrow_codes,
+    quantizer_name_for_bits,
+    resolve_quantizer,
+)
 
 
 class CompressedLinear(nn.Module):
@@ -451,23 +368,8 @@ class CompressedLinear(nn.Module):
         return self._backend
 
     def _choose_backend(self) -> str | None:
-        """The backend for this layer's tensors and ``kernel`` setting, for inputs that may use a kernel."""
-        from caldera.kernels.fused import select_backend
-
-        k_q = self.rank - self.ft_rank
-        lrq = None
-        if k_q and self.meta["lr_format"] == "quantized":
-            if (
-                self.L_scale.numel() != 1
-                or self.R_scale.numel() != 1
-                or self.meta["l_quantizer"] != self.meta["r_quantizer"]
-            ):
-                return None
-            lrq = self.meta["l_quantizer"]
-        backend = select_backend(self.Q_codes.device, self.meta["q_quantizer"], lrq)
-        if self.kernel == "auto" and backend == "numba":
-            return None  # the reference path is faster than the Numba products (module docstring)
-        return backend
+        """The backend for this layer's tensors and ``kernel`` setting (:func:`caldera.nn.dispatch.choose_backend`)."""
+        return dispatch.choose_backend(self)
 
     def _invalidate_kernels(self) -> None:
         """Forget the backend choice and the prepared C call (tensors moved, replaced or reloaded)."""
@@ -481,32 +383,14 @@ class CompressedLinear(nn.Module):
         return out
 
     def _fused_layer(self):
-        """The prepared C call of :mod:`caldera.kernels.native` for this layer. Rebuilt after ``.to()``, a
+        """The prepared C call of this layer (:func:`caldera.nn.dispatch.fused_call`). Rebuilt after ``.to()``, a
         reload, or an in-place update of a trainable tensor (``L_ft``/``R_ft``, real-valued signs: keyed on their
         version counters); frozen buffers are only replaced through those paths."""
         key = tuple(p._version for p in self._parameters.values())
         if self._fused is None or self._fused_key != key:
-            from caldera.kernels.native import fused_layer
-
-            self._fused = fused_layer(
-                self.Q_codes, self.Q_scale, getattr(self, "S_U", None) if self.meta["rht"] else None,
-                getattr(self, "S_V", None) if self.meta["rht"] else None, self._kernel_factors(),
-                (self.L_ft, self.R_ft) if self.ft_rank else None, self._buffers.get("bias"),
-            )  # fmt: skip
+            self._fused = dispatch.fused_call(self)
             self._fused_key = key
         return self._fused
-
-    def _kernel_factors(self):
-        from caldera.kernels.fused import Factors
-
-        if self.rank - self.ft_rank == 0:
-            return None
-        if self.meta["lr_format"] == "quantized":
-            return Factors(
-                L_codes=self.L_codes, L_scale=self.L_scale, R_codes=self.R_codes, R_scale=self.R_scale,
-                quantizer=self.meta["l_quantizer"],
-            )  # fmt: skip
-        return Factors(L=self.L_16, R=self.R_16)
 
     def forward(self, x: Tensor) -> Tensor:
         if x.shape[-1] != self.in_features:
@@ -521,12 +405,8 @@ class CompressedLinear(nn.Module):
         if r is not None:
             h = r.rotate_input(h)
         if backend is not None:
-            from caldera.kernels.fused import codes_linear
-
             lead = h.shape[:-1]
-            y = codes_linear(
-                h.reshape(-1, self.in_features), self.Q_codes, self.Q_scale, self._kernel_factors(), backend
-            )
+            y = dispatch.codes_product(self, h.reshape(-1, self.in_features), backend)
             y = y.reshape(*lead, self.out_features)
         else:
             y = h @ self.dequantized_Q().T
