@@ -51,6 +51,9 @@ to call ``.half()``/``.to(dtype)`` on the module; doing so would also convert it
 Unlike the authors' ``CalderaQuantizedLinear`` (authors-code.md §5, whose forward never checks its
 ``hadamard`` flag), a decomposition without RHT (``dec.rht is None``) is supported: the transforms are
 simply not applied.
+
+The storage helpers (codes, scales, quantizer names) are in :mod:`caldera.nn.format`, the choice of kernel and
+the calls into :mod:`caldera.kernels` in :mod:`caldera.nn.dispatch`; this module is the layer itself.
 """
 
 from __future__ import annotations
@@ -64,7 +67,7 @@ from torch import Tensor, nn
 from caldera.decomposition import Decomposition
 from caldera.hadamard import RHT
 from caldera.nn import dispatch
-from caldera.nn.dispatch import KERNEL_MAX_ROWS, KERNELS  # noqa: F401 - importable from here as before
+from caldera.nn.dispatch import KERNEL_MAX_ROWS, KERNELS
 from caldera.nn.format import (  # noqa: F401 - the storage helpers, importable from here as before
     _FT_DTYPES,
     META_VERSION,
