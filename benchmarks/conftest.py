@@ -39,8 +39,8 @@ def random_compressed(dense: nn.Module, rank: int, kernel: str = "auto", cache: 
     """A deep copy of ``dense`` whose linears (not ``lm_head``) are ``CompressedLinear`` layers of the same shape
     with random E8P codes, random RHT signs and rank-``rank`` 16-bit factors. Inference time does not depend on
     the code values, so this measures the compressed path of any model without compressing it first."""
+    from caldera.nn.compressed_linear import CompressedLinear
     from caldera.pipeline.checkpoint import replace_module
-    from caldera.pipeline.compressed_linear import CompressedLinear
 
     model = copy.deepcopy(dense)
     g = torch.Generator().manual_seed(seed)

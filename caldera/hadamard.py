@@ -146,8 +146,10 @@ def kronecker_factors(n: int) -> tuple[int, ...]:
 
 
 @functools.lru_cache(maxsize=256)
-def _factor_matrix(f: int, is_k: bool, transpose: bool, dtype: torch.dtype, device: torch.device) -> Tensor:
-    """Orthonormal factor ``H_f/√f`` (or its transpose), contiguous, cached per (size, dtype, device)."""
+def factor_matrix(f: int, is_k: bool, transpose: bool, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """Orthonormal Kronecker factor ``H_f/√f`` (or its transpose) of size ``f``, contiguous, cached per (size,
+    dtype, device): the stored ``K × K`` Hadamard matrix when ``is_k`` (a factor ``K`` of
+    :func:`hadamard_factor`), else the Sylvester matrix of size ``f = 2^p`` (symmetric)."""
     if is_k:
         H = _load_hadamard_cached(f).to(torch.float64)
         H = H.T if transpose else H
@@ -161,7 +163,7 @@ def _factor_matrix(f: int, is_k: bool, transpose: bool, dtype: torch.dtype, devi
 def _factor_matrices(n: int, transpose: bool, dtype: torch.dtype, device: torch.device) -> list[Tensor]:
     K, _ = hadamard_factor(n)
     fs = kronecker_factors(n)
-    return [_factor_matrix(f, i == 0 and K > 1, transpose, dtype, device) for i, f in enumerate(fs)]
+    return [factor_matrix(f, i == 0 and K > 1, transpose, dtype, device) for i, f in enumerate(fs)]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -245,7 +247,7 @@ def _fht_apply(x: Tensor, dim: int, transpose: bool) -> Tensor:
     y = x.movedim(dim, -1).reshape(-1, K, 1 << p)
     y = _fht(y.contiguous(), 1.0 / math.sqrt(1 << p))
     if K > 1:
-        y = torch.matmul(_factor_matrix(K, True, transpose, x.dtype, x.device), y)
+        y = torch.matmul(factor_matrix(K, True, transpose, x.dtype, x.device), y)
     return y.reshape(x.movedim(dim, -1).shape).movedim(-1, dim).contiguous()
 
 

@@ -13,7 +13,7 @@ import torch
 
 from caldera import CalderaConfig, caldera_decompose
 from caldera.decomposition import HessianContext
-from caldera.pipeline.compressed_linear import CompressedLinear
+from caldera.nn.compressed_linear import CompressedLinear
 from tests.helpers import gen
 
 CFG = CalderaConfig(rank=2, outer_iters=2, inner_iters=2)

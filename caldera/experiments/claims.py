@@ -29,6 +29,7 @@ import numpy as np
 
 from caldera import stats
 from caldera.atomic import write_atomic
+from caldera.experiments.claim_definitions import ABLATION_CLAIMS, LPLR_CLAIM
 from caldera.experiments.plan import RHTFT_TABLES
 from caldera.experiments.tables import _bits_label, _paired, ppl_ratio, realizations, seed_parts  # noqa: F401
 
@@ -428,18 +429,6 @@ def _num(x: Any) -> str:
     return "—" if x is None else f"{x:.2f}"
 
 
-#: The App. G.1 / Figure 3 comparisons: (claim, run a, run b, predicate on (final error of a, final error of b),
-#: "all" or "some" of the matrix×rank pairs). Runs are the ablation presets' names and "quip#-lr".
-ABLATION_CLAIMS: tuple[tuple[str, str, str, Callable[[float, float], bool], str], ...] = (
-    ("16-bit CALDERA below QuIP# (+LR) in data-aware error", "16bit-factors", "quip#-lr", lambda x, y: x < y, "all"),
-    ("4-bit factors slightly above 16-bit (≤ 10% higher)", "4bit-factors", "16bit-factors",
-     lambda x, y: y <= x <= 1.1 * y, "all"),
-    ("no-LDLQ much worse (> 1.25× the 4-bit error)", "4bit-no-ldlq", "4bit-factors", lambda x, y: x > 1.25 * y, "all"),
-    ("no-RHT worse for some matrices", "4bit-no-rht", "4bit-factors", lambda x, y: x > y, "some"),
-)
-LPLR_CLAIM = "LPLRFactorize iterations lower the error"
-
-
 def check(fig3: dict[str, Any], fig4: dict[str, Any], tables: dict[str, dict[str, Any]],
           extra: list[dict[str, Any]] | None = None, throughput: dict[str, Any] | None = None,
           lora: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -484,7 +473,7 @@ def check(fig3: dict[str, Any], fig4: dict[str, Any], tables: dict[str, dict[str
     out += ft
     if not ft:  # no RHT-FT table (or none of its rows) in this run
         add(RHTFT_CLAIM, "Tables 3–4", "pending (its issue has not landed)", "—", "—")
-    if lora is not None:  # Table 5's JSON (caldera.finetune.experiment)
+    if lora is not None:  # Table 5's JSON (caldera.experiments.loraft)
         out += lora_claims(lora)
     else:
         add(LORA_CLAIM, "Table 5", "pending (its issue has not landed)", "—", "—")

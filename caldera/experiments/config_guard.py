@@ -70,7 +70,7 @@ def _used_models(config: dict[str, Any]) -> list[str]:
 
 
 def _selection_errors(config: dict[str, Any]) -> list[str]:
-    from caldera.experiments.plan import method_config
+    from caldera.experiments.variants import method_config
 
     sel, models, errors = config["selection"], config["models"], []
     used = set(_used_models(config))
@@ -108,7 +108,7 @@ def _figure_rank_errors(config: dict[str, Any]) -> list[str]:
     """Each ``figures.paper_ranks`` entry must map to a rank of the figures' model (``mapped_rank`` for every
     factor precision the figures use)."""
     from caldera.config import PRESETS, CalderaConfig
-    from caldera.experiments.plan import mapped_rank
+    from caldera.experiments.variants import mapped_rank
 
     fc, errors = config["figures"], []
     if fc["model"] not in config["models"] or config["stand_ins"].get(fc["paper_model"]) != fc["model"]:
@@ -127,7 +127,7 @@ def _figure_rank_errors(config: dict[str, Any]) -> list[str]:
 
 def plan_time_errors(config: dict[str, Any]) -> list[str]:
     """Every problem of ``config`` (after the JSON schema) that this module checks, each naming its key path."""
-    from caldera.experiments.plan import RHTFT_TABLES, ZERO_SHOT_TABLES
+    from caldera.experiments.variants import RHTFT_TABLES, ZERO_SHOT_TABLES
     from caldera.paper_tables import load_reference_table
     from caldera.pipeline.assets import MODEL_ASSETS
 

@@ -277,7 +277,7 @@ def ablation_claims(pairs: Sequence[dict[str, Any]], choice: Mapping[str, Any]) 
     selected configuration (``pairs`` as :func:`ablation_comparisons` returns them)."""
     label = _choice_label(choice)
     out = []
-    from caldera.experiments.claims import ABLATION_CLAIMS, LPLR_CLAIM
+    from caldera.experiments.claim_definitions import ABLATION_CLAIMS, LPLR_CLAIM
 
     for claim, a, b, pred, _ in ABLATION_CLAIMS:
         if any(a not in p["errors"] for p in pairs):

@@ -7,7 +7,7 @@ variant this run does not compress stays "not run in this config". The dense sta
 always measured. The paper's 70B rows map to the same stand-in variants as the 70B rows of Table 1.
 
 One workflow job per variant (:func:`step_throughput`): the model is loaded as stored (compressed layers run as
-:class:`~caldera.pipeline.compressed_linear.CompressedLinear` with the kernel path of ``throughput.kernel``, never
+:class:`~caldera.nn.compressed_linear.CompressedLinear` with the kernel path of ``throughput.kernel``, never
 materialised), torch threads pinned to ``throughput.threads``, then both protocols of
 :mod:`caldera.eval.throughput` with ``throughput.runs`` timed repeats each:
 
@@ -81,7 +81,7 @@ def throughput_variants(config: dict[str, Any], run_variants: dict[str, Variant]
 def _cast_dense_parts(model, dtype) -> None:
     """Cast every floating parameter/buffer outside the compressed layers to ``dtype`` (their codes, scales and
     factors keep their stored types; a CompressedLinear computes in float32 and returns the input's dtype)."""
-    from caldera.pipeline.compressed_linear import CompressedLinear
+    from caldera.nn.compressed_linear import CompressedLinear
 
     def walk(mod):
         if isinstance(mod, CompressedLinear):
@@ -172,7 +172,7 @@ def step_throughput(config: dict[str, Any], v: Variant, checkpoint: str | None, 
         "wall_s": time.perf_counter() - t0,
     })
     if v.method != "dense":
-        from caldera.pipeline.compressed_linear import CompressedLinear
+        from caldera.nn.compressed_linear import CompressedLinear
 
         with torch.no_grad():  # the path each compressed layer took for a batch-1 input (None: reference)
             res["kernel_backends"] = sorted({str(m.kernel_backend(torch.zeros(1, m.in_features))) for m in

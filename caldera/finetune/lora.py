@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from caldera.pipeline.compressed_linear import CompressedLinear, narrow_codes, resolve_quantizer
+from caldera.nn.compressed_linear import CompressedLinear, narrow_codes, resolve_quantizer
 
 # ----------------------------------------------------------------------------------------------- re-split
 

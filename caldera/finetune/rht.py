@@ -47,7 +47,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor, nn
 
-from caldera.pipeline.compressed_linear import CompressedLinear
+from caldera.nn.compressed_linear import CompressedLinear
 
 STATE_FORMAT = "caldera-rhtft-state/1"
 

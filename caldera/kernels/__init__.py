@@ -2,15 +2,25 @@
 
 Modules:
 
+* :mod:`caldera.kernels.fused` — the dispatcher, and the only module imported from outside this package:
+  :func:`~caldera.kernels.fused.select_backend` picks ``"native"``, ``"numba"``, ``"triton"`` or none for a layer,
+  :func:`~caldera.kernels.fused.codes_linear` computes the layer product ``h Qᵀ + (h Rᵀ) Lᵀ`` from the codes on
+  the Numba or Triton backend, and :func:`~caldera.kernels.fused.fused_layer` prepares the whole layer
+  ``y = RHT⁻¹(RHT(x) (Q + L R)ᵀ)`` as one C call (backend ``"native"``). ``CompressedLinear``
+  (:mod:`caldera.nn`) calls them.
+* :mod:`caldera.kernels.factors` — :class:`~caldera.kernels.factors.Factors`, the frozen low-rank part as the
+  kernels read it (16-bit ``L``, ``R`` or their codes).
 * :mod:`caldera.kernels.tables` — the small decode tables (derived from the E8P codebook of
   :mod:`caldera.quantizers.e8p`) and :func:`~caldera.kernels.tables.codes_matmul_reference`, the pure-torch
   reference every kernel is tested against (it dequantizes, so it is only a reference).
+* :mod:`caldera.kernels.native` — the C kernels (source ``kernels/cpu/caldera_layer.c`` of the repository,
+  shipped as ``caldera/kernels/csrc/``), compiled on first use and loaded with :mod:`ctypes`: the int8-table code
+  products and the fused single-call layer.
 * :mod:`caldera.kernels.cpu` — Numba kernels (batch 1 and small batches): ``x Qᵀ`` from codes and the
-  transposed product ``t L`` from the codes of ``Lᵀ`` (the low-rank factor's layout in ``CompressedLinear``).
+  transposed product ``t L`` from the codes of ``Lᵀ`` (the low-rank factor's layout in ``CompressedLinear``);
+  they call the C products of :mod:`caldera.kernels.native` when those built.
 * :mod:`caldera.kernels.triton_e8p` — a Triton kernel fusing E8P decode, the matrix–vector product and the
   16-bit low-rank part ``L t`` (optional: needs ``triton``; tested on CPU with ``TRITON_INTERPRET=1``).
-* :mod:`caldera.kernels.fused` — :func:`~caldera.kernels.fused.compressed_forward`, the whole layer
-  ``y = RHT⁻¹(RHT(x) (Q + L R)ᵀ)`` from the stored tensors, choosing the fastest available kernel.
 """
 
 from caldera.kernels.tables import E8PDecodeTables, codes_matmul_reference, decode_tables

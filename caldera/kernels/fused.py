@@ -2,37 +2,29 @@
 
 Backends (:func:`select_backend`): ``"native"`` on CPU when the C kernels of :mod:`caldera.kernels.native`
 built (``CompressedLinear`` then runs its whole forward, RHTs included, as one prepared C call:
-:func:`caldera.kernels.native.fused_layer`), ``"numba"`` on CPU otherwise (:mod:`caldera.kernels.cpu`; Q and
+:func:`fused_layer`), ``"numba"`` on CPU otherwise (:mod:`caldera.kernels.cpu`; Q and
 4-bit RVQ factors read as codes, 16-bit factors converted per call; :func:`codes_linear`), ``"triton"`` on CUDA
 when ``triton`` imports (:mod:`caldera.kernels.triton_e8p`; Q as codes fused with a 16-bit ``L t``; layers with
 quantized factors take the reference path on CUDA), or ``None`` (no kernel: the caller uses its dequantizing
 reference path). No dense ``n × d`` matrix is formed or cached by any backend. Reference: ``h @ Q.T + (h @ R.T)
 @ L.T`` with Q, L, R dequantized (``CompressedLinear``'s reference path; ``tests/kernels/test_kernels.py``).
+
+This module is the kernels' one entry point from outside :mod:`caldera.kernels`: the layer
+(:mod:`caldera.nn`) imports the dispatcher, never a backend.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from caldera.kernels.factors import Factors
 from caldera.kernels.tables import SUPPORTED
 
-
-@dataclass(frozen=True)
-class Factors:
-    """Frozen low-rank part: 16-bit ``L`` (n, k) and ``R`` (k, d), or codes of ``Lᵀ`` (k, n/8) and ``R`` (k, d/8)
-    with scalar scales and a quantizer name from :data:`caldera.kernels.tables.SUPPORTED`."""
-
-    L: Tensor | None = None
-    R: Tensor | None = None
-    L_codes: Tensor | None = None
-    L_scale: Tensor | None = None
-    R_codes: Tensor | None = None
-    R_scale: Tensor | None = None
-    quantizer: str | None = None
+__all__ = ["Factors", "codes_linear", "fused_layer", "native_available", "numba_available", "select_backend",
+           "triton_available"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -72,6 +64,14 @@ def select_backend(device: torch.device, q_quantizer: str, lr_quantizer: str | N
     if device.type == "cuda" and lr_quantizer is None and triton_available():
         return "triton"  # quantized factors on CUDA: the reference path (not measured with the kernel)
     return None
+
+
+def fused_layer(*args, **kwargs):
+    """The ``"native"`` backend: a whole layer prepared as one C call (:func:`caldera.kernels.native.fused_layer`,
+    same arguments); raises when the C kernels did not build."""
+    from caldera.kernels.native import fused_layer as prepare
+
+    return prepare(*args, **kwargs)
 
 
 def codes_linear(h: Tensor, Q_codes: Tensor, Q_scale: Tensor, factors: Factors | None, backend: str) -> Tensor:

@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from caldera.kernels.fused import Factors
+from caldera.kernels.factors import Factors
 
 _SRC_PATH = Path(__file__).resolve().parent / "csrc" / "caldera_layer.c"  # csrc → the repository's kernels/cpu
 _FLAGS = ["-O3", "-march=native", "-shared", "-fPIC", "-std=c99"]
@@ -90,9 +90,9 @@ def _cpu_id() -> str:
 
 def cache_dir() -> Path:
     """Folder of the built kernels: ``kernels/`` of the asset cache (``$CALDERA_CACHE`` or ``~/.cache/caldera``)."""
-    from caldera.pipeline.assets import cache_dir as asset_cache
+    from caldera.cache import cache_dir as cache_root
 
-    return Path(asset_cache()) / "kernels"
+    return Path(cache_root()) / "kernels"
 
 
 def _secure_dir(d: Path) -> str | None:
@@ -323,9 +323,9 @@ def available() -> bool:
 @functools.lru_cache(maxsize=1)
 def lut_table() -> np.ndarray:
     """``4 ·`` the E8P codebook as int8 (65536, 8), C-contiguous; raises if any codeword is not exact."""
-    from caldera.quantizers.e8p import _tables
+    from caldera.quantizers.e8p import tables_on
 
-    cb = _tables().codebook.to(torch.float32)
+    cb = tables_on(torch.device("cpu")).codebook.to(torch.float32)
     t8 = torch.round(cb * 4)
     if not torch.equal(t8 / 4, cb) or t8.abs().max() > 127:
         raise RuntimeError("E8P codebook is not a set of multiples of 1/4 in int8 range; the LUT kernel cannot hold it")
@@ -403,10 +403,10 @@ def fused_layer(  # noqa: PLR0913 - one argument per stored tensor of the layer
 ) -> FusedLayer:
     """Prepare :class:`FusedLayer` for a layer with ``Q_codes`` (n, d/8) E8P, ``Q_scale`` () or (n, 1), RHT signs
     ``S_U`` (d,), ``S_V`` (n,) (None: no RHT), the frozen low-rank part ``factors``
-    (:class:`caldera.kernels.fused.Factors`: float16/float32 ``L`` (n, k), ``R`` (k, d), or codes of ``Lᵀ``
+    (:class:`caldera.kernels.factors.Factors`: float16/float32 ``L`` (n, k), ``R`` (k, d), or codes of ``Lᵀ``
     (k, n/8) and ``R`` (k, d/8) with scalar scales; None: no factors), ``ft`` = ``(L_ft (n, r), R_ft (r, d))``
     or None, ``bias`` (n,) or None. Raises when the C kernels did not build."""
-    from caldera.hadamard import _factor_matrix, hadamard_factor
+    from caldera.hadamard import factor_matrix, hadamard_factor
     from caldera.kernels.tables import SUPPORTED
 
     lib = _lib()
@@ -432,9 +432,9 @@ def fused_layer(  # noqa: PLR0913 - one argument per stored tensor of the layer
         su, sv = S_U.detach().float().contiguous(), S_V.detach().float().contiguous()
         Kd, Kn = hadamard_factor(d)[0], hadamard_factor(n)[0]
         if Kd > 1:
-            Md = _factor_matrix(Kd, True, True, torch.float32, torch.device("cpu"))
+            Md = factor_matrix(Kd, True, True, torch.float32, torch.device("cpu"))
         if Kn > 1:
-            Mn = _factor_matrix(Kn, True, False, torch.float32, torch.device("cpu"))
+            Mn = factor_matrix(Kn, True, False, torch.float32, torch.device("cpu"))
     mode, k, Lp, Rp, lrw, stages, inv_rs, ls, rs = 0, 0, None, None, 2, 1, 1.0, 0.0, 0.0
     if factors is not None and factors.L_codes is None:
         L, R = factors.L.detach(), factors.R.detach()

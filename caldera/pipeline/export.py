@@ -1,6 +1,6 @@
 """``caldera export``: a compressed checkpoint as a plain Hugging Face folder that needs no ``caldera`` import.
 
-Every :class:`~caldera.pipeline.compressed_linear.CompressedLinear` is replaced by a dense ``nn.Linear`` with
+Every :class:`~caldera.nn.compressed_linear.CompressedLinear` is replaced by a dense ``nn.Linear`` with
 ``weight = Ŵ = unrotate(Q + L R)`` in float32 (:func:`caldera.pipeline.checkpoint.materialize`), and the model,
 its config and tokenizer are written with ``save_pretrained`` (safetensors). The folder loads with
 ``AutoModelForCausalLM.from_pretrained(DIR)`` and ``lm_eval --model hf --model_args pretrained=DIR``. The

@@ -12,7 +12,7 @@ What the quantizer does, in transformers' loading order:
 1. before the weights are read (:meth:`CalderaHfQuantizer._process_model_before_weight_loading`): verify the
    folder exactly as :func:`~caldera.pipeline.checkpoint.load_compressed` does (checksums, no unlisted file, the
    config's structure, the content manifest, ``config.json`` equal to the recorded base config), then replace
-   every compressed ``nn.Linear`` by a :class:`~caldera.pipeline.compressed_linear.CompressedLinear` shell whose
+   every compressed ``nn.Linear`` by a :class:`~caldera.nn.compressed_linear.CompressedLinear` shell whose
    tensors (shapes and dtypes from the safetensors header) are on the meta device;
 2. transformers fills every tensor from ``model.safetensors`` (stored dtypes kept: :meth:`get_new_dtype`);
 3. after (:meth:`_process_model_after_weight_loading`): every tensor of the loaded model against its digest in
@@ -116,6 +116,7 @@ def register() -> None:
 def _before(quantizer: Any, model: Any, checkpoint_files: Any) -> Any:
     from safetensors import safe_open
 
+    from caldera.nn.compressed_linear import CompressedLinear
     from caldera.pipeline.checkpoint import (
         CONFIG_FILE,
         MODEL_FILE,
@@ -126,7 +127,6 @@ def _before(quantizer: Any, model: Any, checkpoint_files: Any) -> Any:
         verify_checksums,
         verify_manifest,
     )
-    from caldera.pipeline.compressed_linear import CompressedLinear
 
     if not checkpoint_files:
         raise ValueError("the caldera quantization method loads a compressed checkpoint folder; none was resolved")

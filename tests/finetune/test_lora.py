@@ -9,8 +9,8 @@ from caldera.bits import average_bits
 from caldera.config import CalderaConfig
 from caldera.decomposition import caldera_decompose
 from caldera.finetune import lora
+from caldera.nn.compressed_linear import CompressedLinear
 from caldera.pipeline.checkpoint import load_compressed, replace_module, save_compressed
-from caldera.pipeline.compressed_linear import CompressedLinear
 from caldera.pipeline.hessians import decoder_layers
 from caldera.quantizers.base import dequantize_scaled, quantize_scaled
 from caldera.synthetic import llm_like
@@ -69,7 +69,7 @@ def test_resplit_top_r_components(layers, kind, r):
     if kind == "16bit":  # fp16 re-cast: tiny
         assert tail_err <= 2e-3 * float(rest.norm())
     else:  # the oracle: the same quantizer applied to the SVD tail factors
-        from caldera.pipeline.compressed_linear import resolve_quantizer
+        from caldera.nn.compressed_linear import resolve_quantizer
 
         q = resolve_quantizer(mod.meta["l_quantizer"])
         s = S[r: mod.rank].sqrt()

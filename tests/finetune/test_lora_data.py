@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 
-from caldera.finetune import experiment
+from caldera.experiments import loraft as experiment
 
 pytestmark = pytest.mark.filterwarnings("error")
 
@@ -163,7 +163,7 @@ def test_config_checks_the_training_sources():
 def test_caption_names_the_data_each_config_uses(name, says, never, tmp_path):
     import yaml
 
-    from caldera.finetune.experiment import build_table5, render_table5
+    from caldera.experiments.loraft import build_table5, render_table5
     from tests.finetune.test_table5 import ROOT
 
     cfg = yaml.safe_load((ROOT / f"config/{name}.yaml").read_text())

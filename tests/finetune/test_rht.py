@@ -12,8 +12,8 @@ import torch
 
 from caldera.finetune.rht import RHTFTConfig, heldout_kl, kl_sum, rht_finetune, sign_parameters
 from caldera.methods import get_method
+from caldera.nn.compressed_linear import CompressedLinear
 from caldera.pipeline.checkpoint import load_compressed, replace_module, save_compressed
-from caldera.pipeline.compressed_linear import CompressedLinear
 from caldera.pipeline.hessians import decoder_layers
 from tests.helpers import tiny_llama
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from caldera.kernels.tables import codes_matmul_reference, decode_tables, dequantize_codes
-from caldera.pipeline.compressed_linear import KERNEL_MAX_ROWS, CompressedLinear
+from caldera.nn.compressed_linear import KERNEL_MAX_ROWS, CompressedLinear
 from caldera.quantizers.e8p import _tables
 
 cpu = pytest.importorskip("caldera.kernels.cpu")

@@ -40,7 +40,7 @@ def test_gptq_act_order_and_groups_run():
 
 
 def test_gptq_codes_store_in_compressed_linear():
-    from caldera.pipeline.compressed_linear import CompressedLinear
+    from caldera.nn.compressed_linear import CompressedLinear
 
     W, H = llm_like(16, 32, seed=6)
     spec = get_method("gptq")
@@ -68,7 +68,7 @@ def test_loftq_levels_and_alternation():
 
 
 def test_loftq_codes_store_in_compressed_linear():
-    from caldera.pipeline.compressed_linear import CompressedLinear
+    from caldera.nn.compressed_linear import CompressedLinear
 
     W, H = llm_like(32, 128, seed=7)
     spec = get_method("loftq")

@@ -14,6 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 from caldera.methods import get_method
+from caldera.nn.compressed_linear import CompressedLinear
 from caldera.pipeline.checkpoint import (
     CHECKSUM_FILE,
     CONFIG_FILE,
@@ -23,7 +24,6 @@ from caldera.pipeline.checkpoint import (
     replace_module,
     save_compressed,
 )
-from caldera.pipeline.compressed_linear import CompressedLinear
 from caldera.pipeline.hessians import decoder_layers
 from tests.helpers import tiny_gemma3
 from tests.helpers import tiny_llama as _tiny_llama

@@ -10,9 +10,9 @@ import torch
 
 from caldera.bits import average_bits
 from caldera.methods import get_method
+from caldera.nn.compressed_linear import CompressedLinear
 from caldera.pipeline import compress as C
 from caldera.pipeline.checkpoint import load_compressed
-from caldera.pipeline.compressed_linear import CompressedLinear
 from caldera.pipeline.hessians import collect_hessians, decoder_layers
 from tests.helpers import tiny_gemma3
 from tests.helpers import tiny_llama as _tiny_llama

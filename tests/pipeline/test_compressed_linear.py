@@ -8,7 +8,7 @@ import torch
 from caldera.config import CalderaConfig
 from caldera.decomposition import caldera_decompose
 from caldera.methods import get_method
-from caldera.pipeline.compressed_linear import CompressedLinear, narrow_codes
+from caldera.nn.compressed_linear import CompressedLinear, narrow_codes
 from caldera.synthetic import llm_like
 
 N, D = 32, 64
@@ -149,3 +149,12 @@ def test_forward_on_cuda_matches_cpu(decs, kind):
     gpu = mod.to("cuda")
     assert all(t.is_cuda for t in gpu.state_dict().values())
     torch.testing.assert_close(gpu(x.cuda()).cpu(), ref, rtol=1e-4, atol=1e-5 * float(ref.abs().max()))
+
+
+def test_old_module_path_imports_the_same_layer():
+    """``caldera.pipeline.compressed_linear`` (the layer's home before :mod:`caldera.nn`) still imports its names."""
+    import caldera.nn
+    from caldera.pipeline import compressed_linear as old
+
+    for name in caldera.nn.__all__:
+        assert getattr(old, name) is getattr(caldera.nn, name), name

@@ -12,8 +12,8 @@ import sys
 import pytest
 import torch
 
+from caldera.nn.compressed_linear import CompressedLinear
 from caldera.pipeline.checkpoint import CHECKSUM_FILE, CONFIG_FILE, MODEL_FILE, load_compressed, save_compressed
-from caldera.pipeline.compressed_linear import CompressedLinear
 from tests.pipeline.test_checkpoint import (
     IDS,
     ROOT,

@@ -6,8 +6,8 @@
 import re
 from types import SimpleNamespace
 
-from caldera.finetune.experiment import TASKS as LORA_TASKS
-from caldera.finetune.experiment import lora_inputs, lora_rows
+from caldera.experiments.loraft import TASKS as LORA_TASKS
+from caldera.experiments.loraft import lora_inputs, lora_rows
 
 LORA_ROWS = {r.id: r for r in lora_rows(config)}
 

@@ -4,7 +4,7 @@ from caldera_job import job
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with job(sm):
-    from caldera.finetune.experiment import step_lora_finetune
+    from caldera.experiments.loraft import step_lora_finetune
 
     step_lora_finetune(sm.config, sm.wildcards.lora_row, sm.wildcards.lora_task, sm.input.checkpoint,
                        sm.output.json, sm.params.work)

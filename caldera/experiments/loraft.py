@@ -1,4 +1,7 @@
-"""Table 5 (LoRA fine-tuning of CALDERA's factors) from a workflow config: rows, one job per (row, task), table.
+"""Table 5 (LoRA fine-tuning of CALDERA's factors) from a workflow config: one job per (row, task), the table.
+
+The rows are planned in :mod:`caldera.experiments.loraft_rows` (re-exported here); the training itself is the
+library :mod:`caldera.finetune.lora`.
 
 Rows (``config["lora_ft"]["rows"]``): paper rows of ``table5_finetune`` measured in this run. A CALDERA row
 (RHT-FT "No") fine-tunes the same compressed checkpoint as Tables 1–2's row of that rank and B_LR (the paper
@@ -35,142 +38,33 @@ unset) of RTE / Winogrande. Training and held-out data (:func:`lm_splits`, :func
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from caldera import stats
-from caldera.bits import MODEL_SHAPES, average_bits
-from caldera.experiments.plan import RHTFT_SUFFIX, Variant, make_variant, mapped_rank, variant_for_row
+from caldera.experiments.loraft_rows import (  # noqa: F401 - Table 5's rows, re-exported beside their job
+    CLS_TASKS,
+    LM_TASK,
+    TABLE,
+    TASKS,
+    LoraRow,
+    _ref_rows,
+    get_row,
+    lora_rhtft_variants,
+    lora_rows,
+    lora_variants,
+    row_for,
+    task_settings,
+)
+from caldera.experiments.variants import RHTFT_SUFFIX, make_variant
 from caldera.finetune import lora
 
-TABLE = "table5_finetune"
-LM_TASK = "wiki"
-CLS_TASKS = {"rte": "caldera_rte", "winogrande": "caldera_winogrande"}  # task -> zero-shot task (pairing)
-TASKS = (LM_TASK, *CLS_TASKS)
 COLUMNS = {"wiki": "wiki2_ppl", "rte": "rte_acc", "winogrande": "wino_acc"}
-
-
-@dataclass(frozen=True)
-class LoraRow:
-    """One measured row of Table 5: the paper row, the model it fine-tunes (``variant``: evaluated un-fine-tuned
-    as the "no FT" baseline), the fine-tuned rank; ``rht_base``: for an RHT-FT "Yes" row, the compressed variant
-    whose signs rule ``rht_finetune`` fine-tunes (``variant`` is then that variant under id ``+rhtft``)."""
-
-    id: str
-    ref: dict
-    variant: Variant
-    ft_rank: int
-    avg_bits: float
-    rht_base: Variant | None = None
-
-    def checkpoint(self, results_dir: str) -> str:
-        """The checkpoint the LoRA jobs start from (the workflow's path)."""
-        if self.rht_base is not None:
-            return f"{results_dir}/rhtft/{self.rht_base.id}/checkpoint"
-        return f"{results_dir}/compressed/{self.variant.id}/checkpoint"
-
-
-def _ref_rows() -> list[dict[str, Any]]:
-    from caldera.paper_tables import load_reference_table
-
-    return load_reference_table(TABLE)
-
-
-def _matches(ref: dict[str, Any], want: dict[str, Any]) -> bool:
-    """Whether paper row ``ref`` is the one ``want`` (``{model, method, rank[, b_lr, b_q, rht_ft]}``) names; a
-    ``want`` without ``rht_ft`` names the row without RHT fine-tuning."""
-    if ref["method"] == "CALDERA" and bool(ref.get("rht_ft")) != bool(want.get("rht_ft", False)):
-        return False
-    for key, val in want.items():
-        if key == "rht_ft":
-            continue
-        if key in ("model", "method"):
-            if ref.get(key) != val:
-                return False
-        elif ref.get(key) in (None, "") or float(ref[key]) != float(val):
-            return False
-    return True
-
-
-def row_for(config: dict[str, Any], ref: dict[str, Any]) -> LoraRow | None:
-    """The measured row for paper row ``ref`` (None: reference data, an RHT-FT row of a config without an
-    ``rht_ft`` block, or not a stand-in model)."""
-    pm = ref["model"]
-    if pm not in config["stand_ins"]:
-        return None
-    model = config["stand_ins"][pm]
-    shapes = MODEL_SHAPES[config["models"][model]["shapes"]]
-    mult = int(config.get("rank_multiple", 8))
-    if ref["method"] == "CALDERA":
-        if ref["rht_ft"] and not config.get("rht_ft"):
-            return None
-        v = variant_for_row(config, ref)
-        r = lora.mapped_ft_rank(v.rank, int(ref["rank"]), int(ref["ft_rank"]), mult)
-        bits = average_bits(shapes, 2, v.b_lr, v.rank, ft_rank=r)  # real-valued signs: not counted (as the paper)
-        if ref["rht_ft"]:
-            ft = dataclasses.replace(v, id=v.id + RHTFT_SUFFIX)
-            return LoraRow(f"{ft.id}-ft{r}", ref, ft, r, bits, rht_base=v)
-        return LoraRow(f"{v.id}-ft{r}", ref, v, r, bits)
-    if ref["method"] == "LoftQ" and float(ref["b_q"]).is_integer() and ref.get("avg_bits") is not None:
-        k = mapped_rank(config, pm, int(ref["rank"]), int(ref["b_lr"]))
-        params = {**config["lora_ft"].get("loftq", {}), "bits": int(ref["b_q"]), "rank": k}
-        v = make_variant(model, "loftq", params, k, 16, f"loftq{int(ref['b_q'])}", "lora_ft.loftq")
-        return LoraRow(f"{v.id}-ft{k}", ref, v, k, average_bits(shapes, int(ref["b_q"]), None, k, ft_rank=k))
-    return None
-
-
-def lora_rows(config: dict[str, Any]) -> list[LoraRow]:
-    """The rows ``config["lora_ft"]["rows"]`` selects (``"all"``: every row this workflow can measure)."""
-    cfg = config.get("lora_ft")
-    if not cfg:
-        return []
-    out = []
-    for ref in _ref_rows():
-        row = row_for(config, ref)
-        if row is None:
-            continue
-        if cfg["rows"] == "all" or any(_matches(ref, w) for w in cfg["rows"]):
-            out.append(row)
-    if cfg["rows"] != "all":
-        for w in cfg["rows"]:
-            if not any(_matches(r.ref, w) for r in out):
-                raise ValueError(f"lora_ft.rows: {w} matches no measurable row of {TABLE} (CALDERA rows, with "
-                                 "rht_ft: true those with RHT-FT (needs the rht_ft block), LoftQ rows with "
-                                 "whole-bit backbones, of a model in stand_ins)")
-    return out
-
-
-def lora_variants(config: dict[str, Any]) -> dict[str, Variant]:
-    """The compressed models Table 5's rows start from (added to the run's variants, so they are compressed;
-    an RHT-FT row's is its ``rht_base``, whose fine-tuned copy :func:`lora_rhtft_variants` lists)."""
-    return {(r.rht_base or r.variant).id: r.rht_base or r.variant for r in lora_rows(config)}
-
-
-def lora_rhtft_variants(config: dict[str, Any]) -> dict[str, tuple[Variant, Variant]]:
-    """``{fine-tuned id: (RHT-fine-tuned variant, base variant)}`` of Table 5's RHT-FT rows (the form of
-    :func:`caldera.experiments.plan.rhtft_variants`, which adds them to Tables 3–4's)."""
-    return {r.variant.id: (r.variant, r.rht_base) for r in lora_rows(config) if r.rht_base is not None}
-
-
-def get_row(config: dict[str, Any], row_id: str) -> LoraRow:
-    rows = {r.id: r for r in lora_rows(config)}
-    if row_id not in rows:
-        raise ValueError(f"no lora_ft row {row_id!r}; rows: {sorted(rows)}")
-    return rows[row_id]
-
-
-def task_settings(config: dict[str, Any], task: str) -> dict[str, Any]:
-    try:
-        return config["lora_ft"]["tasks"][task]
-    except KeyError:
-        raise ValueError(f"lora_ft.tasks.{task} is missing; give its hyper-parameters") from None
-
 
 # ------------------------------------------------------------------------------------------------ one job
 

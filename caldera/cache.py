@@ -1,0 +1,13 @@
+"""The folder caldera caches into: downloaded assets (:mod:`caldera.pipeline.assets`), the zero-shot task files
+and the built C kernels (:mod:`caldera.kernels.native`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def cache_dir() -> Path:
+    """Root of the cache: ``$CALDERA_CACHE`` if set, else ``~/.cache/caldera``."""
+    env = os.environ.get("CALDERA_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "caldera"
