@@ -16,8 +16,9 @@ Layering, lowest first. A module may import modules of its own layer and of the 
 ====  ==============  ===========================================================================================
 rank  layer           modules
 ====  ==============  ===========================================================================================
-0     foundation      ``atomic``, ``bits``, ``cache``, ``metrics``, ``paper_tables``, ``stats``, ``strict_yaml``,
-                      ``synthetic``, ``validation``: files, numbers, tables and checks that know no algorithm
+0     foundation      ``atomic``, ``bits``, ``cache``, ``metrics``, ``numerics``, ``paper_tables``, ``stats``,
+                      ``strict_yaml``, ``synthetic``, ``validation``: files, numbers, tables and checks that know no
+                      algorithm
 1     primitives      ``quantizers``, ``hadamard``: codebooks and transforms
 2     algorithm       ``ldl``, ``ldlq``, ``lplr``, ``regression``, ``config``, ``decomposition``, ``methods``:
                       pure functions on matrices (Algorithm 1 and 2, the baselines, the method registry)
@@ -48,8 +49,8 @@ ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 
 #: Layers, lowest first: (name, module prefixes). A module's layer is that of its longest matching prefix.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("atomic", "bits", "cache", "metrics", "paper_tables", "stats", "strict_yaml", "synthetic",
-                    "validation")),
+    ("foundation", ("atomic", "bits", "cache", "metrics", "numerics", "paper_tables", "stats", "strict_yaml",
+                    "synthetic", "validation")),
     ("primitives", ("quantizers", "hadamard")),
     ("algorithm", ("ldl", "ldlq", "lplr", "regression", "config", "decomposition", "methods")),
     ("kernels", ("kernels",)),
