@@ -1,20 +1,27 @@
-"""Which floating-point code paths a job may take: the machine's fastest (``native``) or CPU-independent ones
-(``portable``), config key ``numerics``.
+"""Which floating-point code paths a job may take, config key ``numerics``: the machine's own (``native``), the
+AVX2 paths that every x86-64 CPU with AVX2 runs alike (``avx2``), or the baseline paths of any x86 CPU
+(``portable``).
 
 Torch picks its vectorized CPU kernels (reductions, elementwise ops) by the CPU's instruction set (AVX-512, AVX2 or
-the portable baseline) and MKL picks its BLAS/LAPACK kernels the same way; each path sums in a different order. A
-CALDERA decomposition amplifies such last-bit differences: LDLQ feeds every rounding decision into the next column,
-so one E8P code that flips near a tie changes the codes after it. Measured on this project's CPU (SmolLM2-135M layer
-15, mini's 4-bit CALDERA config, ``paper_tables/reseed/README.md``): forcing torch's baseline kernels
-(``ATEN_CPU_CAPABILITY=default``) instead of AVX-512 changed 4 % of q_proj's and 50 % of down_proj's Q codes, with
-the same data-aware error to 4 decimals — another CPU gives another, statistically equivalent, realization.
+the baseline) and MKL picks its BLAS/LAPACK kernels by CPU too; each path sums in a different order. A CALDERA
+decomposition amplifies such last-bit differences: LDLQ feeds every rounding decision into the next column, so one
+E8P code that flips near a tie changes the codes after it. Measured here (AMD EPYC with AVX-512, MKL 2024.2, one
+thread; SmolLM2-135M layers 5/15/25, all 21 matrices, mini's 4-bit CALDERA config; ``paper_tables/reseed/
+README.md``): MKL's AVX2 branch instead of the one it picks on this CPU changes 15 % of the Q codes on average (up
+to 50 % of a down_proj; 10 of 21 matrices unchanged), torch's baseline kernels instead of AVX-512 likewise 15 %,
+torch's AVX2 kernels instead of AVX-512 nothing; the mean data-aware error moves in the fifth decimal. Another
+CPU thus gives another, statistically equivalent, realization.
 
-``portable`` pins both dispatchers before torch is imported: MKL's conditional numerical reproducibility branch
-``MKL_CBWR=COMPATIBLE`` (the same kernels on every x86 CPU), torch's baseline kernels (``ATEN_CPU_CAPABILITY=
-default``) and Numba's generic target (``NUMBA_CPU_NAME=generic``). The result then no longer depends on which
-instruction set the CPU offers; it does still depend on the library versions and thread count (one thread per job
-here), and it was not verified on a second physical CPU type (none was available). A variable the user already set
-wins over these.
+* ``avx2``: ``MKL_CBWR=AVX2`` (MKL's conditional numerical reproducibility: the AVX2 kernels whatever the CPU
+  offers beyond), ``ATEN_CPU_CAPABILITY=avx2`` and ``NUMBA_CPU_NAME=generic``. Measured cost: +9 % on those 21
+  decompositions (17.6 / 19.0 s vs 16.2 / 17.1 s). Two runs are bitwise identical, and identical to MKL_CBWR=AVX2
+  alone.
+* ``portable``: ``MKL_CBWR=COMPATIBLE``, torch's baseline kernels, Numba generic: any x86 CPU; ~1.8x slower
+  (30.4 / 36.4 s).
+
+Neither was verified on a second physical CPU type (none was available): what they remove is the instruction-set
+dispatch, the mechanism measured above; results still depend on library versions and thread count (one thread per
+job here). A variable the user already set wins over these.
 """
 
 from __future__ import annotations
@@ -23,10 +30,14 @@ import os
 import sys
 import warnings
 
-#: environment of the ``portable`` mode; set before torch (and MKL, Numba) are first imported
-PORTABLE_ENV = {"MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "default", "NUMBA_CPU_NAME": "generic"}
+#: environment of each pinned mode; set before torch (and MKL, Numba) are first imported
+MODE_ENV = {
+    "avx2": {"MKL_CBWR": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "NUMBA_CPU_NAME": "generic"},
+    "portable": {"MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "default", "NUMBA_CPU_NAME": "generic"},
+}
+PORTABLE_ENV = MODE_ENV["portable"]
 
-MODES = ("native", "portable")
+MODES = ("native", *MODE_ENV)
 
 
 def apply(mode: str, environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -38,8 +49,8 @@ def apply(mode: str, environ: dict[str, str] | None = None) -> dict[str, str]:
     if mode == "native":
         return {}
     if environ is None and "torch" in sys.modules:
-        warnings.warn("numerics: portable was requested after torch was imported; torch keeps the code paths it "
+        warnings.warn(f"numerics: {mode} was requested after torch was imported; torch keeps the code paths it "
                       "already chose (set it before the first `import torch`)", RuntimeWarning, stacklevel=2)
-    added = {k: v for k, v in PORTABLE_ENV.items() if k not in env}
+    added = {k: v for k, v in MODE_ENV[mode].items() if k not in env}
     env.update(added)
     return added
