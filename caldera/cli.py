@@ -248,10 +248,12 @@ def cmd_hessians(args: argparse.Namespace) -> int:
 
 
 def cmd_compress(args: argparse.Namespace) -> int:
-    from caldera.methods import registered_methods
+    from caldera.methods import get_method
 
-    if args.method not in registered_methods():
-        raise CLIError(f"--method {args.method!r} is unknown; registered: {', '.join(registered_methods())}")
+    try:
+        get_method(args.method)  # this package's methods and the entry points of group caldera.methods
+    except ValueError as e:
+        raise CLIError(f"--method: {e}") from None
     params = parse_params(args.param, args.preset)
     layers = parse_layers(args.layers)
     with output_lock(Path(args.out), "compress"):
