@@ -190,6 +190,18 @@ def output_lock(out: Path, what: str) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+class TqdmLogHandler(logging.StreamHandler):
+    """Log lines through ``tqdm.write``: printed above a running progress bar instead of through it."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            from tqdm import tqdm
+
+            tqdm.write(self.format(record), file=self.stream)
+        except Exception:  # logging must never raise (as logging.StreamHandler.emit)
+            self.handleError(record)
+
+
 def _print_json(obj: Any) -> None:
     print(json.dumps(obj, indent=1, sort_keys=True, default=str))
 
@@ -797,11 +809,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     ap = build_parser()
     args = ap.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    handler = TqdmLogHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
     try:
         import torch
 

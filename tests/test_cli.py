@@ -376,3 +376,26 @@ def test_a_model_that_cannot_be_loaded_is_one_line(tmp_path, monkeypatch, capsys
     assert len(err.splitlines()) == 1 and "Traceback" not in err
     assert err == ("caldera eval: error: --model org/nosuch: no local folder of that name, and as a hub id it could "
                    "not be loaded (We couldn't connect to 'https://huggingface.co' to load the files.)")
+
+
+def test_log_lines_go_through_tqdm(monkeypatch):
+    """Log records are printed with tqdm.write, so they land above a progress bar, not inside it."""
+    import io
+    import logging
+
+    import tqdm
+
+    seen = []
+    monkeypatch.setattr(tqdm.tqdm, "write", classmethod(lambda cls, s, file=None, **k: seen.append((s, file))))
+    stream = io.StringIO()
+    h = cli.TqdmLogHandler(stream)
+    h.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    log = logging.getLogger("caldera.test.tqdm")
+    log.addHandler(h)
+    log.propagate = False
+    try:
+        log.warning("layer %d done", 3)
+    finally:
+        log.removeHandler(h)
+        log.propagate = True
+    assert seen == [("caldera.test.tqdm: layer 3 done", stream)] and stream.getvalue() == ""
