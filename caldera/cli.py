@@ -271,11 +271,11 @@ def cmd_hessians(args: argparse.Namespace) -> int:
 def cmd_compress(args: argparse.Namespace) -> int:
     from caldera.methods import get_method
 
-    try:
-        get_method(args.method)  # this package's methods and the entry points of group caldera.methods
-    except ValueError as e:
-        raise CLIError(f"--method: {e}") from None
     params = parse_params(args.param, args.preset)
+    try:  # this package's methods and the entry points of group caldera.methods; parameters before the model loads
+        get_method(args.method).make_config(params)
+    except (ValueError, TypeError) as e:
+        raise CLIError(f"--method {args.method}: {e}") from None
     layers = parse_layers(args.layers)
     with output_lock(Path(args.out), "compress"):
         return _compress(args, params, layers)
