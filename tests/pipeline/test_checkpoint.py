@@ -303,6 +303,11 @@ INCONSISTENT = {
         _edit_config(lambda c: c["modules"][_Q].update(q_quantizer="e9p")),
         r"q_quantizer 'e9p' is not a known quantizer",
     ),
+    "no quantizer and no float Q format": (
+        _edit_config(lambda c: c["modules"][_Q].update(q_quantizer=None)),
+        r"q_proj'\]\.q_quantizer is None and q_format is None; a Q without a quantizer is stored as one of "
+        r"\['float16', 'float32'\]",
+    ),
     "NaN scale": (
         _edit_tensors(lambda t: t.__setitem__(_Q + ".Q_scale", torch.tensor(float("nan")))),
         r"1 tensors hold NaN/Inf values, e.g. \['model\.layers\.0\.self_attn\.q_proj\.Q_scale'\]",
