@@ -300,14 +300,17 @@ def shape_errors(config: dict[str, Any], variants: dict[str, Variant]) -> list[s
     run. One message per variant, naming it, its method, model and the matrices."""
     from caldera.methods import get_method
 
+    extra = {_safe(f"{m}-{e['name']}"): f"extra_methods[{i}] ({e['name']}), "
+             for i, e in enumerate(config.get("extra_methods", [])) for m in config["models"]}
     errors = []
     for vid, v in sorted(variants.items()):
         if v.config is None:
             continue
         key = config["models"][v.model]["shapes"]
         shapes = dict(zip(BLOCK_LINEARS, MODEL_SHAPES[key]))
+        where = f"{extra.get(vid, '')}variant {vid} (models.{v.model}, shapes {key})"
         try:
-            get_method(v.method).check_shapes(v.config, shapes, f"variant {vid} (models.{v.model}, shapes {key})")
+            get_method(v.method).check_shapes(v.config, shapes, where)
         except ValueError as e:
             errors.append(str(e))
     return errors
