@@ -350,7 +350,7 @@ def test_info_without_verification_still_has_no_traceback(saved, tmp_path, capsy
     _edit_config(lambda c: c["modules"][_Q].pop("in_features"))(ck)
     assert cli.main(["info", "--no-verify", str(ck)]) == 2
     assert "q_proj'].in_features is missing" in capsys.readouterr().err
-    assert cli.main(["info", str(path)]) == 0
+    assert cli.main(["info", "--json", str(path)]) == 0
     assert json.loads(capsys.readouterr().out)["n_compressed_modules"] == 14
 
 
