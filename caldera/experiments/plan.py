@@ -211,12 +211,40 @@ def check_replicates(config: dict[str, Any], variants: dict[str, Variant]) -> li
     return errors
 
 
+#: names of the 7 linear layers of a block, in :func:`caldera.bits.block_shapes` order
+BLOCK_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def shape_errors(config: dict[str, Any], variants: dict[str, Variant]) -> list[str]:
+    """Every variant's method config against every matrix shape of its model (``models.<m>.shapes`` in
+    :data:`caldera.bits.MODEL_SHAPES`): a rank too large for some matrix, or a size the method cannot take
+    (:meth:`caldera.methods.registry.MethodSpec.check_shapes`), found when the plan is made, not hours into a
+    run. One message per variant, naming it, its method, model and the matrices."""
+    from caldera.methods import get_method
+
+    extra = {_safe(f"{m}-{e['name']}"): f"extra_methods[{i}] ({e['name']}), "
+             for i, e in enumerate(config.get("extra_methods", [])) for m in config["models"]}
+    errors = []
+    for vid, v in sorted(variants.items()):
+        if v.config is None:
+            continue
+        key = config["models"][v.model]["shapes"]
+        shapes = dict(zip(BLOCK_LINEARS, MODEL_SHAPES[key]))
+        where = f"{extra.get(vid, '')}variant {vid} (models.{v.model}, shapes {key})"
+        try:
+            get_method(v.method).check_shapes(v.config, shapes, where)
+        except ValueError as e:
+            errors.append(str(e))
+    return errors
+
+
 def check_config(config: dict[str, Any]) -> dict[str, Variant]:
     """Check what the JSON schema cannot, against the library; return :func:`all_variants`.
 
     Raises ``ValueError`` listing every problem, each naming its config key: stand-ins that are not paper
     models or not ``models`` keys, parameters the table sets per row (:data:`TABLE_PARAMS`), unknown methods,
-    presets or parameter values (every variant's config is built through the registry), ``layers`` beyond a
+    presets or parameter values (every variant's config is built through the registry), a rank or size that
+    some matrix of the variant's model cannot take (:func:`shape_errors`), ``layers`` beyond a
     model's decoder layers, unknown text sources and zero-shot tasks, and a Figure 3/4 setup that does not fit.
     """
     from caldera.config import PRESETS
@@ -251,6 +279,7 @@ def check_config(config: dict[str, Any]) -> dict[str, Variant]:
     except ValueError as e:
         errors.append(str(e))
         variants = {}
+    errors += shape_errors(config, variants)
     layers = config.get("layers")
     for m in sorted({v.model for v in variants.values()} | {config["figures"]["model"]} & set(models)):
         n = int(models[m]["num_layers"])

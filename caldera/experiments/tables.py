@@ -22,7 +22,14 @@ from typing import Any
 from caldera import stats
 from caldera.atomic import write_atomic
 from caldera.bits import MODEL_SHAPES, average_bits
-from caldera.experiments.plan import RHTFT_TABLES, all_variants, is_random, replicate_variants, table_rows
+from caldera.experiments.plan import (
+    RHTFT_SUFFIX,
+    RHTFT_TABLES,
+    all_variants,
+    is_random,
+    replicate_variants,
+    table_rows,
+)
 
 TASK_COLUMNS = {  # paper column -> (our task, metric for tables 1–2: acc; Mistral table: as its header says)
     "wino_acc": ("caldera_winogrande", "acc"),
@@ -78,6 +85,23 @@ def variant_samples(results_dir: Path, variant: str) -> dict[str, Any]:
     return out
 
 
+def variant_bits(results_dir: Path, v: Any) -> dict[str, Any]:
+    """The ``bits`` of a compressed variant's ``compressed/<id>/summary.json`` (:func:`caldera.pipeline.compress.
+    bits_summary`: ``average_bits`` = the paper's formula, ``storage_bits_per_weight`` = codes, scales and signs as
+    stored); ``{}`` when it is missing. An RHT fine-tuned variant (id + :data:`RHTFT_SUFFIX`) is its base variant's
+    compression with every sign held as a float32 parameter instead of one packed bit: 31 bits more per sign
+    (``n_sign_params`` of its ``rhtft.json``), as :meth:`CompressedLinear.storage_bits` counts them."""
+    base = v.id.removesuffix(RHTFT_SUFFIX)
+    bits = dict(((_load(results_dir / "compressed" / base / "summary.json") or {}).get("bits") or {}))
+    if base != v.id and "storage_bits_per_weight" in bits:
+        ft = _load(results_dir / "rhtft" / base / "rhtft.json")
+        if ft is None or not bits.get("compressed_params"):
+            bits.pop("storage_bits_per_weight")
+        else:
+            bits["storage_bits_per_weight"] += 31 * ft["n_sign_params"] / bits["compressed_params"]
+    return bits
+
+
 def _seed_stack(samples: list[dict[str, Any]], kind: str, key: str) -> dict[str, Any] | None:
     """Per-seed results of one corpus (``kind="ppl"``) or task (``"zeroshot"``) stacked over the seeds that have
     it: ``{"seeds": [index into samples], …}`` with ``window_nll`` (S, W) + ``window_tokens`` (W) for a corpus,
@@ -112,13 +136,14 @@ def measured_row(results_dir: Path, config: dict[str, Any], table: str, row: dic
     if v is None:
         return out
     stand = config["models"][v.model]
-    if v.method == "dense":
-        out["avg_bits"] = None
-    elif v.method in ("caldera", "quip#-lr", "quip#"):
-        out["avg_bits"] = average_bits(MODEL_SHAPES[stand["shapes"]], 2, v.b_lr or 16, v.rank)
-    else:
-        s = _load(results_dir / "compressed" / v.id / "summary.json")
-        out["avg_bits"] = (s or {}).get("bits", {}).get("avg_bits_formula")
+    out["avg_bits"], out["storage_bits"] = None, None
+    if v.method != "dense":
+        bits = variant_bits(results_dir, v)
+        out["storage_bits"] = bits.get("storage_bits_per_weight")
+        if v.method in ("caldera", "quip#-lr", "quip#"):
+            out["avg_bits"] = average_bits(MODEL_SHAPES[stand["shapes"]], 2, v.b_lr or 16, v.rank)
+        else:  # any other method: the formula over the model's shapes as its compression wrote it
+            out["avg_bits"] = bits.get("average_bits")
     reps = replicates or [v]
     samples = [variant_samples(results_dir, r.id) for r in reps]
     random = is_random(v)
@@ -189,7 +214,8 @@ def build_table(results_dir: str | os.PathLike, config: dict[str, Any], table: s
     results_dir = Path(results_dir)
     ft_table = table in RHTFT_TABLES
     reps = replicate_variants(config, all_variants(config))
-    cols = ["avg_bits", "wiki2_ppl", "c4_ppl", *TASK_COLUMNS] + (["wiki2_ppl_no_ft"] if ft_table else [])
+    cols = ["avg_bits", "storage_bits", "wiki2_ppl", "c4_ppl", *TASK_COLUMNS] + (
+        ["wiki2_ppl_no_ft"] if ft_table else [])
     rows = []
     for row in table_rows(config, table):
         ref, v = row["ref"], row["variant"]
@@ -363,7 +389,8 @@ def write_table(results_dir: str, config: dict[str, Any], table: str, out_md: st
     caption = (f"{table}: paper numbers beside this run ({config['name']} config). Stand-in model"
                f"{'s' if len(stand) > 1 else ' for every row'}: {', '.join(stand)}; each paper rank is mapped to the "
                f"stand-in rank with the closest average bits "
-               f"(App. E.5). Ours: value [95 % interval] over the compression seeds of the Seeds column (ppl: "
+               f"(App. E.5); storage_bits: bits per weight as stored (codes, scales, signs). Ours: value"
+               f" [95 % interval] over the compression seeds of the Seeds column (ppl: "
                f"geometric mean; accuracy: mean) — perplexity: percentile bootstrap over the evaluation windows "
                f"({stats.RESAMPLES} resamples, seed {stats.SEED}), accuracy in %: Wilson score interval over the "
                f"documents, each widened by Student's t over the seeds where a row has several (caldera.stats; "

@@ -41,7 +41,12 @@ class LoftQConfig:
             raise ValueError(f"LoftQConfig: bits in 1..8, iters >= 1, rank >= 1 required; got {self}")
 
 
-@register_method("loftq", LoftQConfig)
+def _loftq_shape(config: LoftQConfig, n: int, d: int) -> None:
+    if d % config.block:
+        raise ValueError(f"d={d} is not a multiple of block={config.block} (NF quantization blocks of a row)")
+
+
+@register_method("loftq", LoftQConfig, check_shape=_loftq_shape)
 def loftq(W: Tensor, H: Tensor, config: LoftQConfig, context=None) -> Decomposition:
     check_W_H(W, H)
     n, d = W.shape

@@ -17,6 +17,7 @@ from caldera.decomposition import Decomposition, HessianContext
 from caldera.hadamard import RHT, random_signs
 from caldera.ldl import cholesky_or_raise
 from caldera.ldlq import ldlq_quantize
+from caldera.methods.caldera_method import hadamard_ldlq_shape
 from caldera.methods.registry import register_method
 from caldera.metrics import relative_data_aware_error
 from caldera.quantizers import quantizer_for_bits
@@ -82,7 +83,7 @@ def quip_sharp(W: torch.Tensor, H: torch.Tensor, config: QuipSharpConfig, contex
     )
 
 
-register_method("quip#", QuipSharpConfig, shares_hessian_context=True)(quip_sharp)
+register_method("quip#", QuipSharpConfig, shares_hessian_context=True, check_shape=hadamard_ldlq_shape)(quip_sharp)
 
 
 @dataclass(frozen=True)
@@ -90,4 +91,6 @@ class QuipSharpLRConfig(QuipSharpConfig):
     lr_rank: int = 64
 
 
-register_method("quip#-lr", QuipSharpLRConfig, shares_hessian_context=True)(quip_sharp)
+register_method("quip#-lr", QuipSharpLRConfig, shares_hessian_context=True, check_shape=hadamard_ldlq_shape)(
+    quip_sharp
+)

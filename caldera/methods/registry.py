@@ -10,6 +10,18 @@ one context between the matrices that read the same Hessian without knowing any 
 
 Every module in ``caldera/methods/`` is imported by ``caldera.methods``, so adding one file adds a method
 to the CLI, the pipeline and every table that names it in the workflow config.
+
+**Methods outside the package.** A distribution registers its methods under the entry-point group
+:data:`ENTRY_POINT_GROUP` (``caldera.methods``), one entry point per method, named as the method and pointing
+at the module that registers it (``[project.entry-points."caldera.methods"] my-rounding = "my_pkg.rounding"``).
+They are loaded lazily: :func:`get_method` imports the entry point of a name it does not know,
+:func:`registered_methods` imports them all; an entry point that fails to import (or registers no method of
+its name) raises ``ValueError`` naming it and its distribution.
+
+**Shapes checked before any work.** :meth:`MethodSpec.shape_problems` says why a config cannot decompose an
+(n, d) matrix: every positive integer field named ``rank`` or ``*_rank`` must satisfy 1 <= rank < min(n, d),
+plus the method's own ``check_shape(config, n, d)`` (``register_method(..., check_shape=)``, raises
+``ValueError``). ``caldera compress`` and the workflow's plan run it on every matrix shape first.
 """
 
 from __future__ import annotations
@@ -28,6 +40,8 @@ class MethodSpec:
     config_cls: type
     fn: Callable[..., Decomposition]
     shares_hessian_context: bool
+    #: ``check_shape(config, n, d)`` raises ``ValueError`` when ``config`` cannot decompose an n×d matrix
+    check_shape: Callable[[Any, int, int], None] | None = None
 
     def make_config(self, params: Any = None) -> Any:
         """The method's typed config from ``params``: an instance of ``config_cls`` (returned as is) or a dict
@@ -54,6 +68,32 @@ class MethodSpec:
             return self.config_cls.preset(preset, **params)
         return self.config_cls(**params)
 
+    def shape_problems(self, config: Any, n: int, d: int) -> list[str]:
+        """Why ``config`` cannot decompose an ``n``×``d`` (out × in) matrix; empty when it can. Every positive
+        integer ``rank`` / ``*_rank`` field needs ``1 <= rank < min(n, d)`` (``caldera.validation.check_rank``);
+        then the method's own ``check_shape``."""
+        out = []
+        for f in dataclasses.fields(config):
+            v = getattr(config, f.name)
+            if (f.name == "rank" or f.name.endswith("_rank")) and isinstance(v, int) and not isinstance(v, bool):
+                if v > 0 and not v < min(n, d):
+                    out.append(f"{f.name}={v} is too large (accepted: 1 <= {f.name} < min(n, d) = {min(n, d)})")
+        if not out and self.check_shape is not None:
+            try:
+                self.check_shape(config, n, d)
+            except ValueError as e:
+                out.append(str(e))
+        return out
+
+    def check_shapes(self, config: Any, shapes: Any, where: str = "") -> None:
+        """``ValueError`` listing every problem of ``config`` on ``shapes`` (``{name: (n, d)}``), each naming the
+        method, the matrix and its shape (``where`` prefixes the message, e.g. the config key)."""
+        errors = [f"{name} {n}×{d}: {p}" for name, (n, d) in shapes.items() for p in self.shape_problems(config, n, d)]
+        if errors:
+            head = f"{where}: " if where else ""
+            raise ValueError(f"{head}method {self.name!r} cannot compress {len(errors)} matri"
+                             f"{'x' if len(errors) == 1 else 'ces'}: " + "; ".join(errors))
+
     def prepare_context(self, H: Any, config: Any) -> Any:
         """The shared per-Hessian context for ``fn(..., context=)`` (regularization, RHT signs, factorizations),
         or None when the method takes none. ``H``: (d, d) float64."""
@@ -65,25 +105,67 @@ class MethodSpec:
 
 
 _REGISTRY: dict[str, MethodSpec] = {}
+#: entry-point group of methods registered by other distributions (module docstring)
+ENTRY_POINT_GROUP = "caldera.methods"
+_LOADED_ENTRY_POINTS: set[str] = set()
 
 
-def register_method(name: str, config_cls: type, *, shares_hessian_context: bool = False):
+def register_method(name: str, config_cls: type, *, shares_hessian_context: bool = False,
+                    check_shape: Callable[[Any, int, int], None] | None = None):
     def deco(fn: Callable[..., Decomposition]) -> Callable[..., Decomposition]:
         if name in _REGISTRY:
             raise ValueError(f"method {name!r} is already registered")
-        _REGISTRY[name] = MethodSpec(name, config_cls, fn, shares_hessian_context)
+        _REGISTRY[name] = MethodSpec(name, config_cls, fn, shares_hessian_context, check_shape)
         return fn
 
     return deco
 
 
+def _entry_points() -> list[Any]:
+    from importlib.metadata import entry_points
+
+    return list(entry_points(group=ENTRY_POINT_GROUP))
+
+
+def _load_entry_point(ep: Any) -> None:
+    """Import one entry point (once); ``ValueError`` naming it when the import fails or registers no method of
+    its name."""
+    if ep.name in _LOADED_ENTRY_POINTS:
+        return
+    dist = getattr(getattr(ep, "dist", None), "name", None)
+    what = f"entry point {ep.name!r} = {ep.value!r} (group {ENTRY_POINT_GROUP!r}" + (
+        f", distribution {dist!r})" if dist else ")")
+    try:
+        ep.load()
+    except Exception as e:  # any import-time failure of third-party code: say which entry point it was
+        raise ValueError(f"{what} failed to import: {type(e).__name__}: {e}") from e
+    _LOADED_ENTRY_POINTS.add(ep.name)
+    if ep.name not in _REGISTRY:
+        raise ValueError(f"{what} was imported but registered no method named {ep.name!r} (registered: "
+                         f"{sorted(_REGISTRY)}); name the entry point as its @register_method")
+
+
 def get_method(name: str) -> MethodSpec:
     if name not in _REGISTRY:
-        raise ValueError(f"unknown method {name!r}; registered: {sorted(_REGISTRY)}")
+        eps = _entry_points()
+        for ep in eps:
+            if ep.name == name:
+                _load_entry_point(ep)
+        if name not in _REGISTRY:
+            raise ValueError(f"unknown method {name!r}; registered: {sorted(set(_REGISTRY) | {e.name for e in eps})}")
     return _REGISTRY[name]
 
 
-def registered_methods() -> list[str]:
+def registered_methods(strict: bool = True) -> list[str]:
+    """Every method: this package's and those of the :data:`ENTRY_POINT_GROUP` entry points (imported here).
+    ``strict=False`` leaves out an entry point that fails to import instead of raising (for ``--help``)."""
+    for ep in _entry_points():
+        if ep.name not in _REGISTRY:
+            try:
+                _load_entry_point(ep)
+            except ValueError:
+                if strict:
+                    raise
     return sorted(_REGISTRY)
 
 

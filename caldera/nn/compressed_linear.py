@@ -7,6 +7,8 @@ name            shape / dtype                        meaning
 ==============  ===================================  ===================================================
 ``Q_codes``     (n, d/b) smallest lossless int dtype  the backbone's integer codes, exactly (E8P: uint16)
 ``Q_scale``     () or (n, 1) float32                 ``Q = Q_scale · quantizer.dequantize(Q_codes)``
+``Q_dense``     (n, d) float16 or float32             instead of codes/scale: a method without Q codes (a
+                                                     float Q), counted at 16 / 32 bits per weight
 ``S_U``         (d,) int8 ±1 (float32 if trainable)  input-side RHT signs (absent without RHT)
 ``S_V``         (n,) int8 ±1 (float32 if trainable)  output-side RHT signs (absent without RHT)
 ``L_codes``     (k − r, n/b)                         codes of ``Lᵀ`` (quantized factors), ``L_scale`` ()
@@ -70,6 +72,7 @@ from caldera.nn import dispatch
 from caldera.nn.dispatch import KERNEL_MAX_ROWS, KERNELS
 from caldera.nn.format import (  # noqa: F401 - the storage helpers, importable from here as before
     _FT_DTYPES,
+    DENSE_Q_FORMATS,
     META_VERSION,
     _close,
     _dtype_name,
@@ -102,7 +105,7 @@ class CompressedLinear(nn.Module):
         self.out_features = int(meta["out_features"])
         self.cache_dequantized = cache_dequantized
         n, d = self.out_features, self.in_features
-        need = ["Q_codes", "Q_scale"]
+        need = ["Q_dense"] if meta.get("q_format") in DENSE_Q_FORMATS else ["Q_codes", "Q_scale"]
         if meta["rht"]:
             need += ["S_U", "S_V"]
         k_q = int(meta["rank"]) - int(meta["ft_rank"])
@@ -124,7 +127,10 @@ class CompressedLinear(nn.Module):
                 self.register_parameter(k, nn.Parameter(t.clone() if t.requires_grad else t, requires_grad=True))
             else:
                 self.register_buffer(k, t)
-        if tuple(self.Q_codes.shape[:1]) != (n,):
+        if self.dense_q:
+            if tuple(self.Q_dense.shape) != (n, d):
+                raise ValueError(f"Q_dense has shape {tuple(self.Q_dense.shape)}; expected ({n}, {d})")
+        elif tuple(self.Q_codes.shape[:1]) != (n,):
             raise ValueError(f"Q_codes has shape {tuple(self.Q_codes.shape)}; expected ({n}, ...)")
         if meta["rht"] and (self.S_U.shape != (d,) or self.S_V.shape != (n,)):
             raise ValueError(
@@ -158,24 +164,37 @@ class CompressedLinear(nn.Module):
         parameters of ``ft_dtype`` (dequantized values); the rest stays as codes. Quantizer names are
         inferred from ``dec.config`` (``q_bits``/``l_bits``/``r_bits``, or RTN's ``bits``) unless given.
         ``check`` verifies that the codes reproduce ``dec.Q`` / ``dec.L`` / ``dec.R`` (rel. 1e-5).
+
+        A decomposition without Q codes (``dec.Q_codes is None``: a method whose Q fits no registered quantizer)
+        stores ``dec.Q`` itself as ``Q_dense``: float16 when that is exact, else float32 (16 / 32 bits per
+        weight in :meth:`bit_widths` and :meth:`storage_bits`); it runs on the reference path.
         """
-        if dec.Q_codes is None or dec.Q_scale is None:
-            raise ValueError(
-                f"the {dec.method!r} decomposition has no Q codes/scale; CompressedLinear stores only "
-                "quantized backbones"
-            )
         n, d = dec.Q.shape
-        qname = q_quantizer or _infer_q_quantizer(dec)
-        codes = narrow_codes(dec.Q_codes.detach().cpu())
-        q_scale = dec.Q_scale.detach().float().cpu().clone()
-        tensors: dict[str, Tensor] = {"Q_codes": codes, "Q_scale": q_scale}
+        dense_q = dec.Q_codes is None
+        if dense_q:
+            if q_quantizer is not None:
+                raise ValueError(f"q_quantizer={q_quantizer!r} given, but the {dec.method!r} decomposition has no "
+                                 "Q codes (its Q is stored as a float tensor)")
+            Qf = dec.Q.detach().float().cpu()
+            qdt = torch.float16 if torch.equal(Qf.half().float(), Qf) else torch.float32
+            tensors: dict[str, Tensor] = {"Q_dense": Qf.to(qdt).contiguous()}
+            qname, q_codes_dtype = None, None
+        else:
+            if dec.Q_scale is None:
+                raise ValueError(f"the {dec.method!r} decomposition has Q codes but no Q_scale; return "
+                                 "Q_scale=torch.tensor(1.0) for unscaled codes, or Q_codes=None for a float Q")
+            qname = q_quantizer or _infer_q_quantizer(dec)
+            codes = narrow_codes(dec.Q_codes.detach().cpu())
+            q_scale = dec.Q_scale.detach().float().cpu().clone()
+            tensors = {"Q_codes": codes, "Q_scale": q_scale}
+            q_codes_dtype = _dtype_name(dec.Q_codes.dtype)
         meta: dict[str, Any] = {
             "version": META_VERSION,
             "method": dec.method,
             "in_features": d,
             "out_features": n,
             "q_quantizer": qname,
-            "q_codes_dtype": _dtype_name(dec.Q_codes.dtype),
+            "q_codes_dtype": q_codes_dtype,
             "rht": dec.rht is not None,
             "rank": dec.rank,
             "ft_rank": int(ft_rank),
@@ -187,7 +206,9 @@ class CompressedLinear(nn.Module):
             "bias": bias is not None,
             "ft_dtype": _dtype_name(ft_dtype) if ft_rank else None,
         }
-        if check:
+        if dense_q:
+            meta["q_format"] = _dtype_name(tensors["Q_dense"].dtype)
+        elif check:
             Q = dequantize(qname, codes, q_scale, meta["q_codes_dtype"])
             if not _close(Q, dec.Q):
                 raise ValueError(
@@ -280,6 +301,14 @@ class CompressedLinear(nn.Module):
         return int(self.meta["rank"])
 
     @property
+    def dense_q(self) -> bool:
+        """Q is stored as a float tensor (``Q_dense``), not as codes."""
+        return self.meta.get("q_format") in DENSE_Q_FORMATS
+
+    def _q_device(self) -> torch.device:
+        return (self.Q_dense if self.dense_q else self.Q_codes).device
+
+    @property
     def ft_rank(self) -> int:
         return int(self.meta["ft_rank"])
 
@@ -294,6 +323,8 @@ class CompressedLinear(nn.Module):
 
     def dequantized_Q(self) -> Tensor:
         """Q (n, d) float32 in the RHT basis (cached when ``cache_dequantized``)."""
+        if self.dense_q:
+            return self.Q_dense.float()
         c = self._Q_cache
         if c is not None and c.device == self.Q_codes.device and c.dtype == torch.float32:
             return c
@@ -307,7 +338,7 @@ class CompressedLinear(nn.Module):
         if self.rank - self.ft_rank == 0:
             return None
         c = self._L_cache
-        if c is not None and c.device == self.Q_codes.device and c.dtype == torch.float32:
+        if c is not None and c.device == self._q_device() and c.dtype == torch.float32:
             return c, self._R_cache
         if self.meta["lr_format"] == "quantized":
             cdt = self.meta["lr_codes_dtype"]
@@ -428,7 +459,10 @@ class CompressedLinear(nn.Module):
 
     def bit_widths(self) -> dict[str, Any]:
         """Nominal bits per weight of Q and of the quantized factors (16 for fp16, 32 for fp32 factors)."""
-        b_q = resolve_quantizer(self.meta["q_quantizer"]).bits_per_weight
+        if self.dense_q:
+            b_q: float = 16.0 if self.meta["q_format"] == "float16" else 32.0
+        else:
+            b_q = resolve_quantizer(self.meta["q_quantizer"]).bits_per_weight
         fmt = self.meta["lr_format"]
         if fmt == "quantized":
             b_lr: float | None = resolve_quantizer(self.meta["l_quantizer"]).bits_per_weight
@@ -448,7 +482,7 @@ class CompressedLinear(nn.Module):
         n, d, r = self.out_features, self.in_features, self.ft_rank
         w = self.bit_widths()
         k_q = self.rank - r
-        num_scales = self.Q_scale.numel() + (
+        num_scales = (0 if self.dense_q else self.Q_scale.numel()) + (
             self.L_scale.numel() + self.R_scale.numel() if self.meta["lr_format"] == "quantized" and k_q else 0
         )
         sign_bits = (32 if self.meta["signs_trainable"] else 1) if self.meta["rht"] else 0
@@ -471,6 +505,7 @@ class CompressedLinear(nn.Module):
         m = self.meta
         lr = f"rank={m['rank']} ({m['lr_format']})" if m["rank"] else "rank=0"
         return (
-            f"in_features={self.in_features}, out_features={self.out_features}, Q={m['q_quantizer']}, {lr}, "
+            f"in_features={self.in_features}, out_features={self.out_features}, Q={m['q_quantizer'] or m['q_format']}, "
+            f"{lr}, "
             f"ft_rank={m['ft_rank']}, rht={m['rht']}"
         )

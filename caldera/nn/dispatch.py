@@ -26,6 +26,8 @@ def choose_backend(layer: nn.Module) -> str | None:
     """The backend for ``layer``'s tensors and ``kernel`` setting, for inputs that may use a kernel."""
     from caldera.kernels.fused import select_backend
 
+    if layer.dense_q:
+        return None  # no kernel reads a float Q: the reference path
     k_q = layer.rank - layer.ft_rank
     lrq = None
     if k_q and layer.meta["lr_format"] == "quantized":

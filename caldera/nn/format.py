@@ -18,6 +18,8 @@ from caldera.quantizers.base import Quantizer
 #: Version of the layer metadata (:meth:`CompressedLinear.metadata`); a checkpoint of another version is refused.
 META_VERSION = 1
 #: dtypes of the trainable factors ``L_ft`` / ``R_ft``, by name
+#: ``meta["q_format"]`` of a Q stored as a float tensor (``Q_dense``) instead of codes
+DENSE_Q_FORMATS = ("float16", "float32")
 _FT_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 

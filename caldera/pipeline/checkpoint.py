@@ -276,7 +276,7 @@ _MODULE_FIELDS: dict[str, tuple[type, ...]] = {
     "version": (int,),
     "in_features": (int,),
     "out_features": (int,),
-    "q_quantizer": (str,),
+    "q_quantizer": (str, type(None)),  # None: a float Q (q_format float16/float32, tensor Q_dense)
     "rht": (bool,),
     "rank": (int,),
     "ft_rank": (int,),
@@ -290,7 +290,7 @@ def check_config(cfg: dict[str, Any], folder: str | os.PathLike, *, legacy: bool
     ``legacy=True`` (``caldera convert``)."""
     from transformers import CONFIG_MAPPING
 
-    from caldera.nn.compressed_linear import META_VERSION, resolve_quantizer
+    from caldera.nn.compressed_linear import DENSE_Q_FORMATS, META_VERSION, resolve_quantizer
 
     folder = Path(folder)
     cfile = CONFIG_FILE
@@ -338,7 +338,13 @@ def check_config(cfg: dict[str, Any], folder: str | os.PathLike, *, legacy: bool
                 f"{where}: in_features={meta['in_features']}, out_features={meta['out_features']}, "
                 f"rank={meta['rank']}, ft_rank={meta['ft_rank']} (need features >= 1, 0 <= ft_rank <= rank)",
             )
-        names = [("q_quantizer", meta["q_quantizer"])]
+        if meta.get("q_quantizer") is None:
+            if meta.get("q_format") not in DENSE_Q_FORMATS:
+                raise _bad(folder, f"{where}.q_quantizer is None and q_format is {meta.get('q_format')!r}; a Q "
+                           f"without a quantizer is stored as one of {list(DENSE_Q_FORMATS)}")
+            names = []
+        else:
+            names = [("q_quantizer", meta["q_quantizer"])]
         if meta["rank"] > meta["ft_rank"]:
             fmt = meta.get("lr_format")
             if fmt not in ("quantized", "float16", "float32"):

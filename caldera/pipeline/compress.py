@@ -238,6 +238,7 @@ def compress_model(
     bad = [x for x in wanted if not 0 <= x < n_layers]
     if bad:
         raise ValueError(f"layers {bad} out of range; the model has {n_layers} decoder layers (0..{n_layers - 1})")
+    spec.check_shapes(config, matrix_shapes(model, wanted))  # every rank and shape before any work
     hessian_dir = Path(hessian_dir)
     missing = [x for x in wanted if not layer_file(hessian_dir, x).is_file()]
     if missing:
@@ -315,6 +316,20 @@ def compress_model(
         "bits": bits_summary(model, [m for info in results.values() for m in info["matrices"].values()]),
         "wall_s": time.perf_counter() - t_start,
     }
+
+
+def matrix_shapes(model: nn.Module, layers: Sequence[int] | None = None) -> dict[str, tuple[int, int]]:
+    """``{linear name: (out, in)}`` of the decoder layers ``layers`` (default all), each distinct (name, shape)
+    once (``"layer 3 mlp.up_proj"`` where a name has several shapes): what a method is checked against before
+    any work (:meth:`caldera.methods.registry.MethodSpec.check_shapes`)."""
+    all_layers = decoder_layers(model)
+    seen: dict[str, list[tuple[int, tuple[int, int]]]] = {}
+    for li in range(len(all_layers)) if layers is None else layers:
+        for name in LINEARS:
+            shape = tuple(all_layers[li].get_submodule(name).weight.shape)
+            if all(s != shape for _, s in seen.get(name, [])):
+                seen.setdefault(name, []).append((li, shape))
+    return {(name if len(v) == 1 else f"layer {li} {name}"): s for name, v in seen.items() for li, s in v}
 
 
 def model_linear_shapes(model: nn.Module) -> list[tuple[int, int]]:

@@ -218,6 +218,7 @@ def mp_figure(seed: int = 9900) -> bytes:
             ax.plot(xs, paper.density(xs), "r--", lw=1.2, label="printed f_mp (σ² = Δ²/4)")
         ax.set_title(f"(1/d)ηηᵀ, n = {n}, d = {d}, {kind} errors (Δ = 1)", fontsize=9)
         ax.set_xlabel("eigenvalue")
+        ax.set_ylabel("density (histogram normalized to area 1)")
         ax.legend(fontsize=7)
     fig.tight_layout()
     buf = io.BytesIO()

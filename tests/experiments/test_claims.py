@@ -448,3 +448,41 @@ def test_spread_report_puts_the_zero_shot_seed_spread_beside_the_documents():
     assert z["n"] == 10 and z["margin_per_seed"] == pytest.approx([0.45, 0.75, 0.15])
     assert z["margin_seed_sd"] == pytest.approx(0.3) and z["acc_per_seed"] == pytest.approx([0.5, 0.6, 0.7])
     assert "| quip | 0/1/2 | 10 |" in md
+
+
+# ---- issue 20: an extra method against CALDERA and QuIP# at the nearest bits ----------------------------------
+
+
+def _extra_table(extra_ppl):
+    rows = [_row("llama-2-7b", "Unquantized (7B)", 0, None, 10.0, 5.0, "S", variant="dense"),
+            _row("llama-2-7b", "QuIP# (7B, No FT)", 0, None, 40.0, 8.0, "S", variant="quip"),
+            _row("llama-2-7b", "CALDERA (7B)", 128, 4.0, 30.0, 6.0, "S", variant="c4-r16"),
+            _row("llama-2-7b", "CALDERA (7B)", 64, 16.0, 35.0, 6.0, "S", variant="c16-r8"),
+            _row("—", "rtn-3bit (ours only)", "—", "—", extra_ppl, None, "S", variant="rtn3"),
+            _row("—", "unquantized (ours only)", "—", "—", 10.0, None, "S", variant="x-dense")]
+    bits = {"quip": 2.0, "c4-r16": 2.18, "c16-r8": 2.37, "rtn3": 3.0, "x-dense": None, "dense": None}
+    for r in rows:
+        r["ours"]["avg_bits"] = bits[r["variant"]]
+    return _with_windows({"rows": rows})
+
+
+def test_an_extra_method_is_compared_with_caldera_and_quip_at_the_nearest_bits():
+    from caldera.experiments.claims import extra_method_claims
+
+    claims = extra_method_claims({"table1_llama2_zeroshot": _extra_table(36.0),
+                                  "table7_mistral": _extra_table(36.0)})
+    assert len(claims) == 2  # against CALDERA and against QuIP#; the dense extra row (no bits) is left out
+    cal, quip = claims
+    assert cal["claim"] == ("rtn-3bit beats CALDERA at the nearest bits in Wiki2 perplexity (3.00 vs 2.37 bits: "
+                            "CALDERA (7B) k=64)")  # 16-bit k=64 (2.37) is nearer 3.00 than 4-bit k=128 (2.18)
+    assert cal["verdict"] == "fails" and "ppl rtn3 / c16-r8: ×1.029" in cal["numbers"]  # 36 / 35 on every window
+    assert quip["claim"].startswith("rtn-3bit beats QuIP# at the nearest bits") and quip["verdict"] == "holds"
+    assert cal["source"] == "table1_llama2_zeroshot (extra_methods), table7_mistral"
+    assert cal["intervals"] and cal["intervals"][0]["kind"] == "ppl ratio"
+
+
+def test_extra_method_claims_reach_check():
+    from caldera.experiments.claims import check
+
+    claims = check(_fig3(), _fig4(), {"table1_llama2_zeroshot": _extra_table(33.0)})
+    assert any(c["claim"].startswith("rtn-3bit beats CALDERA") for c in claims)

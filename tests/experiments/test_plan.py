@@ -126,6 +126,14 @@ BAD = {
                         "extra_methods[0] (rtn-2bit): method 'rtn': bits='2' is a string; bits takes a number: "
                         "write it without quotes (e.g. bits: 2)"),
     "bits-string-caldera": ("methods.caldera.params.q_bits", "2", "q_bits='2' is a string"),
+    # issue 20: every rank and size against every matrix shape of the model, at plan time
+    "extra-rank-too-large": ("extra_methods", [{"name": "lq", "method": "loftq", "params": {"rank": 200}}],
+                             "extra_methods[0] (lq), variant smollm2-lq (models.smollm2, shapes smollm2-135m): "
+                             "method 'loftq' cannot "
+                             "compress 2 matrices: k_proj 192×576: rank=200 is too large (accepted: 1 <= rank < "
+                             "min(n, d) = 192); v_proj 192×576"),
+    "extra-block-does-not-divide": ("extra_methods", [{"name": "lq", "method": "loftq", "params": {"block": 100}}],
+                                    "q_proj 576×576: d=576 is not a multiple of block=100"),
     "bool-string": ("methods.caldera.params.hessian_update", "false", "hessian_update='false' is a string; "
                     "hessian_update takes true or false"),
 }

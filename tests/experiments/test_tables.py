@@ -157,3 +157,53 @@ def test_times_dense_column_beside_the_papers_ratio():
     lo, hi = c["ours_ci"]["wiki2_x_dense"]  # one seed: the windows' interval, finite
     assert lo < math.exp(1.1) < hi < 10
     assert rows[0]["ours"]["wiki2_x_dense"] is None
+
+
+def test_every_method_shows_its_bits_formula_and_storage(tmp_path):
+    """An extra method's average bits come from its compression summary (the formula over the model's shapes, as
+    compress wrote it) and every compressed row shows its true storage bits; an RHT fine-tuned row pays 31 more
+    bits per sign (float32 signs instead of packed ones). Regression: extra methods printed "— / —" (the table
+    read a key nothing writes)."""
+    import csv
+    import json
+    from pathlib import Path
+
+    import pytest
+    import yaml
+
+    from caldera.experiments.plan import table_rows
+    from caldera.experiments.tables import variant_bits, write_table
+
+    config = yaml.safe_load(Path("config/mini.yaml").read_text())
+    config["extra_methods"] = [{"name": "rtn-3bit", "method": "rtn", "params": {"bits": 3}}]
+    rows = table_rows(config, "table7_mistral")
+    rtn = next(r["variant"] for r in rows if r.get("label") == "rtn-3bit")
+    quip = next(r["variant"] for r in rows if r["variant"] is not None and r["variant"].method == "quip#")
+    for v, bits in ((rtn, {"average_bits": 3.0, "storage_bits_per_weight": 3.0125}),
+                    (quip, {"average_bits": 2.0, "storage_bits_per_weight": 2.0024})):
+        (tmp_path / "compressed" / v.id).mkdir(parents=True)
+        (tmp_path / "compressed" / v.id / "summary.json").write_text(json.dumps({"bits": bits}))
+    out = {k: str(tmp_path / f"t.{k}") for k in ("md", "tex", "csv", "json")}
+    tab = write_table(str(tmp_path), config, "table7_mistral", out["md"], out["tex"], out["csv"], out["json"])
+    assert tab["columns"][:2] == ["avg_bits", "storage_bits"]
+    got = {r["variant"]: r for r in tab["rows"] if r["variant"]}
+    assert got[rtn.id]["ours"]["avg_bits"] == 3.0 and got[rtn.id]["ours"]["storage_bits"] == 3.0125
+    assert got[quip.id]["ours"]["avg_bits"] == 2.0 and got[quip.id]["ours"]["storage_bits"] == 2.0024
+    assert got[quip.id]["paper"]["storage_bits"] is None  # the paper prints no storage bits
+    md = Path(out["md"]).read_text()
+    line = next(ln for ln in md.splitlines() if ln.startswith("| rtn-3bit (ours only)"))
+    assert "| — / 3.00 | — / 3.01 |" in line
+    rec = next(r for r in csv.DictReader(open(out["csv"])) if r["method"] == "rtn-3bit (ours only)")
+    assert float(rec["avg_bits_ours"]) == 3.0 and float(rec["storage_bits_ours"]) == 3.0125
+
+    # a fine-tuned variant: its base's storage plus 31 bits per sign parameter (float32 signs)
+    ft = next(r for r in table_rows(config, "table3_llama2_rhtft") if r["variant"] is not None)
+    base = ft["base"]
+    (tmp_path / "compressed" / base.id).mkdir(parents=True)
+    (tmp_path / "compressed" / base.id / "summary.json").write_text(
+        json.dumps({"bits": {"storage_bits_per_weight": 2.5, "compressed_params": 1000}}))
+    assert variant_bits(tmp_path, ft["variant"]) == {"compressed_params": 1000}  # no rhtft.json: unknown, not 2.5
+    (tmp_path / "rhtft" / base.id).mkdir(parents=True)
+    (tmp_path / "rhtft" / base.id / "rhtft.json").write_text(json.dumps({"n_sign_params": 20}))
+    assert variant_bits(tmp_path, ft["variant"])["storage_bits_per_weight"] == pytest.approx(2.5 + 31 * 20 / 1000)
+    assert variant_bits(tmp_path, base)["storage_bits_per_weight"] == 2.5

@@ -303,6 +303,11 @@ INCONSISTENT = {
         _edit_config(lambda c: c["modules"][_Q].update(q_quantizer="e9p")),
         r"q_quantizer 'e9p' is not a known quantizer",
     ),
+    "no quantizer and no float Q format": (
+        _edit_config(lambda c: c["modules"][_Q].update(q_quantizer=None)),
+        r"q_proj'\]\.q_quantizer is None and q_format is None; a Q without a quantizer is stored as one of "
+        r"\['float16', 'float32'\]",
+    ),
     "NaN scale": (
         _edit_tensors(lambda t: t.__setitem__(_Q + ".Q_scale", torch.tensor(float("nan")))),
         r"1 tensors hold NaN/Inf values, e.g. \['model\.layers\.0\.self_attn\.q_proj\.Q_scale'\]",
@@ -345,7 +350,7 @@ def test_info_without_verification_still_has_no_traceback(saved, tmp_path, capsy
     _edit_config(lambda c: c["modules"][_Q].pop("in_features"))(ck)
     assert cli.main(["info", "--no-verify", str(ck)]) == 2
     assert "q_proj'].in_features is missing" in capsys.readouterr().err
-    assert cli.main(["info", str(path)]) == 0
+    assert cli.main(["info", "--json", str(path)]) == 0
     assert json.loads(capsys.readouterr().out)["n_compressed_modules"] == 14
 
 

@@ -315,3 +315,57 @@ def test_hessian_errors_name_the_file(tmp_path):
     save_file(tensors, str(p), {META_KEY: json.dumps(meta)})
     with pytest.raises(ValueError, match=r"layer 0 with the Hessians of .*layer_000\.safetensors: "):
         C.compress_model(model, tmp_path / "h", "caldera", CALDERA, tmp_path / "b", layers=[0], progress=False)
+
+
+def _readme_method_source() -> str:
+    """The README's "Adding a compression method" example, exactly as printed."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = text[text.index("## Adding a compression method"):]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def test_the_readme_method_compresses_stores_and_evaluates_a_float_q(setup, monkeypatch):
+    """The README's example (a Q without codes) runs as printed: compressed, assembled, reloaded, and the
+    loaded model computes with exactly its Q; its bits are the float32 Q's 32 per weight, not a quantizer's."""
+    from caldera.methods import registry
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    ns: dict = {}
+    exec(compile(_readme_method_source(), "README.md", "exec"), ns)
+    model, root = setup
+    s = C.compress_model(model, root / "hess", "my-rounding", {"bits": 4}, root / "mine.layers", progress=False)
+    assert s["computed"] == [0, 1]
+    assert s["bits"]["b_q"] == 32 and s["bits"]["average_bits"] == 32
+    assert s["bits"]["storage_bits_per_weight"] == 32  # no scales, no signs: the float32 Q only
+    path, info = C.assemble_checkpoint(model, root / "mine.layers", root / "mine.ckpt", "my-rounding", {"bits": 4})
+    loaded, _ = load_compressed(path)
+    ref = tiny_llama()
+    cfg = ns["MyConfig"](bits=4)
+    for li in range(2):
+        for name in C.LINEARS:
+            lin = ref.model.layers[li].get_submodule(name)
+            lin.weight.data = ns["my_rounding"](lin.weight.data.float(), None, cfg).Q
+            assert loaded.model.layers[li].get_submodule(name).meta["q_format"] == "float32"
+    ids = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids).logits, ref(ids).logits, rtol=1e-4, atol=1e-4)
+        assert not torch.allclose(ref(ids).logits, tiny_llama()(ids).logits, atol=1e-3)  # Q is not W
+
+
+def test_a_rank_too_large_for_some_matrix_is_refused_before_any_work(setup):
+    """k/v_proj of the tiny model are 32×64: rank 40 fits q_proj (64×64) but not them. The error names the
+    method, the rank, both matrices and their shape, and comes before any Hessian is read or folder made."""
+    model, root = setup
+    with pytest.raises(ValueError) as e:
+        C.compress_model(model, root / "no-such-hessians", "loftq", {"rank": 40}, root / "lq.layers", progress=False)
+    msg = str(e.value)
+    assert "method 'loftq' cannot compress 2 matrices" in msg
+    assert "self_attn.k_proj 32×64: rank=40 is too large (accepted: 1 <= rank < min(n, d) = 32)" in msg
+    assert "self_attn.v_proj 32×64" in msg and "q_proj" not in msg
+    assert not (root / "lq.layers").exists()
+    with pytest.raises(ValueError, match=r"self_attn.q_proj 64×64: d=64 is not a multiple of block=48"):
+        C.compress_model(model, root / "no-such-hessians", "loftq", {"rank": 4, "block": 48}, root / "lq.layers",
+                         progress=False)

@@ -132,8 +132,10 @@ def test_rejections(decs):
         CompressedLinear.from_decomposition(dec, q_quantizer="e8p-rvq4")
     import dataclasses
 
+    with pytest.raises(ValueError, match="no Q_scale"):
+        CompressedLinear.from_decomposition(dataclasses.replace(dec, Q_scale=None))
     with pytest.raises(ValueError, match="no Q codes"):
-        CompressedLinear.from_decomposition(dataclasses.replace(dec, Q_codes=None))
+        CompressedLinear.from_decomposition(dataclasses.replace(dec, Q_codes=None, Q_scale=None), q_quantizer="e8p")
     with pytest.raises(ValueError, match="ft_rank"):
         CompressedLinear.from_decomposition(decs["caldera-16bit"], ft_rank=5)
     with pytest.raises(ValueError, match="last dimension"):
@@ -158,3 +160,29 @@ def test_old_module_path_imports_the_same_layer():
 
     for name in caldera.nn.__all__:
         assert getattr(old, name) is getattr(caldera.nn, name), name
+
+
+@pytest.mark.parametrize("half", [False, True])
+def test_a_float_q_without_codes_is_stored_as_is_and_counted_at_its_width(WH, decs, half):
+    """A method whose Q fits no quantizer (Q_codes None) is stored as Q_dense: float16 when exact (16 bits per
+    weight), else float32 (32); the forward, the reload and the bits follow it, with RHT and factors kept."""
+    import dataclasses
+
+    W, _ = WH
+    base = decs["caldera-16bit"]  # RHT + 16-bit factors around the float Q
+    Q = base.Q.half().float() if half else base.Q + 1e-3 * W  # 1e-3 W: not exact in fp16
+    dec = dataclasses.replace(base, Q=Q, Q_codes=None, Q_scale=None, q_quantizer=None)
+    mod = CompressedLinear.from_decomposition(dec)
+    want = torch.float16 if half else torch.float32
+    assert mod.Q_dense.dtype == want and mod.meta["q_format"] == str(want).removeprefix("torch.")
+    assert mod.meta["q_quantizer"] is None and "Q_codes" not in mod.state_dict()
+    assert torch.equal(mod.dequantized_Q(), Q)
+    _check_matches(mod, dec, _x(2, 5))
+    _check_matches(mod, dec, _x(3, seed=2))  # few rows: no kernel reads a float Q, the reference path runs
+    assert mod.kernel_backend(_x(1)) is None
+    b = 16 if half else 32
+    assert mod.bit_widths()["b_q"] == b
+    k = dec.rank
+    assert mod.storage_bits() == b * N * D + 16 * k * (N + D) + (N + D)  # no scale; packed signs
+    again = CompressedLinear.from_tensors(mod.metadata(), mod.state_dict())
+    torch.testing.assert_close(again(_x(4)), mod(_x(4)), rtol=0, atol=0)

@@ -97,6 +97,9 @@ def test_explicit_configfile_is_the_whole_config(cfg, tmp_path):
     (("  n_samples: 8\n", "  n_samples: 8\n  n_samples: 9\n"), "duplicate key 'n_samples'"),  # strict re-read
     (("lr: 1.0e-4", "lr: .nan"), "lora_ft.tasks.wiki.lr: nan is not a finite number"),
     (("bits: 4\n", 'bits: "4"\n'), "selection.bits: '4' is a quoted number; write it without quotes (bits: 4)"),
+    # issue 20: a rank some matrix cannot take is found by the dry run, naming method, rank, matrix and shape
+    (("method: rtn, params: {bits: 2}}", "method: loftq, params: {rank: 200}}"),
+     "method 'loftq' cannot compress 2 matrices: k_proj 192×576: rank=200 is too large"),
 ])
 def test_bad_config_fails_the_dry_run(edit, words, tmp_path):
     copy_workflow(tmp_path)
