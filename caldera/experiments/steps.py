@@ -41,22 +41,29 @@ def model_source(config: dict[str, Any], model: str) -> str:
 
 
 def run_device(config: dict[str, Any]) -> torch.device:
-    """``config["device"]``: where Hessian collection and evaluation run (``auto``: CUDA when available).
-
-    The decomposition always runs on the CPU (:func:`caldera.pipeline.compress.compress_model` moves each
-    weight and Hessian there), so compression jobs keep their model on the CPU.
-    """
+    """``config["device"]``: where Hessian collection, compression and evaluation run (``auto``: CUDA when
+    available). The decomposition runs on the device of its inputs (:func:`step_compress_layers`)."""
     want = config.get("device", "auto")
     if want == "cuda" and not torch.cuda.is_available():
         raise ValueError("config device: cuda, but torch sees no CUDA device; set device: auto or cpu")
     return torch.device("cuda" if want == "cuda" or (want == "auto" and torch.cuda.is_available()) else "cpu")
 
 
-def load_dense(config: dict[str, Any], model: str, device: torch.device | str = "cpu"):
+def model_dtype(config: dict[str, Any]) -> torch.dtype | str:
+    """``config["dtype"]``: the dtype dense models are loaded in for Hessian collection and evaluation.
+    ``auto`` (default): the checkpoint's own dtype (``config.json``), float16 for LLaMa-2 and bfloat16 for
+    LLaMa-3 and Mistral, float32 for the suite's local assets (so the default run is unchanged)."""
+    want = config.get("dtype", "auto")
+    return "auto" if want == "auto" else getattr(torch, want)
+
+
+def load_dense(config: dict[str, Any], model: str, device: torch.device | str = "cpu", dtype=torch.float32):
+    """The dense model (and tokenizer) of ``config["models"][model]`` on ``device``, in ``dtype`` (``"auto"``:
+    the checkpoint's own dtype). Loaded on the CPU, then moved."""
     from caldera.pipeline.assets import load_model
 
     torch.manual_seed(0)
-    mdl, tok = load_model(model_source(config, model))
+    mdl, tok = load_model(model_source(config, model), dtype=dtype)
     return mdl.to(device), tok
 
 
@@ -83,7 +90,7 @@ def step_hessians(config: dict[str, Any], model: str, out_dir: str) -> dict[str,
 
     cal = config["calibration"]
     t0 = time.perf_counter()
-    mdl, tok = load_dense(config, model, run_device(config))
+    mdl, tok = load_dense(config, model, run_device(config), model_dtype(config))
     ids = calibration_sequences(tok, cal["n_samples"], cal["seq_len"], cal["seed"], source=cal["source"])
     res = collect_hessians(mdl, ids, out_dir, layers=config.get("layers"), batch_size=cal.get("batch_size", 8),
                            seed=cal["seed"], model_name=model)
@@ -101,15 +108,21 @@ def layer_chunks(config: dict[str, Any], model: str) -> list[list[int]]:
 
 def step_compress_layers(config: dict[str, Any], v: Variant, hessian_dir: str, chunk: int, out: str) -> dict:
     """Compress chunk ``chunk`` of :func:`layer_chunks` into ``<dir of out>`` (per-layer files) and write a
-    summary to ``out``. ``v.config``: the method's typed config, built when the plan was made."""
-    from caldera.pipeline.compress import compress_model
+    summary to ``out``. ``v.config``: the method's typed config, built when the plan was made.
 
-    mdl, _ = load_dense(config, v.model)
+    Only the chunk's linear weights are read (:func:`caldera.pipeline.partial.load_layer_weights`: the shards
+    that hold them, in the checkpoint's own dtype, on :func:`run_device`); the decomposition runs there."""
+    from caldera.pipeline.compress import compress_model
+    from caldera.pipeline.partial import load_layer_weights
+
     layers = layer_chunks(config, v.model)[chunk]
+    device = run_device(config)
+    torch.manual_seed(0)  # as load_dense did (the engine's randomness is seeded per group; kept for parity)
+    mdl, _ = load_layer_weights(model_source(config, v.model), layers, device=device)
     # Snakemake reruns this job exactly when its inputs or declared config changed: layers left from an
     # earlier config are replaced, not refused.
     res = compress_model(mdl, hessian_dir, v.method, v.config, os.path.dirname(out), layers=layers,
-                         progress=True, replace_stale=True)
+                         progress=True, replace_stale=True, device=device)
     res = {"layers": layers, "wall_s": res.get("wall_s"), "computed": res.get("computed"),
            "skipped": res.get("skipped")}
     write_json(out, res)
