@@ -90,10 +90,12 @@ def step_hessians(config: dict[str, Any], model: str, out_dir: str) -> dict[str,
 
     cal = config["calibration"]
     t0 = time.perf_counter()
-    mdl, tok = load_dense(config, model, run_device(config), model_dtype(config))
+    # the model stays on the CPU in its own dtype; each decoder layer runs on the device for its pass
+    # (collect_hessians(device=...)), with one copy of the hidden states there
+    mdl, tok = load_dense(config, model, "cpu", model_dtype(config))
     ids = calibration_sequences(tok, cal["n_samples"], cal["seq_len"], cal["seed"], source=cal["source"])
     res = collect_hessians(mdl, ids, out_dir, layers=config.get("layers"), batch_size=cal.get("batch_size", 8),
-                           seed=cal["seed"], model_name=model)
+                           seed=cal["seed"], model_name=model, device=run_device(config))
     res["wall_s"] = time.perf_counter() - t0
     return res
 
