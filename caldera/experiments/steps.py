@@ -49,12 +49,15 @@ def run_device(config: dict[str, Any]) -> torch.device:
     return torch.device("cuda" if want == "cuda" or (want == "auto" and torch.cuda.is_available()) else "cpu")
 
 
-def model_dtype(config: dict[str, Any]) -> torch.dtype | str:
-    """``config["dtype"]``: the dtype dense models are loaded in for Hessian collection and evaluation.
-    ``auto`` (default): the checkpoint's own dtype (``config.json``), float16 for LLaMa-2 and bfloat16 for
-    LLaMa-3 and Mistral, float32 for the suite's local assets (so the default run is unchanged)."""
+def model_dtype(config: dict[str, Any], device: torch.device | str) -> torch.dtype | str:
+    """``config["dtype"]``: the dtype of the dense model for Hessian collection and evaluation on ``device``.
+    ``auto`` (default): float32 on the CPU (the default run, unchanged), and on an accelerator the checkpoint's
+    own dtype (``"auto"``, its ``config.json``: float16 for LLaMa-2, bfloat16 for LLaMa-3 and Mistral), so no
+    float32 copy of a paper-scale model is made there."""
     want = config.get("dtype", "auto")
-    return "auto" if want == "auto" else getattr(torch, want)
+    if want != "auto":
+        return getattr(torch, want)
+    return torch.float32 if torch.device(device).type == "cpu" else "auto"
 
 
 def load_dense(config: dict[str, Any], model: str, device: torch.device | str = "cpu", dtype=torch.float32):
@@ -92,7 +95,7 @@ def step_hessians(config: dict[str, Any], model: str, out_dir: str) -> dict[str,
     t0 = time.perf_counter()
     # the model stays on the CPU in its own dtype; each decoder layer runs on the device for its pass
     # (collect_hessians(device=...)), with one copy of the hidden states there
-    mdl, tok = load_dense(config, model, "cpu", model_dtype(config))
+    mdl, tok = load_dense(config, model, "cpu", model_dtype(config, run_device(config)))
     ids = calibration_sequences(tok, cal["n_samples"], cal["seq_len"], cal["seed"], source=cal["source"])
     res = collect_hessians(mdl, ids, out_dir, layers=config.get("layers"), batch_size=cal.get("batch_size", 8),
                            seed=cal["seed"], model_name=model, device=run_device(config))
@@ -144,18 +147,48 @@ def step_assemble(config: dict[str, Any], v: Variant, layer_dir: str | list[str]
 
 def load_variant(config: dict[str, Any], v: Variant, checkpoint: str | None):
     """The dense or compressed model of a variant, on :func:`run_device`, with its tokenizer. With
-    ``eval.weights: reconstructed`` the compressed layers are replaced by their dense Ŵ (:func:`materialize`)."""
+    ``eval.weights: reconstructed`` the compressed layers are replaced by their dense Ŵ (:func:`materialize`).
+    Dtypes: :func:`model_dtype` (float32 on the CPU; on an accelerator the model's own, see
+    :func:`load_compressed_for`)."""
     device = run_device(config)
+    dtype = model_dtype(config, device)
     if v.method == "dense":
-        return load_dense(config, v.model, device)
-    from caldera.pipeline.checkpoint import load_compressed, materialize
-
-    mdl, tok = load_compressed(checkpoint)
-    if config["eval"].get("weights", "compressed") == "reconstructed":
-        materialize(mdl)
+        return load_dense(config, v.model, device, dtype)
+    reconstructed = config["eval"].get("weights", "compressed") == "reconstructed"
+    mdl, tok = load_compressed_for(checkpoint, device, reconstructed=reconstructed, dtype=dtype)
     if tok is None:
         _, tok = load_dense(config, v.model)
-    return mdl.to(device), tok
+    return mdl, tok
+
+
+def load_compressed_for(checkpoint: str, device: torch.device | str, *, reconstructed: bool = False,
+                        dtype: torch.dtype | str = torch.float32, lean: bool | None = None, kernel: str = "auto"):
+    """A compressed checkpoint loaded for evaluation on ``device``: ``(model, tokenizer or None)``.
+
+    On the CPU (``lean`` false, its default there) as always: float32 dequantized caches, and with
+    ``reconstructed`` float32 dense layers. Lean (the default on any other device) never holds a float32
+    dense copy of the model: no dequantized cache (the forward decodes from the codes; verification leaves
+    none either), the uncompressed parameters in ``dtype`` (``"auto"``: the base model's own), and with
+    ``reconstructed`` each Ŵ made on ``device`` and cast to that dtype at once. ``kernel``: as
+    :func:`~caldera.pipeline.checkpoint.load_compressed`'s."""
+    from caldera.pipeline.checkpoint import cast_dense, load_compressed, materialize
+
+    device = torch.device(device)
+    lean = device.type != "cpu" if lean is None else lean
+    if not lean:
+        mdl, tok = load_compressed(checkpoint, kernel=kernel)
+        if reconstructed:
+            materialize(mdl)
+        return mdl.to(device), tok
+    mdl, tok = load_compressed(checkpoint, cache_dequantized=False, kernel=kernel)
+    if dtype == "auto":
+        own = getattr(mdl.config, "dtype", None) or getattr(mdl.config, "torch_dtype", None) or torch.float32
+        dtype = getattr(torch, own) if isinstance(own, str) else own
+    cast_dense(mdl, dtype)
+    mdl.to(device)
+    if reconstructed:
+        materialize(mdl, dtype)
+    return mdl, tok
 
 
 def eval_ppl(config: dict[str, Any], v: Variant, mdl, tok, outs: dict[str, str]) -> dict[str, dict]:
