@@ -436,6 +436,13 @@ def _checkpoint_summary(folder: Path, cfg: dict[str, Any], matrices: bool) -> di
     return info
 
 
+def cmd_cost(args: argparse.Namespace) -> int:
+    from caldera.experiments.cost import load_costs, load_workflow_config, report
+
+    print(report(load_workflow_config(args.configfile), load_costs(args.device, args.costs)))
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from caldera.pipeline.export import export_hf
 
@@ -599,6 +606,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-verify", action="store_true",
                    help="skip the verification (checksums, content manifest, fingerprints): summarize as stored")
     p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser(
+        "cost",
+        help="predicted time and memory of every job of a workflow config, before it runs",
+        description="Per rule: jobs, hours and peak memory per job, and device-hours per model, from component "
+        "costs measured on the device (kernels/measured/costs-<device>.json, written by "
+        "benchmarks/measure_costs.py) and their scaling laws (caldera.experiments.cost).",
+    )
+    p.add_argument("--configfile", required=True, help="workflow config, e.g. config/paper.yaml")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="whose measured costs to use")
+    p.add_argument("--costs", help="a costs JSON instead of kernels/measured/costs-<device>.json")
+    p.set_defaults(func=cmd_cost)
 
     p = sub.add_parser(
         "export",
