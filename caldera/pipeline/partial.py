@@ -93,14 +93,14 @@ def meta_model(source: str | os.PathLike) -> nn.Module:
 
 def load_layer_weights(
     source: str | os.PathLike,
-    layers: Sequence[int],
+    layers: Sequence[int] | None,
     *,
     device: torch.device | str = "cpu",
     dtype: torch.dtype | None = None,
     linears: Sequence[str] | None = None,
 ) -> tuple[nn.Module, dict[str, Any]]:
     """``(model, stats)``: the model of ``source`` on ``meta`` except the linear layers ``linears`` (default:
-    the seven of :data:`caldera.pipeline.compress.LINEARS`) of decoder layers ``layers``, whose weights (and
+    the seven of :data:`caldera.pipeline.compress.LINEARS`) of decoder layers ``layers`` (None: all), whose weights (and
     biases) are read from the checkpoint's safetensors file(s) into ``device`` in their stored dtype (or
     ``dtype`` when given). ``stats``: ``{"files": [file names opened], "keys": [tensor names read]}``."""
     from safetensors import safe_open
@@ -111,6 +111,7 @@ def load_layer_weights(
     model = meta_model(source)
     prefix = layers_prefix(model)
     n_layers = len(decoder_layers(model))
+    layers = range(n_layers) if layers is None else layers
     bad = [x for x in layers if not 0 <= int(x) < n_layers]
     if bad:
         raise ValueError(f"layers {bad} out of range; the model has {n_layers} decoder layers (0..{n_layers - 1})")
