@@ -437,9 +437,19 @@ def _checkpoint_summary(folder: Path, cfg: dict[str, Any], matrices: bool) -> di
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
-    from caldera.experiments.cost import load_costs, load_workflow_config, report
+    from caldera.experiments.cost import load_costs, load_workflow_config, report, slurm_resources, slurm_yaml
 
-    print(report(load_workflow_config(args.configfile), load_costs(args.device, args.costs)))
+    config = load_workflow_config(args.configfile)
+    if args.slurm:  # memory needs no measured timings: without them the block has no runtime, and says so
+        try:
+            costs = load_costs(args.device, args.costs)
+        except FileNotFoundError as e:
+            print(f"# {e}\n# runtime left out: only mem_mb and gpu below", file=sys.stderr)
+            costs = None
+        print(f"# caldera cost --configfile {args.configfile} --device {args.device} --slurm\nset-resources:")
+        print(slurm_yaml(slurm_resources(config, costs)))
+        return 0
+    print(report(config, load_costs(args.device, args.costs)))
     return 0
 
 
@@ -617,6 +627,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--configfile", required=True, help="workflow config, e.g. config/paper.yaml")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="whose measured costs to use")
     p.add_argument("--costs", help="a costs JSON instead of kernels/measured/costs-<device>.json")
+    p.add_argument("--slurm", action="store_true",
+                   help="print the SLURM profile's set-resources (runtime, mem_mb, gpu) from the predictions")
     p.set_defaults(func=cmd_cost)
 
     p = sub.add_parser(

@@ -314,7 +314,8 @@ def job_memory(rule: str, model_key: str, config: dict[str, Any], *, bytes_per: 
       engine's working set for its largest matrix, 64·d² (float64 H, H_rot, its square root and inverse, the
       LDL of H and of H̃; float32 copies) + 28·n·d bytes (float32 W, rotated W, Q, A, Y, residuals);
     * evaluate: device = the model (dense in its dtype, or compressed: ``bits``/8 per linear weight plus the
-      rest in its dtype) + logits B·T·vocab in float32 + one layer's activations.
+      rest in its dtype) + logits B·T·vocab in float32 + one layer's activations; host = the model (it is
+      loaded there, then moved).
     """
     shapes, (h, f, heads, kv, hd), n_layers = shapes_of(model_key)
     layer_params = sum(n * d for n, d in shapes)
@@ -336,7 +337,7 @@ def job_memory(rule: str, model_key: str, config: dict[str, Any], *, bytes_per: 
         B = 1
         lin = layer_params * n_layers * ((bits / 8) if bits else bytes_per)
         dev = lin + embed * bytes_per + B * T * _vocab(model_key) * 4 + B * T * (4 * h + 3 * f) * bytes_per
-        return {"host": 0.0, "device": dev * gb}
+        return {"host": (lin + embed * bytes_per) * gb, "device": dev * gb}  # loaded on the host, then moved
     raise ValueError(f"no memory model for rule {rule!r}")
 
 
@@ -352,6 +353,67 @@ def eval_tokens(config: dict[str, Any]) -> int:
             total += spec["n_windows"] * spec["seq_len"]
     zs = (config["eval"].get("zeroshot") or {}).get("tasks") or []
     return total + sum(ZEROSHOT_TOKENS.get(t, 0) for t in zs)
+
+
+def figure_rules(config: dict[str, Any], costs: dict[str, Any], shape_key: str) -> dict[str, dict[str, Any]]:
+    """``ablation_traces`` (Figure 3: every matrix x paper rank x ablation at ``figures.outer_iters``, plus
+    QuIP#-LR) and ``lplr_traces`` (Figure 4: LPLR alone) of the figures' model, one job each."""
+    from caldera.config import CalderaConfig
+    from caldera.experiments.plan import mapped_rank
+
+    fc = config["figures"]
+    shapes = dict(zip(("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+                      shapes_of(shape_key)[0]))
+    s = 0.0
+    for name in fc["matrices"]:
+        n, d = shapes[name]
+        s += predict(costs, "prepare", 0, d, 0)
+        for paper_rank in fc["paper_ranks"]:
+            for ablation in fc["ablations"]:
+                cfg = CalderaConfig.preset(ablation)
+                r = mapped_rank(config, fc["paper_model"], paper_rank, cfg.l_bits)
+                cfg = cfg.replace(rank=r, outer_iters=fc["outer_iters"], svd=fc.get("svd", cfg.svd))
+                s += predict(costs, "prepare", 0, d, 0) + decompose_seconds(costs, n, d, cfg)
+            s += predict(costs, "ldlq", n, d, 0) + predict(costs, "svd_exact", n, d, paper_rank)
+    t = 0.0
+    for name in fc.get("lplr_matrices", []):
+        n, d = shapes[name]
+        t += predict(costs, "prepare", 0, d, 0)
+        for paper_rank in fc["paper_ranks"]:
+            t += predict(costs, "svd_exact", n, d, paper_rank) + fc["lplr_inner_iters"] * predict(
+                costs, "lplr_iter", n, d, paper_rank)
+    mem = job_memory("compress_layers", shape_key, config)
+    return {"ablation_traces": {"jobs": 1, "s_per_job": s, "mem_gb": mem},
+            "lplr_traces": {"jobs": 1, "s_per_job": t, "mem_gb": mem}}
+
+
+#: rules that run the engine or a model forward: a GPU each on a cluster
+GPU_RULES = ("hessians", "compress_layers", "evaluate", "ablation_traces", "lplr_traces")
+
+
+def slurm_resources(config: dict[str, Any], costs: dict[str, Any] | None, *, margin: float = 1.5,
+                    overhead_gb: float = 4.0) -> dict[str, dict[str, Any]]:
+    """``set-resources`` of the SLURM profile from the predictions: per rule the largest job over the models,
+    ``runtime`` (minutes) = predicted time x ``margin`` (at least 10; omitted without ``costs``: memory needs
+    no timing) and ``mem_mb`` = (host memory, plus the device's when the device is the CPU, + ``overhead_gb``
+    for the runtime and CUDA context) x 1.25. A GPU for every rule of :data:`GPU_RULES`."""
+    zero = {"components": {name: {"coef": [0.0] * len(LAWS[name])} for name in LAWS}, "device": "cuda"}
+    est = estimate(config, costs or zero)
+    on_cpu = costs is not None and not str(costs["device"]).startswith("cuda")
+    out: dict[str, dict[str, Any]] = {}
+    for e in est.values():
+        for rule, r in e["rules"].items():
+            mem = r["mem_gb"]["host"] + (r["mem_gb"]["device"] if on_cpu else 0.0)
+            res = out.setdefault(rule, {"gpu": 0 if on_cpu else 1, "mem_mb": 0})
+            res["mem_mb"] = max(res["mem_mb"], int(math.ceil((mem + overhead_gb) * 1.25 * 1000 / 1000) * 1000))
+            if costs is not None:
+                res["runtime"] = max(res.get("runtime", 10), int(math.ceil(r["s_per_job"] * margin / 60)))
+    return out
+
+
+def slurm_yaml(resources: dict[str, dict[str, Any]]) -> str:
+    return "\n".join(f"  {rule}: {{{', '.join(f'{k}: {v}' for k, v in sorted(r.items()))}}}"
+                     for rule, r in sorted(resources.items()))
 
 
 def estimate(config: dict[str, Any], costs: dict[str, Any]) -> dict[str, Any]:
@@ -401,6 +463,8 @@ def estimate(config: dict[str, Any], costs: dict[str, Any]) -> dict[str, Any]:
         s_eval += predict(costs, "forward", ev_tok, 2 * h * _vocab(shape_key))  # lm_head
         rules["evaluate"] = {"jobs": n_eval, "s_per_job": s_eval,
                              "mem_gb": job_memory("evaluate", shape_key, config)}
+        if mkey == (config.get("figures") or {}).get("model"):
+            rules.update(figure_rules(config, costs, shape_key))
         for r in rules.values():
             r["hours"] = r.get("total_s", r["s_per_job"] * r["jobs"]) / 3600
         out[mkey] = {"rules": rules, "hours": sum(r["hours"] for r in rules.values()),
@@ -428,7 +492,7 @@ def report(config: dict[str, Any], costs: dict[str, Any]) -> str:
             beside = f"  (paper: {paper:g} A10G-hours)" if paper and "r256" in vid else ""
             lines.append(f"  compress {vid}: {hrs:.1f} hours{beside}")
         lines.append("")
-    lines.append("Rules not listed (assemble, tables, figures, fine-tuning, throughput) are not modelled; "
+    lines.append("Rules not listed (assemble, tables, plots, fine-tuning, throughput) are not modelled; "
                  "evaluation counts forwards only (decoding compressed layers on the fly is not included).")
     return "\n".join(lines)
 

@@ -90,3 +90,27 @@ def test_estimate_scales_with_the_config():
     assert 1.8 < rb / ra < 2.05
     m7, m70 = (a[m]["rules"]["compress_layers"]["mem_gb"]["device"] for m in ("llama-2-7b", "llama-2-70b"))
     assert m70 > 5 * m7
+
+
+def test_slurm_profile_memory_and_gpus_come_from_caldera_cost():
+    """The SLURM profile's mem_mb and gpu requests are `caldera cost --device cuda --slurm`'s (memory needs no
+    timings); every rule that runs the engine or a forward gets a GPU."""
+    from caldera.strict_yaml import load_yaml_strict
+
+    want = C.slurm_resources(C.load_workflow_config("config/paper.yaml"), None)
+    profile = load_yaml_strict("workflow/profiles/slurm/config.yaml")["set-resources"]
+    for rule in C.GPU_RULES:
+        assert profile[rule]["gpu"] == want[rule]["gpu"] == 1
+        assert profile[rule]["mem_mb"] == want[rule]["mem_mb"], rule
+    # 70B: one layer per compression job fits far below a node (the whole model never loads there)
+    assert want["compress_layers"]["mem_mb"] < 32000
+
+
+def test_slurm_runtime_from_measured_costs_scales_with_the_prediction():
+    cfg = C.load_workflow_config("config/paper.yaml")
+    a = C.slurm_resources(cfg, _fake_costs("cuda"))
+    costs = _fake_costs("cuda")
+    costs["components"]["ldlq"]["coef"] = [x * 10 for x in costs["components"]["ldlq"]["coef"]]
+    b = C.slurm_resources(cfg, costs)
+    assert b["compress_layers"]["runtime"] > a["compress_layers"]["runtime"] >= 10
+    assert "runtime" not in C.slurm_resources(cfg, None)["compress_layers"]
