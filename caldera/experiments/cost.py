@@ -308,8 +308,10 @@ def job_memory(rule: str, model_key: str, config: dict[str, Any], *, bytes_per: 
     """Peak memory of one job in GB, from shapes and dtypes: ``{"host", "device"}`` (device 0 on the CPU path:
     everything is host). ``bytes_per``: the dense dtype's bytes (2: fp16/bf16).
 
-    * hessians: host = the whole model (its dtype); device = one layer + the hidden states (N·T·hidden, once)
-      + float64 accumulators 8·(3 h² + f²) (+ a float32 xᵀx) + one batch's activations B·T·(4h + 3f);
+    * hessians (:class:`caldera.pipeline.partial.LazyLayers`: one decoder layer read at a time): host = one
+      layer's tensors on their way; device = one layer + embeddings and lm_head + the hidden states
+      (N·T·hidden, once) + float64 accumulators 8·(3 h² + f²) (+ a float32 xᵀx) + one batch's activations
+      B·T·(4h + 3f);
     * compress_layers: host = the layer's weights (stored dtype) + its four float32 Hessians; device = the
       engine's working set for its largest matrix, 64·d² (float64 H, H_rot, its square root and inverse, the
       LDL of H and of H̃; float32 copies) + 28·n·d bytes (float32 W, rotated W, Q, A, Y, residuals);
@@ -324,8 +326,8 @@ def job_memory(rule: str, model_key: str, config: dict[str, Any], *, bytes_per: 
     cal = config["calibration"]
     if rule == "hessians":
         N, T, B = cal["n_samples"], cal["seq_len"], cal.get("batch_size", 8)
-        host = (layer_params * n_layers + embed) * bytes_per
-        dev = (layer_params * bytes_per + N * T * h * bytes_per + 8 * (3 * h * h + f * f) + 4 * f * f
+        host = layer_params * bytes_per  # a layer's tensors pass through the host as they are read
+        dev = ((layer_params + embed) * bytes_per + N * T * h * bytes_per + 8 * (3 * h * h + f * f) + 4 * f * f
                + B * T * (4 * h + 3 * f) * bytes_per)
         return {"host": host * gb, "device": dev * gb}
     if rule == "compress_layers":

@@ -70,6 +70,17 @@ def load_dense(config: dict[str, Any], model: str, device: torch.device | str = 
     return mdl.to(device), tok
 
 
+def load_tokenizer(config: dict[str, Any], model: str):
+    """The tokenizer of ``config["models"][model]`` (as :func:`load_dense` loads it, without the weights)."""
+    from transformers import AutoTokenizer
+
+    from caldera.pipeline.partial import _local_folder
+
+    src = model_source(config, model)
+    folder = _local_folder(src)
+    return AutoTokenizer.from_pretrained(str(folder or src), **({"local_files_only": True} if folder else {}))
+
+
 def load_layers(config: dict[str, Any], model: str, layers, device: torch.device | str = "cpu"):
     """The model of ``config["models"][model]`` with only the linear weights of decoder ``layers`` read (stored
     dtype, on ``device``; everything else on ``meta``: :func:`caldera.pipeline.partial.load_layer_weights`).
@@ -104,12 +115,19 @@ def step_hessians(config: dict[str, Any], model: str, out_dir: str) -> dict[str,
 
     cal = config["calibration"]
     t0 = time.perf_counter()
-    # the model stays on the CPU in its own dtype; each decoder layer runs on the device for its pass
-    # (collect_hessians(device=...)), with one copy of the hidden states there
-    mdl, tok = load_dense(config, model, "cpu", model_dtype(config, run_device(config)))
+    from caldera.pipeline.partial import LazyLayers
+
+    # one decoder layer in memory at a time, read from the checkpoint when its turn comes and run on the
+    # device (LazyLayers + collect_hessians(loader=...)), with one copy of the hidden states; the Hessians are
+    # bitwise those of the whole model in memory
+    device = run_device(config)
+    dtype = model_dtype(config, device)
+    torch.manual_seed(0)
+    lazy = LazyLayers.open(model_source(config, model), device=device, dtype=None if dtype == "auto" else dtype)
+    tok = load_tokenizer(config, model)
     ids = calibration_sequences(tok, cal["n_samples"], cal["seq_len"], cal["seed"], source=cal["source"])
-    res = collect_hessians(mdl, ids, out_dir, layers=config.get("layers"), batch_size=cal.get("batch_size", 8),
-                           seed=cal["seed"], model_name=model, device=run_device(config))
+    res = collect_hessians(lazy.model, ids, out_dir, layers=config.get("layers"),
+                           batch_size=cal.get("batch_size", 8), seed=cal["seed"], model_name=model, loader=lazy)
     res["wall_s"] = time.perf_counter() - t0
     return res
 

@@ -352,12 +352,15 @@ def collect_hessians(
     model_name: str | None = None,
     device: torch.device | str | None = None,
     offload: bool = False,
+    loader: Any | None = None,
 ) -> dict[str, Any]:
     """Collect the four Hessians of every decoder layer of ``model`` from ``calibration_ids`` (N, T) int64.
 
     ``device``: where the decoder layers run (default: where the model is); each layer is moved there for its
     pass and back after, so a model kept on the CPU needs one layer of accelerator memory. ``offload``: keep
-    the calibration hidden states in CPU memory between layers (module docstring, Memory).
+    the calibration hidden states in CPU memory between layers (module docstring, Memory). ``loader``: an
+    object whose ``load(l)`` makes decoder layer ``l``'s tensors real and ``release(l)`` drops them again
+    (:class:`caldera.pipeline.partial.LazyLayers`: one layer of the model in memory at a time).
 
     Writes ``out_dir/layer_{l:03d}.safetensors`` for each requested layer (default all) and
     ``out_dir/hessians.json`` (a summary). Resumable: layers whose artifact exists and loads cleanly are
@@ -410,6 +413,8 @@ def collect_hessians(
             bar = tqdm(total=len(todo), desc="hessians", unit="layer", disable=not progress)
             for li in range(last + 1):
                 layer = all_layers[li]
+                if loader is not None:
+                    loader.load(li)
                 home = next(layer.parameters()).device
                 run_on = home if device is None else torch.device(device)
                 if run_on != home:
@@ -428,6 +433,8 @@ def collect_hessians(
                         h.remove()
                     if run_on != home:
                         layer.to(home)
+                    if loader is not None:
+                        loader.release(li)
                 if li in todo:
                     tensors: dict[str, Tensor] = {}
                     for g, acc in accs.items():

@@ -142,3 +142,95 @@ def load_layer_weights(
                 t = t.to(device=device, dtype=dtype or t.dtype)
                 setattr(mod, attr, nn.Parameter(t, requires_grad=False))
     return model, stats
+
+
+class LazyLayers:
+    """A model whose decoder layers are read from the checkpoint one at a time (Hessian collection of a model
+    larger than host memory: :func:`caldera.pipeline.hessians.collect_hessians`'s ``loader``).
+
+    :meth:`open` builds the architecture on ``meta`` and reads every tensor outside the decoder layers
+    (embeddings, final norm, lm_head) onto ``device``, and rebuilds the rotary embeddings (non-persistent
+    buffers); :meth:`load` reads one decoder layer's tensors (``dtype``: a cast, or None for the stored one),
+    :meth:`release` returns it to ``meta``. ``stats["loaded"]`` lists the layers in the order they were read.
+    """
+
+    def __init__(self, model: nn.Module, source, wmap: dict[str, str], folder: Path | None, device, dtype):
+        self.model, self.source, self.wmap, self.folder = model, source, wmap, folder
+        self.device, self.dtype = torch.device(device), dtype
+        self.stats: dict[str, Any] = {"loaded": []}
+
+    @classmethod
+    def open(cls, source: str | os.PathLike, *, device: torch.device | str = "cpu",
+             dtype: torch.dtype | None = None) -> "LazyLayers":
+        from caldera.pipeline.compress import layers_prefix
+
+        model = meta_model(source)
+        wmap, folder = weight_map(source)
+        self = cls(model, source, wmap, folder, device, dtype)
+        self.prefix = layers_prefix(model) + "."
+        self._read([k for k in wmap if not k.startswith(self.prefix)], strict=False)
+        for path, mod in list(model.named_modules()):
+            if "RotaryEmbedding" in type(mod).__name__:
+                from caldera.pipeline.checkpoint import replace_module
+
+                replace_module(model, path, type(mod)(config=model.config).to(self.device))
+        bufs = [n for n, b in model.named_buffers() if b.device.type == "meta" and not n.startswith(self.prefix)]
+        if bufs:  # other non-persistent buffers (Gemma-3's embed_scale): from a one-layer model built on the CPU
+            self._rebuild_buffers(bufs)
+        tie = getattr(model, "tie_weights", None)
+        if tie is not None and getattr(model.config, "tie_word_embeddings", False):
+            tie()
+        left = [n for n, t in list(model.named_parameters()) + list(model.named_buffers())
+                if t.device.type == "meta" and not n.startswith(self.prefix)]
+        if left:
+            raise ValueError(f"{source}: tensors {left[:5]} outside the decoder layers could not be restored")
+        return self
+
+    def _rebuild_buffers(self, names: list[str]) -> None:
+        import copy
+
+        from transformers import AutoModelForCausalLM
+
+        cfg = copy.deepcopy(self.model.config)
+        cfg.num_hidden_layers = 1
+        if isinstance(getattr(cfg, "layer_types", None), list):
+            cfg.layer_types = cfg.layer_types[:1]
+        with torch.device("cpu"):
+            ref = dict(AutoModelForCausalLM.from_config(cfg).named_buffers())
+        for name in names:
+            owner, _, attr = name.rpartition(".")
+            self.model.get_submodule(owner).register_buffer(attr, ref[name].to(self.device), persistent=False)
+
+    def _read(self, keys: list[str], strict: bool = True) -> None:
+        from safetensors import safe_open
+
+        by_file: dict[str, list[str]] = {}
+        for k in keys:
+            by_file.setdefault(self.wmap[k], []).append(k)
+        for fname, ks in sorted(by_file.items()):
+            with safe_open(str(_fetch(str(self.source), fname, self.folder)), "pt", device="cpu") as f:
+                for key in ks:
+                    owner, _, attr = key.rpartition(".")
+                    try:
+                        mod = self.model.get_submodule(owner)
+                    except AttributeError:
+                        if strict:
+                            raise
+                        continue  # a checkpoint tensor the architecture does not have (e.g. a tied copy)
+                    t = f.get_tensor(key)
+                    cast = self.dtype if (self.dtype is not None and t.is_floating_point()) else t.dtype
+                    t = t.to(device=self.device, dtype=cast)
+                    if attr in mod._parameters:
+                        setattr(mod, attr, nn.Parameter(t, requires_grad=False))
+                    else:
+                        mod.register_buffer(attr, t)
+
+    def load(self, layer: int) -> None:
+        p = f"{self.prefix}{layer}."
+        self._read([k for k in self.wmap if k.startswith(p)])
+        self.stats["loaded"].append(layer)
+
+    def release(self, layer: int) -> None:
+        from caldera.pipeline.hessians import decoder_layers
+
+        decoder_layers(self.model)[layer].to("meta")

@@ -169,3 +169,30 @@ def test_workflow_step_loads_only_its_chunk(saved, tmp_path, monkeypatch):
     for li in (2, 3):
         job, whole = (C.layer_paths(tmp_path / d, li)[0] for d in ("job", "whole"))
         assert job.read_bytes() == whole.read_bytes()
+
+
+@pytest.mark.parametrize("make", ["llama", "gemma3"])
+def test_hessians_with_one_layer_in_memory_at_a_time(tmp_path, make):
+    """LazyLayers: only one decoder layer is real while it runs; the Hessian files are bitwise those of the
+    whole model in memory."""
+    from caldera.pipeline.hessians import decoder_layers, layer_file
+    from tests.helpers import tiny_gemma3
+
+    model = (tiny_llama(0, num_hidden_layers=3, tie_word_embeddings=False) if make == "llama"
+             else tiny_gemma3(0))
+    model.save_pretrained(tmp_path / "m", max_shard_size="40KB")
+    ids = torch.randint(0, 128, (5, 12), generator=torch.Generator().manual_seed(0))
+    collect_hessians(model, ids, tmp_path / "whole", batch_size=2, progress=False, model_name="tiny")
+    lazy = P.LazyLayers.open(tmp_path / "m")
+    layers = decoder_layers(lazy.model)
+    assert all(p.device.type == "meta" for p in layers.parameters())
+    real = []
+    for layer in layers:
+        layer.register_forward_pre_hook(
+            lambda *_: real.append(sum(any(p.device.type != "meta" for p in lyr.parameters()) for lyr in layers)))
+    collect_hessians(lazy.model, ids, tmp_path / "lazy", batch_size=2, progress=False, loader=lazy,
+                     model_name="tiny")
+    assert real and max(real) == 1 and lazy.stats["loaded"] == list(range(len(layers)))
+    for li in range(len(layers)):
+        a, b = (layer_file(tmp_path / d, li).read_bytes() for d in ("whole", "lazy"))
+        assert a == b
