@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from caldera.atomic import write_atomic  # noqa: E402
-from caldera.experiments.cost import measure_components  # noqa: E402
+from caldera.experiments.cost import measure_components, points_from_benchmark, refit  # noqa: E402
 
 
 def main() -> int:
@@ -27,9 +27,14 @@ def main() -> int:
     ap.add_argument("--rank", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--benchmark-json", nargs="*", default=[],
+                    help="pytest-benchmark JSONs of test_bench_paper_shapes.py on the same device: their paper-shape "
+                    "points join the fit (kernels/measured/paper_shapes_cpu_*.json)")
     args = ap.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     costs = measure_components(args.device, shapes, k=args.rank, repeats=args.repeats)
+    for path in args.benchmark_json:
+        refit(costs, points_from_benchmark(path))
     costs["command"] = " ".join(sys.argv)
     write_atomic(args.out, json.dumps(costs, indent=1, sort_keys=True) + "\n")
     for name in costs["components"]:

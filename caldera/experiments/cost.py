@@ -234,6 +234,43 @@ def measure_components(
     }
 
 
+#: pytest-benchmark names of benchmarks/test_bench_paper_shapes.py -> component
+_BENCH = {"test_ldlq": "ldlq", "test_hessian_update": "hessian_update", "test_error": "error",
+          "test_svd-exact": "svd_exact", "test_svd-randomized": "svd_randomized"}
+
+
+def points_from_benchmark(path: str | Path, k: int = 256, t_in: int = 10) -> dict[str, list[dict[str, Any]]]:
+    """Component points from a pytest-benchmark JSON of ``benchmarks/test_bench_paper_shapes.py`` (paper
+    shapes, rank ``k``): its ldlq, hessian_update, error and svd runs, and ``lplr_iter`` = (lplr − exact SVD) /
+    T_in at each shape."""
+    data = json.loads(Path(path).read_text())
+    pts: dict[str, list[dict[str, Any]]] = {}
+    by_shape: dict[tuple[int, int], dict[str, float]] = {}
+    for b in data["benchmarks"]:
+        base, _, param = b["name"].partition("[")
+        n, d = b["extra_info"]["shape"]
+        method = b["extra_info"].get("method")
+        key = f"{base}-{method}" if method else base
+        by_shape.setdefault((n, d), {})[key] = b["stats"]["mean"]
+        if key in _BENCH:
+            pts.setdefault(_BENCH[key], []).append({"n": n, "d": d, "k": k, "s": b["stats"]["mean"],
+                                                    "from": str(path)})
+    for (n, d), t in by_shape.items():
+        if "test_lplr" in t and "test_svd-exact" in t and t["test_lplr"] > t["test_svd-exact"]:
+            pts.setdefault("lplr_iter", []).append({"n": n, "d": d, "k": k, "from": str(path),
+                                                    "s": (t["test_lplr"] - t["test_svd-exact"]) / t_in})
+    return pts
+
+
+def refit(costs: dict[str, Any], extra: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """``costs`` with the points of ``extra`` added and every law refitted."""
+    for name, pts in extra.items():
+        costs["points"].setdefault(name, []).extend(pts)
+    costs["components"] = {name: {"terms": [t for t, _ in LAWS[name]], "coef": fit(name, pts)}
+                           for name, pts in costs["points"].items() if pts}
+    return costs
+
+
 def forward_flops_per_token(hidden: int, intermediate: int, q_dim: int, kv_dim: int, window: int) -> float:
     """FLOPs of one decoder layer per token: the seven projections (2 · params) and causal attention over a
     window (2 · window · q_dim for the scores and the values, halved for causality, twice)."""

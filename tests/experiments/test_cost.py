@@ -114,3 +114,13 @@ def test_slurm_runtime_from_measured_costs_scales_with_the_prediction():
     b = C.slurm_resources(cfg, costs)
     assert b["compress_layers"]["runtime"] > a["compress_layers"]["runtime"] >= 10
     assert "runtime" not in C.slurm_resources(cfg, None)["compress_layers"]
+
+
+def test_paper_shape_benchmark_points_join_the_fit():
+    pts = C.points_from_benchmark("kernels/measured/paper_shapes_cpu_11008x4096_components.json")
+    assert [(p["n"], p["d"]) for p in pts["ldlq"]] == [(11008, 4096)]
+    assert set(pts) == {"ldlq", "hessian_update", "error", "svd_exact", "svd_randomized", "lplr_iter"}
+    lplr = pts["lplr_iter"][0]["s"]
+    assert 0 < lplr < pts["svd_exact"][0]["s"] / 10  # (LPLR - its SVD) / T_in
+    costs = C.refit(_fake_costs() | {"points": {}}, pts)
+    assert C.predict(costs, "svd_exact", 11008, 4096) == pytest.approx(pts["svd_exact"][0]["s"], rel=1e-6)
