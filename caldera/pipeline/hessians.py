@@ -26,7 +26,9 @@ Memory: the hidden states of all calibration sequences are held once (N × T × 
 batch, overwritten in place by each layer's output (:func:`_advance`), so a layer's inputs and outputs are
 never both held in full. ``offload=True`` keeps these buffers in CPU memory and moves one batch at a time to
 the layers' device; ``device`` runs each decoder layer there (moved in for its pass, moved back after) while
-the model stays where it is, so only one layer's weights and one batch occupy the accelerator.
+the model stays where it is, so only one layer's weights and one batch occupy the accelerator; ``loader``
+(:class:`caldera.pipeline.partial.LazyLayers`) reads each decoder layer from the checkpoint when its turn comes
+and drops it after, so not even the host holds the whole model (the workflow's ``hessians`` rule).
 """
 
 from __future__ import annotations
