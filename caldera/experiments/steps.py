@@ -164,9 +164,19 @@ def step_compress_layers(config: dict[str, Any], v: Variant, hessian_dir: str, c
 def step_assemble(config: dict[str, Any], v: Variant, layer_dir: str | list[str], out_dir: str) -> dict[str, Any]:
     """The checkpoint of variant ``v`` in ``out_dir`` from the per-layer files in ``layer_dir`` (a folder or the
     list of the chunk jobs' folders); returns its summary."""
-    from caldera.pipeline.compress import assemble_checkpoint
+    from caldera.pipeline.compress import LINEARS, assemble_checkpoint, layer_paths
+    from caldera.pipeline.hessians import decoder_layers
+    from caldera.pipeline.partial import LazyLayers
 
-    mdl, tok = load_dense(config, v.model)
+    # everything but the linear layers the per-layer files replace, in float32 as load_dense gave it (the
+    # checkpoint's uncompressed tensors are unchanged); a compressed layer's dense weights are never read
+    dirs = [layer_dir] if isinstance(layer_dir, (str, os.PathLike)) else list(layer_dir)
+    lazy = LazyLayers.open(model_source(config, v.model), dtype=torch.float32)
+    for li in range(len(decoder_layers(lazy.model))):
+        done = any(layer_paths(d, li)[1].is_file() for d in dirs)
+        lazy.load(li, skip=LINEARS if done else ())
+    mdl = lazy.model
+    tok = load_tokenizer(config, v.model)
     _, summary = assemble_checkpoint(mdl, layer_dir, out_dir, v.method, v.config, tokenizer=tok,
                                      allow_partial=config.get("layers") is not None)
     return summary

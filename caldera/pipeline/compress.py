@@ -416,6 +416,10 @@ def assemble_checkpoint(
                 f: m[f] for f in ("error", "error_reg", "frobenius_error", "wall_s", "best_iter", "storage_bits")
             }
             matrices.append(m)
+    unread = sorted(k for k, v in tensors.items() if v.device.type == "meta")
+    if unread:  # a model read without some layers' weights (caldera.pipeline.partial) whose files are not done
+        raise ValueError(f"tensors {unread[:5]} were not loaded and no compressed layer replaces them in {layer_dir}; "
+                         "re-run `caldera compress` for those layers")
     bits = bits_summary(model, matrices)
     config = {
         "base_config": base_config_dict(model),

@@ -225,9 +225,12 @@ class LazyLayers:
                     else:
                         mod.register_buffer(attr, t)
 
-    def load(self, layer: int) -> None:
+    def load(self, layer: int, *, skip: Sequence[str] = ()) -> None:
+        """Read decoder layer ``layer``'s tensors, except those of the submodules ``skip`` (e.g. the linears a
+        checkpoint replaces anyway), which stay on ``meta``."""
         p = f"{self.prefix}{layer}."
-        self._read([k for k in self.wmap if k.startswith(p)])
+        drop = tuple(f"{p}{name}." for name in skip)
+        self._read([k for k in self.wmap if k.startswith(p) and not k.startswith(drop)])
         self.stats["loaded"].append(layer)
 
     def release(self, layer: int) -> None:

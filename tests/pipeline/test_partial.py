@@ -196,3 +196,42 @@ def test_hessians_with_one_layer_in_memory_at_a_time(tmp_path, make):
     for li in range(len(layers)):
         a, b = (layer_file(tmp_path / d, li).read_bytes() for d in ("whole", "lazy"))
         assert a == b
+
+
+def test_assemble_step_reads_no_compressed_layers_weights_and_writes_the_same_checkpoint(saved, tmp_path,
+                                                                                        monkeypatch):
+    """step_assemble: every tensor but the compressed linears (float32, as the whole-model load gave them);
+    the checkpoint folder is byte for byte the one assembled from the whole fp32 model."""
+    import safetensors
+
+    from caldera.experiments import steps
+    from caldera.experiments.plan import Variant
+    from caldera.methods import get_method
+    from tests.pipeline.test_checkpoint import word_tokenizer
+
+    model, root = saved
+    src = tmp_path / "src"
+    model.save_pretrained(src, max_shard_size="40KB")
+    tok = word_tokenizer()
+    tok.save_pretrained(src)
+    cfg = get_method("caldera").make_config(CALDERA)
+    C.compress_model(model, root / "hess", "caldera", cfg, tmp_path / "layers", layers=[0, 1, 3], progress=False)
+    config = {"models": {"m": {"source": str(src), "num_layers": 4}}, "device": "cpu", "layers": [0, 1, 3],
+              "layers_per_job": 1}
+    v = Variant(id="v", model="m", method="caldera", params=CALDERA, config=cfg)
+    spy = Spy(safetensors.safe_open)
+    monkeypatch.setattr(safetensors, "safe_open", spy)
+    monkeypatch.setattr(steps, "load_dense", lambda *a, **k: pytest.fail("the whole model was loaded"))
+    steps.step_assemble(config, v, str(tmp_path / "layers"), str(tmp_path / "new"))
+    monkeypatch.undo()
+    read = set(spy.keys)
+    assert not read & set(_layer_keys(0) + _layer_keys(1) + _layer_keys(3))  # compressed: never read
+    assert set(_layer_keys(2)) <= read  # layer 2 stays dense (config layers): its weights are read
+    from transformers import AutoTokenizer
+
+    C.assemble_checkpoint(model, tmp_path / "layers", tmp_path / "old", "caldera", cfg,
+                          tokenizer=AutoTokenizer.from_pretrained(str(src), local_files_only=True), allow_partial=True)
+    old = sorted(p.name for p in (tmp_path / "old").iterdir())
+    assert old == sorted(p.name for p in (tmp_path / "new").iterdir())
+    for name in old:
+        assert (tmp_path / "old" / name).read_bytes() == (tmp_path / "new" / name).read_bytes(), name
