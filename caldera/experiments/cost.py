@@ -87,11 +87,16 @@ STREAM_TOKENS = {"wikitext2": 341_469}
 def fit(component: str, points: Sequence[dict[str, Any]]) -> list[float]:
     """Coefficients ``c ≥ 0`` of ``component``'s law from measured points ``{"n", "d", "k", "s"}`` (seconds):
     non-negative least squares on the relative residuals. With fewer points than terms the leading term
-    alone is fitted (the rest 0)."""
+    alone is fitted (the rest 0); points of 0.1 ms or less (a timing difference lost in noise) are left out."""
     import numpy as np
     from scipy.optimize import nnls
 
     terms = LAWS[component]
+    # a difference of two timings that came out ≤ 0.1 ms (noise on a loaded machine) carries no information, and
+    # with relative weights it would pin the fit to zero
+    points = [p for p in points if p["s"] > 1e-4]
+    if not points:
+        return [0.0] * len(terms)
     use = len(terms) if len(points) >= len(terms) else 1
     A = np.array([[f(p["n"], p["d"], p["k"]) / p["s"] for _, f in terms[:use]] for p in points], dtype=float)
     scale = A.max(axis=0)
