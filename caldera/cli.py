@@ -520,6 +520,23 @@ def _checkpoint_summary(folder: Path, cfg: dict[str, Any], matrices: bool) -> di
     return info
 
 
+def cmd_cost(args: argparse.Namespace) -> int:
+    from caldera.experiments.cost import load_costs, load_workflow_config, report, slurm_resources, slurm_yaml
+
+    config = load_workflow_config(args.configfile)
+    if args.slurm:  # memory needs no measured timings: without them the block has no runtime, and says so
+        try:
+            costs = load_costs(args.device, args.costs)
+        except FileNotFoundError as e:
+            print(f"# {e}\n# runtime left out: only mem_mb and gpu below", file=sys.stderr)
+            costs = None
+        print(f"# caldera cost --configfile {args.configfile} --device {args.device} --slurm\nset-resources:")
+        print(slurm_yaml(slurm_resources(config, costs)))
+        return 0
+    print(report(config, load_costs(args.device, args.costs)))
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from caldera.pipeline.export import export_hf
 
@@ -750,6 +767,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-verify", action="store_true",
                    help="skip the verification (checksums, content manifest, fingerprints): summarize as stored")
     p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser(
+        "cost",
+        help="predicted time and memory of every job of a workflow config, before it runs",
+        description="Per rule: jobs, hours and peak memory per job, and device-hours per model, from component "
+        "costs measured on the device (kernels/measured/costs-<device>.json, written by "
+        "benchmarks/measure_costs.py) and their scaling laws (caldera.experiments.cost).",
+    )
+    p.add_argument("--configfile", required=True, help="workflow config, e.g. config/paper.yaml")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="whose measured costs to use")
+    p.add_argument("--costs", help="a costs JSON instead of kernels/measured/costs-<device>.json")
+    p.add_argument("--slurm", action="store_true",
+                   help="print the SLURM profile's set-resources (runtime, mem_mb, gpu) from the predictions")
+    p.set_defaults(func=cmd_cost)
 
     p = sub.add_parser(
         "export",

@@ -39,7 +39,8 @@ def tiny_llama(seed: int = 0, vocab_size: int = 128, max_positions: int = 64, **
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+    overrides.setdefault("num_hidden_layers", 2)
+    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4,
                       num_key_value_heads=2, vocab_size=vocab_size, max_position_embeddings=max_positions,
                       **overrides)
     return LlamaForCausalLM(cfg).eval()

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from caldera.atomic import atomic_path
-from caldera.experiments.steps import load_dense, write_json
+from caldera.experiments.steps import load_layers, run_device, write_json
 from caldera.pipeline.hessians import GROUPS, decoder_layers
 
 #: short name (``q_proj``) -> path inside a decoder layer (``self_attn.q_proj``), in the paper's order q..down
@@ -30,7 +30,7 @@ def linear_weight(model, layer: int, name: str) -> torch.Tensor:
 
 
 def step_spectra(config: dict[str, Any], model: str, out: str) -> dict[str, Any]:
-    mdl, _ = load_dense(config, model)
+    mdl = load_layers(config, model, None)  # every layer's linear weights, nothing else
     res: dict[str, Any] = {"model": model, "label": config["models"][model]["label"], "spectra": {}}
     for name in LINEARS:
         curves = [torch.linalg.svdvals(linear_weight(mdl, i, name)) for i in range(len(decoder_layers(mdl)))]
@@ -49,12 +49,13 @@ def step_ablation_traces(config: dict[str, Any], model: str, hessian_dir: str, o
     from caldera.pipeline.hessians import layer_file, load_layer_hessians
 
     fc = config["figures"]
-    mdl, _ = load_dense(config, model)
+    dev = run_device(config)  # the decompositions run where their inputs are
+    mdl = load_layers(config, model, [fc["layer"]], dev)  # that layer's linear weights only
     Hs = load_layer_hessians(layer_file(hessian_dir, fc["layer"]))
     paper_model = fc["paper_model"]
     res: dict[str, Any] = {"model": model, "layer": fc["layer"], "outer_iters": fc["outer_iters"], "curves": []}
     for name in fc["matrices"]:
-        W, H = linear_weight(mdl, fc["layer"], name), Hs[GROUP[name]]
+        W, H = linear_weight(mdl, fc["layer"], name), Hs[GROUP[name]].to(dev)
         for paper_rank in fc["paper_ranks"]:
             for ablation in fc["ablations"]:
                 cfg = CalderaConfig.preset(ablation)
@@ -83,14 +84,16 @@ def step_lplr_traces(config: dict[str, Any], model: str, hessian_dir: str, out: 
     from caldera.quantizers import quantizer_for_bits
 
     fc = config["figures"]
-    mdl, _ = load_dense(config, model)
+    dev = run_device(config)
+    mdl = load_layers(config, model, [fc["layer"]], dev)  # that layer's linear weights only
     Hs = load_layer_hessians(layer_file(hessian_dir, fc["layer"]))
     q = quantizer_for_bits(4)
     res: dict[str, Any] = {"model": model, "layer": fc["layer"], "curves": []}
     for name in fc["lplr_matrices"]:
-        W, H = linear_weight(mdl, fc["layer"], name), Hs[GROUP[name]]
+        W, H = linear_weight(mdl, fc["layer"], name), Hs[GROUP[name]].to(dev)
         ctx = HessianContext.prepare(H, rht=True, seed=0)
-        Wr = RHT(S_U=ctx.S_U, S_V=random_signs(W.shape[0], torch.Generator().manual_seed(1))).rotate_W(W)
+        S_V = random_signs(W.shape[0], torch.Generator().manual_seed(1)).to(dev)
+        Wr = RHT(S_U=ctx.S_U, S_V=S_V).rotate_W(W)
         for paper_rank in fc["paper_ranks"]:
             r = mapped_rank(config, fc["paper_model"], paper_rank, 4)
             lp = lplr_factorize(Wr, ctx.sqrt, r, q, q, fc["lplr_inner_iters"], sweep="alternating")

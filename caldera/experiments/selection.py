@@ -108,7 +108,7 @@ def sweep_model(
     would log. Returns one record per decomposition."""
     from caldera.decomposition import HessianContext
     from caldera.experiments.figures import GROUP, LINEARS, linear_weight
-    from caldera.experiments.steps import load_dense
+    from caldera.experiments.steps import load_layers
     from caldera.pipeline.compress import group_seed
     from caldera.pipeline.hessians import layer_file, load_layer_hessians
 
@@ -123,7 +123,7 @@ def sweep_model(
     mats = list(sel.get("matrices") or LINEARS)
     long = sel.get("long_iters")
     long_layers = layers[: int(long["layers"])] if long else []
-    mdl, _ = load_dense(config, model)
+    mdl = load_layers(config, model, layers)  # those layers' linear weights only
     records: list[dict[str, Any]] = []
     quip_params = dict(config["methods"]["quip#"]["params"])
     for li in layers:
@@ -224,7 +224,7 @@ def ablation_comparisons(
     from caldera.decomposition import caldera_decompose
     from caldera.experiments.figures import GROUP, linear_weight
     from caldera.experiments.plan import mapped_rank
-    from caldera.experiments.steps import load_dense
+    from caldera.experiments.steps import load_layers
     from caldera.methods import get_method
     from caldera.pipeline.hessians import layer_file, load_layer_hessians
 
@@ -239,7 +239,7 @@ def ablation_comparisons(
     def choice_for(bits: int) -> dict[str, Any]:
         return by_bits.get(bits, default)
 
-    mdl, _ = load_dense(config, fc["model"])
+    mdl = load_layers(config, fc["model"], [fc["layer"]])  # that layer's linear weights only
     Hs = load_layer_hessians(layer_file(hessian_dir, fc["layer"]))
     pairs: list[dict[str, Any]] = []
     for name in fc["matrices"]:

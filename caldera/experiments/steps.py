@@ -41,23 +41,55 @@ def model_source(config: dict[str, Any], model: str) -> str:
 
 
 def run_device(config: dict[str, Any]) -> torch.device:
-    """``config["device"]``: where Hessian collection and evaluation run (``auto``: CUDA when available).
-
-    The decomposition always runs on the CPU (:func:`caldera.pipeline.compress.compress_model` moves each
-    weight and Hessian there), so compression jobs keep their model on the CPU.
-    """
+    """``config["device"]``: where Hessian collection, compression and evaluation run (``auto``: CUDA when
+    available). The decomposition runs on the device of its inputs (:func:`step_compress_layers`)."""
     want = config.get("device", "auto")
     if want == "cuda" and not torch.cuda.is_available():
         raise ValueError("config device: cuda, but torch sees no CUDA device; set device: auto or cpu")
     return torch.device("cuda" if want == "cuda" or (want == "auto" and torch.cuda.is_available()) else "cpu")
 
 
-def load_dense(config: dict[str, Any], model: str, device: torch.device | str = "cpu"):
+def model_dtype(config: dict[str, Any], device: torch.device | str) -> torch.dtype | str:
+    """``config["dtype"]``: the dtype of the dense model for Hessian collection and evaluation on ``device``.
+    ``auto`` (default): float32 on the CPU (the default run, unchanged), and on an accelerator the checkpoint's
+    own dtype (``"auto"``, its ``config.json``: float16 for LLaMa-2, bfloat16 for LLaMa-3 and Mistral), so no
+    float32 copy of a paper-scale model is made there."""
+    want = config.get("dtype", "auto")
+    if want != "auto":
+        return getattr(torch, want)
+    return torch.float32 if torch.device(device).type == "cpu" else "auto"
+
+
+def load_dense(config: dict[str, Any], model: str, device: torch.device | str = "cpu", dtype=torch.float32):
+    """The dense model (and tokenizer) of ``config["models"][model]`` on ``device``, in ``dtype`` (``"auto"``:
+    the checkpoint's own dtype). Loaded on the CPU, then moved."""
     from caldera.pipeline.assets import load_model
 
     torch.manual_seed(0)
-    mdl, tok = load_model(model_source(config, model))
+    mdl, tok = load_model(model_source(config, model), dtype=dtype)
     return mdl.to(device), tok
+
+
+def load_tokenizer(config: dict[str, Any], model: str):
+    """The tokenizer of ``config["models"][model]`` (as :func:`load_dense` loads it, without the weights)."""
+    from transformers import AutoTokenizer
+
+    from caldera.pipeline.partial import _local_folder
+
+    src = model_source(config, model)
+    folder = _local_folder(src)
+    return AutoTokenizer.from_pretrained(str(folder or src), **({"local_files_only": True} if folder else {}))
+
+
+def load_layers(config: dict[str, Any], model: str, layers, device: torch.device | str = "cpu"):
+    """The model of ``config["models"][model]`` with only the linear weights of decoder ``layers`` read (stored
+    dtype, on ``device``; everything else on ``meta``: :func:`caldera.pipeline.partial.load_layer_weights`).
+    The global RNG is seeded as :func:`load_dense` seeds it (loading consumes none)."""
+    from caldera.pipeline.partial import load_layer_weights
+
+    torch.manual_seed(0)
+    mdl, _ = load_layer_weights(model_source(config, model), layers, device=device)
+    return mdl
 
 
 def step_assets(config: dict[str, Any], out: str) -> dict[str, Any]:
@@ -83,10 +115,19 @@ def step_hessians(config: dict[str, Any], model: str, out_dir: str) -> dict[str,
 
     cal = config["calibration"]
     t0 = time.perf_counter()
-    mdl, tok = load_dense(config, model, run_device(config))
+    from caldera.pipeline.partial import LazyLayers
+
+    # one decoder layer in memory at a time, read from the checkpoint when its turn comes and run on the
+    # device (LazyLayers + collect_hessians(loader=...)), with one copy of the hidden states; the Hessians are
+    # bitwise those of the whole model in memory
+    device = run_device(config)
+    dtype = model_dtype(config, device)
+    torch.manual_seed(0)
+    lazy = LazyLayers.open(model_source(config, model), device=device, dtype=None if dtype == "auto" else dtype)
+    tok = load_tokenizer(config, model)
     ids = calibration_sequences(tok, cal["n_samples"], cal["seq_len"], cal["seed"], source=cal["source"])
-    res = collect_hessians(mdl, ids, out_dir, layers=config.get("layers"), batch_size=cal.get("batch_size", 8),
-                           seed=cal["seed"], model_name=model)
+    res = collect_hessians(lazy.model, ids, out_dir, layers=config.get("layers"),
+                           batch_size=cal.get("batch_size", 8), seed=cal["seed"], model_name=model, loader=lazy)
     res["wall_s"] = time.perf_counter() - t0
     return res
 
@@ -101,15 +142,19 @@ def layer_chunks(config: dict[str, Any], model: str) -> list[list[int]]:
 
 def step_compress_layers(config: dict[str, Any], v: Variant, hessian_dir: str, chunk: int, out: str) -> dict:
     """Compress chunk ``chunk`` of :func:`layer_chunks` into ``<dir of out>`` (per-layer files) and write a
-    summary to ``out``. ``v.config``: the method's typed config, built when the plan was made."""
+    summary to ``out``. ``v.config``: the method's typed config, built when the plan was made.
+
+    Only the chunk's linear weights are read (:func:`caldera.pipeline.partial.load_layer_weights`: the shards
+    that hold them, in the checkpoint's own dtype, on :func:`run_device`); the decomposition runs there."""
     from caldera.pipeline.compress import compress_model
 
-    mdl, _ = load_dense(config, v.model)
     layers = layer_chunks(config, v.model)[chunk]
+    device = run_device(config)
+    mdl = load_layers(config, v.model, layers, device)
     # Snakemake reruns this job exactly when its inputs or declared config changed: layers left from an
     # earlier config are replaced, not refused.
     res = compress_model(mdl, hessian_dir, v.method, v.config, os.path.dirname(out), layers=layers,
-                         progress=True, replace_stale=True)
+                         progress=True, replace_stale=True, device=device)
     res = {"layers": layers, "wall_s": res.get("wall_s"), "computed": res.get("computed"),
            "skipped": res.get("skipped")}
     write_json(out, res)
@@ -119,9 +164,19 @@ def step_compress_layers(config: dict[str, Any], v: Variant, hessian_dir: str, c
 def step_assemble(config: dict[str, Any], v: Variant, layer_dir: str | list[str], out_dir: str) -> dict[str, Any]:
     """The checkpoint of variant ``v`` in ``out_dir`` from the per-layer files in ``layer_dir`` (a folder or the
     list of the chunk jobs' folders); returns its summary."""
-    from caldera.pipeline.compress import assemble_checkpoint
+    from caldera.pipeline.compress import LINEARS, assemble_checkpoint, layer_paths
+    from caldera.pipeline.hessians import decoder_layers
+    from caldera.pipeline.partial import LazyLayers
 
-    mdl, tok = load_dense(config, v.model)
+    # everything but the linear layers the per-layer files replace, in float32 as load_dense gave it (the
+    # checkpoint's uncompressed tensors are unchanged); a compressed layer's dense weights are never read
+    dirs = [layer_dir] if isinstance(layer_dir, (str, os.PathLike)) else list(layer_dir)
+    lazy = LazyLayers.open(model_source(config, v.model), dtype=torch.float32)
+    for li in range(len(decoder_layers(lazy.model))):
+        done = any(layer_paths(d, li)[1].is_file() for d in dirs)
+        lazy.load(li, skip=LINEARS if done else ())
+    mdl = lazy.model
+    tok = load_tokenizer(config, v.model)
     _, summary = assemble_checkpoint(mdl, layer_dir, out_dir, v.method, v.config, tokenizer=tok,
                                      allow_partial=config.get("layers") is not None)
     return summary
@@ -129,18 +184,48 @@ def step_assemble(config: dict[str, Any], v: Variant, layer_dir: str | list[str]
 
 def load_variant(config: dict[str, Any], v: Variant, checkpoint: str | None):
     """The dense or compressed model of a variant, on :func:`run_device`, with its tokenizer. With
-    ``eval.weights: reconstructed`` the compressed layers are replaced by their dense Ŵ (:func:`materialize`)."""
+    ``eval.weights: reconstructed`` the compressed layers are replaced by their dense Ŵ (:func:`materialize`).
+    Dtypes: :func:`model_dtype` (float32 on the CPU; on an accelerator the model's own, see
+    :func:`load_compressed_for`)."""
     device = run_device(config)
+    dtype = model_dtype(config, device)
     if v.method == "dense":
-        return load_dense(config, v.model, device)
-    from caldera.pipeline.checkpoint import load_compressed, materialize
-
-    mdl, tok = load_compressed(checkpoint)
-    if config["eval"].get("weights", "compressed") == "reconstructed":
-        materialize(mdl)
+        return load_dense(config, v.model, device, dtype)
+    reconstructed = config["eval"].get("weights", "compressed") == "reconstructed"
+    mdl, tok = load_compressed_for(checkpoint, device, reconstructed=reconstructed, dtype=dtype)
     if tok is None:
         _, tok = load_dense(config, v.model)
-    return mdl.to(device), tok
+    return mdl, tok
+
+
+def load_compressed_for(checkpoint: str, device: torch.device | str, *, reconstructed: bool = False,
+                        dtype: torch.dtype | str = torch.float32, lean: bool | None = None, kernel: str = "auto"):
+    """A compressed checkpoint loaded for evaluation on ``device``: ``(model, tokenizer or None)``.
+
+    On the CPU (``lean`` false, its default there) as always: float32 dequantized caches, and with
+    ``reconstructed`` float32 dense layers. Lean (the default on any other device) never holds a float32
+    dense copy of the model: no dequantized cache (the forward decodes from the codes; verification leaves
+    none either), the uncompressed parameters in ``dtype`` (``"auto"``: the base model's own), and with
+    ``reconstructed`` each Ŵ made on ``device`` and cast to that dtype at once. ``kernel``: as
+    :func:`~caldera.pipeline.checkpoint.load_compressed`'s."""
+    from caldera.pipeline.checkpoint import cast_dense, load_compressed, materialize
+
+    device = torch.device(device)
+    lean = device.type != "cpu" if lean is None else lean
+    if not lean:
+        mdl, tok = load_compressed(checkpoint, kernel=kernel)
+        if reconstructed:
+            materialize(mdl)
+        return mdl.to(device), tok
+    mdl, tok = load_compressed(checkpoint, cache_dequantized=False, kernel=kernel)
+    if dtype == "auto":
+        own = getattr(mdl.config, "dtype", None) or getattr(mdl.config, "torch_dtype", None) or torch.float32
+        dtype = getattr(torch, own) if isinstance(own, str) else own
+    cast_dense(mdl, dtype)
+    mdl.to(device)
+    if reconstructed:
+        materialize(mdl, dtype)
+    return mdl, tok
 
 
 def eval_ppl(config: dict[str, Any], v: Variant, mdl, tok, outs: dict[str, str]) -> dict[str, dict]:

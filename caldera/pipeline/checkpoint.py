@@ -109,8 +109,14 @@ def weight_fingerprint(module: CompressedLinear) -> list[float]:
     checkpoint config and compared at load, so metadata that no longer matches the tensors (another quantizer
     name, a changed scale) is refused instead of decoding to a different model. (The RHT signs are tensors,
     covered by the checksums; the basis is skipped because it would cost two transforms per module.)"""
-    with torch.no_grad():  # trainable L_ft / R_ft / signs (fine-tuning) must not build a graph here
-        W = module.rotated_weight().detach().double()
+    # the check leaves no dequantized float32 cache behind (a verified load of a 7B model would otherwise hold
+    # a dense fp32 copy of every compressed layer, 26 GB; a forward that wants the cache builds it itself)
+    caches = module._Q_cache, module._L_cache, module._R_cache
+    try:
+        with torch.no_grad():  # trainable L_ft / R_ft / signs (fine-tuning) must not build a graph here
+            W = module.rotated_weight().detach().double()
+    finally:
+        module._Q_cache, module._L_cache, module._R_cache = caches
     return [float(W.sum()), float(W.pow(2).sum())]
 
 
@@ -397,13 +403,16 @@ def _check_against_model(cfg: dict[str, Any], tensors: dict[str, Tensor], model:
             )
 
 
-def materialize(model: nn.Module) -> int:
+def materialize(model: nn.Module, dtype: torch.dtype | None = None) -> int:
     """Replace every :class:`CompressedLinear` of ``model`` in place by its dense reconstruction
     (:meth:`CompressedLinear.to_linear`); returns how many were replaced. Used by evaluation with
-    ``eval.weights: reconstructed`` (same scores up to float rounding, faster on CPUs)."""
+    ``eval.weights: reconstructed`` (same scores up to float rounding, faster on CPUs). ``dtype``: the dense
+    layers' dtype (default float32); each float32 Ŵ is cast as it is made, so with ``dtype=torch.float16``
+    no float32 copy of the model is ever held (one layer's at a time)."""
     paths = [name for name, mod in model.named_modules() if isinstance(mod, CompressedLinear)]
     for path in paths:
-        replace_module(model, path, model.get_submodule(path).to_linear())
+        lin = model.get_submodule(path).to_linear()
+        replace_module(model, path, lin if dtype is None else lin.to(dtype))
     return len(paths)
 
 

@@ -148,20 +148,22 @@ def _relative_errors(W_hat: Tensor, W: Tensor, H: Tensor) -> tuple[float, float]
 
 
 def _decompose_layer(
-    layer: nn.Module, li: int, H_groups: dict[str, Tensor], spec, config, *, ft_rank: int, progress_cb=None
+    layer: nn.Module, li: int, H_groups: dict[str, Tensor], spec, config, *, ft_rank: int, progress_cb=None,
+    device: torch.device | str = "cpu",
 ) -> tuple[dict[str, Tensor], dict[str, Any]]:
     tensors: dict[str, Tensor] = {}
     matrices: dict[str, Any] = {}
     has_seed = any(f.name == "seed" for f in dataclasses.fields(config))
     for g, (_, members) in GROUPS.items():
-        H = H_groups[g].double()
+        H = H_groups[g].to(device=device, dtype=torch.float64)
         cfg = dataclasses.replace(config, seed=group_seed(config.seed, li, g)) if has_seed else config
         t0 = time.perf_counter()
         ctx = spec.prepare_context(H, cfg)
         ctx_s = time.perf_counter() - t0
         for name in members:
             lin = layer.get_submodule(name)
-            W = lin.weight.detach().float().cpu()
+            # the model's own dtype (fp16/bf16/fp32) to float32 on the job's device, one matrix at a time
+            W = lin.weight.detach().to(device=device, dtype=torch.float32)
             t1 = time.perf_counter()
             dec = spec.fn(W, H, cfg, context=ctx) if ctx is not None else spec.fn(W, H, cfg)
             wall = time.perf_counter() - t1
@@ -216,8 +218,14 @@ def compress_model(
     progress: bool = True,
     ft_rank: int = 0,
     replace_stale: bool = False,
+    device: torch.device | str | None = None,
 ) -> dict[str, Any]:
     """Compress the decoder layers of ``model`` into per-layer files in ``out_dir`` (module docstring).
+
+    ``device``: where each matrix and its Hessian are decomposed (default the CPU). The model's weights may
+    be in any float dtype and on any device, and only the compressed layers' linear weights need to be real
+    tensors (the rest may be on ``meta``: :func:`caldera.pipeline.partial.load_layer_weights`); each weight is
+    converted to float32 on ``device`` when its turn comes.
 
     ``replace_stale``: recompute (instead of refusing) layers that were done with another method or config.
 
@@ -279,7 +287,8 @@ def compress_model(
         try:
             with torch.no_grad():
                 tensors, matrices = _decompose_layer(
-                    all_layers[li], li, H_groups, spec, config, ft_rank=ft_rank, progress_cb=tick
+                    all_layers[li], li, H_groups, spec, config, ft_rank=ft_rank, progress_cb=tick,
+                    device=torch.device("cpu") if device is None else torch.device(device),
                 )
         except ValueError as e:  # e.g. an indefinite H: say which file it came from
             raise ValueError(f"layer {li} with the Hessians of {layer_file(hessian_dir, li)}: {e}") from e
@@ -422,6 +431,10 @@ def assemble_checkpoint(
                 f: m[f] for f in ("error", "error_reg", "frobenius_error", "wall_s", "best_iter", "storage_bits")
             }
             matrices.append(m)
+    unread = sorted(k for k, v in tensors.items() if v.device.type == "meta")
+    if unread:  # a model read without some layers' weights (caldera.pipeline.partial) whose files are not done
+        raise ValueError(f"tensors {unread[:5]} were not loaded and no compressed layer replaces them in {layer_dir}; "
+                         "re-run `caldera compress` for those layers")
     bits = bits_summary(model, matrices)
     config = {
         "base_config": base_config_dict(model),

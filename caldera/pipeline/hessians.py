@@ -21,8 +21,14 @@ regularization is the decomposition's job (``caldera.ldl.regularize_hessian``).
 Files are written atomically (:mod:`caldera.atomic`: temporary name, fsync, ``os.replace``), so a crash never
 leaves a file that looks complete; a rerun skips layers whose artifact exists and loads cleanly (resumable).
 
-Memory: the hidden states of all calibration sequences are held at once (N × T × hidden in the model's
-dtype on the model's device): 9.4 MB for SmolLM2-135M at 16 × 256, far more at paper scale.
+Memory: the hidden states of all calibration sequences are held once (N × T × hidden in the model's dtype;
+9.4 MB for SmolLM2-135M in fp32 at 16 × 256, 8.6 GB for LLaMa-2 7B in fp16 at 256 × 4096): one buffer per
+batch, overwritten in place by each layer's output (:func:`_advance`), so a layer's inputs and outputs are
+never both held in full. ``offload=True`` keeps these buffers in CPU memory and moves one batch at a time to
+the layers' device; ``device`` runs each decoder layer there (moved in for its pass, moved back after) while
+the model stays where it is, so only one layer's weights and one batch occupy the accelerator; ``loader``
+(:class:`caldera.pipeline.partial.LazyLayers`) reads each decoder layer from the checkpoint when its turn comes
+and drops it after, so not even the host holds the whole model (the workflow's ``hessians`` rule).
 """
 
 from __future__ import annotations
@@ -314,6 +320,26 @@ def _run_layer(layer: nn.Module, hs: Tensor, kwargs: dict[str, Any]) -> Tensor:
     return out[0] if isinstance(out, (tuple, list)) else out
 
 
+def _to(obj: Any, device: torch.device) -> Any:
+    """``obj`` (tensors inside tuples, lists, dicts) on ``device`` (the same objects where they are there)."""
+    if isinstance(obj, Tensor):
+        return obj.to(device)
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_to(x, device) for x in obj)
+    if isinstance(obj, dict):
+        return {k: _to(v, device) for k, v in obj.items()}
+    return obj
+
+
+def _advance(layer: nn.Module, states: list[Tensor], kwargs: list[dict[str, Any]], device: torch.device) -> None:
+    """Run ``layer`` on every batch buffer of ``states`` and overwrite each buffer with its output, in place
+    (the layer's inputs and outputs are never both held in full; buffers may live off ``device``)."""
+    for hs, kws in zip(states, kwargs):
+        out = _run_layer(layer, hs.to(device), _to(kws, device))
+        hs.copy_(out)
+        del out
+
+
 @torch.no_grad()
 def collect_hessians(
     model: nn.Module,
@@ -326,8 +352,17 @@ def collect_hessians(
     store_dtype: torch.dtype = torch.float32,
     seed: int | None = None,
     model_name: str | None = None,
+    device: torch.device | str | None = None,
+    offload: bool = False,
+    loader: Any | None = None,
 ) -> dict[str, Any]:
     """Collect the four Hessians of every decoder layer of ``model`` from ``calibration_ids`` (N, T) int64.
+
+    ``device``: where the decoder layers run (default: where the model is); each layer is moved there for its
+    pass and back after, so a model kept on the CPU needs one layer of accelerator memory. ``offload``: keep
+    the calibration hidden states in CPU memory between layers (module docstring, Memory). ``loader``: an
+    object whose ``load(l)`` makes decoder layer ``l``'s tensors real and ``release(l)`` drops them again
+    (:class:`caldera.pipeline.partial.LazyLayers`: one layer of the model in memory at a time).
 
     Writes ``out_dir/layer_{l:03d}.safetensors`` for each requested layer (default all) and
     ``out_dir/hessians.json`` (a summary). Resumable: layers whose artifact exists and loads cleanly are
@@ -372,12 +407,20 @@ def collect_hessians(
         try:
             batches = calibration_ids.split(batch_size)
             captured = capture_layer_inputs(model, batches)
-            states = [hs for hs, _ in captured]
+            # one buffer per batch, the only copy of the hidden states (the capture's references are dropped)
+            states = [hs.cpu() if offload else hs if device is None else hs.to(device) for hs, _ in captured]
             layer_kwargs = [kws for _, kws in captured]
+            del captured
             last = max(todo)
             bar = tqdm(total=len(todo), desc="hessians", unit="layer", disable=not progress)
             for li in range(last + 1):
                 layer = all_layers[li]
+                if loader is not None:
+                    loader.load(li)
+                home = next(layer.parameters()).device
+                run_on = home if device is None else torch.device(device)
+                if run_on != home:
+                    layer.to(run_on)
                 accs: dict[str, HessianAccumulator] = {}
                 handles = []
                 if li in todo:
@@ -386,10 +429,14 @@ def collect_hessians(
                         acc = accs[g] = HessianAccumulator(mod.in_features, device=mod.weight.device)
                         handles.append(mod.register_forward_pre_hook(lambda _m, args, _acc=acc: _acc.update(args[0])))
                 try:
-                    states = [_run_layer(layer, hs, kws[li]) for hs, kws in zip(states, layer_kwargs)]
+                    _advance(layer, states, [kws[li] for kws in layer_kwargs], run_on)
                 finally:
                     for h in handles:
                         h.remove()
+                    if run_on != home:
+                        layer.to(home)
+                    if loader is not None:
+                        loader.release(li)
                 if li in todo:
                     tensors: dict[str, Tensor] = {}
                     for g, acc in accs.items():

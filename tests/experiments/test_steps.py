@@ -38,3 +38,81 @@ def test_step_timings_sums_and_spans_per_stage(tmp_path):
     assert res["span_s"] == 100.0 and res["job_s"] == 46.0 and res["n_jobs"] == 4
     assert json.loads((tmp_path / "t.json").read_text()) == res
     assert (tmp_path / "t.md").read_text().startswith("# Run time per stage (run-x)")
+
+
+@pytest.fixture(scope="module")
+def caldera_checkpoint(tmp_path_factory):
+    return _caldera_checkpoint(tmp_path_factory.mktemp("ck") / "ck")
+
+
+def _caldera_checkpoint(folder, config_dtype=None):
+    """A tiny LLaMA compressed with CALDERA (4-bit Q, 4-bit quantized factors) as a checkpoint folder; its
+    config's dtype (the model's own) ``config_dtype``."""
+    import dataclasses
+
+    from caldera.methods import get_method
+    from caldera.pipeline.checkpoint import replace_module, save_compressed
+    from caldera.pipeline.compressed_linear import CompressedLinear
+    from caldera.pipeline.hessians import decoder_layers
+    from tests.helpers import tiny_llama
+
+    model = tiny_llama(0, tie_word_embeddings=False)
+    if config_dtype is not None:
+        model.config.dtype = config_dtype
+    spec = get_method("caldera")
+    cfg = spec.make_config({"rank": 8, "l_bits": 4, "r_bits": 4, "outer_iters": 1, "inner_iters": 1})
+    for li, layer in enumerate(decoder_layers(model)):
+        for name, lin in list(layer.named_modules()):
+            if isinstance(lin, torch.nn.Linear):
+                H = torch.eye(lin.in_features, dtype=torch.float64)
+                dec = spec.fn(lin.weight.detach().float(), H, cfg)
+                replace_module(model, f"model.layers.{li}.{name}", CompressedLinear.from_decomposition(dec))
+    return save_compressed(model, folder, method="caldera", method_config=dataclasses.asdict(cfg))
+
+
+def _fp32_dense_tensors(model):
+    """float32 tensors of at least one compressed layer's size: parameters, buffers and dequantized caches."""
+    from caldera.pipeline.compressed_linear import CompressedLinear
+
+    big = 64 * 64
+    found = [n for n, t in list(model.named_parameters()) + list(model.named_buffers())
+             if t.dtype == torch.float32 and t.numel() >= big and "embed" not in n and "lm_head" not in n]
+    for n, m in model.named_modules():
+        if isinstance(m, CompressedLinear):
+            found += [f"{n}.{c}" for c in ("_Q_cache", "_L_cache", "_R_cache") if getattr(m, c) is not None]
+    return found
+
+
+@pytest.mark.parametrize("reconstructed,kernel", [(False, "auto"), (False, "reference"), (True, "auto")])
+def test_lean_load_holds_no_fp32_dense_copy(caldera_checkpoint, reconstructed, kernel):
+    """Evaluation on an accelerator (lean, stood in for by the CPU here): no float32 dense copy of any compressed
+    layer, before or after a forward, dense parts in the 16-bit dtype, the same logits as the CPU path up to
+    that dtype's rounding. ``reference``: the decode path CUDA takes for 4-bit factors (no kernel)."""
+    from caldera.experiments.steps import load_compressed_for
+
+    ids = torch.tensor([[1, 5, 9, 33, 7, 100, 2, 64]])
+    ref, _ = load_compressed_for(str(caldera_checkpoint), "cpu", reconstructed=reconstructed, kernel=kernel)
+    lean, _ = load_compressed_for(str(caldera_checkpoint), "cpu", reconstructed=reconstructed,
+                                  dtype=torch.bfloat16, lean=True, kernel=kernel)
+    assert _fp32_dense_tensors(lean) == []
+    assert lean.model.embed_tokens.weight.dtype == torch.bfloat16
+    with torch.no_grad():
+        a, b = ref(ids).logits, lean(ids).logits
+    assert _fp32_dense_tensors(lean) == []  # the forward decoded on the fly, cached nothing
+    assert b.dtype == torch.bfloat16
+    torch.testing.assert_close(b.float(), a, rtol=0.05, atol=0.05 * float(a.abs().max()))
+    if reconstructed or kernel == "reference":  # the CPU path: float32 dense layers or caches, as before
+        assert _fp32_dense_tensors(ref) != []
+
+
+def test_lean_is_the_default_off_the_cpu_and_auto_takes_the_models_dtype(tmp_path):
+    """On any non-CPU device (``meta`` stands in for CUDA: shapes and dtypes only) the load is lean, and dtype
+    "auto" is the base model's own (its config's: bfloat16 here)."""
+    from caldera.experiments.steps import load_compressed_for, model_dtype
+
+    assert model_dtype({}, "cpu") == torch.float32 and model_dtype({}, "cuda") == "auto"
+    assert model_dtype({"dtype": "float16"}, "cpu") == torch.float16
+    path = _caldera_checkpoint(tmp_path / "ck", config_dtype="bfloat16")
+    mdl, _ = load_compressed_for(str(path), "meta", dtype="auto")
+    assert _fp32_dense_tensors(mdl) == [] and mdl.model.norm.weight.device.type == "meta"
+    assert mdl.model.norm.weight.dtype == torch.bfloat16

@@ -605,3 +605,26 @@ def test_export_runs_under_lm_eval_cli(saved, tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     _, tok = load_compressed(path)
     check_lm_eval_output(out, model, tok, abs_tol=1e-3)
+
+
+def test_verified_load_leaves_no_dequantized_cache(saved):
+    """Verification decodes every module (its fingerprint) but keeps no float32 copy of it: a 7B model would
+    hold 26 GB of caches before the first forward. The reference forward still builds its cache."""
+    _, path = saved
+    model, _ = load_compressed(path, kernel="reference")
+    mods = [m for m in model.modules() if isinstance(m, CompressedLinear)]
+    assert mods and all(m._Q_cache is None and m._L_cache is None and m._R_cache is None for m in mods)
+    with torch.no_grad():
+        model(torch.tensor(IDS))
+    assert all(m._Q_cache is not None for m in mods)  # cache_dequantized (default): unchanged
+
+
+def test_materialize_in_a_16_bit_dtype(saved):
+    _, path = saved
+    ref, _ = load_compressed(path)
+    half, _ = load_compressed(path)
+    materialize(ref)
+    assert materialize(half, torch.float16) == 14
+    for name in LINEARS:
+        a, b = (m.model.layers[1].get_submodule(name).weight for m in (ref, half))
+        assert b.dtype == torch.float16 and torch.equal(b, a.half())

@@ -14,7 +14,7 @@ rule compress_layers:
         spec=compress_spec,
         variant=lambda w: VARIANTS[w.variant],
     resources:
-        gpu=0,  # caldera_decompose runs on the CPU (its E8P search is a CPU kernel)
+        gpu=0,  # none locally; the SLURM profile requests one (the decomposition runs on config `device`)
     conda:
         "../envs/caldera.yaml"
     script:

@@ -27,7 +27,7 @@ rule ablation_traces:
     params:
         spec=declared(config["figures"], config["stand_ins"], config["rank_multiple"], config["models"][FIG_MODEL]),
     resources:
-        gpu=0,  # decompositions: CPU
+        gpu=0,  # none locally; the SLURM profile requests one (decompositions on config `device`)
     conda:
         "../envs/caldera.yaml"
     script:

@@ -1,0 +1,547 @@
+"""The cost of a run before it starts: ``caldera cost --configfile config/paper.yaml [--device cpu|cuda]``.
+
+Per rule of the workflow it predicts each job's time and peak memory and sums device-hours per model, from
+per-component costs **measured on the named device** (:func:`measure_components`, run by
+``benchmarks/measure_costs.py``, stored as ``kernels/measured/costs-<device>.json``) and the scaling law of
+each component in the matrix shapes. A device with no measurements is an error saying how to measure, never
+a guess.
+
+Components and their laws (n × d = out × in of the matrix, k the rank, T_in LPLR's inner iterations; the
+time of a component is ``Σ_j c_j · term_j(shape)`` with the coefficients ``c_j ≥ 0`` fitted to the
+measurements at 2–3 sizes, each row weighted by 1/time so relative errors count):
+
+* ``prepare`` — one Hessian context (regularization, RHT of H, Cholesky / LDL / square root of H_rot in
+  float64): ``d³`` and ``d²``;
+* ``ldlq`` — BlockLDLQ with E8P: the feedback products ``n·d²`` and the E8P search, ``n·d``;
+* ``hessian_update`` — App. E.2's H̃ = H − M V Vᵀ Mᵀ and the block LDL of H̃: ``d³`` and ``k·d²``;
+* ``error`` — Y = (W − Q) M and the data-aware error after a Q step: ``n·d²``;
+* ``svd_exact`` — the top-k SVD of Y by a full SVD: ``max(n,d)·min(n,d)²`` (Golub & Van Loan's R-SVD
+  ``6 m n² + 20 n³``);
+* ``svd_randomized`` — the randomized range finder: ``n·d·k``;
+* ``lplr_iter`` — one LPLR inner iteration (two least-squares updates and the factor quantization):
+  ``k·d² + n·d·k`` and ``k·(n + d)``;
+* ``hessian_accumulate`` — ``Σ xxᵀ`` over ``rows`` calibration rows of width d: ``rows·d²``;
+* ``forward`` — a decoder-layer forward over ``tokens`` tokens: its FLOPs, ``2·tokens·params_layer +
+  4·tokens·T·hidden`` (projections, then attention scores and values over a window of T).
+
+One CALDERA decomposition (Algorithm 1, :func:`caldera.decomposition.caldera_decompose`) of an (n, d) matrix
+with T_out outer iterations then costs::
+
+    error (the initial Y = W M)
+    + T_out · [ldlq + error + svd + T_in · lplr_iter]
+    + (T_out − 1) · hessian_update          (iteration 0 has L = 0: no update)
+
+plus one ``prepare`` per Hessian group of a layer (q/k/v share one, gate/up one). Memory is counted from the
+shapes and dtypes (formulas in :func:`job_memory`), not measured.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+FORMAT = "caldera-costs/1"
+ROOT = Path(__file__).resolve().parents[2]
+COSTS_DIR = ROOT / "kernels" / "measured"
+
+#: component -> basis terms of its law, each a function of (n, d, k); the prediction is Σ c_j term_j
+LAWS: dict[str, tuple[tuple[str, Callable[..., float]], ...]] = {
+    "prepare": (("d^3", lambda n, d, k: d**3), ("d^2", lambda n, d, k: d**2)),
+    "ldlq": (("n d^2", lambda n, d, k: n * d * d), ("n d", lambda n, d, k: n * d)),
+    "hessian_update": (("d^3", lambda n, d, k: d**3), ("k d^2", lambda n, d, k: k * d * d)),
+    "error": (("n d^2", lambda n, d, k: n * d * d),),
+    "svd_exact": (("max min^2", lambda n, d, k: max(n, d) * min(n, d) ** 2),),
+    "svd_randomized": (("n d k", lambda n, d, k: n * d * k),),
+    "lplr_iter": (("k d^2 + n d k", lambda n, d, k: k * d * d + n * d * k), ("k (n+d)", lambda n, d, k: k * (n + d))),
+    # (rows, d): n = rows
+    "hessian_accumulate": (("rows d^2", lambda n, d, k: n * d * d),),
+    # n = tokens, d = FLOPs per token (the caller's count), k unused
+    "forward": (("flops", lambda n, d, k: n * d),),
+}
+
+#: paper figures beside the prediction (issue 18: "34 A10G-hours" to compress LLaMa-2 7B with CALDERA)
+PAPER_GPU_HOURS = {"llama-2-7b": 34.0}
+
+#: zero-shot evaluation tokens per task (documents x choices x mean tokens per request; estimates from the
+#: tasks' validation/test sizes, LLaMa tokenizer)
+ZEROSHOT_TOKENS = {
+    "caldera_winogrande": 1267 * 2 * 30,
+    "caldera_rte": 277 * 2 * 80,
+    "caldera_piqa": 1838 * 2 * 50,
+    "caldera_arc_easy": 2376 * 4 * 40,
+    "caldera_arc_challenge": 1172 * 4 * 45,
+}
+#: tokens of the WikiText-2 test stream (LLaMa tokenizer)
+STREAM_TOKENS = {"wikitext2": 341_469}
+
+
+# ------------------------------------------------------------------------------------------ fitting
+
+
+def fit(component: str, points: Sequence[dict[str, Any]]) -> list[float]:
+    """Coefficients ``c ≥ 0`` of ``component``'s law from measured points ``{"n", "d", "k", "s"}`` (seconds):
+    non-negative least squares on the relative residuals. With fewer points than terms the leading term
+    alone is fitted (the rest 0); points of 0.1 ms or less (a timing difference lost in noise) are left out."""
+    import numpy as np
+    from scipy.optimize import nnls
+
+    terms = LAWS[component]
+    # a difference of two timings that came out ≤ 0.1 ms (noise on a loaded machine) carries no information, and
+    # with relative weights it would pin the fit to zero
+    points = [p for p in points if p["s"] > 1e-4]
+    if not points:
+        return [0.0] * len(terms)
+    use = len(terms) if len(points) >= len(terms) else 1
+    A = np.array([[f(p["n"], p["d"], p["k"]) / p["s"] for _, f in terms[:use]] for p in points], dtype=float)
+    scale = A.max(axis=0)
+    c, _ = nnls(A / scale, np.ones(len(points)))
+    return [float(x) for x in c / scale] + [0.0] * (len(terms) - use)
+
+
+def predict(costs: dict[str, Any], component: str, n: float, d: float, k: float = 0) -> float:
+    """Seconds of one ``component`` call at (n, d, k) from the fitted coefficients in ``costs``."""
+    c = costs["components"][component]["coef"]
+    return sum(ci * f(n, d, k) for ci, (_, f) in zip(c, LAWS[component]))
+
+
+# ------------------------------------------------------------------------------------------ measuring
+
+
+def _timed(fn: Callable[[], Any], device: torch.device, repeats: int, clock=time.perf_counter) -> float:
+    """Best of ``repeats`` timed calls after one untimed warm-up (first-call costs: allocations, LAPACK and
+    thread-pool start-up, which a long job pays once). ``clock``: wall time by default; ``time.process_time``
+    with one thread measures the work alone on a shared machine."""
+    fn()
+    best = math.inf
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = clock()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, clock() - t0)
+    return best
+
+
+def _engine_seconds(device: torch.device, n: int, d: int, k: int, repeats: int, clock) -> dict[str, float]:
+    """Seconds of each engine component at (n, d) with rank k (a mid-run state: one decomposition done)."""
+    from caldera import CalderaConfig, caldera_decompose
+    from caldera.decomposition import HessianContext, hessian_update
+    from caldera.ldl import block_ldl
+    from caldera.ldlq import ldlq_quantize
+    from caldera.lplr import lplr_factorize
+    from caldera.quantizers import E8P, get_quantizer
+    from caldera.regression import top_k_svd
+    from caldera.synthetic import llm_like
+
+    q4 = get_quantizer("e8p-rvq4")
+    W, H = (x.to(device) for x in llm_like(n, d, seed=0))
+    cfg = CalderaConfig.preset("paper", rank=k, l_bits=4, r_bits=4)
+    ctx = HessianContext.prepare(H, rht=True, seed=cfg.seed, sigma_reg=cfg.sigma_reg)
+    dec = caldera_decompose(W, H, CalderaConfig.preset("paper", rank=k, outer_iters=1, inner_iters=1), context=ctx)
+    Wr = dec.rht.rotate_W(W)
+    A = Wr - dec.Q
+    M32 = ctx.sqrt.half.float()
+    Y = A @ M32
+    L, R = dec.L, dec.R
+    gen = torch.Generator(device=device).manual_seed(2)
+
+    def err():
+        E = torch.addmm(A @ M32, L, R @ M32, alpha=-1.0)
+        return float(torch.linalg.vector_norm(E, dtype=torch.float64))
+
+    def lplr(t_in):
+        g = torch.Generator(device=device).manual_seed(3)
+        return lambda: lplr_factorize(A, ctx.sqrt, k, q4, q4, t_in, Y=Y, svd="randomized", generator=g)
+
+    fns = {
+        "prepare": lambda: HessianContext.prepare(H, rht=True, seed=cfg.seed, sigma_reg=cfg.sigma_reg),
+        "ldlq": lambda: ldlq_quantize(Wr - L @ R, ctx.H_rot, E8P(), ldl=ctx.ldl),
+        "hessian_update": lambda: block_ldl(hessian_update(ctx.H_rot, L, R, 0.01, M=ctx.sqrt.half)),
+        "error": err,
+        "svd_exact": lambda: top_k_svd(Y, k, method="exact", generator=gen),
+        "svd_randomized": lambda: top_k_svd(Y, k, method="randomized", generator=gen),
+    }
+    out = {name: _timed(fn, device, repeats, clock) for name, fn in fns.items()}
+    # one LPLR inner iteration: the difference of T_in = 9 and T_in = 1 over 8, both with the (cheap)
+    # randomized SVD so that its run-to-run noise does not swamp the difference
+    out["lplr_iter"] = max(_timed(lplr(9), device, repeats, clock) - _timed(lplr(1), device, repeats, clock),
+                           1e-6) / 8
+    return out
+
+
+def _accumulate_seconds(device: torch.device, rows: int, d: int, repeats: int, clock) -> float:
+    from caldera.pipeline.hessians import HessianAccumulator
+
+    X = torch.randn(rows, d, device=device)
+    acc = HessianAccumulator(d, device=device)
+    return _timed(lambda: acc.update(X), device, repeats, clock)
+
+
+def _forward_seconds(device: torch.device, h: int, tokens: int, T: int, repeats: int, clock) -> tuple[float, float]:
+    """(seconds, FLOPs per token) of a LLaMA decoder layer of width h over ``tokens`` tokens in windows of T."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+
+    lc = LlamaConfig(hidden_size=h, intermediate_size=int(h * 2.6875), num_attention_heads=h // 64,
+                     num_key_value_heads=h // 64, max_position_embeddings=T, attn_implementation="sdpa")
+    layer = LlamaDecoderLayer(lc, 0).to(device).eval()
+    x = torch.randn(tokens // T, T, h, device=device)
+    pos = torch.arange(T, device=device)[None].expand(tokens // T, T)
+    pe = LlamaRotaryEmbedding(lc).to(device)(x, pos)
+    with torch.no_grad():
+        s = _timed(lambda: layer(x, position_embeddings=pe, attention_mask=None, position_ids=pos), device,
+                   repeats, clock)
+    return s, forward_flops_per_token(h, lc.intermediate_size, h, h, T)
+
+
+def measure_components(
+    device: str | torch.device = "cpu",
+    shapes: Sequence[tuple[int, int]] = ((512, 512), (512, 1024), (1024, 1024)),
+    k: int = 64,
+    repeats: int = 1,
+    model_parts: bool = True,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[str, Any]:
+    """Time every component (module docstring) once per shape on ``device`` with the engine's own functions
+    (inputs: :func:`caldera.synthetic.llm_like`, a mid-run state from a one-iteration decomposition), and fit
+    the laws. Returns the costs dict (``{"format", "device", "threads", "torch", "points", "components"}``).
+    ``model_parts=False`` skips the decoder-layer forward and the Hessian accumulation (engine only)."""
+    device = torch.device(device)
+    points: dict[str, list[dict[str, Any]]] = {name: [] for name in LAWS}
+    for n, d in shapes:
+        for name, s in _engine_seconds(device, n, d, k, repeats, clock).items():
+            points[name].append({"n": n, "d": d, "k": k, "s": s})
+        if model_parts:
+            rows = 4 * n
+            points["hessian_accumulate"].append(
+                {"n": rows, "d": d, "k": 0, "s": _accumulate_seconds(device, rows, d, repeats, clock)})
+    for h in (256, 512) if model_parts else ():
+        s, per_token = _forward_seconds(device, h, 2048, 512, repeats, clock)
+        points["forward"].append({"n": 2048, "d": per_token, "k": 0, "s": s})
+    return {
+        "format": FORMAT,
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "points": points,
+        "components": {name: {"terms": [t for t, _ in LAWS[name]], "coef": fit(name, pts)}
+                       for name, pts in points.items() if pts},
+    }
+
+
+#: pytest-benchmark names of benchmarks/test_bench_paper_shapes.py -> component
+_BENCH = {"test_ldlq": "ldlq", "test_hessian_update": "hessian_update", "test_error": "error",
+          "test_svd-exact": "svd_exact", "test_svd-randomized": "svd_randomized"}
+
+
+def points_from_benchmark(path: str | Path, k: int = 256, t_in: int = 10) -> dict[str, list[dict[str, Any]]]:
+    """Component points from a pytest-benchmark JSON of ``benchmarks/test_bench_paper_shapes.py`` (paper
+    shapes, rank ``k``): its ldlq, hessian_update, error and svd runs, and ``lplr_iter`` = (lplr − exact SVD) /
+    T_in at each shape."""
+    data = json.loads(Path(path).read_text())
+    pts: dict[str, list[dict[str, Any]]] = {}
+    by_shape: dict[tuple[int, int], dict[str, float]] = {}
+    for b in data["benchmarks"]:
+        base, _, param = b["name"].partition("[")
+        n, d = b["extra_info"]["shape"]
+        method = b["extra_info"].get("method")
+        key = f"{base}-{method}" if method else base
+        by_shape.setdefault((n, d), {})[key] = b["stats"]["mean"]
+        if key in _BENCH:
+            pts.setdefault(_BENCH[key], []).append({"n": n, "d": d, "k": k, "s": b["stats"]["mean"],
+                                                    "from": str(path)})
+    for (n, d), t in by_shape.items():
+        if "test_lplr" in t and "test_svd-exact" in t and t["test_lplr"] > t["test_svd-exact"]:
+            pts.setdefault("lplr_iter", []).append({"n": n, "d": d, "k": k, "from": str(path),
+                                                    "s": (t["test_lplr"] - t["test_svd-exact"]) / t_in})
+    return pts
+
+
+def refit(costs: dict[str, Any], extra: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """``costs`` with the points of ``extra`` added and every law refitted."""
+    for name, pts in extra.items():
+        costs["points"].setdefault(name, []).extend(pts)
+    costs["components"] = {name: {"terms": [t for t, _ in LAWS[name]], "coef": fit(name, pts)}
+                           for name, pts in costs["points"].items() if pts}
+    return costs
+
+
+def forward_flops_per_token(hidden: int, intermediate: int, q_dim: int, kv_dim: int, window: int) -> float:
+    """FLOPs of one decoder layer per token: the seven projections (2 · params) and causal attention over a
+    window (2 · window · q_dim for the scores and the values, halved for causality, twice)."""
+    params = hidden * (2 * q_dim + 2 * kv_dim) + 3 * hidden * intermediate
+    return 2.0 * params + 2.0 * window * q_dim
+
+
+# ------------------------------------------------------------------------------------------ predictions
+
+
+def costs_file(device: str) -> Path:
+    return COSTS_DIR / f"costs-{device}.json"
+
+
+def load_costs(device: str, path: str | Path | None = None) -> dict[str, Any]:
+    """The measured costs of ``device`` (``cpu`` | ``cuda``); ``FileNotFoundError`` saying how to measure them
+    when none were (never invented)."""
+    p = Path(path) if path else costs_file(device)
+    if not p.is_file():
+        raise FileNotFoundError(
+            f"no measured component costs for device {device!r} ({p} is missing): on a machine with that device "
+            f"run `python benchmarks/measure_costs.py --device {device}` (a few minutes), then `caldera cost` again"
+        )
+    costs = json.loads(p.read_text())
+    if costs.get("format") != FORMAT:
+        raise ValueError(f"{p}: not a {FORMAT} file")
+    return costs
+
+
+def decompose_seconds(costs: dict[str, Any], n: int, d: int, cfg: Any) -> float:
+    """Predicted seconds of one ``caldera_decompose`` of an (n, d) matrix with CalderaConfig ``cfg``, its
+    Hessian context given (module docstring)."""
+    k = cfg.rank
+    svd = "svd_randomized" if cfg.svd == "randomized" else "svd_exact"
+    per_outer = predict(costs, "error", n, d, k)
+    if cfg.ldlq:
+        per_outer += predict(costs, "ldlq", n, d, k)
+    if k:
+        per_outer += predict(costs, svd, n, d, k) + cfg.inner_iters * predict(costs, "lplr_iter", n, d, k)
+    updates = (cfg.outer_iters - 1) if (cfg.hessian_update and cfg.ldlq and k) else 0
+    return (predict(costs, "error", n, d, k) + cfg.outer_iters * per_outer
+            + updates * predict(costs, "hessian_update", n, d, k))
+
+
+def method_matrix_seconds(costs: dict[str, Any], method: str, cfg: Any, n: int, d: int) -> float:
+    """Predicted seconds to compress one (n, d) matrix with ``method`` (context excluded). CALDERA: the full
+    law; QuIP#: one LDLQ; QuIP#-LR: LDLQ + one exact SVD; LoftQ: its iterations of an exact SVD; others: one
+    LDLQ (a lower bound, stated in the output)."""
+    if method == "caldera":
+        return decompose_seconds(costs, n, d, cfg)
+    ldlq = predict(costs, "ldlq", n, d, 0) + predict(costs, "error", n, d, 0)
+    rank = int(getattr(cfg, "rank", 0) or getattr(cfg, "lr_rank", 0) or 0)
+    if method == "quip#-lr":
+        return ldlq + predict(costs, "svd_exact", n, d, rank)
+    if method == "loftq":
+        return int(getattr(cfg, "iters", 5) or 5) * predict(costs, "svd_exact", n, d, rank)
+    return ldlq
+
+
+def shapes_of(model_key: str) -> tuple[list[tuple[int, int]], tuple[int, int, int, int, int], int]:
+    from caldera.bits import MODEL_CONFIGS, MODEL_SHAPES, NUM_HIDDEN_LAYERS
+
+    return MODEL_SHAPES[model_key], MODEL_CONFIGS[model_key], NUM_HIDDEN_LAYERS[model_key]
+
+
+def _vocab(model_key: str) -> int:
+    return {"llama-3-8b": 128_256, "mistral-7b": 32_000}.get(model_key, 32_000)
+
+
+def job_memory(rule: str, model_key: str, config: dict[str, Any], *, bytes_per: int = 2,
+               bits: float | None = None) -> dict[str, float]:
+    """Peak memory of one job in GB, from shapes and dtypes: ``{"host", "device"}`` (device 0 on the CPU path:
+    everything is host). ``bytes_per``: the dense dtype's bytes (2: fp16/bf16).
+
+    * hessians (:class:`caldera.pipeline.partial.LazyLayers`: one decoder layer read at a time): host = one
+      layer's tensors on their way; device = one layer + embeddings and lm_head + the hidden states
+      (N·T·hidden, once) + float64 accumulators 8·(3 h² + f²) (+ a float32 xᵀx) + one batch's activations
+      B·T·(4h + 3f);
+    * compress_layers: host = the layer's weights (stored dtype) + its four float32 Hessians; device = the
+      engine's working set for its largest matrix, 64·d² (float64 H, H_rot, its square root and inverse, the
+      LDL of H and of H̃; float32 copies) + 28·n·d bytes (float32 W, rotated W, Q, A, Y, residuals);
+    * evaluate: device = the model (dense in its dtype, or compressed: ``bits``/8 per linear weight plus the
+      rest in its dtype) + logits B·T·vocab in float32 + one layer's activations; host = the model (it is
+      loaded there, then moved).
+    """
+    shapes, (h, f, heads, kv, hd), n_layers = shapes_of(model_key)
+    layer_params = sum(n * d for n, d in shapes)
+    embed = 2 * h * _vocab(model_key)
+    gb = 1e-9
+    cal = config["calibration"]
+    if rule == "hessians":
+        N, T, B = cal["n_samples"], cal["seq_len"], cal.get("batch_size", 8)
+        host = layer_params * bytes_per  # a layer's tensors pass through the host as they are read
+        dev = ((layer_params + embed) * bytes_per + N * T * h * bytes_per + 8 * (3 * h * h + f * f) + 4 * f * f
+               + B * T * (4 * h + 3 * f) * bytes_per)
+        return {"host": host * gb, "device": dev * gb}
+    if rule == "compress_layers":
+        host = layer_params * bytes_per + 4 * (3 * h * h + f * f)
+        dev = max(64 * d * d + 28 * n * d for n, d in shapes)
+        return {"host": host * gb, "device": dev * gb}
+    if rule == "evaluate":
+        T = max(spec["seq_len"] for spec in config["eval"]["ppl"].values())
+        B = 1
+        lin = layer_params * n_layers * ((bits / 8) if bits else bytes_per)
+        dev = lin + embed * bytes_per + B * T * _vocab(model_key) * 4 + B * T * (4 * h + 3 * f) * bytes_per
+        return {"host": (lin + embed * bytes_per) * gb, "device": dev * gb}  # loaded on the host, then moved
+    raise ValueError(f"no memory model for rule {rule!r}")
+
+
+def eval_tokens(config: dict[str, Any]) -> int:
+    """Tokens one evaluate job runs forward: each perplexity corpus (the WikiText-2 stream or n_windows ×
+    seq_len) and the zero-shot tasks (:data:`ZEROSHOT_TOKENS`, estimates)."""
+    total = 0
+    for spec in config["eval"]["ppl"].values():
+        if spec["protocol"] == "stream":
+            total += min(STREAM_TOKENS.get(spec["source"], 341_469),
+                         (spec.get("n_windows") or 10**9) * spec["seq_len"])
+        else:
+            total += spec["n_windows"] * spec["seq_len"]
+    zs = (config["eval"].get("zeroshot") or {}).get("tasks") or []
+    return total + sum(ZEROSHOT_TOKENS.get(t, 0) for t in zs)
+
+
+def figure_rules(config: dict[str, Any], costs: dict[str, Any], shape_key: str) -> dict[str, dict[str, Any]]:
+    """``ablation_traces`` (Figure 3: every matrix x paper rank x ablation at ``figures.outer_iters``, plus
+    QuIP#-LR) and ``lplr_traces`` (Figure 4: LPLR alone) of the figures' model, one job each."""
+    from caldera.config import CalderaConfig
+    from caldera.experiments.plan import mapped_rank
+
+    fc = config["figures"]
+    shapes = dict(zip(("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+                      shapes_of(shape_key)[0]))
+    s = 0.0
+    for name in fc["matrices"]:
+        n, d = shapes[name]
+        s += predict(costs, "prepare", 0, d, 0)
+        for paper_rank in fc["paper_ranks"]:
+            for ablation in fc["ablations"]:
+                cfg = CalderaConfig.preset(ablation)
+                r = mapped_rank(config, fc["paper_model"], paper_rank, cfg.l_bits)
+                cfg = cfg.replace(rank=r, outer_iters=fc["outer_iters"], svd=fc.get("svd", cfg.svd))
+                s += predict(costs, "prepare", 0, d, 0) + decompose_seconds(costs, n, d, cfg)
+            s += predict(costs, "ldlq", n, d, 0) + predict(costs, "svd_exact", n, d, paper_rank)
+    t = 0.0
+    for name in fc.get("lplr_matrices", []):
+        n, d = shapes[name]
+        t += predict(costs, "prepare", 0, d, 0)
+        for paper_rank in fc["paper_ranks"]:
+            t += predict(costs, "svd_exact", n, d, paper_rank) + fc["lplr_inner_iters"] * predict(
+                costs, "lplr_iter", n, d, paper_rank)
+    mem = job_memory("compress_layers", shape_key, config)
+    return {"ablation_traces": {"jobs": 1, "s_per_job": s, "mem_gb": mem},
+            "lplr_traces": {"jobs": 1, "s_per_job": t, "mem_gb": mem}}
+
+
+#: rules that run the engine or a model forward: a GPU each on a cluster
+GPU_RULES = ("hessians", "compress_layers", "evaluate", "ablation_traces", "lplr_traces")
+
+
+def slurm_resources(config: dict[str, Any], costs: dict[str, Any] | None, *, margin: float = 1.5,
+                    overhead_gb: float = 4.0) -> dict[str, dict[str, Any]]:
+    """``set-resources`` of the SLURM profile from the predictions: per rule the largest job over the models,
+    ``runtime`` (minutes) = predicted time x ``margin`` (at least 10; omitted without ``costs``: memory needs
+    no timing) and ``mem_mb`` = (host memory, plus the device's when the device is the CPU, + ``overhead_gb``
+    for the runtime and CUDA context) x 1.25. A GPU for every rule of :data:`GPU_RULES`."""
+    zero = {"components": {name: {"coef": [0.0] * len(LAWS[name])} for name in LAWS}, "device": "cuda"}
+    est = estimate(config, costs or zero)
+    on_cpu = costs is not None and not str(costs["device"]).startswith("cuda")
+    out: dict[str, dict[str, Any]] = {}
+    for e in est.values():
+        for rule, r in e["rules"].items():
+            mem = r["mem_gb"]["host"] + (r["mem_gb"]["device"] if on_cpu else 0.0)
+            res = out.setdefault(rule, {"gpu": 0 if on_cpu else 1, "mem_mb": 0})
+            res["mem_mb"] = max(res["mem_mb"], int(math.ceil((mem + overhead_gb) * 1.25 * 1000 / 1000) * 1000))
+            if costs is not None:
+                res["runtime"] = max(res.get("runtime", 10), int(math.ceil(r["s_per_job"] * margin / 60)))
+    return out
+
+
+def slurm_yaml(resources: dict[str, dict[str, Any]]) -> str:
+    return "\n".join(f"  {rule}: {{{', '.join(f'{k}: {v}' for k, v in sorted(r.items()))}}}"
+                     for rule, r in sorted(resources.items()))
+
+
+def estimate(config: dict[str, Any], costs: dict[str, Any]) -> dict[str, Any]:
+    """Per model of ``config``: per rule ``{"jobs", "s_per_job", "mem_gb", "hours"}`` and the total hours; plus
+    per CALDERA variant its compression hours (the paper's 34 A10G-hours figure is for one such variant)."""
+    from caldera.experiments.plan import all_variants
+
+    variants = all_variants(config)
+    out: dict[str, Any] = {}
+    for mkey, m in config["models"].items():
+        shape_key = m["shapes"]
+        shapes, (h, f, heads, kv, hd), n_layers = shapes_of(shape_key)
+        layers = config.get("layers") or list(range(m["num_layers"]))
+        cal = config["calibration"]
+        groups = {"qkv": shapes[0][1], "o": shapes[3][1], "up": shapes[4][1], "down": shapes[6][1]}
+        rules: dict[str, dict[str, Any]] = {}
+        # hessians: one job; every layer's forward over N·T tokens and the four accumulations
+        tokens = cal["n_samples"] * cal["seq_len"]
+        per_tok = forward_flops_per_token(h, f, heads * hd, kv * hd, cal["seq_len"])
+        s = len(layers) * (predict(costs, "forward", tokens, per_tok)
+                           + sum(predict(costs, "hessian_accumulate", tokens, d) for d in groups.values()))
+        rules["hessians"] = {"jobs": 1, "s_per_job": s, "mem_gb": job_memory("hessians", shape_key, config)}
+        # compress_layers: per variant, one job per chunk of layers_per_job layers
+        per_variant: dict[str, float] = {}
+        jobs = 0
+        total_s = 0.0
+        worst = 0.0
+        for v in variants.values():
+            if v.model != mkey or v.method == "dense":
+                continue
+            cfg = v.config
+            s_layer = sum(predict(costs, "prepare", 0, d, 0) for d in groups.values()) + sum(
+                method_matrix_seconds(costs, v.method, cfg, n, d) for n, d in shapes)
+            per_variant[v.id] = s_layer * len(layers)
+            k = int(config.get("layers_per_job", 1))
+            jobs += math.ceil(len(layers) / k)
+            total_s += s_layer * len(layers)
+            worst = max(worst, s_layer * k)
+        if jobs:
+            rules["compress_layers"] = {"jobs": jobs, "s_per_job": worst, "total_s": total_s,
+                                        "mem_gb": job_memory("compress_layers", shape_key, config)}
+        # evaluate: every variant, dense included
+        n_eval = sum(1 for v in variants.values() if v.model == mkey)
+        ev_tok = eval_tokens(config)
+        T = max(spec["seq_len"] for spec in config["eval"]["ppl"].values())
+        s_eval = n_layers * predict(costs, "forward", ev_tok, forward_flops_per_token(h, f, heads * hd, kv * hd, T))
+        s_eval += predict(costs, "forward", ev_tok, 2 * h * _vocab(shape_key))  # lm_head
+        rules["evaluate"] = {"jobs": n_eval, "s_per_job": s_eval,
+                             "mem_gb": job_memory("evaluate", shape_key, config)}
+        if mkey == (config.get("figures") or {}).get("model"):
+            rules.update(figure_rules(config, costs, shape_key))
+        for r in rules.values():
+            r["hours"] = r.get("total_s", r["s_per_job"] * r["jobs"]) / 3600
+        out[mkey] = {"rules": rules, "hours": sum(r["hours"] for r in rules.values()),
+                     "caldera_variant_hours": {vid: s / 3600 for vid, s in per_variant.items()
+                                               if variants[vid].method == "caldera"}}
+    return out
+
+
+def report(config: dict[str, Any], costs: dict[str, Any]) -> str:
+    """The text ``caldera cost`` prints."""
+    est = estimate(config, costs)
+    dev = costs["device"]
+    unit = "GPU" if dev.startswith("cuda") else f"CPU ({costs['threads']} threads)"
+    lines = [f"Predicted cost of `{config.get('name', '?')}` on {costs.get('device_name', dev)} "
+             f"({unit} job-hours; component costs measured {costs.get('measured_at', '?')}, "
+             f"torch {costs.get('torch', '?')}, {costs['threads']} threads)", ""]
+    for mkey, e in est.items():
+        lines.append(f"## {mkey}: {e['hours']:.1f} {unit}-hours in all")
+        lines.append(f"{'rule':<17}{'jobs':>6}{'h per job':>12}{'host GB':>10}{'device GB':>11}{'hours':>10}")
+        for rule, r in e["rules"].items():
+            lines.append(f"{rule:<17}{r['jobs']:>6}{r['s_per_job'] / 3600:>12.2f}{r['mem_gb']['host']:>10.1f}"
+                         f"{r['mem_gb']['device']:>11.1f}{r['hours']:>10.1f}")
+        for vid, hrs in e["caldera_variant_hours"].items():
+            paper = PAPER_GPU_HOURS.get(mkey)
+            beside = f"  (paper: {paper:g} A10G-hours)" if paper and "r256" in vid else ""
+            lines.append(f"  compress {vid}: {hrs:.1f} hours{beside}")
+        lines.append("")
+    lines.append("Rules not listed (assemble, tables, plots, fine-tuning, throughput) are not modelled; "
+                 "evaluation counts forwards only (decoding compressed layers on the fly is not included).")
+    return "\n".join(lines)
+
+
+def load_workflow_config(path: str | Path) -> dict[str, Any]:
+    from caldera.experiments.config_guard import load_yaml_strict
+
+    return load_yaml_strict(path)
