@@ -774,6 +774,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Per rule: jobs, hours and peak memory per job, and device-hours per model, from component "
         "costs measured on the device (kernels/measured/costs-<device>.json, written by "
         "benchmarks/measure_costs.py) and their scaling laws (caldera.experiments.cost).",
+        formatter_class=raw, epilog=_example("caldera cost --configfile config/paper.yaml --device cpu"),
     )
     p.add_argument("--configfile", required=True, help="workflow config, e.g. config/paper.yaml")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="whose measured costs to use")

@@ -26,13 +26,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from caldera.bits import NUM_HIDDEN_LAYERS
+from caldera.bits import MODEL_SHAPES, NUM_HIDDEN_LAYERS
 from caldera.experiments.variants import (  # noqa: F401 - the row -> variant mapping, re-exported from here
     RHTFT_SUFFIX,
     RHTFT_TABLES,
     TABLE_PARAMS,
     ZERO_SHOT_TABLES,
     Variant,
+    _safe,
     caldera_params,
     make_variant,
     mapped_rank,

@@ -74,10 +74,10 @@ def load_tokenizer(config: dict[str, Any], model: str):
     """The tokenizer of ``config["models"][model]`` (as :func:`load_dense` loads it, without the weights)."""
     from transformers import AutoTokenizer
 
-    from caldera.pipeline.partial import _local_folder
+    from caldera.pipeline.partial import local_folder
 
     src = model_source(config, model)
-    folder = _local_folder(src)
+    folder = local_folder(src)
     return AutoTokenizer.from_pretrained(str(folder or src), **({"local_files_only": True} if folder else {}))
 
 

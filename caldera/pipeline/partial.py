@@ -37,7 +37,7 @@ INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 
 
-def _local_folder(source: str | os.PathLike) -> Path | None:
+def local_folder(source: str | os.PathLike) -> Path | None:
     """``source`` as a verified local folder (the same checks as :func:`caldera.pipeline.assets.load_model`),
     or None for a hub name."""
     from caldera.pipeline.assets import BAD_MARKER, MARKER, in_cache, verify_built
@@ -63,7 +63,7 @@ def weight_map(source: str | os.PathLike) -> tuple[dict[str, str], Path | None]:
     index is read for a sharded checkpoint; the header for a single file)."""
     from safetensors import safe_open
 
-    folder = _local_folder(source)
+    folder = local_folder(source)
     if folder is not None:
         if (folder / INDEX_FILE).is_file():
             return dict(json.loads((folder / INDEX_FILE).read_text())["weight_map"]), folder
@@ -84,7 +84,7 @@ def meta_model(source: str | os.PathLike) -> nn.Module:
     """The architecture of ``source`` (its ``config.json``) with every tensor on the ``meta`` device."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    folder = _local_folder(source)
+    folder = local_folder(source)
     cfg = AutoConfig.from_pretrained(str(folder or source), **({"local_files_only": True} if folder else {}))
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(cfg)
