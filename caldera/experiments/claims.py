@@ -550,6 +550,21 @@ SDD_NOTE = ("*Verdicts.* Ordering claims on perplexity and zero-shot results are
             "`caldera.stats.combine`), which `python -m caldera.experiments.coverage` checks a rerun against.")
 
 
+def claims_table(claims: list[dict[str, Any]]) -> list[str]:
+    """The Markdown table of ``claims`` (header, rule, one line per claim), as ``claims.md`` prints it."""
+    return ["| claim | source | verdict | numbers | smallest detectable difference |", "|---|---|---|---|---|",
+            *(f"| {c['claim']} | {c['source']} | **{c['verdict']}** | {c['numbers']} | {c['sdd']} |"
+              for c in claims)]
+
+
+def jsonable(claims: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``claims`` with ±inf interval bounds (a seed part undetermined) as null: JSON has no infinity. In place."""
+    for c in claims:
+        c["intervals"] = [{k: (None if isinstance(x, float) and not math.isfinite(x) else x) for k, x in iv.items()}
+                          for iv in c.get("intervals", [])]
+    return claims
+
+
 def write_claims(fig3_json: str, fig4_json: str, table_jsons: list[str], out_md: str, out_json: str,
                  extra: list[dict[str, Any]] | None = None, selection_json: str | None = None,
                  throughput_json: str | None = None, lora_json: str | None = None, spread_md: str | None = None,
@@ -574,13 +589,9 @@ def write_claims(fig3_json: str, fig4_json: str, table_jsons: list[str], out_md:
         claims = configuration_notes(claims, json.loads(Path(selection_json).read_text()))
     lines = ["# Claims of the paper, checked on this run", "",
              SDD_NOTE.format(resamples=stats.RESAMPLES, seed=stats.SEED), "",
-             "| claim | source | verdict | numbers | smallest detectable difference |", "|---|---|---|---|---|"]
-    lines += [f"| {c['claim']} | {c['source']} | **{c['verdict']}** | {c['numbers']} | {c['sdd']} |" for c in claims]
+             *claims_table(claims)]
     write_atomic(out_md, "\n".join(lines) + "\n")
-    for c in claims:  # ±inf bounds (a seed part undetermined) are stored as null: JSON has no infinity
-        c["intervals"] = [{k: (None if isinstance(x, float) and not math.isfinite(x) else x) for k, x in iv.items()}
-                          for iv in c.get("intervals", [])]
-    write_json(out_json, claims)
+    write_json(out_json, jsonable(claims))
     if spread_md is not None:
         md, data = spread_report(tables, claims)
         write_atomic(spread_md, md)

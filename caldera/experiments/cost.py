@@ -133,8 +133,7 @@ def _timed(fn: Callable[[], Any], device: torch.device, repeats: int, clock=time
 def _engine_seconds(device: torch.device, n: int, d: int, k: int, repeats: int, clock) -> dict[str, float]:
     """Seconds of each engine component at (n, d) with rank k (a mid-run state: one decomposition done)."""
     from caldera.config import CalderaConfig
-    from caldera.decomposition import caldera_decompose
-    from caldera.decomposition import HessianContext, hessian_update
+    from caldera.decomposition import HessianContext, caldera_decompose, hessian_update
     from caldera.ldl import block_ldl
     from caldera.ldlq import ldlq_quantize
     from caldera.lplr import lplr_factorize

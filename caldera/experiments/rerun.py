@@ -15,7 +15,6 @@ writes ``OUT_DIR/claims.json``, ``claims.md`` and ``spread.md``; compare with
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +36,9 @@ def rerun_claims(config: dict[str, Any], results_dir: str, tables: tuple[str, ..
 
 
 def render(claims: list[dict[str, Any]], title: str) -> str:
-    lines = [f"# {title}", "", "| claim | source | verdict | numbers | smallest detectable difference |",
-             "|---|---|---|---|---|"]
-    lines += [f"| {c['claim']} | {c['source']} | **{c['verdict']}** | {c['numbers']} | {c.get('sdd', '')} |"
-              for c in claims]
-    return "\n".join(lines) + "\n"
+    from caldera.experiments.claims import claims_table
+
+    return "\n".join([f"# {title}", "", *claims_table(claims)]) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,11 +57,15 @@ def main(argv: list[str] | None = None) -> int:
 
         validate(config, str(schema))
     claims, spread = rerun_claims(config, a.results, tuple(a.tables))
+    from caldera.atomic import write_atomic
+    from caldera.experiments.claims import jsonable
+    from caldera.experiments.steps import write_json
+
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "claims.json").write_text(json.dumps(claims, indent=1, default=str))
-    (out / "claims.md").write_text(render(claims, f"Claims of {', '.join(a.tables)} ({config.get('name')})"))
-    (out / "spread.md").write_text(spread)
+    write_atomic(out / "claims.md", render(claims, f"Claims of {', '.join(a.tables)} ({config.get('name')})"))
+    write_json(str(out / "claims.json"), jsonable(claims))
+    write_atomic(out / "spread.md", spread)
     for c in claims:
         print(f"{c['verdict']:>36} | {c['claim']} | {c['source']}")
     return 0
