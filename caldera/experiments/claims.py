@@ -544,7 +544,10 @@ SDD_NOTE = ("*Verdicts.* Ordering claims on perplexity and zero-shot results are
             "(Table 1's 7B/13B/70B rows map to the same stand-in variants) is stated once, with every row in its "
             "source. *Reproducibility*: a rerun on the same CPU type with the same seeds is bitwise identical; "
             "on another CPU, or with other seeds, each compressed model is another realization, and only these "
-            "intervals — not the point values — are expected to reproduce. The interval is a confidence interval "
+            "intervals — not the point values — are expected to reproduce (the config's `numerics: avx2` pins "
+            "the Hessian and compression jobs to MKL's and torch's AVX2 paths, which removes the instruction-set "
+            "dispatch measured to change E8P codes across CPUs; bitwise identity across CPU types is not "
+            "promised, and was not verified on a second one). The interval is a confidence interval "
             "for the mean over realizations; where *another* run with as many fresh seeds should land (95 %) is "
             "the wider prediction interval `rerun_lo`/`rerun_hi` in `claims.json` (seed part × √2, "
             "`caldera.stats.combine`), which `python -m caldera.experiments.coverage` checks a rerun against.")

@@ -8,7 +8,8 @@ functions (:func:`caldera.experiments.tables.build_table`, :func:`caldera.experi
 
     python -m caldera.experiments.rerun CONFIG.yaml RESULTS_DIR OUT_DIR [--tables table1_llama2_zeroshot …]
 
-writes ``OUT_DIR/claims.json``, ``claims.md`` and ``spread.md``; compare with
+writes ``OUT_DIR/claims.json``, ``claims.md`` and ``spread.md`` (and, with ``--write-tables``, each table's
+md/tex/csv/json as rule ``make_table`` writes them); compare with
 ``python -m caldera.experiments.coverage COMMITTED/claims.json OUT_DIR/claims.json``.
 """
 
@@ -47,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("results", help="the run's results folder, e.g. results/mini-reseed")
     ap.add_argument("out", help="folder for claims.json, claims.md, spread.md")
     ap.add_argument("--tables", nargs="+", default=list(DEFAULT_TABLES))
+    ap.add_argument("--write-tables", action="store_true",
+                    help="also write each table's .md/.tex/.csv/.json into OUT (as rule make_table does)")
     ap.add_argument("--schema", default="workflow/schemas/config.schema.yaml",
                     help="the workflow's config schema (defaults filled from it when the file exists)")
     a = ap.parse_args(argv)
@@ -66,6 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     write_atomic(out / "claims.md", render(claims, f"Claims of {', '.join(a.tables)} ({config.get('name')})"))
     write_json(str(out / "claims.json"), jsonable(claims))
     write_atomic(out / "spread.md", spread)
+    if a.write_tables:
+        from caldera.experiments.tables import write_table
+
+        for t in a.tables:
+            write_table(a.results, config, t, *(str(out / f"{t}.{ext}") for ext in ("md", "tex", "csv", "json")))
     for c in claims:
         print(f"{c['verdict']:>36} | {c['claim']} | {c['source']}")
     return 0

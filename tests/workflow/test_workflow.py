@@ -145,6 +145,21 @@ def test_smoke_workflow_end_to_end(tmp_path):
     assert {r["seeds"]["ppl"] for r in table["rows"] if r["variant"] and "caldera" in r["variant"]} == {3}
     assert any(max(iv.get("seeds") or [0]) == 3 for c in claims for iv in c.get("intervals", []))
     assert "| smollm2-quipsharp | 0/1/2 |" in (out / "spread.md").read_text()
+    # the rerun tool (a partial run's claims) rebuilds this run's table and its claims exactly as the workflow did
+    from caldera.experiments.rerun import main as rerun_main
+
+    cwd = os.getcwd()
+    try:
+        os.chdir(tmp_path)
+        assert rerun_main(["config/smoke.yaml", "results/smoke", "partial", "--tables", "table7_mistral",
+                           "--write-tables"]) == 0
+    finally:
+        os.chdir(cwd)
+    part = tmp_path / "partial"
+    for ext in ("md", "tex", "csv"):
+        assert (part / f"table7_mistral.{ext}").read_text() == (out / f"table7_mistral.{ext}").read_text(), ext
+    table7_claims = [c for c in claims if "table7_mistral" in c["source"]]
+    assert table7_claims and json.loads((part / "claims.json").read_text()) == table7_claims
     # resumable: a second run has nothing to do
     r2 = subprocess.run(SNAKEMAKE + ["-n", "--cores", "2", "--configfile", "config/smoke.yaml"], cwd=tmp_path,
                         capture_output=True, text=True, timeout=600, env=env)

@@ -9,6 +9,17 @@ Everything the job prints goes to its log.
 import contextlib
 import os
 
+#: the rules whose result a CALDERA decomposition amplifies (an E8P code flipped by a last-bit difference changes
+#: every code LDLQ rounds after it): the Hessians, the decompositions and the sweeps over them. They run under the
+#: config's ``numerics`` (caldera.numerics); every other job (evaluation, fine-tuning, throughput) keeps the
+#: machine's own code paths: its last-bit differences are not amplified, and Table 6 times the machine's own kernels.
+PINNED_RULES = frozenset({"hessians", "selection", "compress_layers", "ablation_traces", "lplr_traces"})
+
+
+def numerics_mode(config: dict, rule: str) -> str:
+    """The ``numerics`` mode of a job of ``rule`` under ``config`` (``native`` outside :data:`PINNED_RULES`)."""
+    return config.get("numerics", "native") if rule in PINNED_RULES else "native"
+
 
 @contextlib.contextmanager
 def job(sm):
@@ -16,7 +27,7 @@ def job(sm):
         os.environ[var] = str(sm.threads)
     from caldera import numerics  # torch-free: pins the CPU code paths (config `numerics`) before torch loads
 
-    numerics.apply(sm.config.get("numerics", "native"))
+    numerics.apply(numerics_mode(sm.config, sm.rule))
     import torch
 
     torch.set_num_threads(sm.threads)
