@@ -6,7 +6,7 @@ table and figure, does not run. This builds what it can from the run's results f
 functions (:func:`caldera.experiments.tables.build_table`, :func:`caldera.experiments.claims.table_claims`,
 :func:`caldera.experiments.claims.spread_report`)::
 
-    python -m caldera.experiments.rerun CONFIG.yaml RESULTS_DIR OUT_DIR [--tables table1_llama2_zeroshot …]
+    python -m caldera.experiments.rerun CONFIG.yaml RESULTS_DIR OUT_DIR [--overlay OVERLAY.yaml] [--tables …]
 
 writes ``OUT_DIR/claims.json``, ``claims.md`` and ``spread.md`` (and, with ``--write-tables``, each table's
 md/tex/csv/json as rule ``make_table`` writes them); compare with
@@ -45,6 +45,9 @@ def render(claims: list[dict[str, Any]], title: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("config", help="the run's config (YAML)")
+    ap.add_argument("--overlay", action="append", default=[], metavar="YAML",
+                    help="a config merged over CONFIG, as a second `--configfile` is (repeatable; e.g. "
+                         "config/mini-seeds.yaml)")
     ap.add_argument("results", help="the run's results folder, e.g. results/mini-reseed")
     ap.add_argument("out", help="folder for claims.json, claims.md, spread.md")
     ap.add_argument("--tables", nargs="+", default=list(DEFAULT_TABLES))
@@ -54,6 +57,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="the workflow's config schema (defaults filled from it when the file exists)")
     a = ap.parse_args(argv)
     config = load_yaml_strict(a.config)
+    for extra in a.overlay:  # deep merge, as Snakemake merges several --configfile
+        from snakemake.utils import update_config
+
+        update_config(config, load_yaml_strict(extra))
     schema = Path(a.schema)
     if schema.exists():  # the workflow's schema fills its defaults, as the workflow does
         from snakemake.utils import validate
