@@ -13,8 +13,8 @@ import os
 
 import pytest
 
-from caldera.theory.common import torch_threads
-from caldera.theory.complexity import ROUTINES, Routine, measure_exponent
+from theory.common import torch_threads
+from theory.complexity import ROUTINES, Routine, measure_exponent
 
 SIZES = [int(s) for s in os.environ.get("CALDERA_BENCH_SIZES", "128,256,512,1024").split(",")]
 

@@ -25,10 +25,13 @@ rank  layer           modules
 3     kernels         ``kernels``: compressed matmuls from stored codes (C, Numba, Triton) and their dispatcher
 4     nn              ``nn``: the compressed layer ``CompressedLinear`` (storage format, forward, kernel choice)
 5     pipeline        ``pipeline``: whole models (assets, text, Hessians, compression, checkpoints, HF loading)
-6     evaluation      ``eval``, ``finetune``, ``reports``, ``theory``: libraries that measure or train models
+6     evaluation      ``eval``, ``finetune``, ``reports``: libraries that measure or train models
 7     experiments     ``experiments``: the workflow's plan, jobs, tables, figures and claims
 8     entry points    ``cli`` and the package ``caldera`` itself (its lazy public API and the transformers hook)
 ====  ==============  ===========================================================================================
+
+The theory checks live outside the package, in the top-level ``theory/`` (checks, report and their tests): they
+import ``caldera``, and no module of ``caldera`` may import ``theory``, at any level or inside a function.
 
 Two more rules: a private name (``_x``) is imported only inside its own package (``experiments.claims`` may use
 ``experiments.tables._paired``; ``kernels.native`` may not use ``hadamard._factor_matrix``), and only the dispatcher
@@ -56,7 +59,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("kernels", ("kernels",)),
     ("nn", ("nn",)),
     ("pipeline", ("pipeline",)),
-    ("evaluation", ("eval", "finetune", "reports", "theory")),
+    ("evaluation", ("eval", "finetune", "reports")),
     ("experiments", ("experiments",)),
     ("entry points", ("cli", "")),  # "": the package's own __init__
 )
@@ -226,6 +229,29 @@ def test_no_upward_imports():
     assert not up, "imports of a higher layer:\n  " + "\n  ".join(up)
 
 
+def external_imports(root: Path, package: str, outside: str) -> list[str]:
+    """Every import of the top-level package ``outside`` (or its modules) by a module of ``package``."""
+    found = []
+    for name, (path, _) in modules(root, package).items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                targets = [node.module or ""]
+            else:
+                continue
+            found += [f"{name}:{node.lineno} imports {t}" for t in targets
+                      if t == outside or t.startswith(outside + ".")]
+    return found
+
+
+def test_the_library_never_imports_the_theory_checks():
+    """``theory/`` (checks, report, tests) sits on top of ``caldera``; the library must not depend on it."""
+    bad = external_imports(ROOT, PACKAGE, "theory")
+    assert not bad, ("caldera imports the theory package (theory imports caldera, never the reverse):\n  "
+                     + "\n  ".join(bad))
+
+
 def test_private_names_stay_in_their_package():
     known = modules(ROOT, PACKAGE)
     bad = [str(e) for e in EDGES
@@ -286,6 +312,15 @@ def test_checker_resolves_parent_relative_imports_and_names_of_modules(tmp_path)
         ("pkg.experiments.claims", ("ABLATION_CLAIMS", "_x"))]
     assert [e.target for e in graph["pkg.cli"]] == ["pkg.experiments", "pkg.experiments.claims"]
     assert len(cycles(graph)) == 1
+
+
+def test_checker_finds_imports_of_an_outside_package(tmp_path):
+    pkg = _write(tmp_path, {
+        "__init__.py": "",
+        "a.py": "import theory.report\nimport theoryx\n",
+        "b.py": "def f():\n    from theory import common\n    from .theory import x\n",
+    })  # fmt: skip
+    assert external_imports(pkg, "pkg", "theory") == ["pkg.a:1 imports theory.report", "pkg.b:2 imports theory"]
 
 
 @pytest.mark.parametrize("module, layer", [

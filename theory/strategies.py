@@ -10,7 +10,7 @@ import torch
 from hypothesis import strategies as st
 
 from caldera.synthetic import calibration_hessian
-from caldera.theory.common import gen, matrix_with_spectrum, randn
+from theory.common import gen, matrix_with_spectrum, randn
 
 seeds = st.integers(min_value=0, max_value=2**31 - 1)
 condition_numbers = st.sampled_from([1.0, 3.0, 10.0, 1e2, 1e3, 1e4])

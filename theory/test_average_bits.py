@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from caldera.bits import MODEL_SHAPES, average_bits
-from caldera.theory import average_bits as ab
+from theory import average_bits as ab
 
 
 def test_every_printed_cell_matches_except_the_known_one():

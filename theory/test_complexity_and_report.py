@@ -8,8 +8,8 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from caldera.theory import report
-from caldera.theory.common import loglog_slope
+from theory import report
+from theory.common import loglog_slope
 
 
 @given(st.floats(0.5, 4.0), st.floats(1e-6, 1e3))

@@ -7,9 +7,9 @@ import torch
 from hypothesis import given
 
 from caldera.quantizers import DitheredUniform
-from caldera.theory import lemma_dithered_quantizer as dq
-from caldera.theory.common import gen
-from caldera.theory.dithered import reference_dithered_codes, step
+from theory import lemma_dithered_quantizer as dq
+from theory.common import gen
+from theory.dithered import reference_dithered_codes, step
 from theory.strategies import quantizer_params, seeds
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from caldera.theory import lemma_dynamic_ranges as dr
-from caldera.theory.common import sq_fro
-from caldera.theory.lemma_lplr_error import instance
+from theory import lemma_dynamic_ranges as dr
+from theory.common import sq_fro
+from theory.lemma_lplr_error import instance
 from theory.strategies import regression_instances, seeds
 
 

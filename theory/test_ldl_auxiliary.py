@@ -8,8 +8,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from caldera.theory import lemma_ldl_auxiliary as aux
-from caldera.theory.common import gen, matrix_with_spectrum, randn
+from theory import lemma_ldl_auxiliary as aux
+from theory.common import gen, matrix_with_spectrum, randn
 from theory.strategies import hessians, seeds
 
 

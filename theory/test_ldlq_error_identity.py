@@ -7,8 +7,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from caldera.ldl import block_ldl
-from caldera.theory import ldlq_error_identity as li
-from caldera.theory.dithered import unsaturated_range
+from theory import ldlq_error_identity as li
+from theory.dithered import unsaturated_range
 from theory.strategies import seeds
 
 

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from caldera.regression import rank_constrained_regression
-from caldera.theory import lemma_lplr_error as lp
+from theory import lemma_lplr_error as lp
 from theory.strategies import seeds
 
 

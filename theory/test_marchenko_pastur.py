@@ -10,7 +10,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from caldera.theory import marchenko_pastur as mpm
+from theory import marchenko_pastur as mpm
 from theory.strategies import mp_ratios
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from caldera.theory import pd_hessian_simplification as pd
+from theory import pd_hessian_simplification as pd
 from theory.strategies import seeds
 
 

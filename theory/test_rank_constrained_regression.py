@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from hypothesis import given
 
-from caldera.theory import lemma_rank_constrained_regression as lem
+from theory import lemma_rank_constrained_regression as lem
 from theory.strategies import regression_instances
 
 

@@ -5,7 +5,7 @@ E‖(Q + LR − W)Xᵀ‖² ≤ m Σ_{i>k}Eλ_i(ηDηᵀ) + ε ≲ 4mdλ_maxR²/
 
 from __future__ import annotations
 
-from caldera.theory import theorem_caldera_error as th
+from theory import theorem_caldera_error as th
 
 
 def test_first_inequality_holds():

@@ -7,7 +7,7 @@ import pytest
 import torch
 from hypothesis import given
 
-from caldera.theory import update_equations as ue
+from theory import update_equations as ue
 from theory.strategies import factor_problems
 
 
@@ -71,7 +71,7 @@ def test_library_lplr_steps_solve_the_update_equations(monkeypatch, sweep):
     ``quantize_scaled``; float32 arithmetic sets the tolerance (1e-4)."""
     import caldera.lplr as lp
     from caldera.quantizers import get_quantizer
-    from caldera.theory.lemma_lplr_error import instance
+    from theory.lemma_lplr_error import instance
 
     A, X = instance(6100, 24, 16, cond=1e2)
     H = X.T @ X / X.shape[0]

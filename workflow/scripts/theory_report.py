@@ -7,5 +7,5 @@ with job(sm):
     import subprocess
     import sys
 
-    cmd = [sys.executable, "-m", "caldera.theory.report", "--out", sm.output.md, "--profile", sm.params.profile]
+    cmd = [sys.executable, "-m", "theory.report", "--out", sm.output.md, "--profile", sm.params.profile]
     subprocess.run(cmd, check=True, stdout=sys.stdout, stderr=sys.stderr)

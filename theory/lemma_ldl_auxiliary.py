@@ -25,7 +25,7 @@ from torch import Tensor
 
 from caldera.ldl import block_ldl
 from caldera.synthetic import calibration_hessian
-from caldera.theory.common import CheckResult, Profile, combine, gen, matrix_with_spectrum, randn
+from theory.common import CheckResult, Profile, combine, gen, matrix_with_spectrum, randn
 
 LABEL_LDL = "lem:upper_bound_LDL_decomposition_eigenvalue"
 LABEL_LOEWNER = "lemma:loewner_order-matrix-product"

@@ -26,7 +26,7 @@ from caldera.lplr import lplr_factorize
 from caldera.quantizers.base import Quantizer
 from caldera.regression import HessianSqrt, rank_constrained_regression
 from caldera.synthetic import calibration_hessian, decaying_weight
-from caldera.theory.common import INFO, CheckResult, gen, loglog_slope, randn, torch_threads
+from theory.common import INFO, CheckResult, gen, loglog_slope, randn, torch_threads
 
 LABEL = "app:caldera_computational_complexity"
 

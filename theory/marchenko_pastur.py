@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from caldera.theory.common import ASYMPTOTIC, FAILS, CheckResult, Profile, combine, gen, loglog_slope
+from theory.common import ASYMPTOTIC, FAILS, CheckResult, Profile, combine, gen, loglog_slope
 
 LABEL = "thm:approximation-error-Q-plus-LR-formal"
 LABEL_INV = "eq:inverse_cdf_MP_upper_bound"

@@ -14,7 +14,7 @@ and the regimes (i) *"B_Q ≥ log₂(2R(πε)^{-1/2}√(nmdλ_max) + 1) then E�
 
 Procedure: the theorem's own — the library's BlockLDLQ (``block_ldl`` + ``block_ldlq``) with the dithered
 quantizer ``DitheredUniform(R, B_Q)`` (R chosen so that it never saturates), then the LPLR lemma's procedure
-(:mod:`caldera.theory.lemma_lplr_error`) on W − Q with ranges and budgets from the singular values of X(W − Q)ᵀ.
+(:mod:`theory.lemma_lplr_error`) on W − Q with ranges and budgets from the singular values of X(W − Q)ᵀ.
 (``caldera_decompose`` uses lattice quantizers scaled by the RMS, which have no dynamic range R, so the theorem's
 hypotheses do not apply to it.)
 
@@ -27,7 +27,7 @@ What is checked:
   dithered error is ±Δ/2, variance Δ²/4 — the lemma's bound, attained), H = I, n/d = 1/64, k/n = 7/8. Then
   E Σ_{i>k} λ_i(ηDηᵀ) — a lower bound of the left-hand side, since the LPLR step cannot beat the best rank-k
   fit — exceeds the formal right-hand side by ≈ 14% at every n, converging to the MP value 1.134. Cause: the
-  (n − k) prefactor of eq. MP_upper_bound (see :mod:`caldera.theory.marchenko_pastur`), which loses a factor
+  (n − k) prefactor of eq. MP_upper_bound (see :mod:`theory.marchenko_pastur`), which loses a factor
   (1 − k/n); the informal (1 − k/2n)² form and the corrected (1 − k/2n) form hold there.
 * ``regime-ii`` — the printed k-threshold has (md λ_max^{-1/2}) where the derivation gives (mdλ_max)^{-1/2}: with
   H = I, n = d = m = 32, B_Q = 2, ε = 1 it allows k = 4 while the error is thousands of times 2ε.
@@ -46,10 +46,10 @@ from torch import Tensor
 from caldera.ldl import block_ldl
 from caldera.ldlq import block_ldlq
 from caldera.synthetic import calibration_hessian, decaying_weight
-from caldera.theory.common import ALPHA, ASYMPTOTIC, CheckResult, Profile, combine, gen, mean_upper_confidence
-from caldera.theory.dithered import SeededDithered, feedback_gain, step, unsaturated_range
-from caldera.theory.lemma_lplr_error import run_procedure, setup
-from caldera.theory.marchenko_pastur import MP
+from theory.common import ALPHA, ASYMPTOTIC, CheckResult, Profile, combine, gen, mean_upper_confidence
+from theory.dithered import SeededDithered, feedback_gain, step, unsaturated_range
+from theory.lemma_lplr_error import run_procedure, setup
+from theory.marchenko_pastur import MP
 
 LABEL_F = "thm:approximation-error-Q-plus-LR-formal"
 LABEL_I = "thm:approximation-error-Q-plus-LR"

@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from caldera.regression import rank_constrained_regression
-from caldera.theory.common import (
+from theory.common import (
     CheckResult,
     Profile,
     combine,

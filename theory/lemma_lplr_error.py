@@ -35,8 +35,8 @@ from torch import Tensor
 
 from caldera.regression import rank_constrained_regression
 from caldera.synthetic import calibration_hessian, decaying_weight
-from caldera.theory.common import ALPHA, CheckResult, Profile, combine, gen, mean_upper_confidence, sq_fro
-from caldera.theory.dithered import dithered_round
+from theory.common import ALPHA, CheckResult, Profile, combine, gen, mean_upper_confidence, sq_fro
+from theory.dithered import dithered_round
 
 LABEL = "lem:approximation_error_data-aware-LPLRFactorize"
 

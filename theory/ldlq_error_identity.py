@@ -40,7 +40,7 @@ from caldera.ldlq import block_ldlq, ldlq_quantize
 from caldera.quantizers.base import rms
 from caldera.quantizers.e8p import E8P
 from caldera.synthetic import calibration_hessian, decaying_weight
-from caldera.theory.common import (
+from theory.common import (
     ALPHA,
     CheckResult,
     Profile,
@@ -49,8 +49,8 @@ from caldera.theory.common import (
     hoeffding_halfwidth,
     mean_upper_confidence,
 )
-from caldera.theory.dithered import SeededDithered, dithered_round, step, unsaturated_range
-from caldera.theory.lemma_ldl_auxiliary import upper_ldl
+from theory.dithered import SeededDithered, dithered_round, step, unsaturated_range
+from theory.lemma_ldl_auxiliary import upper_ldl
 
 LABEL = "eq:ldlq-error-in-terms-of-quantizer-error"
 TOL32 = 1e-4  # float32 pipelines

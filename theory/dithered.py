@@ -86,7 +86,7 @@ def unsaturated_range(W: Tensor, L: Tensor, bits: int, seed: int, *, pilots: int
     R ← headroom·max|input| converges iff c·headroom < 1.
     """
     from caldera.ldlq import block_ldlq
-    from caldera.theory.common import gen
+    from theory.common import gen
 
     R = 1.2 * float(W.abs().max())
     for _ in range(max_iter):
@@ -105,7 +105,7 @@ def unsaturated_range(W: Tensor, L: Tensor, bits: int, seed: int, *, pilots: int
 def feedback_gain(W: Tensor, L: Tensor, bits: int, seed: int, draws: int = 4) -> float:
     """lim_{R→∞} max|LDLQ input| / R, estimated at R = 1e6·max|W|: < 1 is needed for an unsaturated Q_Q."""
     from caldera.ldlq import block_ldlq
-    from caldera.theory.common import gen
+    from theory.common import gen
 
     R = 1e6 * float(W.abs().max())
     g = gen(seed)

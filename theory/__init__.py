@@ -2,9 +2,10 @@
 
 One module per result; each exposes pure check functions returning :class:`CheckResult` (measured quantity as a
 ratio to the paper's bound, verdict, counterexample with a seed) and a ``run(profile)`` used by the report
-(``python -m caldera.theory.report``). The Hypothesis property tests live in the top-level ``theory/`` folder.
+(``python -m theory.report``). The Hypothesis property tests (``test_*.py``) sit beside the modules they check.
+This package imports :mod:`caldera`; the library never imports it (``tests/test_import_graph.py``).
 """
 
-from caldera.theory.common import ALPHA, PROFILES, CheckResult, Profile, get_profile
+from theory.common import ALPHA, PROFILES, CheckResult, Profile, get_profile
 
 __all__ = ["ALPHA", "PROFILES", "CheckResult", "Profile", "get_profile"]

@@ -26,8 +26,8 @@ from torch import Tensor
 
 from caldera.regression import HessianSqrt, rank_constrained_regression, rank_constrained_regression_pd
 from caldera.synthetic import llm_like
-from caldera.theory.common import CheckResult, Profile, combine, gen, randn, sq_fro
-from caldera.theory.lemma_rank_constrained_regression import check_optimality
+from theory.common import CheckResult, Profile, combine, gen, randn, sq_fro
+from theory.lemma_rank_constrained_regression import check_optimality
 
 LABEL = "subapp:positive_definite_hessian_simplification"
 RTOL = 1e-8

@@ -27,8 +27,8 @@ import torch
 from torch import Tensor
 
 from caldera.quantizers import DitheredUniform
-from caldera.theory.common import ALPHA, CheckResult, Profile, combine, gen, hoeffding_halfwidth
-from caldera.theory.dithered import step
+from theory.common import ALPHA, CheckResult, Profile, combine, gen, hoeffding_halfwidth
+from theory.dithered import step
 
 LABEL = "lem:uniformly-dithered-scalar-quantizer-mean-variance"
 

@@ -19,7 +19,7 @@ from decimal import ROUND_HALF_UP, Decimal
 
 from caldera.bits import MODEL_SHAPES, average_bits
 from caldera.paper_tables import list_reference_tables, load_reference_table
-from caldera.theory.common import CheckResult
+from theory.common import CheckResult
 
 LABEL = "subapp:computation_of_per_parameter_bit_budget"
 

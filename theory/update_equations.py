@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from caldera.regression import rank_constrained_regression
-from caldera.theory.common import CheckResult, Profile, combine, gen, matrix_with_spectrum, randn, sq_fro
+from theory.common import CheckResult, Profile, combine, gen, matrix_with_spectrum, randn, sq_fro
 
 LABEL = "subapp:update-equations-low-rank-factors"
 RTOL = 1e-7

@@ -11,7 +11,7 @@
   Then, if the dynamic range of Q_L is chosen to be R_L = 2σ_max/(σ_k√(mλ_min)), then Q_L remains unsaturated with
   probability exceeding 1 − 0.25 ε ‖XAᵀ‖_F⁻²."* (The statement declares X ∈ R^{m×n}; it is m×d.)
 
-What is checked (the second factor is formed as in :mod:`caldera.theory.lemma_lplr_error`, the only
+What is checked (the second factor is formed as in :mod:`theory.lemma_lplr_error`, the only
 dimensionally consistent reading of the proof):
 
 * ``right-range`` — max-norm of the library's ``rank_constrained_regression(X, XAᵀ, k).right`` (= I_kᵀΣ̃Ṽᵀ) over
@@ -30,8 +30,8 @@ import torch
 from torch import Tensor
 
 from caldera.regression import rank_constrained_regression
-from caldera.theory.common import ALPHA, CheckResult, Profile, clopper_pearson, combine, gen, randn, sq_fro
-from caldera.theory.lemma_lplr_error import instance, run_procedure, setup
+from theory.common import ALPHA, CheckResult, Profile, clopper_pearson, combine, gen, randn, sq_fro
+from theory.lemma_lplr_error import instance, run_procedure, setup
 
 LABEL_R = "lem:maxnorm_right_quantizer"
 LABEL_L = "lem:maxnorm_left_quantizer"
