@@ -24,7 +24,7 @@ rule hessians:
     log:
         f"{RES}/logs/hessians/{{model}}.log",
     params:
-        spec=lambda w: declared(config["models"][w.model], config["calibration"], config.get("layers")),
+        spec=hessians_spec,
     resources:
         gpu=1,
     conda:

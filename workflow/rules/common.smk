@@ -2,11 +2,13 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from caldera.experiments.config_guard import check_config_files, quoted_number_errors
+from caldera.experiments.loraft import lora_inputs
 from caldera.experiments.plan import (
     check_config,
     effective_settings,
@@ -68,6 +70,17 @@ def declared(*parts):
     return json.dumps(parts, sort_keys=True, default=str)
 
 
+def get_variant(wildcards):
+    """The variant (a VariantSpec) named by the `variant` wildcard: the `variant` param of the rules that
+    compress, assemble, evaluate or fine-tune it."""
+    return VARIANTS[wildcards.variant]
+
+
+def hessians_spec(wildcards):
+    """Rule hessians' declared configuration: the model's config entry, the calibration settings, the layers."""
+    return declared(config["models"][wildcards.model], config["calibration"], config.get("layers"))
+
+
 def variant_spec(wildcards):
     v = VARIANTS[wildcards.variant]
     return declared(dataclasses.asdict(v), config["models"][v.model]["source"], config.get("layers"))
@@ -88,6 +101,41 @@ def get_chunk_dirs(wildcards):
     v = VARIANTS[wildcards.variant]
     n = len(layer_chunks(config, v.model))
     return [f"{RES}/compressed/{v.id}/chunks/{c:03d}" for c in range(n)]
+
+
+def rhtft_spec(wildcards):
+    """Rule rht_finetune's declared configuration: the variant's, the rht_ft settings (not its rows), the
+    calibration source."""
+    ft = {k: v for k, v in config["rht_ft"].items() if k != "rows"}
+    return declared(variant_spec(wildcards), ft, config["calibration"]["source"])
+
+
+def get_rhtft_state(wildcards):
+    """The file where rule rht_finetune keeps its state between epochs (so a killed job resumes)."""
+    return f"{RES}/rhtft/{wildcards.variant}/state.safetensors"
+
+
+# Table 5 (lora.smk): LORA_ROWS, the rows by id, is defined there
+def get_lora_checkpoint(wildcards):
+    """The checkpoint a LoRA row starts from: its compressed variant's, or rule rht_finetune's (RHT FT Yes)."""
+    return LORA_ROWS[wildcards.lora_row].checkpoint(RES)
+
+
+def lora_spec(wildcards):
+    """Rule lora_finetune's declared configuration: the row's variant's, the lora_ft settings (not its rows),
+    the evaluation settings."""
+    base = variant_spec(SimpleNamespace(variant=LORA_ROWS[wildcards.lora_row].variant.id))
+    return declared(base, {k: v for k, v in config["lora_ft"].items() if k != "rows"}, config["eval"])
+
+
+def get_lora_work_dir(wildcards):
+    """The working folder of one LoRA job (row, task): its splits and checkpoints."""
+    return f"{RES}/lora/{wildcards.lora_row}/{wildcards.lora_task}_work"
+
+
+def get_lora_table_inputs(wildcards):
+    """Every measurement Table 5 reads (caldera.experiments.loraft.lora_inputs)."""
+    return lora_inputs(config, RES)
 
 
 def get_hessian_dir(wildcards):
@@ -184,6 +232,23 @@ def get_throughput_input(wildcards):
     if TP_VARIANTS[wildcards.variant].method == "dense":
         return {"assets": f"{RES}/assets.json"}
     return {"checkpoint": f"{RES}/compressed/{wildcards.variant}/checkpoint"}
+
+
+def throughput_spec(wildcards):
+    """Rule throughput's declared configuration: the variant's, its model's source, the throughput settings,
+    the device."""
+    v = TP_VARIANTS[wildcards.variant]
+    return declared(dataclasses.asdict(v), config["models"][v.model]["source"], TP, config.get("device"))
+
+
+def get_throughput_variant(wildcards):
+    """The variant of Table 6 named by the `variant` wildcard (TP_VARIANTS)."""
+    return TP_VARIANTS[wildcards.variant]
+
+
+def get_throughput_results_dir(wildcards, input):
+    """The run's results folder (results/<run>), from the first throughput measurement's path."""
+    return input[0].rsplit("/", 2)[0]
 
 
 def get_throughput_targets():

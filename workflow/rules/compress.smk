@@ -12,7 +12,7 @@ rule compress_layers:
         f"{RES}/logs/compress/{{variant}}/chunk_{{chunk}}.log",
     params:
         spec=compress_spec,
-        variant=lambda w: VARIANTS[w.variant],
+        variant=get_variant,
     resources:
         gpu=0,  # none locally; the SLURM profile requests one (the decomposition runs on config `device`)
     conda:
@@ -33,7 +33,7 @@ rule assemble_checkpoint:
         f"{RES}/logs/compress/{{variant}}/assemble.log",
     params:
         spec=variant_spec,
-        variant=lambda w: VARIANTS[w.variant],
+        variant=get_variant,
     conda:
         "../envs/caldera.yaml"
     script:

@@ -12,7 +12,7 @@ rule evaluate:
         f"{RES}/logs/eval/{{variant}}.log",
     params:
         spec=eval_spec,
-        variant=lambda w: VARIANTS[w.variant],
+        variant=get_variant,
     resources:
         gpu=1,
     conda:

@@ -14,10 +14,9 @@ rule rht_finetune:
     log:
         f"{RES}/logs/rhtft/{{variant}}.log",
     params:
-        spec=lambda w: declared(variant_spec(w), {k: v for k, v in config["rht_ft"].items() if k != "rows"},
-                                config["calibration"]["source"]),
-        variant=lambda w: VARIANTS[w.variant],
-        state=lambda w: f"{RES}/rhtft/{w.variant}/state.safetensors",
+        spec=rhtft_spec,
+        variant=get_variant,
+        state=get_rhtft_state,
     resources:
         gpu=1,
     conda:

@@ -4,10 +4,9 @@
 # A row starts from its compressed checkpoint, or (RHT FT Yes) from rule rht_finetune's checkpoint of that variant
 # (finetune.smk); rule `evaluate` scores every row's starting model (the "no FT" column; common.smk FT_VARIANTS).
 import re
-from types import SimpleNamespace
 
 from caldera.experiments.loraft import TASKS as LORA_TASKS
-from caldera.experiments.loraft import lora_inputs, lora_rows
+from caldera.experiments.loraft import lora_rows
 
 LORA_ROWS = {r.id: r for r in lora_rows(config)}
 
@@ -19,7 +18,7 @@ wildcard_constraints:
 
 rule lora_finetune:
     input:
-        checkpoint=lambda w: LORA_ROWS[w.lora_row].checkpoint(RES),
+        checkpoint=get_lora_checkpoint,
         assets=f"{RES}/assets.json",
     output:
         json=f"{RES}/lora/{{lora_row}}/{{lora_task}}.json",
@@ -29,9 +28,8 @@ rule lora_finetune:
     log:
         f"{RES}/logs/lora/{{lora_row}}_{{lora_task}}.log",
     params:
-        spec=lambda w: declared(variant_spec(SimpleNamespace(variant=LORA_ROWS[w.lora_row].variant.id)),
-                                {k: v for k, v in config["lora_ft"].items() if k != "rows"}, config["eval"]),
-        work=lambda w: f"{RES}/lora/{w.lora_row}/{w.lora_task}_work",
+        spec=lora_spec,
+        work=get_lora_work_dir,
     resources:
         gpu=1,
     conda:
@@ -42,7 +40,7 @@ rule lora_finetune:
 
 rule lora_table:
     input:
-        lambda w: lora_inputs(config, RES),
+        get_lora_table_inputs,
     output:
         md=report(f"{TABLES_DIR}/table5_finetune.md", category="Tables"),
         tex=f"{TABLES_DIR}/table5_finetune.tex",

@@ -11,9 +11,8 @@ rule throughput:
     log:
         f"{RES}/logs/throughput/{{variant}}.log",
     params:
-        spec=lambda w: declared(dataclasses.asdict(TP_VARIANTS[w.variant]),
-                                config["models"][TP_VARIANTS[w.variant].model]["source"], TP, config.get("device")),
-        variant=lambda w: TP_VARIANTS[w.variant],
+        spec=throughput_spec,
+        variant=get_throughput_variant,
     threads: workflow.cores if TP["exclusive"] else TP["threads"]
     resources:
         gpu=1,
@@ -37,7 +36,7 @@ rule throughput_table:
         f"{RES}/logs/tables/{THROUGHPUT_TABLE}.log",
     params:
         spec=declared(TP, sorted(TP_VARIANTS), config["stand_ins"]),
-        results=lambda w, input: input[0].rsplit("/", 2)[0],  # results/<run>
+        results=get_throughput_results_dir,
     conda:
         "../envs/caldera.yaml"
     script:
