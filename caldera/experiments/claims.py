@@ -31,7 +31,7 @@ from caldera import stats
 from caldera.atomic import write_atomic
 from caldera.experiments.claim_definitions import ABLATION_CLAIMS, LPLR_CLAIM
 from caldera.experiments.plan import RHTFT_TABLES
-from caldera.experiments.tables import _bits_label, _paired, ppl_ratio, realizations, seed_parts  # noqa: F401
+from caldera.experiments.tables import PAIR_SEEDS, _bits_label, _paired, ppl_ratio, realizations, seed_parts  # noqa: F401
 
 
 def _final(curve: dict[str, Any]) -> float:
@@ -148,7 +148,7 @@ def zeroshot_pair(table: dict[str, Any], a: str, b: str) -> dict[str, Any] | Non
     def matrix(zs: list[dict[str, Any]], metric: str) -> list[list[float]]:
         return [[dict(zip(z[task]["doc_id"], z[task][metric]))[d] for task, d in keys] for z in zs]
 
-    paired = rand_a and rand_b and len(sa) > 1 and None not in sa and sa == sb
+    paired = PAIR_SEEDS and rand_a and rand_b and len(sa) > 1 and None not in sa and sa == sb
     out = {m: stats.seeded_mean_difference(matrix(za, m), matrix(zb, m), rand_a, rand_b, paired)
            for m in ("acc", "margin")}
     return {**out, "pair": [a, b]}
@@ -531,8 +531,9 @@ SDD_NOTE = ("*Verdicts.* Ordering claims on perplexity and zero-shot results are
             "counts both sources of noise: the evaluation sample (paired percentile bootstrap over the same windows "
             "/ documents for both variants, {resamples} resamples, seed {seed}) and the compression's own "
             "randomness (Student's t over the compression seeds of each variant — RHT signs, randomized-SVD "
-            "sketches — paired across seeds where both variants share them; the two half-widths added in "
-            "quadrature, `caldera.stats`). **holds** if it excludes no-difference on the claimed side, **fails** if "
+            "sketches — with the two variants' seed spreads combined as independent (Welch), not paired across "
+            "shared seeds: `caldera.experiments.tables.PAIR_SEEDS`; the two half-widths added in quadrature, "
+            "`caldera.stats`). **holds** if it excludes no-difference on the claimed side, **fails** if "
             "it excludes it on the other side, **inconclusive** otherwise; **needs mini-full (one realization)** "
             "when a compressed side has a single seed here, so its realization spread is unknown (the window-only "
             "interval is shown, not decided on: `replicates` in the config, or mini-full, gives it seeds). "

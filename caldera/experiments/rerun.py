@@ -27,11 +27,11 @@ DEFAULT_TABLES = ("table1_llama2_zeroshot", "table7_mistral")
 def rerun_claims(config: dict[str, Any], results_dir: str, tables: tuple[str, ...] = DEFAULT_TABLES
                  ) -> tuple[list[dict[str, Any]], str]:
     """``(claims, spread_md)`` of ``tables`` built from ``results_dir`` under ``config`` (the run's own config)."""
-    from caldera.experiments.claims import spread_report, table_claims
+    from caldera.experiments.claims import extra_method_claims, spread_report, table_claims
     from caldera.experiments.tables import build_table
 
     built = {t: build_table(results_dir, config, t) for t in tables}
-    claims = table_claims(built)
+    claims = table_claims(built) + extra_method_claims(built)  # as rule `claims` builds them (RHT-FT tables aside)
     md, _ = spread_report(built, claims)
     return claims, md
 
