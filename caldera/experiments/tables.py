@@ -322,10 +322,10 @@ def realizations(table: dict[str, Any], variant: str, corpus: str = "wiki") -> d
 #: No. Realization s of two variants shares RHT signs and sketches, and on most seeds their perplexities move
 #: together, but not always: QuIP# has occasional bad realizations that CALDERA on the same signs does not share
 #: (fresh-seed rerun, seeds 100 / 102: QuIP# 178 / 173, CALDERA k 16 127 / 121), so six per-seed ratios can
-#: understate the spread (k 16 / QuIP#: sd of the per-seed log ratio 1.6 % in paper_tables/mini-seeds, 7.5 % in
-#: its rerun). Measured over 200 random splits of the 12 realizations of both runs into a committed and a rerun
+#: understate the spread (k 16 / QuIP#: sd of the per-seed log ratio 1.7 % in paper_tables/mini-seeds, 8.0 % in
+#: its rerun). Measured over 1000 random splits of the 12 realizations of both runs into a committed and a rerun
 #: half (caldera.experiments.split_coverage; paper_tables/reseed/split_coverage.md), the unpaired construction
-#: covers the other half's estimate 92 % (confidence) / 97 % (prediction) of the time, the paired one 89 % / 94 %,
+#: covers the other half's estimate 92 % (confidence) / 96 % (prediction) of the time, the paired one 88 % / 93 %,
 #: with the same verdicts in both runs. Unpaired (Welch over the variants' own spreads) is valid whether or not
 #: the realizations are correlated, and conservative where they are.
 PAIR_SEEDS = False
