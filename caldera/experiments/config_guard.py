@@ -1,5 +1,9 @@
-"""Plan-time checks of the workflow config that the JSON schema cannot express, and a YAML loader that refuses
-duplicate keys.
+"""Plan-time checks of the workflow config that the JSON schema cannot express, the schema's own violations as
+one line each, and a YAML loader that refuses duplicate keys.
+
+:func:`schema_errors` states each JSON-schema violation in one line that starts with the offending key's full path
+(``calibration.n_sample: unknown key; did you mean 'n_samples'?``), instead of jsonschema's dump of the schema and
+the instance; :func:`unknown_param_errors` does the same for the method parameters the schema leaves open.
 
 :func:`plan_time_errors` is called by :func:`caldera.experiments.plan.check_config` (so ``snakemake -n`` refuses
 these configs before any job runs); every message names the key's path and the fix. :func:`load_yaml_strict`
@@ -9,7 +13,9 @@ win silently).
 
 from __future__ import annotations
 
+import difflib
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -34,24 +40,173 @@ def check_config_files(paths: list[str | Path]) -> None:
         load_yaml_strict(p)
 
 
-def quoted_number_errors(config: dict[str, Any], schema_file: str | Path) -> list[str]:
+def did_you_mean(word: Any, allowed: Any) -> str:
+    """``"; did you mean 'x'?"`` for the closest of ``allowed`` to ``word`` (difflib), else ``""``."""
+    close = difflib.get_close_matches(str(word), sorted(str(a) for a in allowed), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def key_path(parts: Any) -> str:
+    """``methods.caldera.params`` / ``extra_methods[0].params`` from a sequence of keys and list indices."""
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+def _schema(schema_file: str | Path | dict[str, Any]) -> dict[str, Any]:
+    return schema_file if isinstance(schema_file, dict) else load_yaml_strict(schema_file)
+
+
+def quoted_number_errors(config: dict[str, Any], schema_file: str | Path | dict[str, Any]) -> list[str]:
     """Schema violations whose value is a quoted number (``bits: "2"``), each as ``path: ... write it without
     quotes``; the schema's own message ("'2' is not valid under any of the given schemas") does not say so."""
     import jsonschema
 
-    schema = load_yaml_strict(schema_file)
+    schema = _schema(schema_file)
     out = []
     for err in jsonschema.Draft202012Validator(schema).iter_errors(config):
-        bad = [e for e in [err, *err.context] if isinstance(e.instance, str)]
+        bad = [e for e in [err, *err.context] if isinstance(e.instance, str) and "propertyNames" not in e.schema_path]
         for e in bad[:1]:
             try:
                 float(e.instance)
             except ValueError:
                 continue
-            where = ".".join(str(k) for k in e.absolute_path)
-            key = where.rsplit(".", 1)[-1]
+            where = key_path(e.absolute_path)
+            key = str(e.absolute_path[-1]) if e.absolute_path else where
             out.append(f"{where}: {e.instance!r} is a quoted number; write it without quotes ({key}: {e.instance})")
     return sorted(set(out))
+
+
+_JSON_TYPES = {"object": "a mapping", "array": "a list", "string": "a string", "integer": "an integer",
+               "number": "a number", "boolean": "true or false", "null": "null"}
+
+
+def _short(x: Any, n: int = 60) -> str:
+    r = repr(x)
+    return r if len(r) <= n else r[: n - 4] + " ..."
+
+
+def _got(x: Any) -> str:
+    kind = {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
+            float: "a number", type(None): "null"}.get(type(x), type(x).__name__)
+    return kind if isinstance(x, (dict, list)) else f"{kind} {_short(x)}"
+
+
+def _expected(e: Any) -> str:
+    """What the failed keyword of ``e`` accepts, in words (the jsonschema message otherwise)."""
+    v = e.validator_value
+    if e.validator == "type":
+        return " or ".join(_JSON_TYPES.get(t, t) for t in ([v] if isinstance(v, str) else v))
+    if e.validator == "enum":
+        return f"one of {v}"
+    if e.validator == "const":
+        return repr(v)
+    return e.message
+
+
+def _describe(e: Any) -> tuple[list[str], list[tuple[tuple, str]]]:
+    """One line per problem of jsonschema error ``e``, each starting with the offending key's full path; and the
+    ``(path, key)`` pairs that an unknown key's suggestion names (their "missing" error then says nothing new)."""
+    path = tuple(e.absolute_path)
+    where = key_path(path) or "(top level)"
+    if e.validator == "additionalProperties" and e.validator_value is False and isinstance(e.instance, dict):
+        props = e.schema.get("properties", {})
+        pats = e.schema.get("patternProperties", {})
+        lines, suggested = [], []
+        for k in e.instance:
+            if k in props or any(re.search(p, str(k)) for p in pats):
+                continue
+            hint = did_you_mean(k, props)
+            if hint:
+                suggested.append((path, hint.split("'")[1]))
+            lines.append(f"{key_path((*path, k))}: unknown key{hint} (allowed here: {', '.join(sorted(props))})")
+        return lines, suggested
+    if e.validator == "required":
+        missing = [k for k in e.validator_value if k not in e.instance]
+        return [f"{key_path((*path, k))}: required key missing" for k in missing], []
+    if "propertyNames" in e.schema_path:
+        return [f"{key_path((*path, e.instance))}: key not allowed here; expected {_expected(e)}"
+                + did_you_mean(e.instance, e.validator_value if e.validator == "enum" else [])], []
+    if e.validator in ("type", "enum", "const"):
+        near = e.validator == "enum" and isinstance(e.instance, str)
+        hint = did_you_mean(e.instance, e.validator_value) if near else ""
+        return [f"{where}: expected {_expected(e)}, got {_got(e.instance)}{hint}"], []
+    if e.validator in ("oneOf", "anyOf") and e.context:
+        deeper = [c for c in e.context if len(c.absolute_path) > len(path)]
+        if deeper:  # the value has the shape of one alternative: what is wrong inside it
+            import jsonschema
+
+            return _describe(jsonschema.exceptions.best_match(deeper))
+        alts = list(dict.fromkeys(_expected(c) for c in e.context))
+        return [f"{where}: expected {' or '.join(alts)}, got {_got(e.instance)}"], []
+    msg = e.message if len(e.message) <= 160 else e.message[:156] + " ..."
+    return [f"{where}: {msg}"], []
+
+
+def schema_errors(config: dict[str, Any], schema_file: str | Path | dict[str, Any]) -> list[str]:
+    """Every violation of the workflow's JSON schema, one line each, starting with the key's full path:
+
+    * an unknown key: ``methods.caldera.parms: unknown key; did you mean 'params'? (allowed here: ...)``
+      (difflib's closest allowed key; the missing key it suggests is then not reported again);
+    * a wrong value: ``calibration.seed: expected an integer, got a string 'x'`` / ``expected one of [...]``;
+    * a quoted number: :func:`quoted_number_errors`; anything else: the path and jsonschema's one-line message.
+
+    Unknown keys come first (a typo is the usual cause of the rest). Empty when ``config`` is valid. The schema's
+    defaults are not filled in here (``snakemake.utils.validate`` does that)."""
+    import jsonschema
+
+    schema = _schema(schema_file)
+    quoted = quoted_number_errors(config, schema)
+    if quoted:
+        return quoted
+    unknown: list[str] = []
+    other: list[tuple[tuple, str, list[str]]] = []
+    suggested: set[tuple[tuple, str]] = set()
+    for e in jsonschema.Draft202012Validator(schema).iter_errors(config):
+        lines, sug = _describe(e)
+        suggested.update(sug)
+        if e.validator == "additionalProperties":
+            unknown += lines
+        elif e.validator == "required":
+            missing = [k for k in e.validator_value if k not in e.instance]
+            other += [(tuple(e.absolute_path), k, [ln]) for k, ln in zip(missing, lines)]
+        else:
+            other.append(((), "", lines))
+    rest = [ln for p, k, lines in other if (p, k) not in suggested for ln in lines]
+    return list(dict.fromkeys(unknown + rest))
+
+
+def unknown_param_errors(config: dict[str, Any]) -> list[str]:
+    """Parameters that the method they are given to does not have, one line each starting with the key's path
+    (``methods.caldera.params.outer_iter: unknown parameter of method 'caldera'; did you mean 'outer_iters'?``):
+    ``methods.*.params`` / ``params_by_b_lr``, ``extra_methods[i].params``, ``selection.base`` / ``candidates``.
+    The schema leaves these mappings open (each method has its own fields, :mod:`caldera.methods`)."""
+    import dataclasses
+
+    from caldera.methods import get_method
+
+    def check(method: str, params: Any, where: str) -> list[str]:
+        try:
+            cls = get_method(method).config_cls
+        except ValueError:
+            return []  # an unknown method: named by check_config
+        known = {f.name for f in dataclasses.fields(cls)} | ({"preset"} if hasattr(cls, "preset") else set())
+        return [f"{where}.{k}: unknown parameter of method {method!r}{did_you_mean(k, known)} "
+                f"(accepted: {', '.join(sorted(known))})" for k in (params or {}) if k not in known]
+
+    out: list[str] = []
+    for m, spec in config.get("methods", {}).items():
+        out += check(m, spec.get("params"), f"methods.{m}.params")
+        for b, p in (spec.get("params_by_b_lr") or {}).items():
+            out += check(m, p, f"methods.{m}.params_by_b_lr.{b}")
+    for i, e in enumerate(config.get("extra_methods") or []):
+        out += check(e["method"], e.get("params"), f"extra_methods[{i}].params")
+    sel = config.get("selection") or {}
+    out += check("caldera", sel.get("base"), "selection.base")
+    for name, cand in (sel.get("candidates") or {}).items():
+        out += check("caldera", cand, f"selection.candidates.{name}")
+    return out
 
 
 def _non_finite(node: Any, path: str, out: list[str]) -> None:

@@ -242,15 +242,16 @@ def shape_errors(config: dict[str, Any], variants: dict[str, Variant]) -> list[s
 def check_config(config: dict[str, Any]) -> dict[str, Variant]:
     """Check what the JSON schema cannot, against the library; return :func:`all_variants`.
 
-    Raises ``ValueError`` listing every problem, each naming its config key: stand-ins that are not paper
-    models or not ``models`` keys, parameters the table sets per row (:data:`TABLE_PARAMS`), unknown methods,
-    presets or parameter values (every variant's config is built through the registry), a rank or size that
+    Raises ``ValueError`` listing every problem, one a line, each starting with its config key: stand-ins that
+    are not paper models or not ``models`` keys, parameters the table sets per row (:data:`TABLE_PARAMS`),
+    unknown methods, presets, parameters (:func:`~caldera.experiments.config_guard.unknown_param_errors`, with the
+    closest name) or parameter values (every variant's config is built through the registry), a rank or size that
     some matrix of the variant's model cannot take (:func:`shape_errors`), ``layers`` beyond a
     model's decoder layers, unknown text sources and zero-shot tasks, and a Figure 3/4 setup that does not fit.
     """
     from caldera.config import PRESETS
     from caldera.eval.zeroshot import TASKS
-    from caldera.experiments.config_guard import plan_time_errors
+    from caldera.experiments.config_guard import plan_time_errors, unknown_param_errors
     from caldera.pipeline.text import HF_TEXT, TEXT_SOURCES
 
     errors: list[str] = []
@@ -273,8 +274,9 @@ def check_config(config: dict[str, Any]) -> dict[str, Variant]:
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         errors.append(f"extra_methods: names {dup} appear more than once")
+    errors += unknown_param_errors(config)  # typos of method parameters, with the closest name
     if errors:  # the variants below would only repeat these
-        raise ValueError("invalid workflow config:\n  - " + "\n  - ".join(errors))
+        raise ValueError("\n".join(errors))
     try:
         variants = all_variants(config)
     except ValueError as e:
@@ -345,7 +347,7 @@ def check_config(config: dict[str, Any]) -> dict[str, Variant]:
     errors += check_replicates(config, variants)
     errors += plan_time_errors(config)  # non-finite numbers, selection, asset names, ranks, lengths, duplicates
     if errors:
-        raise ValueError("invalid workflow config:\n  - " + "\n  - ".join(errors))
+        raise ValueError("\n".join(errors))
     return variants
 
 

@@ -27,6 +27,7 @@ plus the method's own ``check_shape(config, n, d)`` (``register_method(..., chec
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -54,7 +55,10 @@ class MethodSpec:
         known = {f.name for f in dataclasses.fields(self.config_cls)}
         unknown = set(params) - known
         if unknown:
-            raise ValueError(f"method {self.name!r}: unknown parameters {sorted(unknown)}; accepted: {sorted(known)}")
+            close = {k: difflib.get_close_matches(k, sorted(known), n=1) for k in sorted(unknown)}
+            hint = "; ".join(f"did you mean {c[0]!r} for {k!r}?" for k, c in close.items() if c)
+            raise ValueError(f"method {self.name!r}: unknown parameters {sorted(unknown)}"
+                             + (f" ({hint})" if hint else "") + f"; accepted: {sorted(known)}")
         defaults = {f.name: f.default for f in dataclasses.fields(self.config_cls)}
         for k, v in params.items():
             d = defaults[k]

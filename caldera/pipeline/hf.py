@@ -20,9 +20,11 @@ What the quantizer does, in transformers' loading order:
    fingerprint, and ``save_pretrained`` bound to the checkpoint writer
    (:func:`~caldera.pipeline.checkpoint.attach_checkpoint_config`).
 
-Without ``import caldera`` transformers does not know the method: it warns "Unknown quantization type" and would
-build a dense model with randomly initialised linear layers. That is why such a process must register first
-(``caldera lm-eval`` for lm-eval's CLI, see the README).
+Without the method registered transformers warns "Unknown quantization type" and builds a dense model with
+randomly initialised linear layers (lm-eval's HFLM stops earlier, with a ValueError). Processes that never
+``import caldera`` (``lm_eval --model hf --model_args pretrained=CKPT``) get it from the start-up hook an installed
+caldera ships (``caldera-transformers.pth`` → ``caldera_transformers_hook.py``: imports caldera when transformers
+loads its quantizer registry); without an install (caldera only on ``PYTHONPATH``) use ``caldera lm-eval``.
 """
 
 from __future__ import annotations

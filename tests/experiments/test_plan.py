@@ -70,7 +70,8 @@ BAD = {
     "negative-samples": ("calibration.n_samples", -3, "n_samples"),
     "unknown-extra-method": ("extra_methods", [{"name": "x", "method": "nosuch"}], "unknown method 'nosuch'"),
     "unknown-preset": ("methods.caldera.params.preset", "nosuch", "unknown CALDERA preset 'nosuch'"),
-    "unknown-caldera-param": ("methods.caldera.params.outer_iter", 3, "unknown parameters ['outer_iter']"),
+    "unknown-caldera-param": ("methods.caldera.params.outer_iter", 3, "methods.caldera.params.outer_iter: unknown "
+                              "parameter of method 'caldera'; did you mean 'outer_iters'?"),
     "q_bits-5": ("methods.caldera.params.q_bits", 5, "q_bits"),
     "outer_iters-negative": ("methods.caldera.params.outer_iters", -1, "outer_iters"),
     "quip-q_bits": ("methods.quip#.params.q_bits", 7, "methods.quip#.params"),
@@ -96,9 +97,10 @@ BAD = {
     "replicate-pattern-matches-nothing": ("replicates.variants", ["gemma3-*"], "matches no compressed variant"),
     # issue 21 item 4: refused at plan time, each naming its key and the fix
     "selection-candidate-typo": ("selection.candidates.Q-first", {"update_ordr": "Q-first"},
-                                 "selection.candidates.Q-first: method 'caldera': unknown parameters ['update_ordr']"),
+                                 "selection.candidates.Q-first.update_ordr: unknown parameter of method 'caldera'; "
+                                 "did you mean 'update_order'?"),
     "selection-base-typo": ("selection.base", {"presett": "paper"},
-                            "selection.base: method 'caldera': unknown parameters ['presett']"),
+                            "selection.base.presett: unknown parameter of method 'caldera'; did you mean 'preset'?"),
     "selection-base-bad-preset": ("selection.base", {"preset": "nosuch"}, "selection.base: "),
     "selection-unknown-stand-in": ("selection.layers", {"nosuch": [1]},
                                    "selection.layers.nosuch: not a key of models (['smollm2']); name a stand-in"),
@@ -151,6 +153,59 @@ def test_quoted_numbers_are_named_before_the_schema_message(path, value, words):
     assert quoted_number_errors(cfg, SCHEMA) == []
     _set(cfg, path, value)
     assert words in "\n".join(quoted_number_errors(cfg, SCHEMA))
+
+
+# issue 20: a schema error is one line per problem, the offending key's full path first (jsonschema's own
+# error prints the whole schema and config: 561 lines for one top-level typo in `snakemake -n`)
+@pytest.mark.parametrize("path, value, first", [
+    # (key, value, the first error line); value RENAME: the existing key (the path's last word + "s") is renamed
+    ("calibration.n_sample", "RENAME", "calibration.n_sample: unknown key; did you mean 'n_samples'? (allowed here: "
+     "batch_size, n_samples, seed, seq_len, source)"),
+    ("layer_per_job", "RENAME", "layer_per_job: unknown key; did you mean 'layers_per_job'? (allowed here: "
+     "calibration, "),
+    ("eval.ppl.wiki.n_window", "RENAME", "eval.ppl.wiki.n_window: unknown key; did you mean 'n_windows'?"),
+    ("lora_ft.tasks.wiki.warmup_step", "RENAME", "lora_ft.tasks.wiki.warmup_step: unknown key; did you mean "
+     "'warmup_steps'?"),
+    ("methods.caldera.parms", {}, "methods.caldera.parms: unknown key; did you mean 'params'?"),
+    ("calibration.seed", "abc", "calibration.seed: expected an integer, got a string 'abc'"),
+    ("figures.layer", [1], "figures.layer: expected an integer, got a list"),
+    ("device", "cdua", "device: expected one of ['auto', 'cpu', 'cuda'], got a string 'cdua'; did you mean 'cuda'?"),
+    ("selection.bits", [2, 5], "selection.bits[1]: expected one of [2, 3, 4, 16], got an integer 5"),
+    ("lora_ft.rows", "al", "lora_ft.rows: expected 'all' or a list, got a string 'al'"),
+    ("methods.caldera.params_by_b_lr", {"5": {}},
+     "methods.caldera.params_by_b_lr.5: key not allowed here; expected one of ['2', '3', '4', '16']"),
+])
+def test_schema_errors_name_the_key_first(path, value, first):
+    from caldera.experiments.config_guard import schema_errors
+
+    cfg = yaml.safe_load((ROOT / "config/smoke.yaml").read_text())
+    assert schema_errors(cfg, SCHEMA) == []
+    if value == "RENAME":
+        *parents, key = path.split(".")
+        node = cfg
+        for k in parents:
+            node = node[k]
+        node[key] = node.pop(key.replace("layer_", "layers_") if key == "layer_per_job" else key + "s")
+    else:
+        _set(cfg, path, value)
+    errors = schema_errors(cfg, SCHEMA)
+    assert errors[0].startswith(first), errors
+    assert len(errors) == 1, errors  # a renamed key's "required key missing" is not repeated
+    from snakemake.exceptions import WorkflowError
+
+    with pytest.raises(WorkflowError):
+        validate(cfg, SCHEMA)  # the same config is refused by the schema itself
+
+
+def test_unknown_method_parameter_is_named_first_with_a_suggestion():
+    cfg = load("smoke")
+    cfg["methods"]["caldera"]["params"]["outer_iter"] = 3
+    with pytest.raises(ValueError) as e:
+        check_config(cfg)
+    lines = str(e.value).splitlines()
+    assert lines[0].startswith("methods.caldera.params.outer_iter: unknown parameter of method 'caldera'; did you "
+                               "mean 'outer_iters'? (accepted: best_tracking, "), lines
+    assert len(lines) == 1, lines  # not repeated per row, no knock-on errors (replicates matching no variant)
 
 
 @pytest.mark.parametrize("case", sorted(BAD))

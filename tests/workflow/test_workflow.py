@@ -92,7 +92,7 @@ def test_explicit_configfile_is_the_whole_config(cfg, tmp_path):
 
 @pytest.mark.parametrize("edit, words", [
     (("n_samples: 8", "n_samples: -3"), "n_samples"),  # schema
-    (("n_samples: 8", "n_sample: 8"), "'n_sample' was unexpected"),  # schema: a typo is not ignored
+    (("n_samples: 8", "n_sample: 8"), "calibration.n_sample: unknown key; did you mean 'n_samples'?"),  # schema
     (("outer_iters: 2,\n", "outer_iters: -1,\n"), "CalderaConfig.outer_iters=-1"),
     (("  n_samples: 8\n", "  n_samples: 8\n  n_samples: 9\n"), "duplicate key 'n_samples'"),  # strict re-read
     (("lr: 1.0e-4", "lr: .nan"), "lora_ft.tasks.wiki.lr: nan is not a finite number"),
@@ -109,6 +109,20 @@ def test_bad_config_fails_the_dry_run(edit, words, tmp_path):
     r = run(["-n", "--cores", "1", "--configfile", "config/bad.yaml"], tmp_path)
     assert r.returncode != 0
     assert words in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+def test_config_typo_is_reported_in_a_few_lines_key_first(tmp_path):
+    """issue 20: one typo in a config is a short dry-run error whose message starts with the key's full path and
+    the closest allowed key (before: jsonschema's dump of the whole schema and config, 561 lines)."""
+    copy_workflow(tmp_path)
+    text = (tmp_path / "config/smoke.yaml").read_text()
+    (tmp_path / "config/bad.yaml").write_text(text.replace("layers_per_job: 30", "layer_per_job: 30"))
+    r = run(["-n", "--cores", "1", "--configfile", "config/bad.yaml"], tmp_path)
+    assert r.returncode != 0
+    lines = (r.stdout + r.stderr).splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("WorkflowError"))
+    assert lines[at + 1].startswith("layer_per_job: unknown key; did you mean 'layers_per_job'?"), lines
+    assert len(lines) <= 8, lines
 
 
 @pytest.mark.model

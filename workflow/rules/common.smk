@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from caldera.experiments.config_guard import check_config_files, quoted_number_errors
+from caldera.experiments.config_guard import check_config_files, schema_errors
 from caldera.experiments.loraft import lora_inputs
 from caldera.experiments.plan import (
     check_config,
@@ -25,14 +25,17 @@ try:
     check_config_files(CONFIG_FILES)  # re-read strictly: Snakemake's loader lets a repeated key's last value win
 except ValueError as e:
     raise WorkflowError(f"config: {e}") from None
-_quoted = quoted_number_errors(config, Path(workflow.basedir) / "workflow/schemas/config.schema.yaml")
-if _quoted:
-    raise WorkflowError(f"config {', '.join(map(str, CONFIG_FILES))}:\n  - " + "\n  - ".join(_quoted))
-validate(config, "../schemas/config.schema.yaml")
+# schema violations one a line, each starting with the key's path (jsonschema's own error dumps the whole schema
+# and config: hundreds of lines for one typo); an unknown key names the closest allowed one
+_errors = schema_errors(config, Path(workflow.basedir) / "workflow/schemas/config.schema.yaml")
+if _errors:
+    raise WorkflowError("\n".join(_errors) + f"\n(config {', '.join(map(str, CONFIG_FILES))}: "
+                        "workflow/schemas/config.schema.yaml and config/README.md list the keys)")
+validate(config, "../schemas/config.schema.yaml")  # fills the schema's defaults
 try:
     VARIANTS = check_config(config)  # every method config built through the registry: fails here, not in a job
 except ValueError as e:
-    raise WorkflowError(f"config {', '.join(map(str, CONFIG_FILES))}: {e}") from None
+    raise WorkflowError(f"{e}\n(config {', '.join(map(str, CONFIG_FILES))})") from None
 
 RUN = config["name"]
 RES = f"results/{RUN}"
