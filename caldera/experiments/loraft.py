@@ -61,6 +61,7 @@ from caldera.experiments.loraft_rows import (  # noqa: F401 - Table 5's rows, re
     row_for,
     task_settings,
 )
+from caldera.experiments.table_render import ARROW, HASH, PERCENT, UNDERSCORE, render_table_texts
 from caldera.experiments.variants import RHTFT_SUFFIX, make_variant
 from caldera.finetune import lora
 
@@ -389,9 +390,6 @@ def _data_note(config: dict[str, Any]) -> str:
 
 def render_table5(tab: dict[str, Any], config: dict[str, Any]) -> tuple[str, str, str, str]:
     """Markdown, LaTeX, CSV and the caption."""
-    import csv
-    import io
-
     cfg = config["lora_ft"]
     tasks = cfg["tasks"]
     rht_measured = any(e.get("row", "").find(RHTFT_SUFFIX) >= 0 and e["status"] == "measured" for e in tab["rows"])
@@ -416,16 +414,12 @@ def render_table5(tab: dict[str, Any], config: dict[str, Any]) -> tuple[str, str
     head = ["Method", "Paper model → stand-in", "Rank (paper → ours)", "r (ft)", "B_Q", "B_LR", "RHT FT",
             "Avg bits (paper / ours)", "Wiki2 ppl (paper / ours best / final / no FT / dense)",
             "RTE acc", "Wino acc", "status"]
-    md = [f"**{caption}**", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    tex = ["\\begin{tabular}{" + "l" * len(head) + "}", "\\toprule",
-           " & ".join(h.replace("_", "\\_").replace("→", "$\\to$") for h in head) + " \\\\", "\\midrule"]
-    buf = io.StringIO()
-    w = csv.writer(buf)
-    w.writerow(["method", "paper_model", "stand_in", "paper_rank", "rank", "ft_rank", "b_q", "b_lr", "rht_ft",
-                "avg_bits_paper", "avg_bits_ours"]
-               + [f"{c}_{s}" for c in COLUMNS.values() for s in ("paper", "best", "best_lo", "best_hi", "final",
-                                                                  "final_lo", "final_hi", "no_ft", "dense")]
-               + ["status"])
+    csv_head = (["method", "paper_model", "stand_in", "paper_rank", "rank", "ft_rank", "b_q", "b_lr", "rht_ft",
+                 "avg_bits_paper", "avg_bits_ours"]
+                + [f"{c}_{s}" for c in COLUMNS.values() for s in ("paper", "best", "best_lo", "best_hi", "final",
+                                                                   "final_lo", "final_hi", "no_ft", "dense")]
+                + ["status"])
+    rows, csv_rows = [], []
     for e in tab["rows"]:
         p = e["paper"]
         meth = p["method"] + (" (ours)" if e.get("variant", "").find("loftq") >= 0 else "")
@@ -448,12 +442,11 @@ def render_table5(tab: dict[str, Any], config: dict[str, Any]) -> tuple[str, str
                 csvrow += [p[col]] + [None] * 8
         cells.append(e["status"])
         csvrow.append(e["status"])
-        md.append("| " + " | ".join(cells) + " |")
-        tex.append(" & ".join(c.replace("#", "\\#").replace("→", "$\\to$").replace("_", "\\_").replace("%", "\\%")
-                              for c in cells) + " \\\\")
-        w.writerow(csvrow)
-    tex += ["\\bottomrule", "\\end{tabular}"]
-    return "\n".join(md) + "\n", "\n".join(tex) + "\n", buf.getvalue(), caption
+        rows.append(cells)
+        csv_rows.append(csvrow)
+    md, tex, csv_text = render_table_texts(caption, head, rows, csv_head, csv_rows, (UNDERSCORE, ARROW),
+                                           (HASH, ARROW, UNDERSCORE, PERCENT))
+    return md, tex, csv_text, caption
 
 
 def write_table5(results_dir: str, config: dict[str, Any], out_md: str, out_tex: str, out_csv: str,

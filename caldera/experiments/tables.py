@@ -12,8 +12,6 @@ compares variants with paired intervals without reading the evaluation folders.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 from pathlib import Path
@@ -30,6 +28,7 @@ from caldera.experiments.plan import (
     replicate_variants,
     table_rows,
 )
+from caldera.experiments.table_render import ARROW, HASH, PERCENT, PLUS_MINUS, UNDERSCORE, render_table_texts
 
 TASK_COLUMNS = {  # paper column -> (our task, metric for tables 1–2: acc; Mistral table: as its header says)
     "wino_acc": ("caldera_winogrande", "acc"),
@@ -357,13 +356,9 @@ def render(tab: dict[str, Any], caption: str) -> tuple[str, str, str]:
     one = len(stands) == 1  # one stand-in for the whole table: named once (the caption), not in every row
     head = (["Method", "Paper model" if one else "Paper model → stand-in", "Rank (paper → ours)", "B_LR",
              "Seeds (ppl / 0-shot)"] + [f"{c} (paper / ours)" for c in cols])
-    md = [f"**{caption}**", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    tex = ["\\begin{tabular}{" + "l" * len(head) + "}", "\\toprule",
-           " & ".join(h.replace("_", "\\_").replace("→", "$\\to$") for h in head) + " \\\\", "\\midrule"]
-    buf = io.StringIO()
-    w = csv.writer(buf)
-    w.writerow(["method", "paper_model", "stand_in", "paper_rank", "rank", "b_lr", "seeds_ppl", "seeds_zeroshot"]
-               + [f"{c}_{s}" for c in cols for s in ("paper", "ours", "ours_lo", "ours_hi")])
+    csv_head = (["method", "paper_model", "stand_in", "paper_rank", "rank", "b_lr", "seeds_ppl", "seeds_zeroshot"]
+                + [f"{c}_{s}" for c in cols for s in ("paper", "ours", "ours_lo", "ours_hi")])
+    rows, csv_rows = [], []
     for r in tab["rows"]:
         n = r.get("seeds") or {}
         seeds = f"{n['ppl']} / {n['zeroshot']}" if r["variant"] and n.get("ppl") else "—"
@@ -373,25 +368,24 @@ def render(tab: dict[str, Any], caption: str) -> tuple[str, str, str]:
         ci = r.get("ours_ci", {})
         cells += [f"{_fmt(r['paper'][c])} / {_fmt(r['ours'][c], 1 if c.endswith('_acc') else 2, ci.get(c))}"
                   for c in cols]
-        md.append("| " + " | ".join(cells) + " |")
-        tex.append(" & ".join(c.replace("#", "\\#").replace("±", "$\\pm$").replace("→", "$\\to$").replace("_", "\\_")
-                              for c in cells) + " \\\\")
-        w.writerow([r["method"], r["paper_model"], r["stand_in"], r["paper_rank"], r["rank"], r["b_lr"],
-                    n.get("ppl") if r["variant"] else None, n.get("zeroshot") if r["variant"] else None]
-                   + [x for c in cols for x in (r["paper"][c], r["ours"][c], *(ci.get(c) or (None, None)))])
-    tex += ["\\bottomrule", "\\end{tabular}"]
-    return "\n".join(md) + "\n", "\n".join(tex) + "\n", buf.getvalue()
+        rows.append(cells)
+        csv_rows.append([r["method"], r["paper_model"], r["stand_in"], r["paper_rank"], r["rank"], r["b_lr"],
+                         n.get("ppl") if r["variant"] else None, n.get("zeroshot") if r["variant"] else None]
+                        + [x for c in cols for x in (r["paper"][c], r["ours"][c], *(ci.get(c) or (None, None)))])
+    return render_table_texts(caption, head, rows, csv_head, csv_rows, (UNDERSCORE, ARROW),
+                              (HASH, PLUS_MINUS, ARROW, UNDERSCORE))
 
 
-def write_table_files(tab: dict[str, Any], caption: str, rendered: tuple[str, str, str], out_md: str, out_tex: str,
-                      out_csv: str, out_json: str) -> None:
+def write_table_files(tab: dict[str, Any] | None, caption: str, rendered: tuple[str, str, str], out_md: str,
+                      out_tex: str, out_csv: str, out_json: str | None) -> None:
     """A table's four files, each written atomically: the rendered (md, tex, csv) texts and the JSON of ``tab``
-    with its caption (what the claims and the report read)."""
+    with its caption (what the claims and the report read; ``out_json`` None: no JSON, as a pending table)."""
     from caldera.experiments.steps import write_json
 
     for path, text in zip((out_md, out_tex, out_csv), rendered):
         write_atomic(path, text)
-    write_json(out_json, {**tab, "caption": caption})
+    if out_json is not None:
+        write_json(out_json, {**(tab or {}), "caption": caption})
 
 
 def write_table(results_dir: str, config: dict[str, Any], table: str, out_md: str, out_tex: str, out_csv: str,
@@ -438,18 +432,8 @@ def write_pending_table(table: str, reason: str, out_md: str, out_tex: str, out_
     cols = [c for c in raw[0] if c not in ("note", "method_printed")]
     caption = f"{table}: the paper's numbers; this run's values are pending ({reason})."
     head = ["method"] + [c for c in cols if c != "method"] + ["ours"]
-    md = [f"**{caption}**", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    tex = ["\\begin{tabular}{" + "l" * len(head) + "}", "\\toprule",
-           " & ".join(h.replace("_", "\\_") for h in head) + " \\\\", "\\midrule"]
-    buf = io.StringIO()
-    w = csv.writer(buf)
-    w.writerow(head)
-    for r in raw:
-        cells = [r["method_printed"] or r["method"]] + [r[c] or "—" for c in cols if c != "method"] + ["pending"]
-        md.append("| " + " | ".join(cells) + " |")
-        tex.append(" & ".join(c.replace("#", "\\#").replace("_", "\\_").replace("%", "\\%") for c in cells) + " \\\\")
-        w.writerow(cells)
-    tex += ["\\bottomrule", "\\end{tabular}"]
-    for path, text in ((out_md, "\n".join(md) + "\n"), (out_tex, "\n".join(tex) + "\n"), (out_csv, buf.getvalue())):
-        write_atomic(path, text)
+    rows = [[r["method_printed"] or r["method"]] + [r[c] or "—" for c in cols if c != "method"] + ["pending"]
+            for r in raw]
+    rendered = render_table_texts(caption, head, rows, head, rows, (UNDERSCORE,), (HASH, UNDERSCORE, PERCENT))
+    write_table_files(None, caption, rendered, out_md, out_tex, out_csv, None)
     return raw

@@ -21,8 +21,6 @@ claims (:func:`throughput_claims`) compare two variants by their repeats (:func:
 
 from __future__ import annotations
 
-import csv
-import io
 import os
 import resource
 import statistics
@@ -32,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from caldera.experiments.plan import Variant, all_variants, variant_for_row
+from caldera.experiments.table_render import ARROW, HASH, render_table_texts
 
 TABLE = "table6_throughput"
 PROTOCOLS = ("single_token", "decode")  # the first one is the paper's (authors' eval_throughput notebook)
@@ -251,33 +250,26 @@ def render_throughput(tab: dict[str, Any], caption: str) -> tuple[str, str, str]
     head = ["Method", "Paper model → stand-in", "Rank (paper → ours)", "B_LR", "paper tok/s",
             f"ours tok/s, {PROTOCOL_LABEL['single_token']}", f"ours tok/s, {PROTOCOL_LABEL['decode']}",
             "model tensors (MB)", "peak memory (MB)"]
-    md = [f"**{caption}**", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    tex = ["\\begin{tabular}{" + "l" * len(head) + "}", "\\toprule",
-           " & ".join(h.replace("→", "$\\to$") for h in head) + " \\\\", "\\midrule"]
-    buf = io.StringIO()
-    w = csv.writer(buf)
-    w.writerow(["method", "paper_model", "stand_in", "paper_rank", "rank", "b_lr", "tok_per_s_paper"]
-               + [f"{p}_{k}" for p in PROTOCOLS for k in ("median", "min", "max")]
-               + ["model_tensor_mb", "peak_memory_mb"])
+    csv_head = (["method", "paper_model", "stand_in", "paper_rank", "rank", "b_lr", "tok_per_s_paper"]
+                + [f"{p}_{k}" for p in PROTOCOLS for k in ("median", "min", "max")]
+                + ["model_tensor_mb", "peak_memory_mb"])
+    rows, csv_rows = [], []
     for r in tab["rows"]:
         mem = r["peak_cuda_mb"] if r["peak_cuda_mb"] is not None else r["peak_rss_mb"]
         paper = "OOM" if r["paper_tok_per_s"] is None and "OOM" in (r["paper_note"] or "") else (
             "—" if r["paper_tok_per_s"] is None else f"{r['paper_tok_per_s']:.2f}")
-        cells = [r["method"], f"{r['paper_model']} → {r['stand_in']}",
-                 f"{r['paper_rank'] if r['paper_rank'] is not None else '—'} → "
-                 f"{r['rank'] if r['rank'] is not None else '—'}",
-                 "—" if r["b_lr"] is None else str(r["b_lr"]), paper,
-                 *(_fmt_tps(r["ours"][p]) for p in PROTOCOLS),
-                 "—" if r["model_tensor_mb"] is None else f"{r['model_tensor_mb']:.0f}",
-                 "—" if mem is None else f"{mem:.0f}"]
-        md.append("| " + " | ".join(cells) + " |")
-        tex.append(" & ".join(c.replace("#", "\\#").replace("→", "$\\to$") for c in cells) + " \\\\")
-        w.writerow([r["method"], r["paper_model"], r["stand_in"], r["paper_rank"], r["rank"], r["b_lr"],
-                    r["paper_tok_per_s"]]
-                   + [(r["ours"][p] or {}).get(k) for p in PROTOCOLS for k in ("median", "min", "max")]
-                   + [r["model_tensor_mb"], mem])
-    tex += ["\\bottomrule", "\\end{tabular}"]
-    return "\n".join(md) + "\n", "\n".join(tex) + "\n", buf.getvalue()
+        rows.append([r["method"], f"{r['paper_model']} → {r['stand_in']}",
+                     f"{r['paper_rank'] if r['paper_rank'] is not None else '—'} → "
+                     f"{r['rank'] if r['rank'] is not None else '—'}",
+                     "—" if r["b_lr"] is None else str(r["b_lr"]), paper,
+                     *(_fmt_tps(r["ours"][p]) for p in PROTOCOLS),
+                     "—" if r["model_tensor_mb"] is None else f"{r['model_tensor_mb']:.0f}",
+                     "—" if mem is None else f"{mem:.0f}"])
+        csv_rows.append([r["method"], r["paper_model"], r["stand_in"], r["paper_rank"], r["rank"], r["b_lr"],
+                         r["paper_tok_per_s"]]
+                        + [(r["ours"][p] or {}).get(k) for p in PROTOCOLS for k in ("median", "min", "max")]
+                        + [r["model_tensor_mb"], mem])
+    return render_table_texts(caption, head, rows, csv_head, csv_rows, (ARROW,), (HASH, ARROW))
 
 
 def write_throughput_table(results_dir: str, config: dict[str, Any], out_md: str, out_tex: str, out_csv: str,
