@@ -124,10 +124,13 @@ def test_layout(saved):
     assert "model.layers.0.self_attn.q_proj.weight" not in keys and "lm_head.weight" not in keys
 
 
-def _run_child(script: str, folder, out, *, cwd, pythonpath: str | None) -> None:
-    """Run ``script folder IDS out`` in a fresh offline Python process (PYTHONPATH as given, or unset)."""
+def _run_child(script: str, folder, out, *, cwd, pythonpath: str | None, plain: bool = False) -> None:
+    """Run ``script folder IDS out`` in a fresh offline Python process (PYTHONPATH as given, or unset). ``plain``:
+    as where caldera is not installed (its start-up hook off: ``caldera_transformers_hook``)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", **({"PYTHONPATH": pythonpath} if pythonpath else {}))
+    if plain:
+        env["CALDERA_NO_TRANSFORMERS_HOOK"] = "1"
     r = subprocess.run(
         [sys.executable, "-c", script, str(folder), json.dumps(IDS), str(out)],
         cwd=cwd,
@@ -512,7 +515,7 @@ def test_export_loads_in_plain_transformers(saved, tmp_path, capsys):
     assert (out / "config.json").exists() and (out / "model.safetensors").exists()
     assert not list(tmp_path.glob(".hf.tmp-*"))
     res = tmp_path / "logits.pt"
-    _run_child(EXPORT_CHILD, out, res, cwd=tmp_path, pythonpath=None)
+    _run_child(EXPORT_CHILD, out, res, cwd=tmp_path, pythonpath=None, plain=True)
     with torch.no_grad():
         ref = model(torch.tensor(IDS)).logits
     torch.testing.assert_close(torch.load(res), ref, rtol=1e-4, atol=1e-4 * float(ref.abs().max()))
@@ -600,6 +603,7 @@ def test_export_runs_under_lm_eval_cli(saved, tmp_path):
     hf = tmp_path / "hf"
     assert main(["export", str(path), "--out", str(hf)]) == 0
     args, env, out = lm_eval_args(f"pretrained={hf},dtype=float32", tmp_path)
+    env["CALDERA_NO_TRANSFORMERS_HOOK"] = "1"  # as where caldera is not installed (caldera_transformers_hook)
     r = subprocess.run([sys.executable, "-c", LM_EVAL_CHILD, *args], cwd=tmp_path, env=env, capture_output=True,
                        text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
