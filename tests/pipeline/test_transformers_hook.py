@@ -125,8 +125,9 @@ new = set(sys.modules) - before
 import json, email.parser, xml.dom  # unrelated imports pass through the hook untouched
 print(sorted(new), type(sys.meta_path[0]).__name__, "caldera" in sys.modules)
 """
-    r = subprocess.run([sys.executable, "-c", code, str(site_dir(tmp_path))], env=child_env(), capture_output=True,
-                       text=True, timeout=120)
+    # -S: this interpreter's own site-packages (where an installed caldera's .pth already ran) stays out of it
+    r = subprocess.run([sys.executable, "-S", "-c", code, str(site_dir(tmp_path))], env=child_env(),
+                       capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["['caldera_transformers_hook']", "CalderaTransformersHook", "False"], r.stdout
 
