@@ -8,7 +8,9 @@ always measured. The paper's 70B rows map to the same stand-in variants as the 7
 
 One workflow job per variant (:func:`step_throughput`): the model is loaded as stored (compressed layers run as
 :class:`~caldera.nn.compressed_linear.CompressedLinear` with the kernel path of ``throughput.kernel``, never
-materialised), torch threads pinned to ``throughput.threads``, then both protocols of
+materialised), torch threads pinned to the job's ``torch_threads`` resource (1 unless a profile sets
+``set-resources: {throughput: {torch_threads: N}}``; the job itself reserves every core of the run unless a
+profile sets ``set-threads: {throughput: N}``: workflow/rules/throughput.smk), then both protocols of
 :mod:`caldera.eval.throughput` with ``throughput.runs`` timed repeats each:
 
 * ``single_token``: the authors' protocol (``model(token)``, batch 1, sequence length 1, no KV cache) — what the
@@ -40,12 +42,27 @@ DEFAULTS: dict[str, Any] = {
     "warmup": 1,  # untimed calls first (builds the dequantized caches, JIT-compiles kernels)
     "new_tokens": 16,  # decode protocol: tokens generated per repeat
     "calls": 8,  # single-token protocol: forwards per repeat
-    "threads": 1,  # torch threads, pinned
-    "exclusive": True,  # the job takes every core of the run (nothing runs beside it; see throughput.smk)
     "kernel": "auto",  # CompressedLinear path: auto | kernel | reference
     "dtype": "float32",  # activations and the dense layers (the paper: fp16 on a GPU)
     "prompt": "The capital of France is",
 }
+
+
+#: machine settings that moved from the config's ``throughput:`` block to the profiles (issue 19)
+MOVED_TO_PROFILES = {
+    "threads": "the timed loops' torch threads are the throughput job's `torch_threads` resource (default 1): "
+               "set it in a profile, `set-resources: {throughput: {torch_threads: N}}`",
+    "exclusive": "the throughput job reserves every core of the run by default (nothing runs beside the timed "
+                 "loops); a profile changes that with `set-threads: {throughput: N}`",
+}
+
+
+def moved_settings(config: dict[str, Any]) -> list[str]:
+    """One message per machine setting ``config["throughput"]`` still carries (:data:`MOVED_TO_PROFILES`):
+    the workflow refuses such a config, saying where the setting went."""
+    tp = config.get("throughput") or {}
+    return [f"throughput.{k}: no longer a config key (machine settings live in the profiles): {why}"
+            for k, why in MOVED_TO_PROFILES.items() if k in tp]
 
 
 def throughput_settings(config: dict[str, Any]) -> dict[str, Any]:
@@ -133,15 +150,17 @@ def measure(model, tokenizer, settings: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def step_throughput(config: dict[str, Any], v: Variant, checkpoint: str | None, out: str) -> dict[str, Any]:
-    """Rule ``throughput``: load variant ``v`` (dense, or the compressed checkpoint as stored), pin the threads,
-    measure both protocols (:func:`measure`) and write them with the memory figures to ``out``."""
+def step_throughput(config: dict[str, Any], v: Variant, checkpoint: str | None, out: str,
+                    torch_threads: int = 1) -> dict[str, Any]:
+    """Rule ``throughput``: load variant ``v`` (dense, or the compressed checkpoint as stored), pin torch to
+    ``torch_threads`` threads (the job's ``torch_threads`` resource), measure both protocols (:func:`measure`)
+    and write them with the memory figures to ``out``."""
     import torch
 
     from caldera.experiments.steps import load_dense, model_source, run_device, write_json
 
     s = throughput_settings(config)
-    torch.set_num_threads(int(s["threads"]))
+    torch.set_num_threads(int(torch_threads))
     device = run_device(config)
     dtype = getattr(torch, s["dtype"])
     if device.type == "cuda":
@@ -278,7 +297,7 @@ def write_throughput_table(results_dir: str, config: dict[str, Any], out_md: str
     tab = build_throughput_table(results_dir, config, run_variants)
     s = tab["settings"]
     dev = sorted({m["device"] for m in tab["measured"].values()}) or ["—"]
-    threads = sorted({m["torch_threads"] for m in tab["measured"].values()}) or [s["threads"]]
+    threads = sorted({m["torch_threads"] for m in tab["measured"].values()}) or "—"  # none measured yet
     caption = (
         f"{TABLE}: batch-1 throughput, the paper's numbers (LLaMa-2 on an NVIDIA A10G, fp16) beside this run "
         f"({config['name']} config, device {', '.join(dev)}, {s['dtype']}, torch threads {threads}, compressed "
@@ -292,8 +311,8 @@ def write_throughput_table(results_dir: str, config: dict[str, Any], out_md: str
         "signs and factors, plus any dequantized cache its path built; the fp32 tied embedding / lm_head stays "
         "dense). Peak memory: the job's peak resident set (CPU) or peak CUDA allocation, model load and the Python "
         "runtime included. The spread "
-        "is run-to-run within one job" + ("; each variant's job runs alone (throughput.exclusive)." if s["exclusive"]
-                                          else "; other jobs may run beside it (throughput.exclusive: false).")
+        "is run-to-run within one job; by default each variant's job reserves every core of the run, so nothing "
+        "runs beside it (a profile's `set-threads: {throughput: N}` changes that)."
     )
     from caldera.experiments.tables import write_table_files
 

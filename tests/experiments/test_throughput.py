@@ -87,7 +87,7 @@ def tiny_run(tmp_path_factory):
     ck = save_compressed(model, tmp / "ck", method="quip#", method_config=dataclasses.asdict(mcfg),
                          tokenizer=word_tokenizer())
     cfg = {"name": "t", "device": "cpu", "models": {"tiny": {"source": str(tmp / "dense"), "label": "tiny"}},
-           "throughput": {"runs": 3, "warmup": 1, "new_tokens": 3, "calls": 2, "threads": 1, "kernel": "reference",
+           "throughput": {"runs": 3, "warmup": 1, "new_tokens": 3, "calls": 2, "kernel": "reference",
                           "prompt": "w5 w9 w33"}}
     return tmp, cfg, ck
 
@@ -99,7 +99,7 @@ def test_step_throughput_records_every_repeat(tiny_run, method):
     tmp, cfg, ck = tiny_run
     v = Variant(f"tiny-{method}", "tiny", method)
     out = tmp / f"{method}.json"
-    res = step_throughput(cfg, v, None if method == "dense" else str(ck), str(out))
+    res = step_throughput(cfg, v, None if method == "dense" else str(ck), str(out), torch_threads=1)
     assert json.loads(out.read_text())["variant"] == v.id
     for proto, per in (("decode", 3), ("single_token", 2)):
         r = res[proto]

@@ -111,6 +111,39 @@ def test_bad_config_fails_the_dry_run(edit, words, tmp_path):
     assert words in r.stdout + r.stderr, r.stdout + r.stderr
 
 
+@pytest.mark.parametrize("key, words", [
+    ("threads: 1", ["throughput.threads: no longer a config key", "set-resources: {throughput: {torch_threads: N}}"]),
+    ("exclusive: true", ["throughput.exclusive: no longer a config key", "set-threads: {throughput: N}"]),
+])
+def test_machine_settings_in_a_config_are_refused_saying_where_they_moved(key, words, tmp_path):
+    """issue 19: throughput.threads / throughput.exclusive moved to the profiles; a config that still sets one
+    fails the dry run with a message naming the profile setting (not the schema's bare "unknown key")."""
+    copy_workflow(tmp_path)
+    text = (tmp_path / "config/smoke.yaml").read_text()
+    assert "calls: 2}" in text
+    (tmp_path / "config/old.yaml").write_text(text.replace("calls: 2}", f"calls: 2, {key}}}"))
+    r = run(["-n", "--cores", "1", "--configfile", "config/old.yaml"], tmp_path)
+    assert r.returncode != 0
+    for w in words:
+        assert w in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("cores", [2, 4])
+def test_throughput_jobs_reserve_every_core_by_default(cores, tmp_path):
+    """issue 19: by default each Table 6 job takes every core of the run (nothing runs beside its timed loops)
+    and pins 1 torch thread; a profile's set-threads / set-resources change both."""
+    copy_workflow(tmp_path)
+    r = run(["-n", "--cores", str(cores), "--configfile", "config/smoke.yaml"], tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    job = _job(r.stdout, "throughput", "throughput/smollm2-dense.json")
+    assert f"threads: {cores}\n" in job and "torch_threads=1" in job, job
+    r = run(["-n", "--cores", str(cores), "--set-threads", "throughput=1", "--set-resources",
+             "throughput:torch_threads=3", "--configfile", "config/smoke.yaml"], tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    job = _job(r.stdout, "throughput", "throughput/smollm2-dense.json")
+    assert "threads:" not in job and "torch_threads=3" in job, job  # 1 thread: the dry run prints no threads line
+
+
 def test_config_typo_is_reported_in_a_few_lines_key_first(tmp_path):
     """issue 20: one typo in a config is a short dry-run error whose message starts with the key's full path and
     the closest allowed key (before: jsonschema's dump of the whole schema and config, 561 lines)."""

@@ -18,13 +18,23 @@ from caldera.experiments.plan import (
 )
 from caldera.experiments.selection import matrix_claim_inputs, selection_models
 from caldera.experiments.steps import layer_chunks
-from caldera.experiments.throughput import TABLE as THROUGHPUT_TABLE, throughput_settings, throughput_variants
+from caldera.experiments.throughput import (
+    TABLE as THROUGHPUT_TABLE,
+    moved_settings,
+    throughput_settings,
+    throughput_variants,
+)
 
 CONFIG_FILES = list(workflow.overwrite_configfiles) or ["config/mini.yaml"]
 try:
     check_config_files(CONFIG_FILES)  # re-read strictly: Snakemake's loader lets a repeated key's last value win
 except ValueError as e:
     raise WorkflowError(f"config: {e}") from None
+# machine settings that moved to the profiles (issue 19): said before the schema's bare "unknown key"
+_moved = moved_settings(config)
+if _moved:
+    raise WorkflowError("\n".join(_moved) + f"\n(config {', '.join(map(str, CONFIG_FILES))}: remove the key; "
+                        "workflow/rules/throughput.smk and config/README.md describe the profile settings)")
 # schema violations one a line, each starting with the key's path (jsonschema's own error dumps the whole schema
 # and config: hundreds of lines for one typo); an unknown key names the closest allowed one
 _errors = schema_errors(config, Path(workflow.basedir) / "workflow/schemas/config.schema.yaml")

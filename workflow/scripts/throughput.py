@@ -1,4 +1,5 @@
-"""Rule throughput: both batch-1 throughput protocols for one variant (Table 6), threads pinned."""
+"""Rule throughput: both batch-1 throughput protocols for one variant (Table 6), torch threads pinned to the job's
+``torch_threads`` resource (a profile's ``set-resources: {throughput: {torch_threads: N}}``; default 1)."""
 
 from caldera_job import job
 
@@ -6,4 +7,5 @@ sm = snakemake  # noqa: F821  (injected by Snakemake)
 with job(sm):
     from caldera.experiments.throughput import step_throughput
 
-    step_throughput(sm.config, sm.params.variant, getattr(sm.input, "checkpoint", None), sm.output[0])
+    step_throughput(sm.config, sm.params.variant, getattr(sm.input, "checkpoint", None), sm.output[0],
+                    torch_threads=sm.resources.torch_threads)
