@@ -31,7 +31,7 @@ from caldera import stats
 from caldera.atomic import write_atomic
 from caldera.experiments.claim_definitions import ABLATION_CLAIMS, LPLR_CLAIM
 from caldera.experiments.plan import RHTFT_TABLES
-from caldera.experiments.tables import PAIR_SEEDS, _bits_label, _paired, ppl_ratio, realizations, seed_parts  # noqa: F401
+from caldera.experiments.tables import _bits_label, _paired, ppl_ratio, realizations, seed_parts  # noqa: F401
 
 
 def _final(curve: dict[str, Any]) -> float:
@@ -148,7 +148,7 @@ def zeroshot_pair(table: dict[str, Any], a: str, b: str) -> dict[str, Any] | Non
     def matrix(zs: list[dict[str, Any]], metric: str) -> list[list[float]]:
         return [[dict(zip(z[task]["doc_id"], z[task][metric]))[d] for task, d in keys] for z in zs]
 
-    paired = PAIR_SEEDS and rand_a and rand_b and len(sa) > 1 and None not in sa and sa == sb
+    paired = _paired({"random": rand_a, "seeds": sa}, {"random": rand_b, "seeds": sb})  # one pairing rule
     out = {m: stats.seeded_mean_difference(matrix(za, m), matrix(zb, m), rand_a, rand_b, paired)
            for m in ("acc", "margin")}
     return {**out, "pair": [a, b]}
