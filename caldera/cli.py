@@ -281,6 +281,32 @@ def cmd_compress(args: argparse.Namespace) -> int:
         return _compress(args, params, layers)
 
 
+def _allocation(args: argparse.Namespace, model: Any, params: dict[str, Any], work: Path) -> dict[str, Any] | None:
+    """Per-matrix settings of a method with a model-level step (None for the others): ``--allocation FILE``,
+    else ``<work>/allocation.json`` when it was made for this method and config, else profiled over every
+    decoder layer (whatever ``--layers`` says: the choice is the whole model's) and written there."""
+    from caldera.atomic import write_atomic
+    from caldera.methods import get_method
+    from caldera.pipeline.allocate import allocate_model, profile_model, read_allocation
+
+    if get_method(args.method).plan is None:
+        if args.allocation:
+            raise CLIError(f"--allocation: method {args.method!r} takes no per-matrix settings; remove it")
+        return None
+    path = Path(args.allocation) if args.allocation else work / "allocation.json"
+    if path.is_file():
+        try:
+            return read_allocation(path, args.method, params)
+        except ValueError as e:
+            if args.allocation:
+                raise CLIError(f"--allocation {path}: {e}") from None
+    alloc = allocate_model([profile_model(model, args.hessians, args.method, params, progress=not args.quiet)],
+                           args.method, params)
+    work.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, json.dumps(alloc, indent=1, sort_keys=True) + "\n")
+    return alloc["overrides"]
+
+
 def _compress(args: argparse.Namespace, params: dict[str, Any], layers: list[int] | None) -> int:
     """``cmd_compress`` under the output lock: compress the layers, then assemble the checkpoint."""
     from caldera.pipeline.compress import assemble_checkpoint, compress_model
@@ -302,6 +328,7 @@ def _compress(args: argparse.Namespace, params: dict[str, Any], layers: list[int
             layers=layers,
             progress=not args.quiet,
             ft_rank=args.ft_rank,
+            overrides=_allocation(args, model, params, work),
         )
     except FileNotFoundError as e:
         raise CLIError(str(e)) from None
@@ -712,6 +739,9 @@ def build_parser() -> argparse.ArgumentParser:
         "layers uncompressed exit non-zero (the computed layers are kept)",
     )
     p.add_argument("--no-assemble", action="store_true", help="only write the per-layer files")
+    p.add_argument("--allocation", help="per-matrix settings of a method that chooses them from the whole model "
+                   "(caldera-rank-per-layer): the allocation.json of an earlier run (default: WORK_DIR/allocation.json, "
+                   "made there from every decoder layer's Hessians when missing)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_compress)
 

@@ -324,7 +324,9 @@ def method_matrix_seconds(costs: dict[str, Any], method: str, cfg: Any, n: int, 
     """Predicted seconds to compress one (n, d) matrix with ``method`` (context excluded). CALDERA: the full
     law; QuIP#: one LDLQ; QuIP#-LR: LDLQ + one exact SVD; LoftQ: its iterations of an exact SVD; others: one
     LDLQ (a lower bound, stated in the output)."""
-    if method == "caldera":
+    from caldera.config import CalderaConfig
+
+    if method == "caldera" or isinstance(cfg, CalderaConfig):  # caldera-rank-per-layer: at its budget rank
         return decompose_seconds(costs, n, d, cfg)
     ldlq = predict(costs, "ldlq", n, d, 0) + predict(costs, "error", n, d, 0)
     rank = int(getattr(cfg, "rank", 0) or getattr(cfg, "lr_rank", 0) or 0)
@@ -463,7 +465,7 @@ def slurm_yaml(resources: dict[str, dict[str, Any]]) -> str:
 def estimate(config: dict[str, Any], costs: dict[str, Any]) -> dict[str, Any]:
     """Per model of ``config``: per rule ``{"jobs", "s_per_job", "mem_gb", "hours"}`` and the total hours; plus
     per CALDERA variant its compression hours (the paper's 34 A10G-hours figure is for one such variant)."""
-    from caldera.experiments.plan import all_variants
+    from caldera.experiments.plan import all_variants, has_model_plan
 
     variants = all_variants(config)
     out: dict[str, Any] = {}
@@ -485,10 +487,16 @@ def estimate(config: dict[str, Any], costs: dict[str, Any]) -> dict[str, Any]:
         jobs = 0
         total_s = 0.0
         worst = 0.0
+        profiled: list[float] = []  # a model-level method's profile jobs: one LDLQ and a full SVD per matrix
         for v in variants.values():
             if v.model != mkey or v.method == "dense":
                 continue
             cfg = v.config
+            if has_model_plan(v):
+                s_prof = sum(predict(costs, "prepare", 0, d, 0) for d in groups.values()) + sum(
+                    predict(costs, "ldlq", n, d, 0) + 2 * predict(costs, "error", n, d, 0)
+                    + predict(costs, "svd_exact", n, d, min(n, d)) for n, d in shapes)
+                profiled.append(s_prof * len(layers))
             s_layer = sum(predict(costs, "prepare", 0, d, 0) for d in groups.values()) + sum(
                 method_matrix_seconds(costs, v.method, cfg, n, d) for n, d in shapes)
             per_variant[v.id] = s_layer * len(layers)
@@ -499,6 +507,11 @@ def estimate(config: dict[str, Any], costs: dict[str, Any]) -> dict[str, Any]:
         if jobs:
             rules["compress_layers"] = {"jobs": jobs, "s_per_job": worst, "total_s": total_s,
                                         "mem_gb": job_memory("compress_layers", shape_key, config)}
+        if profiled:
+            per_job = max(profiled) * min(int(config.get("layers_per_job", 1)), len(layers)) / len(layers)
+            rules["profile_layers"] = {"jobs": len(profiled) * math.ceil(len(layers) / int(config.get(
+                "layers_per_job", 1))), "s_per_job": per_job, "total_s": sum(profiled),
+                "mem_gb": job_memory("compress_layers", shape_key, config)}
         # evaluate: every variant, dense included
         n_eval = sum(1 for v in variants.values() if v.model == mkey)
         ev_tok = eval_tokens(config)

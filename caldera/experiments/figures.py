@@ -220,5 +220,45 @@ def plot_figure4(data: dict[str, Any], out_png: str, out_pdf: str, config: dict[
     plt.close(fig)
 
 
+def plot_rank_allocation(allocations: dict[str, dict[str, Any]], out_png: str, out_pdf: str,
+                         config: dict[str, Any] | None = None) -> None:
+    """The ranks a per-matrix method chose (``{variant id: its allocation.json}``, :mod:`caldera.pipeline.allocate`):
+    one heat map per variant, decoder layer × matrix type, each cell the rank (annotated), the title the uniform
+    rank whose bits were shared out and the profiling cost."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, axes = plt.subplots(len(allocations), 1, figsize=(11, 2.6 * len(allocations) + 0.6), squeeze=False,
+                             layout="constrained")
+    for ax, (vid, alloc) in zip(axes[:, 0], sorted(allocations.items())):
+        ranks = {tuple(k.split(".", 1)): o["rank"] for k, o in alloc["overrides"].items()}
+        layers = sorted({int(li) for li, _ in ranks})
+        short = {n: n.split(".")[-1] for _, n in ranks}
+        names = sorted(short, key=lambda n: (LINEARS.index(short[n]) if short[n] in LINEARS else len(LINEARS), n))
+        grid = np.array([[ranks.get((str(li), n), np.nan) for li in layers] for n in names], dtype=float)
+        im = ax.imshow(grid, aspect="auto", cmap="viridis", interpolation="nearest")
+        for i in range(len(names)):
+            for j in range(len(layers)):
+                if not np.isnan(grid[i, j]):
+                    ax.text(j, i, f"{int(grid[i, j])}", ha="center", va="center", fontsize=6,
+                            color="white" if grid[i, j] < np.nanmean(grid) else "black")
+        ax.set_yticks(range(len(names)), [short[n] for n in names], fontsize=8)
+        ax.set_xticks(range(len(layers)), layers, fontsize=7)
+        ax.set_xlabel("decoder layer")
+        cfg = alloc["method_config"]
+        label = config["models"].get(vid.split("-", 1)[0], {}).get("label", vid) if config else vid
+        ax.set_title(f"{vid} — {label}: uniform k = {cfg['rank']} at B_LR = {cfg['l_bits']} shared out, ranks "
+                     f"{cfg['min_rank']}…{cfg['max_rank_factor']}·k in steps of {cfg['rank_multiple']} (profiling "
+                     f"{alloc['profile_wall_s']:.0f} s)", fontsize=8)
+        fig.colorbar(im, ax=ax, label="rank k_i", shrink=0.9)
+    fig.suptitle("Rank per matrix at the bits of uniform rank (caldera-rank-per-layer), chosen on calibration data",
+                 fontsize=10)
+    _save(fig, out_png, out_pdf)
+    plt.close(fig)
+
+
 #: figure number -> plot function (JSON data, PNG path, PDF path, config=the run's config)
 PLOTS = {1: plot_figure1, 3: plot_figure3, 4: plot_figure4}

@@ -117,11 +117,44 @@ def table_rows(config: dict[str, Any], table: str) -> list[dict[str, Any]]:
         rows.append({"ref": ref, "variant": v})
     stand_ins = sorted({config["stand_ins"][r["ref"]["model"]] for r in rows if r["variant"] is not None})
     for i, extra in enumerate(config.get("extra_methods", [])):
+        if extra.get("beside") is not None:
+            rows = _beside_rows(rows, extra, i)
+            continue
         for model in stand_ins:
             v = make_variant(model, extra["method"], dict(extra.get("params", {})), 0, None, extra["name"],
                              f"extra_methods[{i}] ({extra['name']})")
             rows.append({"ref": None, "variant": v, "label": extra["name"]})
     return rows
+
+
+def _beside_rows(rows: list[dict[str, Any]], extra: dict[str, Any], i: int) -> list[dict[str, Any]]:
+    """``rows`` with a row of ``extra`` right after each uniform-rank CALDERA row whose variant id matches a
+    pattern of ``extra["beside"]`` (``fnmatch``; ``"*"``: every one): the same model, rank and factor bits, the
+    CALDERA row's parameters updated by ``extra["params"]``; ``beside`` names the CALDERA variant it is
+    compared with at equal bits."""
+    import fnmatch
+
+    out = []
+    for row in rows:
+        out.append(row)
+        v = row["variant"]
+        if row.get("ref") is None or v is None or v.method != "caldera":
+            continue
+        if not any(fnmatch.fnmatchcase(v.id, pat) for pat in extra["beside"]):
+            continue
+        params = {**v.params, **extra.get("params", {})}
+        x = make_variant(v.model, extra["method"], params, v.rank, v.b_lr, extra["name"],
+                         f"extra_methods[{i}] ({extra['name']}, beside {v.id})")
+        out.append({"ref": None, "variant": x, "label": extra["name"], "beside": v.id})
+    return out
+
+
+def has_model_plan(v: Variant) -> bool:
+    """Does ``v``'s method choose settings per matrix from the whole model (a
+    :class:`~caldera.methods.registry.ModelPlan`: rules profile_layers and allocate run before it compresses)?"""
+    from caldera.methods import get_method
+
+    return v.method != "dense" and get_method(v.method).plan is not None
 
 
 def all_variants(config: dict[str, Any]) -> dict[str, Variant]:
@@ -239,6 +272,25 @@ def shape_errors(config: dict[str, Any], variants: dict[str, Variant]) -> list[s
     return errors
 
 
+def _beside_errors(config: dict[str, Any]) -> list[str]:
+    """``extra_methods[i].beside`` patterns that match no uniform-rank CALDERA row of this run's tables."""
+    import fnmatch
+
+    errors = []
+    extras = [(i, e) for i, e in enumerate(config.get("extra_methods", [])) if e.get("beside") is not None]
+    if not extras:
+        return errors
+    plain = {**config, "extra_methods": []}
+    ids = sorted({r["variant"].id for t in config["tables"] if t in ZERO_SHOT_TABLES for r in table_rows(plain, t)
+                  if r["variant"] is not None and r["variant"].method == "caldera"})
+    for i, e in extras:
+        for j, pat in enumerate(e["beside"]):
+            if not any(fnmatch.fnmatchcase(x, pat) for x in ids):
+                errors.append(f"extra_methods[{i}].beside[{j}]: {pat!r} matches no CALDERA row of the tables "
+                              f"{config['tables']}; CALDERA variants: {ids}")
+    return errors
+
+
 def check_config(config: dict[str, Any]) -> dict[str, Variant]:
     """Check what the JSON schema cannot, against the library; return :func:`all_variants`.
 
@@ -283,6 +335,8 @@ def check_config(config: dict[str, Any]) -> dict[str, Variant]:
         errors.append(str(e))
         variants = {}
     errors += shape_errors(config, variants)
+    if variants:
+        errors += _beside_errors(config)
     layers = config.get("layers")
     for m in sorted({v.model for v in variants.values()} | {config["figures"]["model"]} & set(models)):
         n = int(models[m]["num_layers"])

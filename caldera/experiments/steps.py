@@ -140,21 +140,48 @@ def layer_chunks(config: dict[str, Any], model: str) -> list[list[int]]:
     return [layers[i : i + k] for i in range(0, len(layers), k)]
 
 
-def step_compress_layers(config: dict[str, Any], v: Variant, hessian_dir: str, chunk: int, out: str) -> dict:
+def step_profile_layers(config: dict[str, Any], v: Variant, hessian_dir: str, chunk: int, out: str) -> dict:
+    """The model-level step's profiles (:func:`caldera.pipeline.allocate.profile_model`) of chunk ``chunk`` of
+    :func:`layer_chunks`, written to ``out``; read and run like :func:`step_compress_layers`."""
+    from caldera.pipeline.allocate import profile_model
+
+    layers = layer_chunks(config, v.model)[chunk]
+    device = run_device(config)
+    mdl = load_layers(config, v.model, layers, device)
+    res = profile_model(mdl, hessian_dir, v.method, v.config, layers=layers, device=device)
+    write_json(out, res)
+    return res
+
+
+def step_allocate(v: Variant, profiles: list[str], out: str) -> dict:
+    """The per-matrix settings of variant ``v`` from every chunk's profiles
+    (:func:`caldera.pipeline.allocate.allocate_model`), written to ``out``."""
+    from caldera.pipeline.allocate import allocate_model
+
+    res = allocate_model([json.loads(Path(p).read_text()) for p in profiles], v.method, v.config)
+    write_json(out, res)
+    return res
+
+
+def step_compress_layers(config: dict[str, Any], v: Variant, hessian_dir: str, chunk: int, out: str,
+                         allocation: str | None = None) -> dict:
     """Compress chunk ``chunk`` of :func:`layer_chunks` into ``<dir of out>`` (per-layer files) and write a
-    summary to ``out``. ``v.config``: the method's typed config, built when the plan was made.
+    summary to ``out``. ``v.config``: the method's typed config, built when the plan was made; ``allocation``:
+    the :func:`step_allocate` file of a method that chooses settings per matrix.
 
     Only the chunk's linear weights are read (:func:`caldera.pipeline.partial.load_layer_weights`: the shards
     that hold them, in the checkpoint's own dtype, on :func:`run_device`); the decomposition runs there."""
+    from caldera.pipeline.allocate import read_allocation
     from caldera.pipeline.compress import compress_model
 
     layers = layer_chunks(config, v.model)[chunk]
     device = run_device(config)
     mdl = load_layers(config, v.model, layers, device)
+    overrides = read_allocation(allocation, v.method, v.config) if allocation else None
     # Snakemake reruns this job exactly when its inputs or declared config changed: layers left from an
     # earlier config are replaced, not refused.
     res = compress_model(mdl, hessian_dir, v.method, v.config, os.path.dirname(out), layers=layers,
-                         progress=True, replace_stale=True, device=device)
+                         progress=True, replace_stale=True, device=device, overrides=overrides)
     res = {"layers": layers, "wall_s": res.get("wall_s"), "computed": res.get("computed"),
            "skipped": res.get("skipped")}
     write_json(out, res)

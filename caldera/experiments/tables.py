@@ -231,6 +231,8 @@ def build_table(results_dir: str | os.PathLike, config: dict[str, Any], table: s
                 extra = {"base_variant": base.id,
                          "rht_ft": _load(results_dir / "rhtft" / base.id / "rhtft.json")}
         label = (ref["method_printed"] if ref else f"{row['label']} (ours only)")
+        if row.get("beside"):  # an extra method's row beside the uniform-rank CALDERA row it is compared with
+            extra["beside"] = row["beside"]
         rows.append({
             **extra,
             "method": label,
@@ -238,7 +240,7 @@ def build_table(results_dir: str | os.PathLike, config: dict[str, Any], table: s
             "stand_in": config["models"][v.model]["label"] if v else row.get("pending", "not run here"),
             "paper_rank": ref["rank"] if ref else "—",
             "rank": v.rank if v else "—",
-            "b_lr": _bits_label((ref or {}).get("b_lr")),
+            "b_lr": _bits_label((ref or {}).get("b_lr") if ref or not row.get("beside") else v.b_lr),
             "variant": v.id if v else None,
             "paper": {c: (ref or {}).get(c) for c in cols},
             "ours": {c: meas.get(c) for c in cols},

@@ -22,6 +22,15 @@ its name) raises ``ValueError`` naming it and its distribution.
 (n, d) matrix: every positive integer field named ``rank`` or ``*_rank`` must satisfy 1 <= rank < min(n, d),
 plus the method's own ``check_shape(config, n, d)`` (``register_method(..., check_shape=)``, raises
 ``ValueError``). ``caldera compress`` and the workflow's plan run it on every matrix shape first.
+
+**Model-level choices** (``register_method(..., plan=ModelPlan(profile, allocate))``). A method whose
+per-matrix settings depend on the whole model (e.g. a rank per matrix at a fixed bit budget,
+``caldera.methods.rank_per_layer``) gives two pure functions: ``profile(W, H, config, context)`` → a small
+JSON-able dict per matrix (run where the matrices are, one job per layer chunk), then
+``allocate(profiles, config)`` with ``profiles = {"<layer>.<linear>": profile}`` → ``{"<layer>.<linear>":
+{field: value}}``, the overrides of ``config`` for each matrix (one job per model). The pipeline
+(:mod:`caldera.pipeline.allocate`) runs both before compressing, and ``fn`` then receives each matrix's config
+with its overrides applied; nothing else of the pipeline knows the method.
 """
 
 from __future__ import annotations
@@ -36,6 +45,15 @@ from caldera.decomposition import Decomposition
 
 
 @dataclass(frozen=True)
+class ModelPlan:
+    """A method's model-level step (module docstring): ``profile(W, H, config, context=None) -> dict`` per
+    matrix, ``allocate(profiles: dict[str, dict], config) -> dict[str, dict]`` per-matrix config overrides."""
+
+    profile: Callable[..., dict[str, Any]]
+    allocate: Callable[[dict[str, dict[str, Any]], Any], dict[str, dict[str, Any]]]
+
+
+@dataclass(frozen=True)
 class MethodSpec:
     name: str
     config_cls: type
@@ -43,6 +61,8 @@ class MethodSpec:
     shares_hessian_context: bool
     #: ``check_shape(config, n, d)`` raises ``ValueError`` when ``config`` cannot decompose an n×d matrix
     check_shape: Callable[[Any, int, int], None] | None = None
+    #: the model-level step (:class:`ModelPlan`) of a method whose per-matrix settings depend on the whole model
+    plan: ModelPlan | None = None
 
     def make_config(self, params: Any = None) -> Any:
         """The method's typed config from ``params``: an instance of ``config_cls`` (returned as is) or a dict
@@ -115,11 +135,11 @@ _LOADED_ENTRY_POINTS: set[str] = set()
 
 
 def register_method(name: str, config_cls: type, *, shares_hessian_context: bool = False,
-                    check_shape: Callable[[Any, int, int], None] | None = None):
+                    check_shape: Callable[[Any, int, int], None] | None = None, plan: ModelPlan | None = None):
     def deco(fn: Callable[..., Decomposition]) -> Callable[..., Decomposition]:
         if name in _REGISTRY:
             raise ValueError(f"method {name!r} is already registered")
-        _REGISTRY[name] = MethodSpec(name, config_cls, fn, shares_hessian_context, check_shape)
+        _REGISTRY[name] = MethodSpec(name, config_cls, fn, shares_hessian_context, check_shape, plan)
         return fn
 
     return deco

@@ -96,11 +96,14 @@ def read_layer_result(
     method_config: dict | None = None,
     ft_rank: int | None = None,
     hessian_sha256: str | None = None,
+    overrides: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any] | None:
     """The layer's JSON if the layer is done and trustworthy (see module docstring), else None.
 
     Raises ``ValueError`` when the layer was done with a different method or config (another experiment
-    in the same folder). With ``hessian_sha256`` given, a layer computed from other Hessians is not done.
+    in the same folder). With ``hessian_sha256`` given, a layer computed from other Hessians is not done; with
+    ``overrides`` given (a model-level method's per-matrix settings of this layer), one computed with others is
+    not done either.
     """
     st, js = layer_paths(out_dir, layer)
     try:
@@ -120,6 +123,9 @@ def read_layer_result(
         return None
     if hessian_sha256 is not None and info.get("hessian_sha256") != hessian_sha256:
         log.info("layer %d in %s was computed from other Hessians: recomputing it", layer, out_dir)
+        return None
+    if overrides is not None and info.get("overrides", {}) != overrides:
+        log.info("layer %d in %s was computed with other per-matrix settings: recomputing it", layer, out_dir)
         return None
     return info
 
@@ -147,12 +153,11 @@ def _relative_errors(W_hat: Tensor, W: Tensor, H: Tensor) -> tuple[float, float]
     return relative_data_aware_error(W_hat, W, H), relative_frobenius_error(W_hat, W)
 
 
-def _decompose_layer(
-    layer: nn.Module, li: int, H_groups: dict[str, Tensor], spec, config, *, ft_rank: int, progress_cb=None,
-    device: torch.device | str = "cpu",
-) -> tuple[dict[str, Tensor], dict[str, Any]]:
-    tensors: dict[str, Tensor] = {}
-    matrices: dict[str, Any] = {}
+def layer_matrices(layer: nn.Module, li: int, H_groups: dict[str, Tensor], spec, config,
+                   device: torch.device | str = "cpu"):
+    """The seven matrices of decoder layer ``li`` as a method sees them: ``(name, group, W, H, cfg, context,
+    context seconds)`` with W (n, d) float32 and H (d, d) float64 on ``device``, ``cfg`` = ``config`` with the
+    (layer, group) seed (:func:`group_seed`) and ``context`` shared by the matrices of one Hessian group."""
     has_seed = any(f.name == "seed" for f in dataclasses.fields(config))
     for g, (_, members) in GROUPS.items():
         H = H_groups[g].to(device=device, dtype=torch.float64)
@@ -161,49 +166,61 @@ def _decompose_layer(
         ctx = spec.prepare_context(H, cfg)
         ctx_s = time.perf_counter() - t0
         for name in members:
-            lin = layer.get_submodule(name)
             # the model's own dtype (fp16/bf16/fp32) to float32 on the job's device, one matrix at a time
-            W = lin.weight.detach().to(device=device, dtype=torch.float32)
-            t1 = time.perf_counter()
-            dec = spec.fn(W, H, cfg, context=ctx) if ctx is not None else spec.fn(W, H, cfg)
-            wall = time.perf_counter() - t1
-            bias = lin.bias.detach() if getattr(lin, "bias", None) is not None else None
-            mod = CompressedLinear.from_decomposition(dec, bias=bias, ft_rank=ft_rank, ft_dtype=torch.float32)
-            W_hat = mod.weight_reconstruction()
-            err, frob = _relative_errors(W_hat, W, H)
-            widths = mod.bit_widths()
-            matrices[name] = {
-                "shape": list(W.shape),
-                "group": g,
-                "seed": getattr(cfg, "seed", None),
-                "rank": mod.rank,
-                "ft_rank": mod.ft_rank,
-                "error": err,
-                "error_reg": float(dec.error),
-                "frobenius_error": frob,
-                "best_iter": dec.best_iter,
-                "error_trace": _jsonable(dec.error_trace),
-                "wall_s": wall,
-                "context_wall_s": ctx_s,
-                **widths,
-                "storage_bits": mod.storage_bits(),
-                "tensor_bits": mod.tensor_bits(),
-                "module": mod.metadata(),
-            }
-            for k, v in mod.state_dict().items():
-                tensors[f"{name}.{k}"] = v.detach().cpu().contiguous()
-            log.info(
-                "layer %d %-18s %4dx%-4d rel. data-aware error %.4f (reg. H %.4f) %6.1fs",
-                li,
-                name,
-                W.shape[0],
-                W.shape[1],
-                err,
-                float(dec.error),
-                wall,
-            )
-            if progress_cb is not None:
-                progress_cb(f"L{li} {name.split('.')[-1]} err={err:.4f}")
+            W = layer.get_submodule(name).weight.detach().to(device=device, dtype=torch.float32)
+            yield name, g, W, H, cfg, ctx, ctx_s
+
+
+def _decompose_layer(
+    layer: nn.Module, li: int, H_groups: dict[str, Tensor], spec, config, *, ft_rank: int, progress_cb=None,
+    device: torch.device | str = "cpu", overrides: dict[str, dict[str, Any]] | None = None,
+) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    tensors: dict[str, Tensor] = {}
+    matrices: dict[str, Any] = {}
+    for name, g, W, H, cfg, ctx, ctx_s in layer_matrices(layer, li, H_groups, spec, config, device):
+        lin = layer.get_submodule(name)
+        if overrides and name in overrides:
+            cfg = dataclasses.replace(cfg, **overrides[name])
+        t1 = time.perf_counter()
+        dec = spec.fn(W, H, cfg, context=ctx) if ctx is not None else spec.fn(W, H, cfg)
+        wall = time.perf_counter() - t1
+        bias = lin.bias.detach() if getattr(lin, "bias", None) is not None else None
+        mod = CompressedLinear.from_decomposition(dec, bias=bias, ft_rank=ft_rank, ft_dtype=torch.float32)
+        W_hat = mod.weight_reconstruction()
+        err, frob = _relative_errors(W_hat, W, H)
+        widths = mod.bit_widths()
+        matrices[name] = {
+            "shape": list(W.shape),
+            "group": g,
+            "seed": getattr(cfg, "seed", None),
+            "rank": mod.rank,
+            "ft_rank": mod.ft_rank,
+            "error": err,
+            "error_reg": float(dec.error),
+            "frobenius_error": frob,
+            "best_iter": dec.best_iter,
+            "error_trace": _jsonable(dec.error_trace),
+            "wall_s": wall,
+            "context_wall_s": ctx_s,
+            **widths,
+            "storage_bits": mod.storage_bits(),
+            "tensor_bits": mod.tensor_bits(),
+            "module": mod.metadata(),
+        }
+        for k, v in mod.state_dict().items():
+            tensors[f"{name}.{k}"] = v.detach().cpu().contiguous()
+        log.info(
+            "layer %d %-18s %4dx%-4d rel. data-aware error %.4f (reg. H %.4f) %6.1fs",
+            li,
+            name,
+            W.shape[0],
+            W.shape[1],
+            err,
+            float(dec.error),
+            wall,
+        )
+        if progress_cb is not None:
+            progress_cb(f"L{li} {name.split('.')[-1]} err={err:.4f}")
     return tensors, matrices
 
 
@@ -219,8 +236,13 @@ def compress_model(
     ft_rank: int = 0,
     replace_stale: bool = False,
     device: torch.device | str | None = None,
+    overrides: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Compress the decoder layers of ``model`` into per-layer files in ``out_dir`` (module docstring).
+
+    ``overrides``: ``{"<layer>.<linear>": {field: value}}``, per-matrix settings of a method with a model-level
+    step (:class:`caldera.methods.registry.ModelPlan`; :func:`caldera.pipeline.allocate.allocate_model` makes
+    them); such a method is refused without them. Each layer's file records its overrides.
 
     ``device``: where each matrix and its Hessian are decomposed (default the CPU). The model's weights may
     be in any float dtype and on any device, and only the compressed layers' linear weights need to be real
@@ -247,6 +269,7 @@ def compress_model(
     if bad:
         raise ValueError(f"layers {bad} out of range; the model has {n_layers} decoder layers (0..{n_layers - 1})")
     spec.check_shapes(config, matrix_shapes(model, wanted))  # every rank and shape before any work
+    per_layer = _layer_overrides(spec, config, model, wanted, overrides)
     hessian_dir = Path(hessian_dir)
     missing = [x for x in wanted if not layer_file(hessian_dir, x).is_file()]
     if missing:
@@ -264,7 +287,8 @@ def compress_model(
     for li in wanted:
         h_sha = sha256_file(layer_file(hessian_dir, li))
         try:
-            done = read_layer_result(out_dir, li, method, cfg_dict, ft_rank, hessian_sha256=h_sha)
+            done = read_layer_result(out_dir, li, method, cfg_dict, ft_rank, hessian_sha256=h_sha,
+                                     overrides=per_layer.get(li) if overrides is not None else None)
         except ValueError:
             if not replace_stale:
                 raise
@@ -289,6 +313,7 @@ def compress_model(
                 tensors, matrices = _decompose_layer(
                     all_layers[li], li, H_groups, spec, config, ft_rank=ft_rank, progress_cb=tick,
                     device=torch.device("cpu") if device is None else torch.device(device),
+                    overrides=per_layer.get(li),
                 )
         except ValueError as e:  # e.g. an indefinite H: say which file it came from
             raise ValueError(f"layer {li} with the Hessians of {layer_file(hessian_dir, li)}: {e}") from e
@@ -303,6 +328,7 @@ def compress_model(
             "ft_rank": ft_rank,
             "hessian_file": str(layer_file(hessian_dir, li)),
             "hessian_sha256": h_sha,
+            **({"overrides": per_layer[li]} if li in per_layer else {}),
             "wall_s": time.perf_counter() - t0,
             "finished_at": time.time(),
             "matrices": matrices,
@@ -325,6 +351,42 @@ def compress_model(
         "bits": bits_summary(model, [m for info in results.values() for m in info["matrices"].values()]),
         "wall_s": time.perf_counter() - t_start,
     }
+
+
+def _layer_overrides(spec, config, model: nn.Module, layers: Sequence[int],
+                     overrides: dict[str, dict[str, Any]] | None) -> dict[int, dict[str, dict[str, Any]]]:
+    """``overrides`` by layer (``{layer: {linear: {field: value}}}``), checked before any work: a method with a
+    model-level step needs one for every matrix of ``layers``, each a valid config for the matrix's shape; a
+    method without one takes none."""
+    if spec.plan is None:
+        if overrides:
+            raise ValueError(f"method {spec.name!r} has no per-matrix settings; remove the overrides")
+        return {}
+    if overrides is None:
+        raise ValueError(f"method {spec.name!r} chooses settings per matrix from the whole model: run "
+                         "caldera.pipeline.allocate.allocate_model first and pass its overrides "
+                         "(`caldera compress` does this itself)")
+    all_layers = decoder_layers(model)
+    out: dict[int, dict[str, dict[str, Any]]] = {}
+    errors = []
+    for li in layers:
+        for name in LINEARS:
+            key = f"{li}.{name}"
+            if key not in overrides:
+                errors.append(f"{key}: no allocation")
+                continue
+            try:
+                cfg = dataclasses.replace(config, **overrides[key])
+            except (TypeError, ValueError) as e:
+                errors.append(f"{key}: {e}")
+                continue
+            n, d = all_layers[li].get_submodule(name).weight.shape
+            errors += [f"{key} {n}×{d}: {p}" for p in spec.shape_problems(cfg, n, d)]
+            out.setdefault(li, {})[name] = dict(overrides[key])
+    if errors:
+        raise ValueError(f"method {spec.name!r}: the per-matrix settings do not fit: " + "; ".join(errors[:10])
+                         + (f"; … ({len(errors)} problems)" if len(errors) > 10 else ""))
+    return out
 
 
 def matrix_shapes(model: nn.Module, layers: Sequence[int] | None = None) -> dict[str, tuple[int, int]]:

@@ -124,3 +124,21 @@ def test_paper_shape_benchmark_points_join_the_fit():
     assert 0 < lplr < pts["svd_exact"][0]["s"] / 10  # (LPLR - its SVD) / T_in
     costs = C.refit(_fake_costs() | {"points": {}}, pts)
     assert C.predict(costs, "svd_exact", 11008, 4096) == pytest.approx(pts["svd_exact"][0]["s"], rel=1e-6)
+
+
+def test_a_per_matrix_rank_method_adds_its_profile_jobs_to_the_estimate():
+    """caldera-rank-per-layer beside the 7B rank-256 row: one profile job per compression chunk (an LDLQ and a
+    full SVD per matrix: priced above the LDLQ alone), and its compression priced as CALDERA's at the same rank."""
+    cfg = C.load_workflow_config("config/paper.yaml")
+    costs = _fake_costs()
+    base = C.estimate(cfg, costs)["llama-2-7b"]["rules"]
+    cfg["extra_methods"] = [{"name": "rpl", "method": "caldera-rank-per-layer",
+                             "beside": ["llama-2-7b-caldera-r256-lr4"]}]
+    est = C.estimate(cfg, costs)["llama-2-7b"]
+    prof = est["rules"]["profile_layers"]
+    assert prof["jobs"] == 32 // int(cfg.get("layers_per_job", 1))  # LLaMa-2 7B: 32 decoder layers
+    shapes, _, _ = C.shapes_of("llama-2-7b")
+    ldlq_only = 32 * sum(C.predict(costs, "ldlq", n, d, 0) for n, d in shapes)
+    assert prof["total_s"] > ldlq_only
+    added = est["rules"]["compress_layers"]["total_s"] - base["compress_layers"]["total_s"]
+    assert added == pytest.approx(est["caldera_variant_hours"]["llama-2-7b-caldera-r256-lr4"] * 3600)

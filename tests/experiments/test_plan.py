@@ -322,3 +322,37 @@ def test_shipped_configs_have_no_duplicate_keys(name):
     from caldera.strict_yaml import load_yaml_strict
 
     load_yaml_strict(ROOT / f"config/{name}.yaml")
+
+
+def test_a_beside_method_gets_a_row_right_after_each_matching_caldera_row_at_its_rank_and_bits():
+    from caldera.experiments.plan import has_model_plan, table_rows
+
+    cfg = load("mini")
+    for table, uniform in (("table1_llama2_zeroshot", "smollm2-caldera-r16-lr4"),
+                           ("table2_llama3_zeroshot", "gemma3-caldera-r24-lr4"),
+                           ("table7_mistral", "smollm2-caldera-r16-lr4")):
+        rows = table_rows(cfg, table)
+        ids = [r["variant"].id if r["variant"] else None for r in rows]
+        at = [i for i, v in enumerate(ids) if v == uniform]
+        assert at, table
+        for i in at:
+            nxt = rows[i + 1]
+            x, u = nxt["variant"], rows[i]["variant"]
+            assert nxt["beside"] == uniform and nxt["ref"] is None and x.method == "caldera-rank-per-layer"
+            assert (x.rank, x.b_lr, x.model) == (u.rank, u.b_lr, u.model) and has_model_plan(x)
+            # the uniform row's selected configuration, with the rank the allocation shares out
+            assert {f: getattr(x.config, f) for f in ("rank", "l_bits", "update_order", "hessian_update",
+                                                     "outer_iters", "svd")} == \
+                   {f: getattr(u.config, f) for f in ("rank", "l_bits", "update_order", "hessian_update",
+                                                     "outer_iters", "svd")}
+        # only beside the listed rows
+        assert sum(r.get("beside") is not None for r in rows) == len(at)
+    assert "smollm2-rank-per-layer-r16-lr4" in checked(cfg)
+
+
+def test_a_beside_pattern_that_matches_no_caldera_row_is_refused():
+    cfg = load("smoke")
+    cfg["extra_methods"] = [{"name": "rpl", "method": "caldera-rank-per-layer", "beside": ["smollm2-caldera-r99*"]}]
+    with pytest.raises(ValueError, match=r"extra_methods\[0\]\.beside\[0\]: 'smollm2-caldera-r99\*' matches no "
+                                         "CALDERA row"):
+        checked(cfg)

@@ -192,6 +192,18 @@ def test_smoke_workflow_end_to_end(tmp_path):
     assert {r["seeds"]["ppl"] for r in table["rows"] if r["variant"] and "caldera" in r["variant"]} == {3}
     assert any(max(iv.get("seeds") or [0]) == 3 for c in claims for iv in c.get("intervals", []))
     assert "| smollm2-quipsharp | 0/1/2 |" in (out / "spread.md").read_text()
+    # rank per matrix (extra_methods beside the k-16 row): profiled, allocated within the uniform rank's bits,
+    # its row right after that row, its ranks plotted, and its equal-bits claim decided
+    vids = [r["variant"] for r in table["rows"]]
+    at = vids.index("smollm2-caldera-r16-lr4")
+    x = table["rows"][at + 1]
+    assert x["variant"] == "smollm2-rank-per-layer-r16-lr4" and x["beside"] == "smollm2-caldera-r16-lr4"
+    assert x["ours"]["avg_bits"] <= table["rows"][at]["ours"]["avg_bits"] + 1e-9
+    alloc = json.loads((tmp_path / "results/smoke/compressed/smollm2-rank-per-layer-r16-lr4/allocation.json")
+                       .read_text())
+    assert len(alloc["overrides"]) == 14 and len({o["rank"] for o in alloc["overrides"].values()}) > 1
+    assert (out / "figure_ranks.png").stat().st_size > 0
+    assert any("beats uniform-rank CALDERA at equal bits" in c["claim"] for c in claims)
     # the rerun tool (a partial run's claims) rebuilds this run's table and its claims exactly as the workflow did
     from caldera.experiments.rerun import main as rerun_main
 

@@ -12,6 +12,7 @@ from caldera.experiments.loraft import lora_inputs
 from caldera.experiments.plan import (
     check_config,
     effective_settings,
+    has_model_plan,
     pending_tables,
     replicate_variants,
     rhtft_variants,
@@ -72,6 +73,7 @@ SELECTION_MODELS = (
 
 wildcard_constraints:
     chunk=r"\d{3}",
+    variant=r"[^/]+",
     table="|".join(config["tables"]),  # so claims.md / theory.md never match make_table
     n="1|3|4",
     ptable="|".join(PENDING) or "(?!)",  # no pending table: match nothing (an empty pattern would match all)
@@ -114,6 +116,19 @@ def get_chunk_dirs(wildcards):
     v = VARIANTS[wildcards.variant]
     n = len(layer_chunks(config, v.model))
     return [f"{RES}/compressed/{v.id}/chunks/{c:03d}" for c in range(n)]
+
+
+def get_allocation(wildcards):
+    """The per-matrix settings (rule allocate) that compress_layers reads for a method with a model-level step
+    (caldera.methods.registry.ModelPlan); none for the others."""
+    v = VARIANTS[wildcards.variant]
+    return [f"{RES}/compressed/{v.id}/allocation.json"] if has_model_plan(v) else []
+
+
+def get_profile_chunks(wildcards):
+    """Every chunk's profiles (rule profile_layers) of a variant whose method has a model-level step."""
+    v = VARIANTS[wildcards.variant]
+    return [f"{RES}/compressed/{v.id}/profiles/{c:03d}.json" for c in range(len(layer_chunks(config, v.model)))]
 
 
 def rhtft_spec(wildcards):
@@ -172,8 +187,15 @@ def get_pending_table_targets():
     return [f"{TABLES_DIR}/{t}.{ext}" for t in PENDING for ext in ("md", "tex", "csv")]
 
 
+def get_rank_allocations(wildcards=None):
+    """The allocation files of the variants whose method chooses ranks per matrix (not their seed replicates)."""
+    return [f"{RES}/compressed/{v}/allocation.json" for v, s in sorted(VARIANTS.items())
+            if s.replicate_of is None and has_model_plan(s)]
+
+
 def get_figure_targets():
-    return [f"{TABLES_DIR}/figure{n}.{ext}" for n in (1, 3, 4) for ext in ("png", "pdf")]
+    ranks = [f"{TABLES_DIR}/figure_ranks.{ext}" for ext in ("png", "pdf")] if get_rank_allocations() else []
+    return [f"{TABLES_DIR}/figure{n}.{ext}" for n in (1, 3, 4) for ext in ("png", "pdf")] + ranks
 
 
 def get_selection_json():

@@ -4,6 +4,7 @@
 rule compress_layers:
     input:
         hessians=get_hessian_dir,
+        allocation=get_allocation,  # a method that chooses settings per matrix (rule allocate); else none
     output:
         layers=directory(f"{RES}/compressed/{{variant}}/chunks/{{chunk}}"),
     benchmark:
@@ -38,3 +39,44 @@ rule assemble_checkpoint:
         "../envs/caldera.yaml"
     script:
         "../scripts/assemble_checkpoint.py"
+
+
+# A method that chooses settings per matrix from the whole model (caldera.methods.registry.ModelPlan, e.g.
+# caldera-rank-per-layer): its profiles per chunk of layers (where the compression runs), then one allocation per
+# variant, which every compress_layers job of the variant reads. Both read calibration data only.
+rule profile_layers:
+    input:
+        hessians=get_hessian_dir,
+    output:
+        f"{RES}/compressed/{{variant}}/profiles/{{chunk}}.json",
+    benchmark:
+        f"{RES}/benchmarks/profile_layers/{{variant}}_{{chunk}}.tsv"
+    log:
+        f"{RES}/logs/compress/{{variant}}/profile_{{chunk}}.log",
+    params:
+        spec=compress_spec,
+        variant=get_variant,
+    resources:
+        gpu=0,  # as compress_layers
+    conda:
+        "../envs/caldera.yaml"
+    script:
+        "../scripts/profile_layers.py"
+
+
+rule allocate:
+    input:
+        profiles=get_profile_chunks,
+    output:
+        f"{RES}/compressed/{{variant}}/allocation.json",
+    benchmark:
+        f"{RES}/benchmarks/allocate/{{variant}}.tsv"
+    log:
+        f"{RES}/logs/compress/{{variant}}/allocate.log",
+    params:
+        spec=variant_spec,
+        variant=get_variant,
+    conda:
+        "../envs/caldera.yaml"
+    script:
+        "../scripts/allocate.py"

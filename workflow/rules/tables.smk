@@ -67,6 +67,24 @@ rule plot_figure:
         "../scripts/plot_figure.py"
 
 
+# The ranks a per-matrix method chose (extra_methods with a model-level step, e.g. caldera-rank-per-layer): one
+# heat map per allocated variant (its seed replicates aside), from the small allocation files only.
+rule plot_ranks:
+    input:
+        get_rank_allocations,
+    output:
+        png=report(f"{TABLES_DIR}/figure_ranks.png", category="Figures"),
+        pdf=f"{TABLES_DIR}/figure_ranks.pdf",
+    benchmark:
+        f"{RES}/benchmarks/plot_figure/figure_ranks.tsv"
+    log:
+        f"{RES}/logs/figures/plot_ranks.log",
+    conda:
+        "../envs/caldera.yaml"
+    script:
+        "../scripts/plot_ranks.py"
+
+
 rule make_table:
     input:
         get_table_inputs,

@@ -7,4 +7,4 @@ with job(sm):
     from caldera.experiments.steps import step_compress_layers
 
     step_compress_layers(sm.config, sm.params.variant, sm.input.hessians, int(sm.wildcards.chunk),
-                         f"{sm.output.layers}/chunk.json")
+                         f"{sm.output.layers}/chunk.json", next(iter(sm.input.allocation), None))

@@ -1,0 +1,11 @@
+"""Rule plot_ranks: the ranks chosen per matrix (heat maps) from the allocation files."""
+
+from caldera_job import job
+
+sm = snakemake  # noqa: F821  (injected by Snakemake)
+with job(sm):
+    from caldera.experiments.figures import plot_rank_allocation
+    from caldera.experiments.steps import read_json
+
+    allocations = {path.rsplit("/", 2)[-2]: read_json(path) for path in sm.input}
+    plot_rank_allocation(allocations, sm.output.png, sm.output.pdf, config=sm.config)

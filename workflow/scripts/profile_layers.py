@@ -1,0 +1,9 @@
+"""Rule profile_layers: one chunk's profiles of a method that chooses settings per matrix."""
+
+from caldera_job import job
+
+sm = snakemake  # noqa: F821  (injected by Snakemake)
+with job(sm):
+    from caldera.experiments.steps import step_profile_layers
+
+    step_profile_layers(sm.config, sm.params.variant, sm.input.hessians, int(sm.wildcards.chunk), sm.output[0])
