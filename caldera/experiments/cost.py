@@ -403,24 +403,27 @@ def eval_tokens(config: dict[str, Any]) -> int:
 
 def figure_rules(config: dict[str, Any], costs: dict[str, Any], shape_key: str) -> dict[str, dict[str, Any]]:
     """``ablation_traces`` (Figure 3: every matrix x paper rank x ablation at ``figures.outer_iters``, plus
-    QuIP#-LR) and ``lplr_traces`` (Figure 4: LPLR alone) of the figures' model, one job each."""
+    QuIP#-LR, in the jobs of :func:`caldera.experiments.figures.figure3_jobs`: the longest job and the total)
+    and ``lplr_traces`` (Figure 4: LPLR alone, one job) of the figures' model."""
     from caldera.config import CalderaConfig
+    from caldera.experiments.figures import figure3_curves, figure3_jobs
     from caldera.experiments.plan import mapped_rank
 
     fc = config["figures"]
     shapes = dict(zip(("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
                       shapes_of(shape_key)[0]))
-    s = 0.0
-    for name in fc["matrices"]:
-        n, d = shapes[name]
-        s += predict(costs, "prepare", 0, d, 0)
-        for paper_rank in fc["paper_ranks"]:
-            for ablation in fc["ablations"]:
-                cfg = CalderaConfig.preset(ablation)
-                r = mapped_rank(config, fc["paper_model"], paper_rank, cfg.l_bits)
-                cfg = cfg.replace(rank=r, outer_iters=fc["outer_iters"], svd=fc.get("svd", cfg.svd))
-                s += predict(costs, "prepare", 0, d, 0) + decompose_seconds(costs, n, d, cfg)
-            s += predict(costs, "ldlq", n, d, 0) + predict(costs, "svd_exact", n, d, paper_rank)
+    curve_s: dict[str, float] = {}
+    for c in figure3_curves(config):
+        n, d = shapes[c["matrix"]]
+        if c["method"] == "quip#-lr":
+            curve_s[c["id"]] = (predict(costs, "prepare", 0, d, 0) + predict(costs, "ldlq", n, d, 0)
+                                + predict(costs, "svd_exact", n, d, c["paper_rank"]))
+            continue
+        cfg = CalderaConfig.preset(c["method"])
+        r = mapped_rank(config, fc["paper_model"], c["paper_rank"], cfg.l_bits)
+        cfg = cfg.replace(rank=r, outer_iters=fc["outer_iters"], svd=fc.get("svd", cfg.svd))
+        curve_s[c["id"]] = predict(costs, "prepare", 0, d, 0) + decompose_seconds(costs, n, d, cfg)
+    jobs = [sum(curve_s[c] for c in ids) for ids in figure3_jobs(config).values()]
     t = 0.0
     for name in fc.get("lplr_matrices", []):
         n, d = shapes[name]
@@ -429,7 +432,7 @@ def figure_rules(config: dict[str, Any], costs: dict[str, Any], shape_key: str) 
             t += predict(costs, "svd_exact", n, d, paper_rank) + fc["lplr_inner_iters"] * predict(
                 costs, "lplr_iter", n, d, paper_rank)
     mem = job_memory("compress_layers", shape_key, config)
-    return {"ablation_traces": {"jobs": 1, "s_per_job": s, "mem_gb": mem},
+    return {"ablation_traces": {"jobs": len(jobs), "s_per_job": max(jobs), "total_s": sum(jobs), "mem_gb": mem},
             "lplr_traces": {"jobs": 1, "s_per_job": t, "mem_gb": mem}}
 
 

@@ -1,7 +1,6 @@
 """CALDERA itself (Algorithm 1) in the method registry."""
 
 from caldera.config import CalderaConfig
-from caldera.decomposition import caldera_decompose
 from caldera.methods.registry import register_method
 
 
@@ -21,7 +20,14 @@ def hadamard_ldlq_shape(config, n: int, d: int, *, quantized_factors: bool = Fal
             hadamard_factor(size)
 
 
+def caldera(W, H, config: CalderaConfig, context=None):
+    """Algorithm 1: :func:`caldera.decomposition.caldera_decompose` (imported here: the module stays torch-free)."""
+    from caldera.decomposition import caldera_decompose
+
+    return caldera_decompose(W, H, config, context=context)
+
+
 register_method(
     "caldera", CalderaConfig, shares_hessian_context=True,
     check_shape=lambda c, n, d: hadamard_ldlq_shape(c, n, d, quantized_factors=c.factors_quantized),
-)(lambda W, H, config, context=None: caldera_decompose(W, H, config, context=context))
+)(caldera)

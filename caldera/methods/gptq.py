@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
-from caldera.decomposition import Decomposition
-from caldera.ldl import regularize_hessian
 from caldera.methods.registry import register_method
-from caldera.metrics import relative_data_aware_error
-from caldera.validation import check_W_H
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from caldera.decomposition import Decomposition
 
 
 @dataclass(frozen=True)
@@ -39,11 +39,15 @@ class GPTQConfig:
 
 def _row_scale(w: Tensor, bits: int) -> Tensor:
     """Per-row absmax scale (n, 1) of the symmetric grid with 2^bits half-integer levels."""
+    import torch
+
     amax = w.abs().amax(dim=1, keepdim=True)
     return torch.where(amax > 0, amax, torch.ones_like(amax)) / ((2**bits - 1) / 2)
 
 
 def _codes(w: Tensor, scale: Tensor, bits: int) -> Tensor:
+    import torch
+
     return torch.clamp(torch.round(w / scale + (2**bits - 1) / 2), 0, 2**bits - 1)
 
 
@@ -54,6 +58,13 @@ def _round(w: Tensor, scale: Tensor, bits: int) -> Tensor:
 @register_method("gptq", GPTQConfig)
 def gptq(W: Tensor, H: Tensor, config: GPTQConfig, context=None) -> Decomposition:
     """W (n, d), H (d, d) → Decomposition with Q = the GPTQ-rounded weights (original basis, no low rank)."""
+    import torch
+
+    from caldera.decomposition import Decomposition
+    from caldera.ldl import regularize_hessian
+    from caldera.metrics import relative_data_aware_error
+    from caldera.validation import check_W_H
+
     check_W_H(W, H)
     n, d = W.shape
     Wq = W.double().clone()

@@ -12,19 +12,30 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING, Any
 
-from caldera.decomposition import Decomposition
-from caldera.ldl import regularize_hessian
 from caldera.methods.registry import register_method
-from caldera.metrics import relative_data_aware_error
-from caldera.quantizers.normalfloat import NormalFloat, nf_levels  # noqa: F401  (nf_levels re-exported)
-from caldera.validation import check_rank, check_W_H
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from caldera.decomposition import Decomposition
+
+
+def __getattr__(name: str) -> Any:
+    """``nf_levels`` re-exported from :mod:`caldera.quantizers.normalfloat`, imported on first use (the module stays
+    torch-free at import: see :mod:`caldera.methods.registry`)."""
+    if name == "nf_levels":
+        from caldera.quantizers.normalfloat import nf_levels
+
+        return nf_levels
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def nf_quantize(x: Tensor, bits: int, block: int = 64) -> Tensor:
     """Round x (..., n), n % block == 0, to absmax-scaled NF levels per block of ``block`` weights."""
+    from caldera.quantizers.normalfloat import NormalFloat
+
     q = NormalFloat(bits, block)
     return q.dequantize_with_scale(q.quantize_with_scale(x))
 
@@ -48,6 +59,14 @@ def _loftq_shape(config: LoftQConfig, n: int, d: int) -> None:
 
 @register_method("loftq", LoftQConfig, check_shape=_loftq_shape)
 def loftq(W: Tensor, H: Tensor, config: LoftQConfig, context=None) -> Decomposition:
+    import torch
+
+    from caldera.decomposition import Decomposition
+    from caldera.ldl import regularize_hessian
+    from caldera.metrics import relative_data_aware_error
+    from caldera.quantizers.normalfloat import NormalFloat
+    from caldera.validation import check_rank, check_W_H
+
     check_W_H(W, H)
     n, d = W.shape
     check_rank(config.rank, n, d)

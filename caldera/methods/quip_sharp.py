@@ -10,19 +10,15 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
-import torch
-
-from caldera.decomposition import Decomposition, HessianContext
-from caldera.hadamard import RHT, random_signs
-from caldera.ldl import cholesky_or_raise
-from caldera.ldlq import ldlq_quantize
 from caldera.methods.caldera_method import hadamard_ldlq_shape
 from caldera.methods.registry import register_method
-from caldera.metrics import relative_data_aware_error
-from caldera.quantizers import quantizer_for_bits
-from caldera.regression import rank_constrained_regression_pd, top_k_svd
-from caldera.validation import check_rank, check_W_H
+
+if TYPE_CHECKING:
+    import torch
+
+    from caldera.decomposition import HessianContext
 
 
 @dataclass(frozen=True)
@@ -48,6 +44,17 @@ class QuipSharpConfig:
 
 def quip_sharp(W: torch.Tensor, H: torch.Tensor, config: QuipSharpConfig, context: HessianContext | None = None):
     """QuIP# (with ``config.lr_rank`` > 0: QuIP# + its fp16 LR). W (n, d), H (d, d) → Decomposition."""
+    import torch
+
+    from caldera.decomposition import Decomposition, HessianContext
+    from caldera.hadamard import RHT, random_signs
+    from caldera.ldl import cholesky_or_raise
+    from caldera.ldlq import ldlq_quantize
+    from caldera.metrics import relative_data_aware_error
+    from caldera.quantizers import quantizer_for_bits
+    from caldera.regression import rank_constrained_regression_pd, top_k_svd
+    from caldera.validation import check_rank, check_W_H
+
     check_W_H(W, H)
     n, d = W.shape
     if config.lr_rank:

@@ -33,14 +33,16 @@ from __future__ import annotations
 import dataclasses
 import heapq
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from caldera.config import CalderaConfig
-from caldera.decomposition import HessianContext, caldera_decompose
-from caldera.methods.caldera_method import hadamard_ldlq_shape
+from caldera.methods.caldera_method import caldera, hadamard_ldlq_shape
 from caldera.methods.registry import ModelPlan, register_method
+
+if TYPE_CHECKING:  # torch and the engine are imported where they run (see caldera.methods.registry)
+    import torch
+
+    from caldera.decomposition import HessianContext
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,10 @@ def profile(W: torch.Tensor, H: torch.Tensor, config: RankPerLayerConfig,
     is discarded), then the singular values of ``Y = (W̃ − Q) M`` (float64). Returns ``{"shape": [n, d],
     "sigma2": [σ_j², j < max_rank], "residual2": ‖Y‖², "norm2": ‖W̃ M‖²}`` (JSON-able floats).
     """
+    import torch
+
+    from caldera.decomposition import HessianContext, caldera_decompose
+
     n, d = W.shape
     first_q = dataclasses.replace(caldera_config(config), rank=1, l_bits=16, r_bits=16, outer_iters=1,
                                   update_order="Q-first", hessian_update=False, best_tracking="outer")
@@ -149,4 +155,4 @@ register_method(
     "caldera-rank-per-layer", RankPerLayerConfig, shares_hessian_context=True,
     check_shape=lambda c, n, d: hadamard_ldlq_shape(c, n, d, quantized_factors=c.factors_quantized),
     plan=ModelPlan(profile=profile, allocate=allocate),
-)(lambda W, H, config, context=None: caldera_decompose(W, H, caldera_config(config), context=context))
+)(lambda W, H, config, context=None: caldera(W, H, caldera_config(config), context=context))

@@ -23,6 +23,11 @@ its name) raises ``ValueError`` naming it and its distribution.
 plus the method's own ``check_shape(config, n, d)`` (``register_method(..., check_shape=)``, raises
 ``ValueError``). ``caldera compress`` and the workflow's plan run it on every matrix shape first.
 
+**Torch-free at import.** A method module imports torch and the engine inside its functions, not at the top:
+the workflow hands each job its variant (with the method's config object) pickled, and a job that must pin
+its CPU code paths before torch loads (``workflow/scripts/caldera_job.py``) unpickles it first; a config class
+whose module imports torch would load torch before the pin. ``tests/methods`` checks every registered method.
+
 **Model-level choices** (``register_method(..., plan=ModelPlan(profile, allocate))``). A method whose
 per-matrix settings depend on the whole model (e.g. a rank per matrix at a fixed bit budget,
 ``caldera.methods.rank_per_layer``) gives two pure functions: ``profile(W, H, config, context)`` → a small
@@ -39,9 +44,10 @@ import dataclasses
 import difflib
 import json
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from caldera.decomposition import Decomposition
+if TYPE_CHECKING:  # the registry and every method's config class import without torch (module docstring)
+    from caldera.decomposition import Decomposition
 
 
 @dataclass(frozen=True)

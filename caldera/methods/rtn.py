@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
-import torch
-
-from caldera.decomposition import Decomposition
-from caldera.ldl import regularize_hessian
 from caldera.methods.registry import register_method
-from caldera.metrics import relative_data_aware_error
-from caldera.quantizers import UniformRTN
-from caldera.validation import check_W_H
+
+if TYPE_CHECKING:
+    import torch
+
+    from caldera.decomposition import Decomposition
 
 
 @dataclass(frozen=True)
@@ -26,6 +25,12 @@ class RTNConfig:
 
 @register_method("rtn", RTNConfig)
 def rtn(W: torch.Tensor, H: torch.Tensor, config: RTNConfig, context=None) -> Decomposition:
+    from caldera.decomposition import Decomposition
+    from caldera.ldl import regularize_hessian
+    from caldera.metrics import relative_data_aware_error
+    from caldera.quantizers import UniformRTN
+    from caldera.validation import check_W_H
+
     check_W_H(W, H)
     q = UniformRTN(config.bits, per_row=config.per_row)
     sc = q.quantize_with_scale(W.float())

@@ -158,3 +158,37 @@ def test_shape_problems_name_rank_and_size_rules():
     with pytest.raises(ValueError, match=r"method 'loftq' cannot compress 1 matrix: k_proj 192×576: rank=192"):
         get_method("loftq").check_shapes(get_method("loftq").make_config({"rank": 192}),
                                          {"q_proj": (576, 576), "k_proj": (192, 576)})
+
+
+def test_every_method_and_every_shipped_variant_loads_without_torch(tmp_path):
+    """A workflow job unpickles its variant (the method's config object) before it pins its CPU code paths
+    (workflow/scripts/caldera_job.py), so every registered method's module and every variant of the shipped
+    configs must load without importing torch (QuIP#, QuIP#-LR and LoftQ compressions once ran unpinned because
+    their modules imported torch at the top)."""
+    import pickle
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    from caldera.experiments.plan import check_config, replicate_variants
+    from caldera.methods import registered_methods
+
+    snake = pytest.importorskip("snakemake.utils")
+    root = Path(__file__).resolve().parents[2]
+    variants = []
+    for name in ("mini", "mini-full", "smoke", "paper"):
+        cfg = yaml.safe_load((root / f"config/{name}.yaml").read_text())
+        snake.validate(cfg, str(root / "workflow/schemas/config.schema.yaml"))
+        vs = check_config(cfg)
+        variants += list(vs.values()) + [r for reps in replicate_variants(cfg, vs).values() for r in reps]
+    assert {v.method for v in variants} >= {"caldera", "quip#", "quip#-lr", "loftq", "caldera-rank-per-layer"}
+    (tmp_path / "v.pkl").write_bytes(pickle.dumps(variants))
+    code = ("import pickle, sys; vs = pickle.load(open(sys.argv[1], 'rb')); import caldera.methods as m; "
+            "m.registered_methods(); bad = sorted(k for k in sys.modules if k == 'torch' or k.startswith('torch.')); "
+            "print(len(vs), bad[:3])")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "v.pkl")], capture_output=True, text=True,
+                       cwd=root, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split(maxsplit=1) == [str(len(variants)), "[]\n"], (r.stdout, sorted(registered_methods()))

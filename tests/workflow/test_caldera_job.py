@@ -35,3 +35,24 @@ def test_pinned_rules_take_the_configs_mode_and_others_stay_native():
     assert job.numerics_mode(cfg, "evaluate") == "native"      # evaluation is not amplified
     assert job.numerics_mode(cfg, "throughput") == "native"    # Table 6 times the machine's own kernels
     assert job.numerics_mode({}, "compress_layers") == "native"
+
+
+def test_a_pinned_job_whose_params_loaded_torch_fails_instead_of_computing_unpinned(tmp_path, monkeypatch):
+    """The pin must come before torch: a pinned job that finds torch already imported (by the unpickling of its
+    params) stops with the reason, rather than silently computing with the machine's own code paths."""
+    import sys
+    from types import SimpleNamespace
+
+    import pytest
+    import torch  # noqa: F401  (the situation: torch imported before the job's body)
+
+    job = _caldera_job()
+    sm = SimpleNamespace(threads=1, config={"numerics": "avx2"}, rule="compress_layers", log=[str(tmp_path / "l")])
+    monkeypatch.setattr(job.os, "environ", dict(job.os.environ))
+    with pytest.raises(RuntimeError, match="rule compress_layers: torch was imported before the `numerics: avx2`"):
+        with job.job(sm):
+            pass
+    native = SimpleNamespace(threads=1, config={"numerics": "avx2"}, rule="evaluate", log=[str(tmp_path / "l")])
+    with job.job(native):  # not pinned: torch being loaded already is fine
+        pass
+    assert "torch" in sys.modules

@@ -8,6 +8,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from caldera.experiments.config_guard import check_config_files, schema_errors
+from caldera.experiments.figures import figure3_jobs
 from caldera.experiments.loraft import lora_inputs
 from caldera.experiments.plan import (
     check_config,
@@ -185,6 +186,11 @@ def get_table_targets():
 def get_pending_table_targets():
     # Tables 3-6: the paper's numbers now; their own issues (RHT-FT, LoRA, throughput) add the measurements.
     return [f"{TABLES_DIR}/{t}.{ext}" for t in PENDING for ext in ("md", "tex", "csv")]
+
+
+def get_figure3_parts(wildcards):
+    """Figure 3's parts, one per job of rule ablation_traces (caldera.experiments.figures.figure3_jobs)."""
+    return [f"{RES}/figures/figure3/{job}.json" for job in figure3_jobs(config)]
 
 
 def get_rank_allocations(wildcards=None):

@@ -15,15 +15,17 @@ rule weight_spectra:
         "../scripts/weight_spectra.py"
 
 
+# Figure 3: its curves split into jobs by figures.trace_jobs (caldera.experiments.figures.figure3_jobs: one job in
+# the mini runs; one decomposition trace per job at paper scale), then merged in the figure's order.
 rule ablation_traces:
     input:
         hessians=f"{RES}/hessians/{FIG_MODEL}",
     output:
-        f"{RES}/figures/figure3.json",
+        f"{RES}/figures/figure3/{{trace}}.json",
     benchmark:
-        f"{RES}/benchmarks/ablation_traces/figure3.tsv"
+        f"{RES}/benchmarks/ablation_traces/figure3_{{trace}}.tsv"
     log:
-        f"{RES}/logs/figures/figure3.log",
+        f"{RES}/logs/figures/figure3_{{trace}}.log",
     params:
         spec=declared(config["figures"], config["stand_ins"], config["rank_multiple"], config["models"][FIG_MODEL]),
     resources:
@@ -32,6 +34,23 @@ rule ablation_traces:
         "../envs/caldera.yaml"
     script:
         "../scripts/ablation_traces.py"
+
+
+rule figure3_data:
+    input:
+        get_figure3_parts,
+    output:
+        f"{RES}/figures/figure3.json",
+    benchmark:
+        f"{RES}/benchmarks/figure3_data/figure3.tsv"
+    log:
+        f"{RES}/logs/figures/figure3.log",
+    params:
+        spec=declared(config["figures"]),
+    conda:
+        "../envs/caldera.yaml"
+    script:
+        "../scripts/figure3_data.py"
 
 
 rule lplr_traces:

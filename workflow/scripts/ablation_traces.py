@@ -1,4 +1,4 @@
-"""Rule ablation_traces: Figure 3 data."""
+"""Rule ablation_traces: one job's curves of Figure 3 (caldera.experiments.figures.figure3_jobs)."""
 
 from caldera_job import job
 
@@ -6,4 +6,4 @@ sm = snakemake  # noqa: F821  (injected by Snakemake)
 with job(sm):
     from caldera.experiments.figures import step_ablation_traces
 
-    step_ablation_traces(sm.config, sm.config["figures"]["model"], sm.input.hessians, sm.output[0])
+    step_ablation_traces(sm.config, sm.config["figures"]["model"], sm.input.hessians, sm.wildcards.trace, sm.output[0])

@@ -8,6 +8,7 @@ Everything the job prints goes to its log.
 
 import contextlib
 import os
+import sys
 
 #: the rules whose result a CALDERA decomposition amplifies (an E8P code flipped by a last-bit difference changes
 #: every code LDLQ rounds after it): the Hessians, the decompositions and the sweeps over them. They run under the
@@ -22,13 +23,28 @@ def numerics_mode(config: dict, rule: str) -> str:
     return config.get("numerics", "native") if rule in PINNED_RULES else "native"
 
 
+def _imports_torch(module: str) -> bool:
+    """Does ``module`` (already imported) import torch at its top level (a name bound to torch in it)?"""
+    mod = sys.modules.get(module)
+    return any(getattr(v, "__name__", "").split(".")[0] == "torch" for v in vars(mod).values()) if mod else False
+
+
 @contextlib.contextmanager
 def job(sm):
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = str(sm.threads)
     from caldera import numerics  # torch-free: pins the CPU code paths (config `numerics`) before torch loads
 
-    numerics.apply(numerics_mode(sm.config, sm.rule))
+    mode = numerics_mode(sm.config, sm.rule)
+    if mode != "native" and "torch" in sys.modules:
+        # Snakemake unpickled this job's params before this line: one of them imported torch, so the pin would not
+        # hold (a method's config class in a module that imports torch at the top: caldera.methods.registry)
+        culprits = sorted(m for m in sys.modules if m.startswith("caldera.") and _imports_torch(m))
+        raise RuntimeError(f"rule {sm.rule}: torch was imported before the `numerics: {mode}` pin could apply, while "
+                           f"Snakemake loaded the job's parameters (modules: {culprits or 'not caldera'}); make the "
+                           "module of each parameter's class torch-free at import (import torch inside its "
+                           "functions), or set `numerics: native`")
+    numerics.apply(mode)
     import torch
 
     torch.set_num_threads(sm.threads)
