@@ -202,14 +202,21 @@ class FusedLayer:
     reading Q (and quantized factors) as codes and 16-bit factors as float16; the transforms are the Kronecker
     Hadamard ``U_n = (M_K ⊗ H_{2^p}) / √(K 2^p)`` of :mod:`caldera.hadamard` (in-place fast Walsh–Hadamard
     transform for the ``2^p`` part, the K × K factor as a small dense product). Holds references to every
-    tensor it points at.
+    tensor it points at. Its struct holds raw pointers into those tensors, so a copy or a pickle of it is None
+    (not prepared): the copy of a ``CompressedLinear`` prepares its own call from its own tensors.
     """
 
     def __init__(self, d: int, n: int, k: int, r: int, keep: tuple, args: LayerArgs):
         self.d, self.n, self.k, self.r = d, n, k, r
         self._keep = keep
-        self._args = args
+        self._args = bytes(args)  # the struct's bytes: what the extension copies at each call
         self._fwd = _ext().layer_fwd
+
+    def __deepcopy__(self, memo):
+        return None
+
+    def __reduce__(self):
+        return _unprepared, ()
 
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
         """``y`` (B, n) float32 for ``h`` (B, d) float32 contiguous CPU."""
@@ -218,6 +225,11 @@ class FusedLayer:
         work = torch.empty(B * (self.d + self.k + self.r) + max(self.n, self.d), dtype=torch.float32)
         self._fwd(self._args, B, h.data_ptr(), y.data_ptr(), work.data_ptr())
         return y
+
+
+def _unprepared() -> None:
+    """What a pickled :class:`FusedLayer` loads as."""
+    return None
 
 
 def _code_tensor(c: torch.Tensor) -> torch.Tensor:
@@ -240,7 +252,7 @@ def fused_layer(  # noqa: PLR0913 - one argument per stored tensor of the layer
     ``S_U`` (d,), ``S_V`` (n,) (None: no RHT), the frozen low-rank part ``factors``
     (:class:`caldera.kernels.factors.Factors`: float16/float32 ``L`` (n, k), ``R`` (k, d), or codes of ``Lᵀ``
     (k, n/8) and ``R`` (k, d/8) with scalar scales; None: no factors), ``ft`` = ``(L_ft (n, r), R_ft (r, d))``
-    or None, ``bias`` (n,) or None. Raises when the C kernels did not build."""
+    or None, ``bias`` (n,) or None. Raises when the C extension was not built."""
     from caldera.hadamard import factor_matrix, hadamard_factor
     from caldera.kernels.tables import SUPPORTED
 

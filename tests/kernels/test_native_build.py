@@ -66,7 +66,7 @@ def test_missing_extension_warns_once_with_the_fix_and_falls_back(fresh, monkeyp
     codes = _codes(13, 5, "e8p", seed=1)
     x = torch.randn(3, 40, generator=torch.Generator().manual_seed(2))
     _close(cpu.codes_matmul(x, codes, 0.5), codes_matmul_reference(x, codes.long(), 0.5, "e8p"))  # Numba
-    with pytest.raises(RuntimeError, match="did not build"):
+    with pytest.raises(RuntimeError, match="was not built"):
         cpu.codes_matmul(x, codes, 0.5, impl="native")
     with pytest.raises(RuntimeError, match="not built"):
         native.fused_layer(codes, torch.tensor(0.5), None, None, None, None, None)
@@ -215,3 +215,30 @@ def test_kernel_sources_live_in_the_top_level_kernels_folder():
         assert (ROOT / "kernels" / "cpu" / f).is_file() and f"/{f}" in setup_py, f
     shipped = ROOT / "caldera" / "kernels" / "triton_e8p.py"  # a symlink: caldera.kernels.triton_e8p imports it
     assert shipped.is_symlink() and shipped.resolve() == (ROOT / "kernels" / "triton" / "triton_e8p.py").resolve()
+
+
+def test_a_copy_of_a_prepared_layer_is_prepared_again():
+    """The prepared call points into its own tensors: a deep copy of a layer must not compute from the original's."""
+    import copy
+    import pickle
+
+    from caldera.nn.compressed_linear import CompressedLinear
+
+    if not native.available():
+        pytest.skip("the C extension is not built")
+    g = torch.Generator().manual_seed(8)
+    meta = {
+        "version": 1, "method": "caldera", "in_features": 16, "out_features": 8, "q_quantizer": "e8p",
+        "q_codes_dtype": "int32", "rht": False, "rank": 0, "ft_rank": 0, "lr_format": None, "l_quantizer": None,
+        "r_quantizer": None, "lr_codes_dtype": None, "signs_trainable": False, "bias": False, "ft_dtype": None,
+    }  # fmt: skip
+    layer = CompressedLinear.from_tensors(meta, {"Q_codes": _codes(8, 2, "e8p", 1).int(), "Q_scale": torch.tensor(0.5)})
+    x = torch.randn(1, 16, generator=g)
+    y = layer(x)
+    assert isinstance(layer._fused, native.FusedLayer)
+    twin = copy.deepcopy(layer)
+    assert twin._fused is None and pickle.loads(pickle.dumps(layer._fused)) is None
+    twin.Q_codes.copy_(_codes(8, 2, "e8p", 2).int())  # the copy's own codes
+    del layer
+    _close(twin(x), codes_matmul_reference(x, twin.Q_codes.long(), 0.5, "e8p"))
+    assert not torch.equal(twin(x), y)
