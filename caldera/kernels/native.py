@@ -127,7 +127,7 @@ def _ext():
         _warn(f"the C extension caldera.kernels._caldera_layer was not built ({e}); using the slower Numba kernels. "
               f"To build it: {FIX}.")  # fmt: skip
         return None
-    bad = layout_mismatch(ext.LAYOUT)
+    bad = layout_mismatch(getattr(ext, "LAYOUT", {}))
     if bad:
         _warn(f"the C extension {ext.__file__} was built from other sources ({bad}); using the slower Numba kernels. "
               f"Rebuild it: {FIX}.")  # fmt: skip
