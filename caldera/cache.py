@@ -1,5 +1,5 @@
-"""The folder caldera caches into: downloaded assets (:mod:`caldera.pipeline.assets`), the zero-shot task files
-and the built C kernels (:mod:`caldera.kernels.native`)."""
+"""The folder caldera caches into: downloaded assets (:mod:`caldera.pipeline.assets`) and the zero-shot task
+files. (The C kernels are built at install time into the package, not cached here: :mod:`caldera.kernels.native`.)"""
 
 from __future__ import annotations
 

@@ -57,3 +57,15 @@ def tiny_gemma3(seed: int = 0, vocab_size: int = 128, max_positions: int = 64, *
                            max_position_embeddings=max_positions,
                            layer_types=["sliding_attention", "sliding_attention", "full_attention"], **overrides)
     return Gemma3ForCausalLM(cfg).eval()
+
+
+def random_codes(n: int, m: int, quantizer: str, seed: int) -> torch.Tensor:
+    """Uniform random (n, m) codes of an E8P (uint16) or E8P-RVQ4 (uint32) matrix, for the kernels' tests."""
+    hi = 1 << 16 if quantizer == "e8p" else 1 << 32
+    c = torch.randint(0, hi, (n, m), generator=torch.Generator().manual_seed(seed), dtype=torch.int64)
+    return c.to(torch.uint16) if quantizer == "e8p" else c.to(torch.uint32)
+
+
+def kernel_close(y: torch.Tensor, ref: torch.Tensor) -> None:
+    """A kernel's float32 product equals its dequantizing reference up to summation order."""
+    torch.testing.assert_close(y, ref, rtol=1e-5, atol=2e-6 * float(ref.abs().max()))

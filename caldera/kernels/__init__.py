@@ -13,13 +13,15 @@ Modules:
 * :mod:`caldera.kernels.tables` — the small decode tables (derived from the E8P codebook of
   :mod:`caldera.quantizers.e8p`) and :func:`~caldera.kernels.tables.codes_matmul_reference`, the pure-torch
   reference every kernel is tested against (it dequantizes, so it is only a reference).
-* :mod:`caldera.kernels.native` — the C kernels (source ``kernels/cpu/caldera_layer.c`` of the repository,
-  shipped as ``caldera/kernels/csrc/``), compiled on first use and loaded with :mod:`ctypes`: the int8-table code
-  products and the fused single-call layer.
+* :mod:`caldera.kernels.native` — the C kernels (sources in ``kernels/cpu/`` of the repository), built at install
+  time by ``setup.py`` as the optional extension ``caldera.kernels._caldera_layer`` (AVX2 or portable scalar code,
+  chosen at run time) and called with one argument struct each: the int8-table code products and the fused
+  single-call layer.
 * :mod:`caldera.kernels.cpu` — Numba kernels (batch 1 and small batches): ``x Qᵀ`` from codes and the
   transposed product ``t L`` from the codes of ``Lᵀ`` (the low-rank factor's layout in ``CompressedLinear``);
   they call the C products of :mod:`caldera.kernels.native` when those built.
-* :mod:`caldera.kernels.triton_e8p` — a Triton kernel fusing E8P decode, the matrix–vector product and the
+* :mod:`caldera.kernels.triton_e8p` — (source ``kernels/triton/triton_e8p.py`` of the repository; this module is
+  a symlink to it) a Triton kernel fusing E8P decode, the matrix–vector product and the
   16-bit low-rank part ``L t`` (optional: needs ``triton``; tested on CPU with ``TRITON_INTERPRET=1``).
 """
 

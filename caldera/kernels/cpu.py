@@ -163,7 +163,7 @@ def _use_native(impl: str) -> bool:
     from caldera.kernels import native
 
     if impl == "native" and not native.available():
-        raise RuntimeError("impl='native': the C kernel did not build (no C compiler?); use impl='numba'")
+        raise RuntimeError(f"impl='native': the C extension was not built; use impl='numba', or build it: {native.FIX}")
     return native.available()
 
 

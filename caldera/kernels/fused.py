@@ -68,7 +68,7 @@ def select_backend(device: torch.device, q_quantizer: str, lr_quantizer: str | N
 
 def fused_layer(*args, **kwargs):
     """The ``"native"`` backend: a whole layer prepared as one C call (:func:`caldera.kernels.native.fused_layer`,
-    same arguments); raises when the C kernels did not build."""
+    same arguments); raises when the C extension was not built."""
     from caldera.kernels.native import fused_layer as prepare
 
     return prepare(*args, **kwargs)

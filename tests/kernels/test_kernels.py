@@ -10,6 +10,8 @@ import torch
 from caldera.kernels.tables import codes_matmul_reference, decode_tables, dequantize_codes
 from caldera.nn.compressed_linear import KERNEL_MAX_ROWS, CompressedLinear
 from caldera.quantizers.e8p import _tables
+from tests.helpers import kernel_close as _close
+from tests.helpers import random_codes as _codes
 
 cpu = pytest.importorskip("caldera.kernels.cpu")
 from caldera.kernels import native  # noqa: E402
@@ -19,16 +21,6 @@ IMPLS = [
     pytest.param("native", marks=pytest.mark.skipif(not native.available(), reason="C kernel did not build")),
     "numba",
 ]
-
-
-def _codes(n, m, quantizer, seed):
-    hi = 1 << 16 if quantizer == "e8p" else 1 << 32
-    c = torch.randint(0, hi, (n, m), generator=torch.Generator().manual_seed(seed), dtype=torch.int64)
-    return c.to(torch.uint16) if quantizer == "e8p" else c.to(torch.uint32)
-
-
-def _close(y, ref):
-    torch.testing.assert_close(y, ref, rtol=1e-5, atol=2e-6 * float(ref.abs().max()))
 
 
 def test_decode_tables_reproduce_every_codeword():
