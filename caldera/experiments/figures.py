@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from caldera.atomic import atomic_path
+from caldera.experiments.settings import FiguresSettings
 from caldera.experiments.steps import load_layers, run_device, write_json
 from caldera.pipeline.hessians import GROUPS, decoder_layers
 
@@ -40,15 +41,17 @@ def step_spectra(config: dict[str, Any], model: str, out: str) -> dict[str, Any]
     return res
 
 
-def step_ablation_traces(config: dict[str, Any], model: str, hessian_dir: str, out: str) -> dict[str, Any]:
-    """Figure 3 data: per-outer-iteration errors for the App. G.1 ablations and QuIP# with LR."""
+def step_ablation_traces(config: dict[str, Any], model: str, hessian_dir: str, out: str,
+                         settings: FiguresSettings | None = None) -> dict[str, Any]:
+    """Figure 3 data: per-outer-iteration errors for the App. G.1 ablations and QuIP# with LR (``settings``: the
+    ``figures`` block's, default ``config["figures"]``'s; ``config``: the stand-ins and ranks)."""
     from caldera.config import CalderaConfig
     from caldera.decomposition import caldera_decompose
     from caldera.experiments.plan import mapped_rank
     from caldera.methods import get_method
     from caldera.pipeline.hessians import layer_file, load_layer_hessians
 
-    fc = config["figures"]
+    fc = config["figures"] if settings is None else settings.as_block()
     dev = run_device(config)  # the decompositions run where their inputs are
     mdl = load_layers(config, model, [fc["layer"]], dev)  # that layer's linear weights only
     Hs = load_layer_hessians(layer_file(hessian_dir, fc["layer"]))
@@ -74,8 +77,10 @@ def step_ablation_traces(config: dict[str, Any], model: str, hessian_dir: str, o
     return res
 
 
-def step_lplr_traces(config: dict[str, Any], model: str, hessian_dir: str, out: str) -> dict[str, Any]:
-    """Figure 4 data: LPLRFactorize(W) per inner iteration, RHT on, 4-bit factors."""
+def step_lplr_traces(config: dict[str, Any], model: str, hessian_dir: str, out: str,
+                     settings: FiguresSettings | None = None) -> dict[str, Any]:
+    """Figure 4 data: LPLRFactorize(W) per inner iteration, RHT on, 4-bit factors (``settings``: the ``figures``
+    block's, default ``config["figures"]``)."""
     from caldera.decomposition import HessianContext
     from caldera.experiments.plan import mapped_rank
     from caldera.hadamard import RHT, random_signs
@@ -83,7 +88,7 @@ def step_lplr_traces(config: dict[str, Any], model: str, hessian_dir: str, out: 
     from caldera.pipeline.hessians import layer_file, load_layer_hessians
     from caldera.quantizers import quantizer_for_bits
 
-    fc = config["figures"]
+    fc = config["figures"] if settings is None else settings.as_block()
     dev = run_device(config)
     mdl = load_layers(config, model, [fc["layer"]], dev)  # that layer's linear weights only
     Hs = load_layer_hessians(layer_file(hessian_dir, fc["layer"]))

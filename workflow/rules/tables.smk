@@ -25,7 +25,9 @@ rule ablation_traces:
     log:
         f"{RES}/logs/figures/figure3.log",
     params:
-        spec=declared(config["figures"], config["stand_ins"], config["rank_multiple"], config["models"][FIG_MODEL]),
+        spec=declared(SETTINGS.figures.as_block(), config["stand_ins"], config["rank_multiple"],
+                      config["models"][FIG_MODEL]),
+        settings=SETTINGS.figures,
     resources:
         gpu=0,  # none locally; the SLURM profile requests one (decompositions on config `device`)
     conda:
@@ -44,7 +46,9 @@ rule lplr_traces:
     log:
         f"{RES}/logs/figures/figure4.log",
     params:
-        spec=declared(config["figures"], config["stand_ins"], config["rank_multiple"], config["models"][FIG_MODEL]),
+        spec=declared(SETTINGS.figures.as_block(), config["stand_ins"], config["rank_multiple"],
+                      config["models"][FIG_MODEL]),
+        settings=SETTINGS.figures,
     conda:
         "../envs/caldera.yaml"
     script:
@@ -80,7 +84,7 @@ rule make_table:
     log:
         f"{RES}/logs/tables/{{table}}.log",
     params:
-        spec=declared(config),
+        spec=declared(effective_config()),
         results=RES,
     conda:
         "../envs/caldera.yaml"
