@@ -37,7 +37,7 @@ _errors = schema_errors(config, Path(workflow.basedir) / "workflow/schemas/confi
 if _errors:
     raise WorkflowError("\n".join(_errors) + f"\n(config {', '.join(map(str, CONFIG_FILES))}: "
                         "workflow/schemas/config.schema.yaml and config/README.md list the keys)")
-validate(config, "../schemas/config.schema.yaml")  # fills the schema's defaults
+validate(config, "../schemas/config.schema.yaml")  # fills the top-level defaults (the typed blocks': SETTINGS)
 try:
     VARIANTS = check_config(config)  # every method config built through the registry: fails here, not in a job
 except ValueError as e:
