@@ -386,8 +386,10 @@ class PplSettings(Settings):
     seed: int = setting(0, integer(0))  # windows protocol: which windows are drawn
 
     def as_block(self) -> dict[str, Any]:
+        """As :meth:`Settings.as_block`, but ``seed`` only when given: a stream corpus draws no windows, and the
+        evaluation jobs' rerun triggers (their declared ``eval`` block) have never carried a seed not given."""
         b = super().as_block()
-        if "seed" not in self.given:  # not filled in: the jobs' rerun triggers declare the block as given
+        if "seed" not in self.given:
             b.pop("seed")
         return b
 
