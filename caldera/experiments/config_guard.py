@@ -217,7 +217,12 @@ def _non_finite(node: Any, path: str, out: list[str]) -> None:
         for i, v in enumerate(node):
             _non_finite(v, f"{path}[{i}]", out)
     elif isinstance(node, float) and not math.isfinite(node):
-        out.append(f"{path}: {node} is not a finite number; write a finite value (e.g. 1.0e-4)")
+        out.append(non_finite_error(path, node))
+
+
+def non_finite_error(path: str, value: float) -> str:
+    """The message for a number that is not finite (``.inf``, ``.nan``) at key ``path``."""
+    return f"{path}: {value} is not a finite number; write a finite value (e.g. 1.0e-4)"
 
 
 def _used_models(config: dict[str, Any]) -> list[str]:

@@ -406,14 +406,15 @@ def figure_rules(config: dict[str, Any], costs: dict[str, Any], shape_key: str) 
     QuIP#-LR, in the jobs of :func:`caldera.experiments.figures.figure3_jobs`: the longest job and the total)
     and ``lplr_traces`` (Figure 4: LPLR alone, one job) of the figures' model."""
     from caldera.config import CalderaConfig
-    from caldera.experiments.figures import figure3_curves, figure3_jobs
+    from caldera.experiments.figures import figure3_curves, figure3_jobs, figures_settings
     from caldera.experiments.plan import mapped_rank
 
     fc = config["figures"]
+    fs = figures_settings(config)
     shapes = dict(zip(("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
                       shapes_of(shape_key)[0]))
     curve_s: dict[str, float] = {}
-    for c in figure3_curves(config):
+    for c in figure3_curves(fs):
         n, d = shapes[c["matrix"]]
         if c["method"] == "quip#-lr":
             curve_s[c["id"]] = (predict(costs, "prepare", 0, d, 0) + predict(costs, "ldlq", n, d, 0)
@@ -423,7 +424,7 @@ def figure_rules(config: dict[str, Any], costs: dict[str, Any], shape_key: str) 
         r = mapped_rank(config, fc["paper_model"], c["paper_rank"], cfg.l_bits)
         cfg = cfg.replace(rank=r, outer_iters=fc["outer_iters"], svd=fc.get("svd", cfg.svd))
         curve_s[c["id"]] = predict(costs, "prepare", 0, d, 0) + decompose_seconds(costs, n, d, cfg)
-    jobs = [sum(curve_s[c] for c in ids) for ids in figure3_jobs(config).values()]
+    jobs = [sum(curve_s[c] for c in ids) for ids in figure3_jobs(fs).values()]
     t = 0.0
     for name in fc.get("lplr_matrices", []):
         n, d = shapes[name]

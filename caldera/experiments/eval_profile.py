@@ -58,6 +58,7 @@ def profile(config: dict, model: str, head: bool = False) -> dict:
     from caldera.eval import perplexity as ppl_mod
     from caldera.experiments import steps
     from caldera.experiments.plan import make_variant
+    from caldera.experiments.settings import EvalSettings, RunContext
     from caldera.pipeline import text
 
     acc: dict[str, float] = defaultdict(float)
@@ -76,14 +77,15 @@ def profile(config: dict, model: str, head: bool = False) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         outs = {c: str(Path(tmp, f"ppl_{c}.json")) for c in config["eval"]["ppl"]}
         t1 = time.perf_counter()
-        steps.step_evaluate(config, v, None, outs, str(Path(tmp, "zeroshot.json")))
+        steps.step_evaluate(EvalSettings.from_block(config["eval"]), RunContext.from_config(config), v, None, outs,
+                            str(Path(tmp, "zeroshot.json")))
         total = time.perf_counter() - t1
         zs = json.loads(Path(tmp, "zeroshot.json").read_text())
     out = {k: round(s, 2) for k, s in acc.items()}
     out["step_evaluate (total)"] = round(total, 2)
     out["zero-shot documents"] = sum(t["n"] for t in zs["results"]["tasks"].values())
     if head:
-        mdl, _ = steps.load_variant(config, v, None)
+        mdl, _ = steps.load_variant(config, v, None)  # the dense model: eval.weights does not apply
         seq = max(s["seq_len"] for s in config["eval"]["ppl"].values())
         out["one ppl window forward"] = {k: round(x, 3) if isinstance(x, float) else x
                                          for k, x in head_split(mdl, seq).items()}

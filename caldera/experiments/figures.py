@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from caldera.atomic import atomic_path
+from caldera.experiments.settings import FiguresSettings
 from caldera.experiments.steps import load_layers, read_json, run_device, write_json
 from caldera.pipeline.hessians import GROUPS, decoder_layers
 
@@ -40,84 +41,92 @@ def step_spectra(config: dict[str, Any], model: str, out: str) -> dict[str, Any]
     return res
 
 
-def figure3_curves(config: dict[str, Any]) -> list[dict[str, Any]]:
+def figures_settings(config: dict[str, Any], settings: FiguresSettings | None = None) -> FiguresSettings:
+    """``settings``, or the ``figures`` block of ``config`` as its settings object (defaults filled in)."""
+    return settings if settings is not None else FiguresSettings.from_block(config["figures"])
+
+
+def figure3_curves(fs: FiguresSettings) -> list[dict[str, Any]]:
     """Figure 3's curves in the figure's order: per matrix, per paper rank, every App. G.1 ablation of
     ``figures.ablations`` then QuIP#-LR; each ``{"id", "matrix", "paper_rank", "method"}`` (``id``: a file
     name)."""
-    fc = config["figures"]
-    methods = [*fc["ablations"], "quip#-lr"]
+    methods = [*fs.ablations, "quip#-lr"]
     return [{"id": f"{name}-{pr}-{m.replace('#', 'sharp')}", "matrix": name, "paper_rank": pr, "method": m}
-            for name in fc["matrices"] for pr in fc["paper_ranks"] for m in methods]
+            for name in fs.matrices for pr in fs.paper_ranks for m in methods]
 
 
-def figure3_jobs(config: dict[str, Any]) -> dict[str, list[str]]:
+def figure3_jobs(fs: FiguresSettings) -> dict[str, list[str]]:
     """``{job id: [curve ids]}``: Figure 3's curves split into the jobs of rule ``ablation_traces`` by
     ``figures.trace_jobs``: ``one`` (a single job ``all``: the mini runs, where the whole figure takes seconds)
     or ``per-curve`` (paper scale: one decomposition trace per job, so each fits a cluster job's time limit)."""
-    curves = [c["id"] for c in figure3_curves(config)]
-    if config["figures"].get("trace_jobs", "one") == "per-curve":
+    curves = [c["id"] for c in figure3_curves(fs)]
+    if fs.trace_jobs == "per-curve":
         return {c: [c] for c in curves}
     return {"all": curves}
 
 
-def _ablation_curve(config: dict[str, Any], curve: dict[str, Any], W: torch.Tensor, H: torch.Tensor) -> dict:
+def _ablation_curve(config: dict[str, Any], fs: FiguresSettings, curve: dict[str, Any], W: torch.Tensor,
+                    H: torch.Tensor) -> dict:
     """One curve of Figure 3: the LR-step errors per outer iteration of an App. G.1 ablation preset, or QuIP#-LR's
-    (one-shot) error repeated, at the stand-in rank of ``curve["paper_rank"]``."""
+    (one-shot) error repeated, at the stand-in rank of ``curve["paper_rank"]`` (``config``: the stand-ins and
+    ranks)."""
     from caldera.config import CalderaConfig
     from caldera.decomposition import caldera_decompose
     from caldera.experiments.plan import mapped_rank
     from caldera.methods import get_method
 
-    fc = config["figures"]
     base = {"matrix": curve["matrix"], "paper_rank": curve["paper_rank"]}
     if curve["method"] == "quip#-lr":
-        r16 = mapped_rank(config, fc["paper_model"], curve["paper_rank"], 16)
+        r16 = mapped_rank(config, fs.paper_model, curve["paper_rank"], 16)
         spec = get_method("quip#-lr")
         dec = spec.fn(W, H, spec.make_config({"lr_rank": r16}))
-        return {**base, "rank": r16, "method": "quip#-lr", "errors": [dec.error] * fc["outer_iters"]}
+        return {**base, "rank": r16, "method": "quip#-lr", "errors": [dec.error] * fs.outer_iters}
     cfg = CalderaConfig.preset(curve["method"])
-    r = mapped_rank(config, fc["paper_model"], curve["paper_rank"], cfg.l_bits)
-    cfg = cfg.replace(rank=r, outer_iters=fc["outer_iters"], svd=fc.get("svd", cfg.svd))
+    r = mapped_rank(config, fs.paper_model, curve["paper_rank"], cfg.l_bits)
+    cfg = cfg.replace(rank=r, outer_iters=fs.outer_iters, svd=cfg.svd if fs.svd is None else fs.svd)
     dec = caldera_decompose(W, H, cfg)
     return {**base, "rank": r, "method": curve["method"],
             "errors": [e["error"] for e in dec.error_trace if e["step"] == "LR"]}
 
 
-def step_ablation_traces(config: dict[str, Any], model: str, hessian_dir: str, job: str, out: str) -> dict[str, Any]:
+def step_ablation_traces(config: dict[str, Any], model: str, hessian_dir: str, job: str, out: str,
+                         settings: FiguresSettings | None = None) -> dict[str, Any]:
     """Figure 3 data of one job of :func:`figure3_jobs`: its curves (per-outer-iteration errors of the App. G.1
-    ablations and QuIP#-LR), written to ``out`` as ``{"curves": [...]}``."""
+    ablations and QuIP#-LR), written to ``out`` as ``{"curves": [...]}`` (``settings``: the ``figures`` block's,
+    default ``config["figures"]``'s; ``config``: the stand-ins and ranks)."""
     from caldera.pipeline.hessians import layer_file, load_layer_hessians
 
-    fc = config["figures"]
-    want = set(figure3_jobs(config)[job])
+    fs = figures_settings(config, settings)
+    want = set(figure3_jobs(fs)[job])
     dev = run_device(config)  # the decompositions run where their inputs are
-    mdl = load_layers(config, model, [fc["layer"]], dev)  # that layer's linear weights only
-    Hs = load_layer_hessians(layer_file(hessian_dir, fc["layer"]))
+    mdl = load_layers(config, model, [fs.layer], dev)  # that layer's linear weights only
+    Hs = load_layer_hessians(layer_file(hessian_dir, fs.layer))
     res: dict[str, Any] = {"job": job, "curves": []}
-    for curve in figure3_curves(config):
+    for curve in figure3_curves(fs):
         if curve["id"] in want:
-            W, H = linear_weight(mdl, fc["layer"], curve["matrix"]), Hs[GROUP[curve["matrix"]]].to(dev)
-            res["curves"].append(_ablation_curve(config, curve, W, H))
+            W, H = linear_weight(mdl, fs.layer, curve["matrix"]), Hs[GROUP[curve["matrix"]]].to(dev)
+            res["curves"].append(_ablation_curve(config, fs, curve, W, H))
     write_json(out, res)
     return res
 
 
-def step_figure3_data(config: dict[str, Any], model: str, parts: list[str], out: str) -> dict[str, Any]:
+def step_figure3_data(model: str, parts: list[str], out: str, settings: FiguresSettings) -> dict[str, Any]:
     """Figure 3's JSON from its jobs' parts (:func:`step_ablation_traces`), the curves in the figure's order."""
-    order = {(c["matrix"], c["paper_rank"], c["method"]): i for i, c in enumerate(figure3_curves(config))}
+    order = {(c["matrix"], c["paper_rank"], c["method"]): i for i, c in enumerate(figure3_curves(settings))}
     got = sorted((c for p in parts for c in read_json(p)["curves"]),
                  key=lambda c: order[(c["matrix"], c["paper_rank"], c["method"])])
     if len(got) != len(order):
         raise ValueError(f"Figure 3: {len(got)} curves in {len(parts)} parts, {len(order)} expected; rerun the "
                          "ablation_traces jobs")
-    fc = config["figures"]
-    res = {"model": model, "layer": fc["layer"], "outer_iters": fc["outer_iters"], "curves": got}
+    res = {"model": model, "layer": settings.layer, "outer_iters": settings.outer_iters, "curves": got}
     write_json(out, res)
     return res
 
 
-def step_lplr_traces(config: dict[str, Any], model: str, hessian_dir: str, out: str) -> dict[str, Any]:
-    """Figure 4 data: LPLRFactorize(W) per inner iteration, RHT on, 4-bit factors."""
+def step_lplr_traces(config: dict[str, Any], model: str, hessian_dir: str, out: str,
+                     settings: FiguresSettings | None = None) -> dict[str, Any]:
+    """Figure 4 data: LPLRFactorize(W) per inner iteration, RHT on, 4-bit factors (``settings``: the ``figures``
+    block's, default ``config["figures"]``)."""
     from caldera.decomposition import HessianContext
     from caldera.experiments.plan import mapped_rank
     from caldera.hadamard import RHT, random_signs
@@ -125,7 +134,7 @@ def step_lplr_traces(config: dict[str, Any], model: str, hessian_dir: str, out: 
     from caldera.pipeline.hessians import layer_file, load_layer_hessians
     from caldera.quantizers import quantizer_for_bits
 
-    fc = config["figures"]
+    fc = config["figures"] if settings is None else settings.as_block()
     dev = run_device(config)
     mdl = load_layers(config, model, [fc["layer"]], dev)  # that layer's linear weights only
     Hs = load_layer_hessians(layer_file(hessian_dir, fc["layer"]))

@@ -57,10 +57,12 @@ from caldera.experiments.loraft_rows import (  # noqa: F401 - Table 5's rows, re
     get_row,
     lora_rhtft_variants,
     lora_rows,
+    lora_settings,
     lora_variants,
     row_for,
     task_settings,
 )
+from caldera.experiments.settings import EvalSettings, LoraFtSettings, RunContext
 from caldera.experiments.table_render import ARROW, HASH, PERCENT, UNDERSCORE, render_table_texts
 from caldera.experiments.variants import RHTFT_SUFFIX, make_variant
 from caldera.finetune import lora
@@ -147,8 +149,7 @@ def cls_documents(task: str, n_eval: int | None, settings: dict[str, Any], seed:
                      f"split {settings['train_split']!r} (seed {seed})"}
 
 
-def _lm_job(config, model, tok, settings, hyper, seed):
-    spec = config["eval"]["ppl"][LM_TASK]
+def _lm_job(spec, model, tok, settings, hyper, seed):
     data = lm_splits(tok, spec, settings, hyper.block_size)
     heldout, train_blocks, eval_windows = data["heldout"], data["train"], data["eval"]
     n_eval_tok = eval_windows.shape[1]
@@ -174,8 +175,8 @@ def _lm_job(config, model, tok, settings, hyper, seed):
     return model, batches, lora.lm_loss, held, evaluate, False, sizes
 
 
-def _cls_job(config, model, tok, task, settings, hyper, seed):
-    split = cls_documents(task, config["eval"]["zeroshot"]["limit"], settings, seed)
+def _cls_job(limit, model, tok, task, settings, hyper, seed):
+    split = cls_documents(task, limit, settings, seed)
     ex = {k: [lora.classification_example(task, d) for d in split[k]] for k in ("eval", "heldout", "train")}
     n_eval = len(ex["eval"])
     clf = lora.SequenceClassifier(model, 2, seed=seed)
@@ -210,9 +211,11 @@ def _cls_job(config, model, tok, task, settings, hyper, seed):
     return clf, batches, loss_fn, held, evaluate, True, sizes
 
 
-def step_lora_finetune(config: dict[str, Any], row_id: str, task: str, checkpoint: str, out_json: str,
-                       work_dir: str) -> dict[str, Any]:
-    """Fine-tune row ``row_id``'s compressed model on ``task`` (wiki / rte / winogrande) and write
+def step_lora_finetune(settings: LoraFtSettings, eval_settings: EvalSettings, run: RunContext, row: LoraRow,
+                       task: str, checkpoint: str, out_json: str, work_dir: str) -> dict[str, Any]:
+    """Fine-tune ``row``'s compressed model (``run``: its model's entry, the device) on ``task`` (wiki / rte /
+    winogrande) with ``settings`` (``settings.tasks[task]``: the task's hyper-parameters and data;
+    ``eval_settings``: Tables 1-2's wiki windows and the zero-shot documents it is evaluated on) and write
     ``out_json``: the best-on-held-out and final checkpoints' evaluation (with per-window / per-document
     results), the held-out history, the data splits, the hyper-parameters and the wall times. The training
     state (resume) and the best fine-tuned model (checkpoint format, plus ``head.safetensors`` for the
@@ -222,31 +225,32 @@ def step_lora_finetune(config: dict[str, Any], row_id: str, task: str, checkpoin
     from caldera.pipeline.checkpoint import load_compressed, save_compressed
 
     t0 = time.perf_counter()
-    row = get_row(config, row_id)
-    cfg = config["lora_ft"]
-    settings = task_settings(config, task)
-    hyper = lora.hyper_from_config(settings)
-    seed = int(cfg.get("seed", 0))
+    config, row_id = run.as_config(), row.id
+    task_cfg = settings.tasks[task]
+    hyper = task_cfg.hyper()
+    task_block = task_cfg.as_block()  # the task's settings as the job records them
+    seed = settings.seed
     torch.manual_seed(seed)
-    ft_dtype = getattr(torch, cfg.get("ft_dtype", "bfloat16"))
+    ft_dtype = getattr(torch, settings.ft_dtype)
     model, tok = load_compressed(checkpoint)
     if tok is None:
         _, tok = load_dense(config, row.variant.model)
     lora.prepare_lora(model, lambda m: row.ft_rank, ft_dtype)
     model.to(run_device(config))  # config device (auto: CUDA when available); the data move per batch
     if task == LM_TASK:
-        net, batches, loss_fn, held, evaluate, higher, sizes = _lm_job(config, model, tok, settings, hyper, seed)
+        spec = eval_settings.ppl[LM_TASK].as_block()
+        net, batches, loss_fn, held, evaluate, higher, sizes = _lm_job(spec, model, tok, task_block, hyper, seed)
     elif task in CLS_TASKS:
-        net, batches, loss_fn, held, evaluate, higher, sizes = _cls_job(config, model, tok, task, settings, hyper,
-                                                                         seed)
+        net, batches, loss_fn, held, evaluate, higher, sizes = _cls_job(eval_settings.zeroshot.limit, model, tok,
+                                                                         task, task_block, hyper, seed)
     else:
         raise ValueError(f"lora_ft task {task!r}; accepted: {TASKS}")
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
-    spec = {"row": row_id, "task": task, "settings": settings, "seed": seed, "ft_dtype": str(ft_dtype),
-            "n_checkpoints": int(cfg["n_checkpoints"])}
+    spec = {"row": row_id, "task": task, "settings": task_block, "seed": seed, "ft_dtype": str(ft_dtype),
+            "n_checkpoints": settings.n_checkpoints}
     t1, c1 = time.perf_counter(), time.process_time()
-    res = lora.train(net, batches, loss_fn, held, hyper, n_checkpoints=int(cfg["n_checkpoints"]),
+    res = lora.train(net, batches, loss_fn, held, hyper, n_checkpoints=settings.n_checkpoints,
                      state_path=work / "state.safetensors", spec=spec, higher_is_better=higher)
     t_train, c_train = time.perf_counter() - t1, time.process_time() - c1
     final = evaluate(net)
@@ -263,7 +267,7 @@ def step_lora_finetune(config: dict[str, Any], row_id: str, task: str, checkpoin
         save_safetensors_atomic({"weight": net.head.weight.detach().contiguous()}, work / "head.safetensors",
                                 {"info": json.dumps({"row": row_id, "task": task})})
     out = {"row": row_id, "task": task, "variant": row.variant.id, "ft_rank": row.ft_rank,
-           "rank": row.variant.rank, "avg_bits": row.avg_bits, "hyper": asdict(hyper), "settings": settings,
+           "rank": row.variant.rank, "avg_bits": row.avg_bits, "hyper": asdict(hyper), "settings": task_block,
            "data": sizes, "history": res["history"], "best_step": res["best_step"], "final_step": res["final_step"],
            "best": best, "final": final, "train_s": t_train, "train_cpu_s": c_train,
            "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time()}
@@ -335,7 +339,7 @@ def build_table5(results_dir: str | Path, config: dict[str, Any]) -> dict[str, A
             entry[f"{task}_no_ft"] = _baseline(results_dir, r.variant.id, task)
             entry[f"{task}_dense"] = _baseline(results_dir, dense, task)
         rows.append(entry)
-    return {"table": TABLE, "rows": rows, "config": {k: v for k, v in config["lora_ft"].items()},
+    return {"table": TABLE, "rows": rows, "config": lora_settings(config).as_block(),
             "stats": {"level": stats.LEVEL, "resamples": stats.RESAMPLES, "seed": stats.SEED}}
 
 
@@ -397,8 +401,9 @@ def render_table5(tab: dict[str, Any], config: dict[str, Any]) -> tuple[str, str
                 "config rht_ft, as Tables 3–4), then LoRA; its 'no FT' is the RHT-fine-tuned model without LoRA"
                 + ("." if rht_measured else f"; these rows are pending in {config['name']} (CPU time, see config "
                                              "lora_ft) and run in mini-full."))
+    ft_dtype = lora_settings(config).ft_dtype
     caption = (
-        f"{TABLE}: CALDERA with the top-r singular components of L R fine-tuned in 16-bit ({cfg.get('ft_dtype')}) "
+        f"{TABLE}: CALDERA with the top-r singular components of L R fine-tuned in 16-bit ({ft_dtype}) "
         "and the other k − r re-quantized at B_LR (the paper's text names the fine-tuned factors L₂, R₂; App. "
         "E.5's formula (k − r)·B_LR + 16·r charges 16 bits to the rank-r part, which is how it is read here). "
         "Avg bits: that formula on the stand-in's shapes. Ours: best of the "

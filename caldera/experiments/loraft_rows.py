@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from caldera.bits import MODEL_SHAPES, average_bits
+from caldera.experiments.settings import LoraFtRow, LoraFtSettings, LoraTaskSettings
 from caldera.experiments.variants import RHTFT_SUFFIX, Variant, make_variant, mapped_rank, variant_for_row
 from caldera.finetune import lora
 
@@ -52,12 +53,12 @@ def _ref_rows() -> list[dict[str, Any]]:
     return load_reference_table(TABLE)
 
 
-def _matches(ref: dict[str, Any], want: dict[str, Any]) -> bool:
+def _matches(ref: dict[str, Any], want: LoraFtRow) -> bool:
     """Whether paper row ``ref`` is the one ``want`` (``{model, method, rank[, b_lr, b_q, rht_ft]}``) names; a
     ``want`` without ``rht_ft`` names the row without RHT fine-tuning."""
-    if ref["method"] == "CALDERA" and bool(ref.get("rht_ft")) != bool(want.get("rht_ft", False)):
+    if ref["method"] == "CALDERA" and bool(ref.get("rht_ft")) != want.rht_ft:
         return False
-    for key, val in want.items():
+    for key, val in want.as_block().items():
         if key == "rht_ft":
             continue
         if key in ("model", "method"):
@@ -89,29 +90,35 @@ def row_for(config: dict[str, Any], ref: dict[str, Any]) -> LoraRow | None:
         return LoraRow(f"{v.id}-ft{r}", ref, v, r, bits)
     if ref["method"] == "LoftQ" and float(ref["b_q"]).is_integer() and ref.get("avg_bits") is not None:
         k = mapped_rank(config, pm, int(ref["rank"]), int(ref["b_lr"]))
-        params = {**config["lora_ft"].get("loftq", {}), "bits": int(ref["b_q"]), "rank": k}
+        loftq = lora_settings(config).loftq
+        params = {**(loftq.as_block() if loftq else {}), "bits": int(ref["b_q"]), "rank": k}
         v = make_variant(model, "loftq", params, k, 16, f"loftq{int(ref['b_q'])}", "lora_ft.loftq")
         return LoraRow(f"{v.id}-ft{k}", ref, v, k, average_bits(shapes, int(ref["b_q"]), None, k, ft_rank=k))
     return None
 
 
+def lora_settings(config: dict[str, Any]) -> LoraFtSettings:
+    """``config["lora_ft"]`` as its settings object."""
+    return LoraFtSettings.from_block(config["lora_ft"])
+
+
 def lora_rows(config: dict[str, Any]) -> list[LoraRow]:
     """The rows ``config["lora_ft"]["rows"]`` selects (``"all"``: every row this workflow can measure)."""
-    cfg = config.get("lora_ft")
-    if not cfg:
+    if not config.get("lora_ft"):
         return []
+    want = lora_settings(config).rows
     out = []
     for ref in _ref_rows():
         row = row_for(config, ref)
         if row is None:
             continue
-        if cfg["rows"] == "all" or any(_matches(ref, w) for w in cfg["rows"]):
+        if want == "all" or any(_matches(ref, w) for w in want):
             out.append(row)
-    if cfg["rows"] != "all":
-        for w in cfg["rows"]:
+    if want != "all":
+        for w in want:
             if not any(_matches(r.ref, w) for r in out):
-                raise ValueError(f"lora_ft.rows: {w} matches no measurable row of {TABLE} (CALDERA rows, with "
-                                 "rht_ft: true those with RHT-FT (needs the rht_ft block), LoftQ rows with "
+                raise ValueError(f"lora_ft.rows: {w.as_block()} matches no measurable row of {TABLE} (CALDERA "
+                                 "rows, with rht_ft: true those with RHT-FT (needs the rht_ft block), LoftQ rows with "
                                  "whole-bit backbones, of a model in stand_ins)")
     return out
 
@@ -135,8 +142,6 @@ def get_row(config: dict[str, Any], row_id: str) -> LoraRow:
     return rows[row_id]
 
 
-def task_settings(config: dict[str, Any], task: str) -> dict[str, Any]:
-    try:
-        return config["lora_ft"]["tasks"][task]
-    except KeyError:
-        raise ValueError(f"lora_ft.tasks.{task} is missing; give its hyper-parameters") from None
+def task_settings(config: dict[str, Any], task: str) -> LoraTaskSettings:
+    """The settings of ``lora_ft.tasks.<task>``."""
+    return lora_settings(config).tasks[task]

@@ -297,13 +297,16 @@ def check_config(config: dict[str, Any]) -> dict[str, Variant]:
     Raises ``ValueError`` listing every problem, one a line, each starting with its config key: stand-ins that
     are not paper models or not ``models`` keys, parameters the table sets per row (:data:`TABLE_PARAMS`),
     unknown methods, presets, parameters (:func:`~caldera.experiments.config_guard.unknown_param_errors`, with the
-    closest name) or parameter values (every variant's config is built through the registry), a rank or size that
-    some matrix of the variant's model cannot take (:func:`shape_errors`), ``layers`` beyond a
+    closest name) or parameter values (every variant's config is built through the registry), every typed
+    block's unknown keys, missing keys and values (:func:`caldera.experiments.settings.block_settings`:
+    ``selection``, ``rht_ft``, ``lora_ft``, ``throughput``, ``eval``, ``figures``), a rank or size that some
+    matrix of the variant's model cannot take (:func:`shape_errors`), ``layers`` beyond a
     model's decoder layers, unknown text sources and zero-shot tasks, and a Figure 3/4 setup that does not fit.
     """
     from caldera.config import PRESETS
     from caldera.eval.zeroshot import TASKS
     from caldera.experiments.config_guard import plan_time_errors, unknown_param_errors
+    from caldera.experiments.settings import block_settings
     from caldera.pipeline.text import HF_TEXT, TEXT_SOURCES
 
     errors: list[str] = []
@@ -327,6 +330,10 @@ def check_config(config: dict[str, Any]) -> dict[str, Variant]:
     if dup:
         errors.append(f"extra_methods: names {dup} appear more than once")
     errors += unknown_param_errors(config)  # typos of method parameters, with the closest name
+    try:  # every typed block (caldera.experiments.settings): unknown keys, missing keys and bad values, by path
+        block_settings(config)
+    except ValueError as e:
+        errors.append(str(e))
     if errors:  # the variants below would only repeat these
         raise ValueError("\n".join(errors))
     try:
@@ -357,10 +364,7 @@ def check_config(config: dict[str, Any]) -> dict[str, Variant]:
         if (t if t.startswith("caldera_") else f"caldera_{t}") not in tasks:
             errors.append(f"eval.zeroshot.tasks: {t!r} unknown; accepted: {tasks}")
     ft = config.get("rht_ft")
-    if ft is not None:
-        if ft["held_out"] >= ft["n_samples"]:
-            errors.append(f"rht_ft.held_out: {ft['held_out']} must be below rht_ft.n_samples ({ft['n_samples']}): "
-                          "the rest are the training sequences")
+    if ft is not None:  # held_out < n_samples: RhtFtSettings
         refs = [r for t in RHTFT_TABLES for r in load_reference_table(t)]
         for i, w in enumerate(ft.get("rows") or []):
             if not any(_rhtft_selected({"rht_ft": {"rows": [w]}}, r) for r in refs):
@@ -411,6 +415,8 @@ def effective_settings(config: dict[str, Any], variants: dict[str, Variant]) -> 
     row, e.g. CALDERA's rank, is shown as the set of values the rows use)."""
     import dataclasses
 
+    from caldera.experiments.settings import EvalSettings
+
     methods: dict[str, dict[str, Any]] = {}
     for v in sorted(variants.values(), key=lambda v: v.id):
         if v.config is None:
@@ -423,5 +429,6 @@ def effective_settings(config: dict[str, Any], variants: dict[str, Variant]) -> 
     methods = {m: {k: vals[0] if len(vals) == 1 else sorted(vals, key=lambda x: (x is None, x))
                    for k, vals in f.items()} for m, f in methods.items()}
     return {"name": config["name"], "models": {m: s["source"] for m, s in config["models"].items()},
-            "layers": config.get("layers"), "calibration": config["calibration"], "eval": config["eval"],
+            "layers": config.get("layers"), "calibration": config["calibration"],
+            "eval": EvalSettings.from_block(config["eval"]).as_block(),
             "methods": methods, "variants": sorted(variants)}

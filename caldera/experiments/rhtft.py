@@ -14,30 +14,23 @@ import time
 from typing import Any
 
 from caldera.experiments.plan import Variant
-from caldera.finetune.rht import RHTFTConfig
-
-#: keys of the ``rht_ft:`` config block that are RHTFTConfig fields
-_CFG_KEYS = ("epochs", "lr", "batch_size", "weight_decay", "seed")
+from caldera.experiments.settings import RhtFtSettings, RunContext
 
 
-def rhtft_config(config: dict[str, Any]) -> RHTFTConfig:
-    ft = config["rht_ft"]
-    return RHTFTConfig(**{k: ft[k] for k in _CFG_KEYS if k in ft})
-
-
-def finetune_data(config: dict[str, Any], tokenizer) -> tuple[Any, Any]:
-    """``(train_ids, heldout_ids)``: (n_samples − held_out, seq_len) and (held_out, seq_len) int64."""
+def finetune_data(settings: RhtFtSettings, source: str, tokenizer) -> tuple[Any, Any]:
+    """``(train_ids, heldout_ids)``: (n_samples − held_out, seq_len) and (held_out, seq_len) int64, drawn from
+    text source ``source`` (the run's ``calibration.source``)."""
     from caldera.pipeline.text import calibration_sequences
 
-    ft = config["rht_ft"]
-    ids = calibration_sequences(tokenizer, ft["n_samples"], ft["seq_len"], ft["seed"],
-                                source=config["calibration"]["source"])
-    return ids[: -ft["held_out"]], ids[-ft["held_out"] :]
+    ft = settings
+    ids = calibration_sequences(tokenizer, ft.n_samples, ft.seq_len, ft.seed, source=source)
+    return ids[: -ft.held_out], ids[-ft.held_out :]
 
 
-def step_rht_finetune(config: dict[str, Any], v: Variant, checkpoint: str, out_dir: str, summary_out: str,
-                      state_path: str | None = None) -> dict[str, Any]:
-    """Fine-tune the RHT signs of variant ``v``'s checkpoint against its dense model; write the fine-tuned
+def step_rht_finetune(settings: RhtFtSettings, run: RunContext, source: str, v: Variant, checkpoint: str,
+                      out_dir: str, summary_out: str, state_path: str | None = None) -> dict[str, Any]:
+    """Fine-tune the RHT signs of variant ``v``'s checkpoint against its dense model (``run``: its entry and the
+    device) with ``settings`` on text source ``source`` (``calibration.source``); write the fine-tuned
     checkpoint to ``out_dir`` (:func:`caldera.pipeline.checkpoint.save_compressed`, the base checkpoint's method
     and method config, plus an ``rht_ft`` record) and the summary (history, best epoch, wall time) to
     ``summary_out``. ``state_path``: per-epoch resume state (:func:`caldera.finetune.rht.rht_finetune`)."""
@@ -46,16 +39,16 @@ def step_rht_finetune(config: dict[str, Any], v: Variant, checkpoint: str, out_d
     from caldera.pipeline.checkpoint import load_compressed, read_config, save_compressed
 
     t0 = time.perf_counter()
+    config = run.as_config()
     device = run_device(config)
-    cfg = rhtft_config(config)
+    cfg = settings.finetune_config()
     student, tok = load_compressed(checkpoint)
     teacher, dense_tok = load_dense(config, v.model, device)
     tok = tok or dense_tok
-    train, held = finetune_data(config, tok)
+    train, held = finetune_data(settings, source, tok)
     student = student.to(device)
     res = rht_finetune(student, teacher, train.to(device), held.to(device), cfg, state_path=state_path)
-    ft = config["rht_ft"]
-    record = {"config": {k: ft[k] for k in sorted(ft) if k != "rows"}, "source": config["calibration"]["source"],
+    record = {"config": settings.training(), "source": source,
               "n_train": int(train.shape[0]), "n_heldout": int(held.shape[0]), "base_checkpoint": str(checkpoint),
               "best_epoch": res["best_epoch"], "history": res["history"]}
     base_cfg = read_config(checkpoint)

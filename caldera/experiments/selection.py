@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from caldera.atomic import write_atomic
+from caldera.experiments.settings import SelectionSettings
 
 if TYPE_CHECKING:  # torch is imported where it is used: the workflow imports this module while parsing
     import torch
@@ -99,9 +100,11 @@ def measure_matrix(
 
 
 def sweep_model(
-    config: dict[str, Any], model: str, hessian_dir: str, *, log: Callable[[str], None] = print
+    config: dict[str, Any], model: str, hessian_dir: str, settings: SelectionSettings | None = None, *,
+    log: Callable[[str], None] = print
 ) -> list[dict[str, Any]]:
-    """Every candidate (and QuIP#) on ``selection.layers[model]`` × ``selection.matrices`` × the CALDERA ranks,
+    """Every candidate (and QuIP#) on ``selection.layers[model]`` × ``selection.matrices`` × the CALDERA ranks
+    (``settings``: the ``selection`` block's, default ``config["selection"]``'s),
     with the run's calibration Hessians in ``hessian_dir``. Seeds and shared Hessian contexts as in
     :func:`caldera.pipeline.compress.compress_model` (one per layer and Hessian group, seed from
     :func:`~caldera.pipeline.compress.group_seed`), so a candidate's numbers are those its compression job
@@ -112,14 +115,14 @@ def sweep_model(
     from caldera.pipeline.compress import group_seed
     from caldera.pipeline.hessians import layer_file, load_layer_hessians
 
-    sel = config["selection"]
+    sel = (settings or SelectionSettings.from_block(config["selection"])).as_block()
     layers = [int(x) for x in sel["layers"][model]]
     run_layers = config.get("layers")
     missing = [x for x in layers if run_layers is not None and x not in run_layers]
     if missing:
         raise ValueError(f"selection.layers.{model}: layers {missing} have no Hessians in this run "
                          f"(config layers: {run_layers}); pick layers among them")
-    ranks = {b: caldera_ranks(config, model, b, sel.get("ranks", "extremes")) for b in selection_bits(sel)}
+    ranks = {b: caldera_ranks(config, model, b, sel["ranks"]) for b in selection_bits(sel)}
     mats = list(sel.get("matrices") or LINEARS)
     long = sel.get("long_iters")
     long_layers = layers[: int(long["layers"])] if long else []
@@ -331,13 +334,15 @@ def matches_run(config: dict[str, Any], selected_params: Mapping[str, Any], b_lr
     return run == chosen
 
 
-def step_selection(config: dict[str, Any], hessian_dirs: Mapping[str, str], out_json: str, out_md: str) -> dict:
-    """The workflow's ``selection`` rule: sweep every stand-in of ``selection.layers`` (``hessian_dirs``: model →
-    folder of its calibration Hessians), select, re-measure the Figure 3 comparisons under the selected
-    configuration, and write ``out_json`` and ``out_md``."""
+def step_selection(settings: SelectionSettings, config: dict[str, Any], hessian_dirs: Mapping[str, str],
+                   out_json: str, out_md: str) -> dict:
+    """The workflow's ``selection`` rule, with ``settings`` (the ``selection`` block; ``config``: the run's plan,
+    stand-ins, ranks and figures): sweep every stand-in of ``settings.layers`` (``hessian_dirs``: model → folder
+    of its calibration Hessians), select, re-measure the Figure 3 comparisons under the selected configuration,
+    and write ``out_json`` and ``out_md``."""
     from caldera.experiments.steps import write_json
 
-    sel = config["selection"]
+    sel = settings.as_block()  # what selection.json records: the block with its defaults
     t0 = time.perf_counter()
     records: list[dict[str, Any]] = []
     seconds: dict[str, float] = {}
@@ -346,7 +351,7 @@ def step_selection(config: dict[str, Any], hessian_dirs: Mapping[str, str], out_
         if model not in hessian_dirs:
             raise ValueError(f"selection.layers names model {model!r} but no Hessians were given for it")
         t1, c1 = time.perf_counter(), time.process_time()
-        records += sweep_model(config, model, hessian_dirs[model])
+        records += sweep_model(config, model, hessian_dirs[model], settings)
         seconds[model], cpu[model] = time.perf_counter() - t1, time.process_time() - c1
     long = sel.get("long_iters")
     res: dict[str, Any] = {
@@ -358,7 +363,7 @@ def step_selection(config: dict[str, Any], hessian_dirs: Mapping[str, str], out_
     for b in selection_bits(sel):
         mine = [r for r in records if r.get("bits") in (b, None)]  # QuIP# (bits None) is every B_LR's reference
         summary = summarize(mine, sel["iters"])
-        chosen, tied = select(summary, float(sel.get("tie_tolerance", 0.0)))
+        chosen, tied = select(summary, float(settings.tie_tolerance))
         res["by_bits"][str(b)] = {
             "selection": {**sel, "bits": b}, "records": mine, "summary": summary,
             "long_summary": summarize(mine, long["iters"]) if long else {},
@@ -366,7 +371,7 @@ def step_selection(config: dict[str, Any], hessian_dirs: Mapping[str, str], out_
                          "in_run": matches_run(config, candidate_params(sel, chosen, sel["iters"]), b)},
         }
     fig_model = config["figures"]["model"]
-    if sel.get("ablations", True) and fig_model in hessian_dirs:
+    if settings.ablations and fig_model in hessian_dirs:
         from caldera.methods import get_method
 
         t1, c1 = time.perf_counter(), time.process_time()
@@ -455,7 +460,7 @@ def to_markdown(res: Mapping[str, Any]) -> str:
         "Layers: " + "; ".join(f"{m} {sel['layers'][m]}" for m in models)
         + f"; matrices: {', '.join(sel.get('matrices') or LINEARS)}. Score: geo-mean ratio over matrices × ranks, "
         "log-mean over the stand-ins; the lowest score is selected ("
-        + (f"scores within {tol:.1%} of it are tied" if (tol := float(sel.get("tie_tolerance", 0))) else
+        + (f"scores within {tol:.1%} of it are tied" if (tol := float(sel["tie_tolerance"])) else
            "only an equal score ties")
         + " and the fewest CPU seconds per matrix wins a tie). s/matrix: CPU seconds of one decomposition "
         "(one thread).", "",

@@ -16,6 +16,7 @@ import torch
 
 from caldera.atomic import write_atomic
 from caldera.experiments.plan import Variant
+from caldera.experiments.settings import EvalSettings, RunContext
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
@@ -209,16 +210,16 @@ def step_assemble(config: dict[str, Any], v: Variant, layer_dir: str | list[str]
     return summary
 
 
-def load_variant(config: dict[str, Any], v: Variant, checkpoint: str | None):
-    """The dense or compressed model of a variant, on :func:`run_device`, with its tokenizer. With
-    ``eval.weights: reconstructed`` the compressed layers are replaced by their dense Ŵ (:func:`materialize`).
+def load_variant(config: dict[str, Any], v: Variant, checkpoint: str | None, reconstructed: bool = False):
+    """The dense or compressed model of a variant, on :func:`run_device`, with its tokenizer (``config``: the
+    run's ``device``, ``dtype`` and ``models``, :meth:`RunContext.as_config`). With ``reconstructed``
+    (``eval.weights: reconstructed``) the compressed layers are replaced by their dense Ŵ (:func:`materialize`).
     Dtypes: :func:`model_dtype` (float32 on the CPU; on an accelerator the model's own, see
     :func:`load_compressed_for`)."""
     device = run_device(config)
     dtype = model_dtype(config, device)
     if v.method == "dense":
         return load_dense(config, v.model, device, dtype)
-    reconstructed = config["eval"].get("weights", "compressed") == "reconstructed"
     mdl, tok = load_compressed_for(checkpoint, device, reconstructed=reconstructed, dtype=dtype)
     if tok is None:
         _, tok = load_dense(config, v.model)
@@ -255,58 +256,58 @@ def load_compressed_for(checkpoint: str, device: torch.device | str, *, reconstr
     return mdl, tok
 
 
-def eval_ppl(config: dict[str, Any], v: Variant, mdl, tok, outs: dict[str, str]) -> dict[str, dict]:
+def eval_ppl(settings: EvalSettings, v: Variant, mdl, tok, outs: dict[str, str]) -> dict[str, dict]:
     """Perplexity of the loaded model of variant ``v`` on each corpus ``c`` of ``outs`` (keys of
-    ``config["eval"]["ppl"]``), each written to ``outs[c]``. Returns ``{corpus: result}``."""
+    ``settings.ppl``), each written to ``outs[c]``. Returns ``{corpus: result}``."""
     from caldera.eval.perplexity import perplexity
     from caldera.pipeline.text import perplexity_stream, random_windows
 
     results = {}
     for corpus, out in outs.items():
-        spec = config["eval"]["ppl"][corpus]
+        spec = settings.ppl[corpus]
         t0 = time.perf_counter()
-        if spec["protocol"] == "stream":
-            data = perplexity_stream(tok, spec["source"])
-            n = spec.get("n_windows")
+        if spec.protocol == "stream":
+            data = perplexity_stream(tok, spec.source)
+            n = spec.n_windows
             if n:
-                data = data[:, : n * spec["seq_len"]]
+                data = data[:, : n * spec.seq_len]
         else:
-            data = random_windows(tok, spec["source"], spec["seq_len"], spec["n_windows"], seed=spec.get("seed", 0))
-        res = perplexity(mdl, data, spec["seq_len"])
-        res.update({"variant": v.id, "corpus": corpus, "source": spec["source"], "wall_s": time.perf_counter() - t0})
+            data = random_windows(tok, spec.source, spec.seq_len, spec.n_windows, seed=spec.seed)
+        res = perplexity(mdl, data, spec.seq_len)
+        res.update({"variant": v.id, "corpus": corpus, "source": spec.source, "wall_s": time.perf_counter() - t0})
         write_json(out, res)
         results[corpus] = res
     return results
 
 
-def eval_zeroshot(config: dict[str, Any], v: Variant, mdl, tok, out: str) -> dict:
-    """lm-eval zero-shot accuracies of the loaded model of variant ``v`` (``config["eval"]["zeroshot"]``),
-    written to ``out``."""
+def eval_zeroshot(settings: EvalSettings, v: Variant, mdl, tok, out: str) -> dict:
+    """lm-eval zero-shot accuracies of the loaded model of variant ``v`` (``settings.zeroshot``), written to
+    ``out``."""
     from caldera.eval.zeroshot import zeroshot
 
-    zs = config["eval"]["zeroshot"]
+    zs = settings.zeroshot
     t0 = time.perf_counter()
-    res = zeroshot(mdl, tok, tasks=zs["tasks"], limit=zs.get("limit"), batch_size=zs.get("batch_size", 8))
-    res = {"variant": v.id, "limit": zs.get("limit"), "results": res, "wall_s": time.perf_counter() - t0}
+    res = zeroshot(mdl, tok, tasks=zs.tasks, limit=zs.limit, batch_size=zs.batch_size)
+    res = {"variant": v.id, "limit": zs.limit, "results": res, "wall_s": time.perf_counter() - t0}
     write_json(out, res)
     return res
 
 
-def step_evaluate(
-    config: dict[str, Any], v: Variant, checkpoint: str | None, ppl_outs: dict[str, str], zeroshot_out: str
-) -> dict[str, Any]:
-    """Every evaluation of one variant in one job (the model is loaded once): perplexity on each corpus of
-    ``ppl_outs`` (:func:`eval_ppl`), then zero-shot (:func:`eval_zeroshot`). A seed replicate
-    (``v.replicate_of``) is scored on perplexity only unless ``replicates.zeroshot`` is true: its zero-shot file
-    then records that it was skipped (no results), so the tables use the seeds that have them."""
-    mdl, tok = load_variant(config, v, checkpoint)
-    ppl = eval_ppl(config, v, mdl, tok, ppl_outs)
-    if v.replicate_of is not None and not (config.get("replicates") or {}).get("zeroshot", False):
+def step_evaluate(settings: EvalSettings, run: RunContext, v: Variant, checkpoint: str | None,
+                  ppl_outs: dict[str, str], zeroshot_out: str, replicate_zeroshot: bool = False) -> dict[str, Any]:
+    """Every evaluation of one variant in one job (the model is loaded once; ``run``: its model's entry, the
+    device and dtype) with ``settings``: perplexity on each corpus of ``ppl_outs`` (:func:`eval_ppl`), then
+    zero-shot (:func:`eval_zeroshot`). A seed replicate (``v.replicate_of``) is scored on perplexity only unless
+    ``replicate_zeroshot`` (config ``replicates.zeroshot``) is true: its zero-shot file then records that it was
+    skipped (no results), so the tables use the seeds that have them."""
+    mdl, tok = load_variant(run.as_config(), v, checkpoint, reconstructed=settings.weights == "reconstructed")
+    ppl = eval_ppl(settings, v, mdl, tok, ppl_outs)
+    if v.replicate_of is not None and not replicate_zeroshot:
         res = {"variant": v.id, "skipped": "seed replicate scored on perplexity only (replicates.zeroshot: false)",
                "results": {"tasks": {}}}
         write_json(zeroshot_out, res)
         return {"ppl": ppl, "zeroshot": res}
-    return {"ppl": ppl, "zeroshot": eval_zeroshot(config, v, mdl, tok, zeroshot_out)}
+    return {"ppl": ppl, "zeroshot": eval_zeroshot(settings, v, mdl, tok, zeroshot_out)}
 
 
 def step_timings(jobs: list[dict[str, Any]], run: str, out_json: str, out_md: str | None = None) -> dict[str, Any]:

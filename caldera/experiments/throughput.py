@@ -32,22 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from caldera.experiments.plan import Variant, all_variants, variant_for_row
+from caldera.experiments.settings import RunContext, ThroughputSettings
 from caldera.experiments.table_render import ARROW, HASH, render_table_texts
 
 TABLE = "table6_throughput"
 PROTOCOLS = ("single_token", "decode")  # the first one is the paper's (authors' eval_throughput notebook)
 PROTOCOL_LABEL = {"single_token": "single-token forward (paper's protocol)", "decode": "generate, KV cache"}
-DEFAULTS: dict[str, Any] = {
-    "runs": 5,  # timed repeats per protocol (the spread the claims use)
-    "warmup": 1,  # untimed calls first (builds the dequantized caches, JIT-compiles kernels)
-    "new_tokens": 16,  # decode protocol: tokens generated per repeat
-    "calls": 8,  # single-token protocol: forwards per repeat
-    "kernel": "auto",  # CompressedLinear path: auto | kernel | reference
-    "dtype": "float32",  # activations and the dense layers (the paper: fp16 on a GPU)
-    "prompt": "The capital of France is",
-}
-
-
 #: machine settings that moved from the config's ``throughput:`` block to the profiles (issue 19)
 MOVED_TO_PROFILES = {
     "threads": "the timed loops' torch threads are the throughput job's `torch_threads` resource (default 1): "
@@ -65,9 +55,10 @@ def moved_settings(config: dict[str, Any]) -> list[str]:
             for k, why in MOVED_TO_PROFILES.items() if k in tp]
 
 
-def throughput_settings(config: dict[str, Any]) -> dict[str, Any]:
-    """``config["throughput"]`` over :data:`DEFAULTS` (the key is optional)."""
-    return {**DEFAULTS, **(config.get("throughput") or {})}
+def throughput_settings(config: dict[str, Any]) -> ThroughputSettings:
+    """``config["throughput"]`` as its settings object (the block is optional: every key has its default in
+    :class:`~caldera.experiments.settings.ThroughputSettings`)."""
+    return ThroughputSettings.from_block(config.get("throughput"))
 
 
 def throughput_rows(config: dict[str, Any], run_variants: dict[str, Variant] | None = None) -> list[dict[str, Any]]:
@@ -130,17 +121,18 @@ def _peak_rss_mb() -> float:
     return r / (1024 * 1024) if sys.platform == "darwin" else r / 1024  # bytes on macOS, KiB on Linux
 
 
-def measure(model, tokenizer, settings: dict[str, Any]) -> dict[str, Any]:
-    """Both protocols on a loaded model (``settings``: :func:`throughput_settings`); per-repeat tokens/s in
-    ``{protocol: {"tokens_per_s": [..], "median", "min", "max", ...}}``."""
+def measure(model, tokenizer, settings: ThroughputSettings) -> dict[str, Any]:
+    """Both protocols on a loaded model (``settings.runs`` timed repeats each, ``warmup``, ``new_tokens``,
+    ``calls``, ``prompt``); per-repeat tokens/s in ``{protocol: {"tokens_per_s": [..], "median", "min", "max",
+    ...}}``."""
     import torch
 
     from caldera.eval.throughput import decode_throughput, single_token_throughput
 
     s = settings
-    ids = tokenizer(s["prompt"], return_tensors="pt").input_ids
-    dec = decode_throughput(model, ids, new_tokens=s["new_tokens"], runs=s["runs"], warmup=s["warmup"])
-    one = single_token_throughput(model, int(ids[0, -1]), calls=s["calls"], runs=s["runs"], warmup=s["warmup"])
+    ids = tokenizer(s.prompt, return_tensors="pt").input_ids
+    dec = decode_throughput(model, ids, new_tokens=s.new_tokens, runs=s.runs, warmup=s.warmup)
+    one = single_token_throughput(model, int(ids[0, -1]), calls=s.calls, runs=s.runs, warmup=s.warmup)
     out = {}
     for proto, r, per in (("decode", dec, dec["new_tokens"]), ("single_token", one, one["calls"])):
         tps = [per / t for t in r["times_s"]]
@@ -150,19 +142,20 @@ def measure(model, tokenizer, settings: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def step_throughput(config: dict[str, Any], v: Variant, checkpoint: str | None, out: str,
+def step_throughput(settings: ThroughputSettings, run: RunContext, v: Variant, checkpoint: str | None, out: str,
                     torch_threads: int = 1) -> dict[str, Any]:
-    """Rule ``throughput``: load variant ``v`` (dense, or the compressed checkpoint as stored), pin torch to
-    ``torch_threads`` threads (the job's ``torch_threads`` resource), measure both protocols (:func:`measure`)
-    and write them with the memory figures to ``out``."""
+    """Rule ``throughput``: load variant ``v`` (dense, or the compressed checkpoint as stored; ``run``: the
+    device and the model's entry), pin torch to ``torch_threads`` threads (the job's ``torch_threads``
+    resource), measure both protocols with ``settings`` (:func:`measure`) and write them with the memory
+    figures to ``out``."""
     import torch
 
     from caldera.experiments.steps import load_dense, model_source, run_device, write_json
 
-    s = throughput_settings(config)
+    s, config = settings, run.as_config()
     torch.set_num_threads(int(torch_threads))
     device = run_device(config)
-    dtype = getattr(torch, s["dtype"])
+    dtype = getattr(torch, s.dtype)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     t0 = time.perf_counter()
@@ -172,9 +165,9 @@ def step_throughput(config: dict[str, Any], v: Variant, checkpoint: str | None, 
     else:
         from caldera.pipeline.checkpoint import load_compressed
 
-        model, tok = load_compressed(checkpoint, kernel=s["kernel"])
+        model, tok = load_compressed(checkpoint, kernel=s.kernel)
         model.to(device)
-        backend = s["kernel"]
+        backend = s.kernel
     if tok is None:
         from transformers import AutoTokenizer
 
@@ -184,7 +177,7 @@ def step_throughput(config: dict[str, Any], v: Variant, checkpoint: str | None, 
     res = measure(model, tok, s)
     res.update({
         "variant": v.id, "model": v.model, "method": v.method, "rank": v.rank, "b_lr": v.b_lr,
-        "device": str(device), "dtype": s["dtype"], "kernel": backend, "settings": s, "load_s": load_s,
+        "device": str(device), "dtype": s.dtype, "kernel": backend, "settings": s.as_block(), "load_s": load_s,
         "model_tensor_mb": tensor_bytes(model) / 2**20, "peak_rss_mb": _peak_rss_mb(),
         "peak_cuda_mb": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None,
         "wall_s": time.perf_counter() - t0,
@@ -262,7 +255,7 @@ def build_throughput_table(results_dir: str | os.PathLike, config: dict[str, Any
             "model_tensor_mb": res.get("model_tensor_mb") if res else None,
         })
     return {"table": TABLE, "protocols": list(PROTOCOLS), "rows": rows, "measured": measured,
-            "settings": throughput_settings(config)}
+            "settings": throughput_settings(config).as_block()}
 
 
 def render_throughput(tab: dict[str, Any], caption: str) -> tuple[str, str, str]:
@@ -383,6 +376,6 @@ def throughput_claims(tab: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-__all__ = ["DEFAULTS", "PROTOCOLS", "TABLE", "THROUGHPUT_CLAIMS", "build_throughput_table", "compare_repeats",
+__all__ = ["PROTOCOLS", "TABLE", "THROUGHPUT_CLAIMS", "build_throughput_table", "compare_repeats",
            "measure", "step_throughput", "throughput_claims", "throughput_rows",
            "throughput_settings", "throughput_variants", "write_throughput_table"]

@@ -415,14 +415,9 @@ def load_trainable(model: nn.Module, tensors: dict[str, Tensor]) -> None:
             p.copy_(tensors[n])
 
 
-def hyper_from_config(d: dict[str, Any]) -> TaskHyper:
-    fields = set(TaskHyper.__dataclass_fields__)
-    return TaskHyper(**{k: v for k, v in d.items() if k in fields})
-
-
 __all__ = [
     "SequenceClassifier", "TaskHyper", "asdict", "checkpoint_steps", "classification_example",
-    "classification_outputs", "compressed_modules", "encode_pairs", "hyper_from_config", "lm_blocks", "lm_loss",
+    "classification_outputs", "compressed_modules", "encode_pairs", "lm_blocks", "lm_loss",
     "load_state", "load_trainable", "lora_parameters", "mapped_ft_rank", "prepare_lora", "resplit_top_r",
     "save_state", "split_documents", "top_r_split", "train", "trainable_parameters",
 ]

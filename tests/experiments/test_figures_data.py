@@ -52,23 +52,28 @@ def test_spectra_read_every_layers_linears(source, tmp_path, monkeypatch):
 def test_figure3_split_per_curve_gives_the_one_job_figure(source, tmp_path):
     """figures.trace_jobs: per-curve (one decomposition trace per job, paper scale) merges to exactly the JSON of
     the single job, in the figure's order whatever order the parts come in; a missing part is refused."""
+    from caldera.experiments.settings import FiguresSettings
+
     model, root, config = source
-    cfg = {**config, "figures": {**config["figures"], "matrices": ["k_proj", "o_proj"], "outer_iters": 2,
-                                 "ablations": ["16bit-factors", "4bit-factors"], "svd": "exact"}}
-    one = F.figure3_jobs(cfg)
-    assert list(one) == ["all"] and len(one["all"]) == 2 * 1 * 3  # matrices x paper ranks x (ablations + QuIP#-LR)
-    F.step_ablation_traces(cfg, "m", str(root / "hess"), "all", str(tmp_path / "all.json"))
-    whole = F.step_figure3_data(cfg, "m", [str(tmp_path / "all.json")], str(tmp_path / "fig_one.json"))
-    split = {**cfg, "figures": {**cfg["figures"], "trace_jobs": "per-curve"}}
+    block = {**config["figures"], "model": "m", "matrices": ["k_proj", "o_proj"], "outer_iters": 2,
+             "ablations": ["16bit-factors", "4bit-factors"], "svd": "exact"}
+    cfg = {**config, "figures": block}
+    fs = FiguresSettings.from_block(block)
+    one = F.figure3_jobs(fs)
+    assert fs.trace_jobs == "one" and list(one) == ["all"]
+    assert len(one["all"]) == 2 * 1 * 3  # matrices x paper ranks x (ablations + QuIP#-LR)
+    F.step_ablation_traces(cfg, "m", str(root / "hess"), "all", str(tmp_path / "all.json"))  # settings from config
+    whole = F.step_figure3_data("m", [str(tmp_path / "all.json")], str(tmp_path / "fig_one.json"), fs)
+    split = FiguresSettings.from_block({**block, "trace_jobs": "per-curve"})
     jobs = F.figure3_jobs(split)
     assert list(jobs) == one["all"] and all(v == [k] for k, v in jobs.items())
     parts = []
     for job in reversed(list(jobs)):
-        F.step_ablation_traces(split, "m", str(root / "hess"), job, str(tmp_path / f"{job}.json"))
+        F.step_ablation_traces(cfg, "m", str(root / "hess"), job, str(tmp_path / f"{job}.json"), split)
         parts.append(str(tmp_path / f"{job}.json"))
-    merged = F.step_figure3_data(split, "m", parts, str(tmp_path / "fig_split.json"))
+    merged = F.step_figure3_data("m", parts, str(tmp_path / "fig_split.json"), split)
     assert merged == whole and [c["method"] for c in whole["curves"][:3]] == ["16bit-factors", "4bit-factors",
                                                                               "quip#-lr"]
     assert (tmp_path / "fig_split.json").read_bytes() == (tmp_path / "fig_one.json").read_bytes()
     with pytest.raises(ValueError, match="5 curves in 5 parts, 6 expected"):
-        F.step_figure3_data(split, "m", parts[1:], str(tmp_path / "x.json"))
+        F.step_figure3_data("m", parts[1:], str(tmp_path / "x.json"), split)

@@ -14,6 +14,7 @@ import torch
 import yaml
 
 from caldera.experiments.plan import table_rows
+from caldera.experiments.settings import RunContext, ThroughputSettings
 from caldera.experiments.throughput import (
     PROTOCOLS,
     compare_repeats,
@@ -100,7 +101,8 @@ def test_step_throughput_records_every_repeat(tiny_run, method):
     tmp, cfg, ck = tiny_run
     v = Variant(f"tiny-{method}", "tiny", method)
     out = tmp / f"{method}.json"
-    res = step_throughput(cfg, v, None if method == "dense" else str(ck), str(out), torch_threads=1)
+    res = step_throughput(ThroughputSettings.from_block(cfg["throughput"]), RunContext.from_config(cfg), v,
+                          None if method == "dense" else str(ck), str(out), torch_threads=1)
     assert json.loads(out.read_text())["variant"] == v.id
     for proto, per in (("decode", 3), ("single_token", 2)):
         r = res[proto]

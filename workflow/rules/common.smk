@@ -19,13 +19,9 @@ from caldera.experiments.plan import (
     rhtft_variants,
 )
 from caldera.experiments.selection import matrix_claim_inputs, selection_models
+from caldera.experiments.settings import BLOCKS, RunContext, block_settings
 from caldera.experiments.steps import layer_chunks
-from caldera.experiments.throughput import (
-    TABLE as THROUGHPUT_TABLE,
-    moved_settings,
-    throughput_settings,
-    throughput_variants,
-)
+from caldera.experiments.throughput import TABLE as THROUGHPUT_TABLE, moved_settings, throughput_variants
 
 CONFIG_FILES = list(workflow.overwrite_configfiles) or ["config/mini.yaml"]
 try:
@@ -43,11 +39,14 @@ _errors = schema_errors(config, Path(workflow.basedir) / "workflow/schemas/confi
 if _errors:
     raise WorkflowError("\n".join(_errors) + f"\n(config {', '.join(map(str, CONFIG_FILES))}: "
                         "workflow/schemas/config.schema.yaml and config/README.md list the keys)")
-validate(config, "../schemas/config.schema.yaml")  # fills the schema's defaults
+validate(config, "../schemas/config.schema.yaml")  # fills the top-level defaults (the typed blocks': SETTINGS)
 try:
     VARIANTS = check_config(config)  # every method config built through the registry: fails here, not in a job
 except ValueError as e:
     raise WorkflowError(f"{e}\n(config {', '.join(map(str, CONFIG_FILES))})") from None
+# the typed settings of the blocks selection, rht_ft, lora_ft, throughput, eval, figures (check_config built them
+# once already: a bad block has failed above); each job gets its block's object as its `settings` param
+SETTINGS = block_settings(config)
 
 RUN = config["name"]
 RES = f"results/{RUN}"
@@ -62,11 +61,11 @@ COMPRESSED = sorted(v for v, spec in VARIANTS.items() if spec.method != "dense")
 FT_VARIANTS = rhtft_variants(config)
 VARIANTS.update({k: ft for k, (ft, _) in FT_VARIANTS.items()})
 PENDING = pending_tables(config)
-FIG_MODEL = config["figures"]["model"]
-SELECTION = config.get("selection")
+FIG_MODEL = SETTINGS.figures.model
+SELECTION = SETTINGS.selection
 # stand-ins swept by the selection rule, plus the figures' model for the Figure 3 comparisons it re-runs
 SELECTION_MODELS = (
-    sorted(set(selection_models(config)) | ({FIG_MODEL} if SELECTION.get("ablations", True) else set()))
+    sorted(set(selection_models(config)) | ({FIG_MODEL} if SELECTION.ablations else set()))
     if SELECTION
     else []
 )
@@ -86,10 +85,27 @@ def declared(*parts):
     return json.dumps(parts, sort_keys=True, default=str)
 
 
+def effective_config():
+    """The config with each typed block it has replaced by its settings' effective block (defaults filled in):
+    what rule make_table declares."""
+    return {**config, **{k: getattr(SETTINGS, k).as_block() for k in BLOCKS if config.get(k)}}
+
+
 def get_variant(wildcards):
     """The variant (a VariantSpec) named by the `variant` wildcard: the `variant` param of the rules that
     compress, assemble, evaluate or fine-tune it."""
     return VARIANTS[wildcards.variant]
+
+
+def run_context(model):
+    """The top-level settings a job that loads ``model`` needs (caldera.experiments.settings.RunContext: the
+    run's name, device, dtype and that model's entry): its `run` param, beside its block's `settings`."""
+    return RunContext.from_config(config, [model])
+
+
+def get_variant_run(wildcards):
+    """The `run` param of a job on the variant named by the `variant` wildcard (run_context of its model)."""
+    return run_context(VARIANTS[wildcards.variant].model)
 
 
 def hessians_spec(wildcards):
@@ -104,8 +120,14 @@ def variant_spec(wildcards):
 
 def eval_spec(wildcards):
     v = VARIANTS[wildcards.variant]
-    rep = (config.get("replicates") or {}).get("zeroshot", False) if v.replicate_of else None
-    return declared(variant_spec(wildcards), config["eval"], rep)
+    rep = replicate_zeroshot(wildcards) if v.replicate_of else None
+    return declared(variant_spec(wildcards), SETTINGS.eval.as_block(), rep)
+
+
+def replicate_zeroshot(wildcards):
+    """Rule evaluate's `replicate_zeroshot` param: whether a seed replicate is scored on zero-shot too (config
+    `replicates.zeroshot`)."""
+    return bool((config.get("replicates") or {}).get("zeroshot", False))
 
 
 def compress_spec(wildcards):
@@ -135,8 +157,7 @@ def get_profile_chunks(wildcards):
 def rhtft_spec(wildcards):
     """Rule rht_finetune's declared configuration: the variant's, the rht_ft settings (not its rows), the
     calibration source."""
-    ft = {k: v for k, v in config["rht_ft"].items() if k != "rows"}
-    return declared(variant_spec(wildcards), ft, config["calibration"]["source"])
+    return declared(variant_spec(wildcards), SETTINGS.rht_ft.training(), config["calibration"]["source"])
 
 
 def get_rhtft_state(wildcards):
@@ -145,6 +166,16 @@ def get_rhtft_state(wildcards):
 
 
 # Table 5 (lora.smk): LORA_ROWS, the rows by id, is defined there
+def get_lora_row(wildcards):
+    """The Table 5 row named by the `lora_row` wildcard (caldera.experiments.loraft_rows.LoraRow)."""
+    return LORA_ROWS[wildcards.lora_row]
+
+
+def get_lora_run(wildcards):
+    """The `run` param of a LoRA job: run_context of its row's model."""
+    return run_context(LORA_ROWS[wildcards.lora_row].variant.model)
+
+
 def get_lora_checkpoint(wildcards):
     """The checkpoint a LoRA row starts from: its compressed variant's, or rule rht_finetune's (RHT FT Yes)."""
     return LORA_ROWS[wildcards.lora_row].checkpoint(RES)
@@ -154,7 +185,8 @@ def lora_spec(wildcards):
     """Rule lora_finetune's declared configuration: the row's variant's, the lora_ft settings (not its rows),
     the evaluation settings."""
     base = variant_spec(SimpleNamespace(variant=LORA_ROWS[wildcards.lora_row].variant.id))
-    return declared(base, {k: v for k, v in config["lora_ft"].items() if k != "rows"}, config["eval"])
+    ft = {k: v for k, v in SETTINGS.lora_ft.as_block().items() if k != "rows"}
+    return declared(base, ft, SETTINGS.eval.as_block())
 
 
 def get_lora_work_dir(wildcards):
@@ -190,7 +222,7 @@ def get_pending_table_targets():
 
 def get_figure3_parts(wildcards):
     """Figure 3's parts, one per job of rule ablation_traces (caldera.experiments.figures.figure3_jobs)."""
-    return [f"{RES}/figures/figure3/{job}.json" for job in figure3_jobs(config)]
+    return [f"{RES}/figures/figure3/{job}.json" for job in figure3_jobs(SETTINGS.figures)]
 
 
 def get_rank_allocations(wildcards=None):
@@ -266,7 +298,7 @@ def get_all_logs_inputs():
 
 # Table 6 (throughput.smk): the variants its rows map to, one throughput job each
 TP_VARIANTS = throughput_variants(config, VARIANTS)
-TP = throughput_settings(config)
+TP = SETTINGS.throughput
 
 
 def get_throughput_input(wildcards):
@@ -279,12 +311,17 @@ def throughput_spec(wildcards):
     """Rule throughput's declared configuration: the variant's, its model's source, the throughput settings,
     the device."""
     v = TP_VARIANTS[wildcards.variant]
-    return declared(dataclasses.asdict(v), config["models"][v.model]["source"], TP, config.get("device"))
+    return declared(dataclasses.asdict(v), config["models"][v.model]["source"], TP.as_block(), config.get("device"))
 
 
 def get_throughput_variant(wildcards):
     """The variant of Table 6 named by the `variant` wildcard (TP_VARIANTS)."""
     return TP_VARIANTS[wildcards.variant]
+
+
+def get_throughput_run(wildcards):
+    """The `run` param of a throughput job: run_context of its variant's model."""
+    return run_context(TP_VARIANTS[wildcards.variant].model)
 
 
 def get_throughput_results_dir(wildcards, input):

@@ -4,7 +4,7 @@ rule evaluate:
     input:
         unpack(get_eval_input),
     output:
-        ppl=[f"{RES}/eval/{{variant}}/ppl_{c}.json" for c in config["eval"]["ppl"]],
+        ppl=[f"{RES}/eval/{{variant}}/ppl_{c}.json" for c in SETTINGS.eval.ppl],
         zeroshot=f"{RES}/eval/{{variant}}/zeroshot.json",
     benchmark:
         f"{RES}/benchmarks/evaluate/{{variant}}.tsv"
@@ -13,6 +13,9 @@ rule evaluate:
     params:
         spec=eval_spec,
         variant=get_variant,
+        settings=SETTINGS.eval,
+        run=get_variant_run,
+        replicate_zeroshot=replicate_zeroshot,
     resources:
         gpu=1,
     conda:

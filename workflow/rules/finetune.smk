@@ -16,6 +16,9 @@ rule rht_finetune:
     params:
         spec=rhtft_spec,
         variant=get_variant,
+        settings=SETTINGS.rht_ft,
+        run=get_variant_run,
+        source=config["calibration"]["source"],
         state=get_rhtft_state,
     resources:
         gpu=1,

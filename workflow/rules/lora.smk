@@ -30,6 +30,10 @@ rule lora_finetune:
     params:
         spec=lora_spec,
         work=get_lora_work_dir,
+        row=get_lora_row,
+        settings=SETTINGS.lora_ft,
+        eval_settings=SETTINGS.eval,
+        run=get_lora_run,
     resources:
         gpu=1,
     conda:
@@ -51,7 +55,7 @@ rule lora_table:
     log:
         f"{RES}/logs/tables/table5_finetune.log",
     params:
-        spec=declared(config.get("lora_ft"), config["eval"]),
+        spec=declared(SETTINGS.lora_ft and SETTINGS.lora_ft.as_block(), SETTINGS.eval.as_block()),
         results=RES,
     conda:
         "../envs/caldera.yaml"

@@ -11,9 +11,10 @@ rule selection:
     log:
         f"{RES}/logs/selection.log",
     params:
-        spec=declared(config.get("selection"), config["methods"]["quip#"], config["figures"], config["stand_ins"],
-                      config["rank_multiple"], {m: config["models"][m] for m in SELECTION_MODELS},
+        spec=declared(SELECTION and SELECTION.as_block(), config["methods"]["quip#"], SETTINGS.figures.as_block(),
+                      config["stand_ins"], config["rank_multiple"], {m: config["models"][m] for m in SELECTION_MODELS},
                       config["tables"], config.get("layers")),
+        settings=SELECTION,
     resources:
         gpu=0,  # decompositions: CPU
     conda:

@@ -27,7 +27,9 @@ rule ablation_traces:
     log:
         f"{RES}/logs/figures/figure3_{{trace}}.log",
     params:
-        spec=declared(config["figures"], config["stand_ins"], config["rank_multiple"], config["models"][FIG_MODEL]),
+        spec=declared(SETTINGS.figures.as_block(), config["stand_ins"], config["rank_multiple"],
+                      config["models"][FIG_MODEL]),
+        settings=SETTINGS.figures,
     resources:
         gpu=0,  # none locally; the SLURM profile requests one (decompositions on config `device`)
     conda:
@@ -46,7 +48,8 @@ rule figure3_data:
     log:
         f"{RES}/logs/figures/figure3.log",
     params:
-        spec=declared(config["figures"]),
+        spec=declared(SETTINGS.figures.as_block()),
+        settings=SETTINGS.figures,
     conda:
         "../envs/caldera.yaml"
     script:
@@ -63,7 +66,9 @@ rule lplr_traces:
     log:
         f"{RES}/logs/figures/figure4.log",
     params:
-        spec=declared(config["figures"], config["stand_ins"], config["rank_multiple"], config["models"][FIG_MODEL]),
+        spec=declared(SETTINGS.figures.as_block(), config["stand_ins"], config["rank_multiple"],
+                      config["models"][FIG_MODEL]),
+        settings=SETTINGS.figures,
     conda:
         "../envs/caldera.yaml"
     script:
@@ -117,7 +122,7 @@ rule make_table:
     log:
         f"{RES}/logs/tables/{{table}}.log",
     params:
-        spec=declared(config),
+        spec=declared(effective_config()),
         results=RES,
     conda:
         "../envs/caldera.yaml"

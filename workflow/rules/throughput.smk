@@ -16,6 +16,8 @@ rule throughput:
     params:
         spec=throughput_spec,
         variant=get_throughput_variant,
+        settings=TP,
+        run=get_throughput_run,
     threads: workflow.cores
     resources:
         gpu=1,
@@ -39,7 +41,7 @@ rule throughput_table:
     log:
         f"{RES}/logs/tables/{THROUGHPUT_TABLE}.log",
     params:
-        spec=declared(TP, sorted(TP_VARIANTS), config["stand_ins"]),
+        spec=declared(TP.as_block(), sorted(TP_VARIANTS), config["stand_ins"]),
         results=get_throughput_results_dir,
     conda:
         "../envs/caldera.yaml"

@@ -6,5 +6,6 @@ sm = snakemake  # noqa: F821  (injected by Snakemake)
 with job(sm):
     from caldera.experiments.steps import step_evaluate
 
-    step_evaluate(sm.config, sm.params.variant, getattr(sm.input, "checkpoint", None),
-                  dict(zip(sm.config["eval"]["ppl"], sm.output.ppl)), sm.output.zeroshot)
+    p = sm.params
+    step_evaluate(p.settings, p.run, p.variant, getattr(sm.input, "checkpoint", None),
+                  dict(zip(p.settings.ppl, sm.output.ppl)), sm.output.zeroshot, p.replicate_zeroshot)

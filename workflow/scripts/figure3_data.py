@@ -6,4 +6,4 @@ sm = snakemake  # noqa: F821  (injected by Snakemake)
 with job(sm):
     from caldera.experiments.figures import step_figure3_data
 
-    step_figure3_data(sm.config, sm.config["figures"]["model"], list(sm.input), sm.output[0])
+    step_figure3_data(sm.params.settings.model, list(sm.input), sm.output[0], sm.params.settings)

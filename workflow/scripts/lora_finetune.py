@@ -6,5 +6,6 @@ sm = snakemake  # noqa: F821  (injected by Snakemake)
 with job(sm):
     from caldera.experiments.loraft import step_lora_finetune
 
-    step_lora_finetune(sm.config, sm.wildcards.lora_row, sm.wildcards.lora_task, sm.input.checkpoint,
-                       sm.output.json, sm.params.work)
+    p = sm.params
+    step_lora_finetune(p.settings, p.eval_settings, p.run, p.row, sm.wildcards.lora_task, sm.input.checkpoint,
+                       sm.output.json, p.work)

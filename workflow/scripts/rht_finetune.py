@@ -6,5 +6,6 @@ sm = snakemake  # noqa: F821  (injected by Snakemake)
 with job(sm):
     from caldera.experiments.rhtft import step_rht_finetune
 
-    step_rht_finetune(sm.config, sm.params.variant, sm.input.checkpoint, sm.output.checkpoint, sm.output.summary,
-                      state_path=sm.params.state)
+    p = sm.params
+    step_rht_finetune(p.settings, p.run, p.source, p.variant, sm.input.checkpoint, sm.output.checkpoint,
+                      sm.output.summary, state_path=p.state)
