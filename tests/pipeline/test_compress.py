@@ -327,6 +327,18 @@ def _readme_method_source() -> str:
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
+def test_the_readme_method_imports_without_torch(tmp_path):
+    """The README's example module loads without torch (a pinned workflow job unpickles its config first)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "my_rounding.py").write_text(_readme_method_source())
+    code = "import sys; import my_rounding; print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')[:3])"
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                       env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)})
+    assert r.returncode == 0 and r.stdout.strip() == "[]", (r.stdout, r.stderr)
+
+
 def test_the_readme_method_compresses_stores_and_evaluates_a_float_q(setup, monkeypatch):
     """The README's example (a Q without codes) runs as printed: compressed, assembled, reloaded, and the
     loaded model computes with exactly its Q; its bits are the float32 Q's 32 per weight, not a quantizer's."""
