@@ -27,14 +27,15 @@ import torch
 from torch import nn
 
 from caldera.methods import get_method
-from caldera.pipeline.compress import LINEARS, layer_matrices
+from caldera.pipeline.compress import LINEARS, _jsonable, layer_matrices
 from caldera.pipeline.hessians import decoder_layers, layer_file, load_layer_hessians
 
 PROFILE_FORMAT = "caldera-profiles/1"
 
 
 def _config_dict(config: Any) -> dict[str, Any]:
-    return json.loads(json.dumps(dataclasses.asdict(config), sort_keys=True, default=str))
+    """The config as its per-layer files record it (:func:`caldera.pipeline.compress.compress_model`)."""
+    return _jsonable(dataclasses.asdict(config))
 
 
 def profile_model(model: nn.Module, hessian_dir: str | os.PathLike, method: str, method_params: Any, *,
