@@ -80,6 +80,11 @@ def _load_docs(task: str, split: str | None = None) -> list[dict[str, Any]]:
     if split is not None:
         import datasets
 
+        from caldera.pipeline import local_data
+
+        if local_data.root() is not None:  # config `local_data`: a local copy of the split, same loader
+            files = {split: str(local_data.split_file(task, split))}
+            return [dict(d) for d in datasets.load_dataset("json", data_files=files, split=split)]
         path, name = CLS_HF[task]
         return [dict(d) for d in datasets.load_dataset(path, name, split=split)]
     from caldera.eval.zeroshot import prepare_task_data
