@@ -297,7 +297,7 @@ def plan_time_errors(config: dict[str, Any]) -> list[str]:
     local = config.get("local_data")
     if local is not None and not (Path(local) / "text").is_dir():
         errors.append(f"local_data: {local!r} is not a folder of local datasets; write it with "
-                      f"`python -m caldera.experiments.paper_local --out {local}` (or set local_data: null for the hub)")
+                      f"`python -m caldera.experiments.paper_local --out {local}` (or local_data: null: the hub)")
     tasks = config["eval"]["zeroshot"]["tasks"]
     norm = [t if t.startswith("caldera_") else f"caldera_{t}" for t in tasks]
     dup = sorted({t for t, n in zip(tasks, norm, strict=True) if norm.count(n) > 1})
