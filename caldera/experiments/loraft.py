@@ -383,7 +383,8 @@ def _data_note(config: dict[str, Any]) -> str:
                      "drawn from the rest)")
     if hub:
         parts.append(f"{' / '.join(hub)}: eval = {ev} (the zero-shot documents); held-out and train drawn "
-                     f"disjointly from the hub's {', '.join(repr(tasks[t]['train_split']) for t in hub)} split")
+                     f"disjointly from {'the local copy (local_data) of ' if config.get('local_data') else ''}"
+                     f"the hub's {', '.join(repr(tasks[t]['train_split']) for t in hub)} split")
     wiki = tasks[LM_TASK]
     if wiki.get("train_source") is None:
         parts.append("Wiki: eval windows = Tables 1–2's, held-out and train blocks follow them in the same stream")
