@@ -89,11 +89,11 @@ def test_generated_inputs_load_through_the_paper_loaders(tmp_path, monkeypatch):
     local_data.use({})
 
 
-def _paper_products(workdir: Path) -> set[str]:
+def _paper_products(workdir: Path, env: dict[str, str]) -> set[str]:
     """File names under paper.yaml's tables_dir that its `all` rule builds (a dry run in ``workdir``, a copy of the
     workflow)."""
     r = subprocess.run(SNAKEMAKE + ["-n", "--cores", "1", "--configfile", "config/paper.yaml"], cwd=workdir,
-                       capture_output=True, text=True, timeout=600)
+                       capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     tables_dir = load_yaml_strict(ROOT / "config/paper.yaml")["tables_dir"]
     return set(re.findall(re.escape(tables_dir) + r"/([\w.-]+\.(?:md|tex|csv|json|png|pdf))", r.stdout))
@@ -116,7 +116,7 @@ def test_paper_local_workflow_end_to_end(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     print(f"paper-local workflow: {time.perf_counter() - t0:.0f} s")
     out = tmp_path / "results/paper-local/tables"
-    products = _paper_products(tmp_path)
+    products = _paper_products(tmp_path, env)
     assert {"table1_llama2_zeroshot.md", "table5_finetune.csv", "figure3.pdf", "claims.md"} <= products
     missing = sorted(p for p in products if not (out / p).is_file() or (out / p).stat().st_size == 0)
     assert not missing, missing
