@@ -29,9 +29,12 @@ from numbers import Integral, Real
 
 __all__ = [
     "MAX_BITS",
+    "CONFIG_NUM_HIDDEN_LAYERS",
+    "CONFIG_SHAPES",
     "MODEL_CONFIGS",
     "MODEL_SHAPES",
     "NUM_HIDDEN_LAYERS",
+    "TINY_CONFIGS",
     "average_bits",
     "block_shapes",
     "linear_param_count",
@@ -109,6 +112,25 @@ NUM_HIDDEN_LAYERS: dict[str, int] = {
 #: q, k, v, o, gate, up, down.
 MODEL_SHAPES: dict[str, list[tuple[int, int]]] = {
     name: block_shapes(*cfg) for name, cfg in MODEL_CONFIGS.items()
+}
+
+
+#: Tiny random-init stand-ins of the paper's three families (``config/paper-local.yaml``, written by
+#: :mod:`caldera.experiments.paper_local`): ``MODEL_CONFIGS``' fields plus ``num_hidden_layers`` last. Kept out of
+#: :data:`MODEL_SHAPES` (the public models); a config's ``models.<m>.shapes`` may name either (:data:`CONFIG_SHAPES`).
+TINY_CONFIGS: dict[str, tuple[int, int, int, int, int, int]] = {
+    "tiny-llama-2": (64, 128, 4, 4, 16, 2),    # LLaMa-2: multi-head attention
+    "tiny-llama-3": (64, 256, 4, 2, 16, 2),    # LLaMa-3: grouped-query attention (k/v 32 x 64)
+    "tiny-mistral": (64, 256, 4, 2, 16, 2),    # Mistral: grouped-query attention, sliding window
+}
+
+#: Every shapes key a workflow config may name (``models.<m>.shapes``): the public models and the tiny stand-ins.
+CONFIG_SHAPES: dict[str, list[tuple[int, int]]] = {
+    **MODEL_SHAPES, **{name: block_shapes(*cfg[:5]) for name, cfg in TINY_CONFIGS.items()}
+}
+#: ``num_hidden_layers`` of every :data:`CONFIG_SHAPES` key.
+CONFIG_NUM_HIDDEN_LAYERS: dict[str, int] = {
+    **NUM_HIDDEN_LAYERS, **{name: cfg[5] for name, cfg in TINY_CONFIGS.items()}
 }
 
 

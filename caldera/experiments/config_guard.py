@@ -299,6 +299,10 @@ def plan_time_errors(config: dict[str, Any]) -> list[str]:
         if src.startswith("asset:") and src.split(":", 1)[1] not in MODEL_ASSETS:
             errors.append(f"models.{m}.source: {src!r} is not an offline asset; accepted: "
                           f"{sorted('asset:' + k for k in MODEL_ASSETS)} (or a hub id / local folder)")  # fmt: skip
+    local = config.get("local_data")
+    if local is not None and not (Path(local) / "text").is_dir():
+        errors.append(f"local_data: {local!r} is not a folder of local datasets; write it with "
+                      f"`python -m caldera.experiments.paper_local --out {local}` (or local_data: null: the hub)")
     tasks = config["eval"]["zeroshot"]["tasks"]
     norm = [t if t.startswith("caldera_") else f"caldera_{t}" for t in tasks]
     dup = sorted({t for t, n in zip(tasks, norm, strict=True) if norm.count(n) > 1})

@@ -338,9 +338,10 @@ def method_matrix_seconds(costs: dict[str, Any], method: str, cfg: Any, n: int, 
 
 
 def shapes_of(model_key: str) -> tuple[list[tuple[int, int]], tuple[int, int, int, int, int], int]:
-    from caldera.bits import MODEL_CONFIGS, MODEL_SHAPES, NUM_HIDDEN_LAYERS
+    from caldera.bits import CONFIG_NUM_HIDDEN_LAYERS, CONFIG_SHAPES, MODEL_CONFIGS, TINY_CONFIGS
 
-    return MODEL_SHAPES[model_key], MODEL_CONFIGS[model_key], NUM_HIDDEN_LAYERS[model_key]
+    cfg = MODEL_CONFIGS[model_key] if model_key in MODEL_CONFIGS else TINY_CONFIGS[model_key][:5]
+    return CONFIG_SHAPES[model_key], cfg, CONFIG_NUM_HIDDEN_LAYERS[model_key]
 
 
 def _vocab(model_key: str) -> int:

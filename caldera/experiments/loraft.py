@@ -82,6 +82,11 @@ def _load_docs(task: str, split: str | None = None) -> list[dict[str, Any]]:
     if split is not None:
         import datasets
 
+        from caldera.pipeline import local_data
+
+        if local_data.root() is not None:  # config `local_data`: a local copy of the split, same loader
+            files = {split: str(local_data.split_file(task, split))}
+            return [dict(d) for d in datasets.load_dataset("json", data_files=files, split=split)]
         path, name = CLS_HF[task]
         return [dict(d) for d in datasets.load_dataset(path, name, split=split)]
     from caldera.eval.zeroshot import prepare_task_data
@@ -382,7 +387,8 @@ def _data_note(config: dict[str, Any]) -> str:
                      "drawn from the rest)")
     if hub:
         parts.append(f"{' / '.join(hub)}: eval = {ev} (the zero-shot documents); held-out and train drawn "
-                     f"disjointly from the hub's {', '.join(repr(tasks[t]['train_split']) for t in hub)} split")
+                     f"disjointly from {'the local copy (local_data) of ' if config.get('local_data') else ''}"
+                     f"the hub's {', '.join(repr(tasks[t]['train_split']) for t in hub)} split")
     wiki = tasks[LM_TASK]
     if wiki.get("train_source") is None:
         parts.append("Wiki: eval windows = Tables 1–2's, held-out and train blocks follow them in the same stream")

@@ -16,7 +16,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from caldera.bits import MODEL_SHAPES, average_bits
+from caldera.bits import CONFIG_SHAPES, average_bits
 from caldera.experiments.settings import LoraFtRow, LoraFtSettings, LoraTaskSettings
 from caldera.experiments.variants import RHTFT_SUFFIX, Variant, make_variant, mapped_rank, variant_for_row
 from caldera.finetune import lora
@@ -76,7 +76,7 @@ def row_for(config: dict[str, Any], ref: dict[str, Any]) -> LoraRow | None:
     if pm not in config["stand_ins"]:
         return None
     model = config["stand_ins"][pm]
-    shapes = MODEL_SHAPES[config["models"][model]["shapes"]]
+    shapes = CONFIG_SHAPES[config["models"][model]["shapes"]]
     mult = int(config.get("rank_multiple", 8))
     if ref["method"] == "CALDERA":
         if ref["rht_ft"] and not config.get("rht_ft"):

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from caldera.bits import MODEL_SHAPES, NUM_HIDDEN_LAYERS
+from caldera.bits import CONFIG_NUM_HIDDEN_LAYERS, CONFIG_SHAPES
 from caldera.experiments.variants import (  # noqa: F401 - the row -> variant mapping, re-exported from here
     RHTFT_SUFFIX,
     RHTFT_TABLES,
@@ -251,7 +251,7 @@ BLOCK_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
 
 def shape_errors(config: dict[str, Any], variants: dict[str, Variant]) -> list[str]:
     """Every variant's method config against every matrix shape of its model (``models.<m>.shapes`` in
-    :data:`caldera.bits.MODEL_SHAPES`): a rank too large for some matrix, or a size the method cannot take
+    :data:`caldera.bits.CONFIG_SHAPES`): a rank too large for some matrix, or a size the method cannot take
     (:meth:`caldera.methods.registry.MethodSpec.check_shapes`), found when the plan is made, not hours into a
     run. One message per variant, naming it, its method, model and the matrices."""
     from caldera.methods import get_method
@@ -263,7 +263,7 @@ def shape_errors(config: dict[str, Any], variants: dict[str, Variant]) -> list[s
         if v.config is None:
             continue
         key = config["models"][v.model]["shapes"]
-        shapes = dict(zip(BLOCK_LINEARS, MODEL_SHAPES[key]))
+        shapes = dict(zip(BLOCK_LINEARS, CONFIG_SHAPES[key]))
         where = f"{extra.get(vid, '')}variant {vid} (models.{v.model}, shapes {key})"
         try:
             get_method(v.method).check_shapes(v.config, shapes, where)
@@ -350,9 +350,9 @@ def check_config(config: dict[str, Any]) -> dict[str, Variant]:
         bad = [x for x in layers or [] if not 0 <= int(x) < n]
         if bad:
             errors.append(f"layers: {bad} out of range for models.{m} ({n} decoder layers: 0..{n - 1})")
-        if NUM_HIDDEN_LAYERS.get(models[m]["shapes"], n) != n:
+        if CONFIG_NUM_HIDDEN_LAYERS.get(models[m]["shapes"], n) != n:
             errors.append(f"models.{m}: num_layers {n}, but {models[m]['shapes']!r} has "
-                          f"{NUM_HIDDEN_LAYERS[models[m]['shapes']]} decoder layers")
+                          f"{CONFIG_NUM_HIDDEN_LAYERS[models[m]['shapes']]} decoder layers")
     sources = sorted(TEXT_SOURCES) + sorted(HF_TEXT)
     if config["calibration"]["source"] not in sources:
         errors.append(f"calibration.source: {config['calibration']['source']!r} unknown; accepted: {sources}")

