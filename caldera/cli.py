@@ -740,7 +740,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-assemble", action="store_true", help="only write the per-layer files")
     p.add_argument("--allocation", help="per-matrix settings of a method that chooses them from the whole model "
-                   "(caldera-rank-per-layer): the allocation.json of an earlier run (default: WORK_DIR/allocation.json, "
+                   "(caldera-rank-per-layer): the allocation.json of an earlier run "
+                   "(default: WORK_DIR/allocation.json, "
                    "made there from every decoder layer's Hessians when missing)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_compress)

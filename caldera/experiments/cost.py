@@ -368,9 +368,11 @@ def job_memory(rule: str, model_key: str, config: dict[str, Any], *, bytes_per: 
     layer_params = sum(n * d for n, d in shapes)
     embed = 2 * h * _vocab(model_key)
     gb = 1e-9
-    cal = config["calibration"]
     if rule == "hessians":
-        N, T, B = cal["n_samples"], cal["seq_len"], cal.get("batch_size", 8)
+        from caldera.experiments.settings import CalibrationSettings
+
+        cal = CalibrationSettings.from_block(config["calibration"])
+        N, T, B = cal.n_samples, cal.seq_len, cal.batch_size
         host = layer_params * bytes_per  # a layer's tensors pass through the host as they are read
         dev = ((layer_params + embed) * bytes_per + N * T * h * bytes_per + 8 * (3 * h * h + f * f) + 4 * f * f
                + B * T * (4 * h + 3 * f) * bytes_per)
@@ -407,11 +409,11 @@ def figure_rules(config: dict[str, Any], costs: dict[str, Any], shape_key: str) 
     QuIP#-LR, in the jobs of :func:`caldera.experiments.figures.figure3_jobs`: the longest job and the total)
     and ``lplr_traces`` (Figure 4: LPLR alone, one job) of the figures' model."""
     from caldera.config import CalderaConfig
-    from caldera.experiments.figures import figure3_curves, figure3_jobs, figures_settings
+    from caldera.experiments.figures import figure3_curves, figure3_jobs
     from caldera.experiments.plan import mapped_rank
+    from caldera.experiments.settings import FiguresSettings
 
-    fc = config["figures"]
-    fs = figures_settings(config)
+    fs = FiguresSettings.from_block(config["figures"])
     shapes = dict(zip(("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
                       shapes_of(shape_key)[0]))
     curve_s: dict[str, float] = {}
@@ -422,16 +424,16 @@ def figure_rules(config: dict[str, Any], costs: dict[str, Any], shape_key: str) 
                                 + predict(costs, "svd_exact", n, d, c["paper_rank"]))
             continue
         cfg = CalderaConfig.preset(c["method"])
-        r = mapped_rank(config, fc["paper_model"], c["paper_rank"], cfg.l_bits)
-        cfg = cfg.replace(rank=r, outer_iters=fc["outer_iters"], svd=fc.get("svd", cfg.svd))
+        r = mapped_rank(config, fs.paper_model, c["paper_rank"], cfg.l_bits)
+        cfg = cfg.replace(rank=r, outer_iters=fs.outer_iters, svd=cfg.svd if fs.svd is None else fs.svd)
         curve_s[c["id"]] = predict(costs, "prepare", 0, d, 0) + decompose_seconds(costs, n, d, cfg)
     jobs = [sum(curve_s[c] for c in ids) for ids in figure3_jobs(fs).values()]
     t = 0.0
-    for name in fc.get("lplr_matrices", []):
+    for name in fs.lplr_matrices:
         n, d = shapes[name]
         t += predict(costs, "prepare", 0, d, 0)
-        for paper_rank in fc["paper_ranks"]:
-            t += predict(costs, "svd_exact", n, d, paper_rank) + fc["lplr_inner_iters"] * predict(
+        for paper_rank in fs.paper_ranks:
+            t += predict(costs, "svd_exact", n, d, paper_rank) + fs.lplr_inner_iters * predict(
                 costs, "lplr_iter", n, d, paper_rank)
     mem = job_memory("compress_layers", shape_key, config)
     return {"ablation_traces": {"jobs": len(jobs), "s_per_job": max(jobs), "total_s": sum(jobs), "mem_gb": mem},

@@ -8,13 +8,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from caldera.atomic import atomic_path
-from caldera.experiments.settings import FiguresSettings
+from caldera.experiments.settings import FiguresSettings, RunContext
 from caldera.experiments.steps import load_layers, read_json, run_device, write_json
 from caldera.pipeline.hessians import GROUPS, decoder_layers
 
@@ -30,20 +31,17 @@ def linear_weight(model, layer: int, name: str) -> torch.Tensor:
     return decoder_layers(model)[layer].get_submodule(PATHS[name]).weight.detach().float()
 
 
-def step_spectra(config: dict[str, Any], model: str, out: str) -> dict[str, Any]:
-    mdl = load_layers(config, model, None)  # every layer's linear weights, nothing else
-    res: dict[str, Any] = {"model": model, "label": config["models"][model]["label"], "spectra": {}}
+def step_spectra(run: RunContext, model: str, out: str) -> dict[str, Any]:
+    """Figure 1 data: the normalized singular values of every linear type of ``model`` (mean and sd over its
+    decoder layers), written to ``out``."""
+    mdl = load_layers(run.as_config(), model, None)  # every layer's linear weights, nothing else
+    res: dict[str, Any] = {"model": model, "label": run.models[model]["label"], "spectra": {}}
     for name in LINEARS:
         curves = [torch.linalg.svdvals(linear_weight(mdl, i, name)) for i in range(len(decoder_layers(mdl)))]
         S = torch.stack([c / c[0] for c in curves])
         res["spectra"][name] = {"mean": S.mean(0).tolist(), "std": S.std(0).tolist()}
     write_json(out, res)
     return res
-
-
-def figures_settings(config: dict[str, Any], settings: FiguresSettings | None = None) -> FiguresSettings:
-    """``settings``, or the ``figures`` block of ``config`` as its settings object (defaults filled in)."""
-    return settings if settings is not None else FiguresSettings.from_block(config["figures"])
 
 
 def figure3_curves(fs: FiguresSettings) -> list[dict[str, Any]]:
@@ -68,8 +66,8 @@ def figure3_jobs(fs: FiguresSettings) -> dict[str, list[str]]:
 def _ablation_curve(config: dict[str, Any], fs: FiguresSettings, curve: dict[str, Any], W: torch.Tensor,
                     H: torch.Tensor) -> dict:
     """One curve of Figure 3: the LR-step errors per outer iteration of an App. G.1 ablation preset, or QuIP#-LR's
-    (one-shot) error repeated, at the stand-in rank of ``curve["paper_rank"]`` (``config``: the stand-ins and
-    ranks)."""
+    (one-shot) error repeated, at the stand-in rank of ``curve["paper_rank"]`` (``config``: the run context's
+    mapping, :meth:`RunContext.as_config`: the stand-ins and ranks)."""
     from caldera.config import CalderaConfig
     from caldera.decomposition import caldera_decompose
     from caldera.experiments.plan import mapped_rank
@@ -89,14 +87,14 @@ def _ablation_curve(config: dict[str, Any], fs: FiguresSettings, curve: dict[str
             "errors": [e["error"] for e in dec.error_trace if e["step"] == "LR"]}
 
 
-def step_ablation_traces(config: dict[str, Any], model: str, hessian_dir: str, job: str, out: str,
-                         settings: FiguresSettings | None = None) -> dict[str, Any]:
+def step_ablation_traces(run: RunContext, model: str, hessian_dir: str, job: str, out: str,
+                         settings: FiguresSettings) -> dict[str, Any]:
     """Figure 3 data of one job of :func:`figure3_jobs`: its curves (per-outer-iteration errors of the App. G.1
-    ablations and QuIP#-LR), written to ``out`` as ``{"curves": [...]}`` (``settings``: the ``figures`` block's,
-    default ``config["figures"]``'s; ``config``: the stand-ins and ranks)."""
+    ablations and QuIP#-LR), written to ``out`` as ``{"curves": [...]}`` (``settings``: the ``figures`` block's;
+    ``run``: the stand-ins and ranks)."""
     from caldera.pipeline.hessians import layer_file, load_layer_hessians
 
-    fs = figures_settings(config, settings)
+    fs, config = settings, run.as_config()
     want = set(figure3_jobs(fs)[job])
     dev = run_device(config)  # the decompositions run where their inputs are
     mdl = load_layers(config, model, [fs.layer], dev)  # that layer's linear weights only
@@ -123,10 +121,10 @@ def step_figure3_data(model: str, parts: list[str], out: str, settings: FiguresS
     return res
 
 
-def step_lplr_traces(config: dict[str, Any], model: str, hessian_dir: str, out: str,
-                     settings: FiguresSettings | None = None) -> dict[str, Any]:
+def step_lplr_traces(run: RunContext, model: str, hessian_dir: str, out: str,
+                     settings: FiguresSettings) -> dict[str, Any]:
     """Figure 4 data: LPLRFactorize(W) per inner iteration, RHT on, 4-bit factors (``settings``: the ``figures``
-    block's, default ``config["figures"]``)."""
+    block's; ``run``: the stand-ins and ranks)."""
     from caldera.decomposition import HessianContext
     from caldera.experiments.plan import mapped_rank
     from caldera.hadamard import RHT, random_signs
@@ -134,7 +132,7 @@ def step_lplr_traces(config: dict[str, Any], model: str, hessian_dir: str, out: 
     from caldera.pipeline.hessians import layer_file, load_layer_hessians
     from caldera.quantizers import quantizer_for_bits
 
-    fc = config["figures"] if settings is None else settings.as_block()
+    fc, config = settings.as_block(), run.as_config()
     dev = run_device(config)
     mdl = load_layers(config, model, [fc["layer"]], dev)  # that layer's linear weights only
     Hs = load_layer_hessians(layer_file(hessian_dir, fc["layer"]))
@@ -165,7 +163,8 @@ def _save(fig, out_png: str, out_pdf: str) -> None:
             fig.savefig(tmp, bbox_inches="tight", dpi=130, format=fmt, metadata=_NO_DATE.get(fmt))
 
 
-def plot_figure1(data: dict[str, Any], out_png: str, out_pdf: str, config: dict[str, Any] | None = None) -> None:
+def plot_figure1(data: dict[str, Any], out_png: str, out_pdf: str, model_labels: Mapping[str, str] | None = None,
+                 paper_model: str | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -186,13 +185,13 @@ PAPER_MODEL_NAMES = {"llama-2-7b": "LLaMa-2 7B", "llama-2-13b": "LLaMa-2 13B", "
                      "llama-3-8b": "LLaMa-3 8B", "mistral-7b": "Mistral 7B"}
 
 
-def _model_title(data: dict[str, Any], config: dict[str, Any] | None) -> str:
-    """``"SmolLM2-135M (…), layer 25, standing in for LLaMa-2 7B"`` from the run's config (the JSON names only the
-    model key; without a config, the key)."""
-    if config is None:
+def _model_title(data: dict[str, Any], labels: Mapping[str, str] | None, pm: str | None) -> str:
+    """``"SmolLM2-135M (…), layer 25, standing in for LLaMa-2 7B"`` from the run's model ``labels``
+    (:meth:`RunContext.labels`) and ``figures.paper_model`` ``pm`` (the JSON names only the model key; without
+    labels, the key)."""
+    if labels is None:
         return f"{data['model']}, layer {data['layer']}"
-    label = config["models"].get(data["model"], {}).get("label", data["model"])
-    pm = config.get("figures", {}).get("paper_model")
+    label = labels.get(data["model"], data["model"])
     return f"{label}, layer {data['layer']}" + (f", standing in for {PAPER_MODEL_NAMES.get(pm, pm)}" if pm else "")
 
 
@@ -201,10 +200,11 @@ def _ranks_text(curves: list[dict[str, Any]]) -> str:
     return f"k = {ks[0]}" if len(ks) == 1 else "k = " + " / ".join(map(str, ks))
 
 
-def plot_figure3(data: dict[str, Any], out_png: str, out_pdf: str, config: dict[str, Any] | None = None) -> None:
+def plot_figure3(data: dict[str, Any], out_png: str, out_pdf: str, model_labels: Mapping[str, str] | None = None,
+                 paper_model: str | None = None) -> None:
     """One panel per (matrix, paper rank), titled with the paper's rank and the stand-in's; one legend (one
-    colour per method in every panel) below them; integer iteration ticks. ``config``: the run's (names the
-    model in the title)."""
+    colour per method in every panel) below them; integer iteration ticks. ``model_labels`` and ``paper_model``
+    (:meth:`RunContext.labels`, ``figures.paper_model``) name the model in the title."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -233,13 +233,15 @@ def plot_figure3(data: dict[str, Any], out_png: str, out_pdf: str, config: dict[
     handles = {h.get_label(): h for ax in axes.flat for h in ax.get_lines()}
     fig.legend([handles[m] for m in methods if m in handles], [m for m in methods if m in handles],
                loc="outside lower center", ncol=min(len(methods), 6), fontsize=8)
-    fig.suptitle(f"Figure 3: relative data-aware error per outer iteration — {_model_title(data, config)}",
+    title = _model_title(data, model_labels, paper_model)
+    fig.suptitle(f"Figure 3: relative data-aware error per outer iteration — {title}",
                  fontsize=10)
     _save(fig, out_png, out_pdf)
     plt.close(fig)
 
 
-def plot_figure4(data: dict[str, Any], out_png: str, out_pdf: str, config: dict[str, Any] | None = None) -> None:
+def plot_figure4(data: dict[str, Any], out_png: str, out_pdf: str, model_labels: Mapping[str, str] | None = None,
+                 paper_model: str | None = None) -> None:
     """One panel per matrix, one colour per paper rank in every panel, the legend below the panels."""
     import matplotlib
 
@@ -265,14 +267,15 @@ def plot_figure4(data: dict[str, Any], out_png: str, out_pdf: str, config: dict[
         if j == 0:
             ax.set_ylabel("relative data-aware error")
     fig.legend(list(labels.values()), list(labels), loc="outside lower center", ncol=min(len(labels), 4), fontsize=8)
-    fig.suptitle(f"Figure 4: LPLRFactorize (4-bit factors, RHT) per inner iteration — {_model_title(data, config)}",
+    title = _model_title(data, model_labels, paper_model)
+    fig.suptitle(f"Figure 4: LPLRFactorize (4-bit factors, RHT) per inner iteration — {title}",
                  fontsize=10)
     _save(fig, out_png, out_pdf)
     plt.close(fig)
 
 
 def plot_rank_allocation(allocations: dict[str, dict[str, Any]], out_png: str, out_pdf: str,
-                         config: dict[str, Any] | None = None) -> None:
+                         model_labels: Mapping[str, str] | None = None) -> None:
     """The ranks a per-matrix method chose (``{variant id: its allocation.json}``, :mod:`caldera.pipeline.allocate`):
     one heat map per variant, decoder layer × matrix type, each cell the rank (annotated), the title the uniform
     rank whose bits were shared out and the profiling cost."""
@@ -300,7 +303,7 @@ def plot_rank_allocation(allocations: dict[str, dict[str, Any]], out_png: str, o
         ax.set_xticks(range(len(layers)), layers, fontsize=7)
         ax.set_xlabel("decoder layer")
         cfg = alloc["method_config"]
-        label = config["models"].get(vid.split("-", 1)[0], {}).get("label", vid) if config else vid
+        label = model_labels.get(vid.split("-", 1)[0], vid) if model_labels else vid
         ax.set_title(f"{vid} — {label}: uniform k = {cfg['rank']} at B_LR = {cfg['l_bits']} shared out, ranks "
                      f"{cfg['min_rank']}…{cfg['max_rank_factor']}·k in steps of {cfg['rank_multiple']} (profiling "
                      f"{alloc['profile_wall_s']:.0f} s)", fontsize=8)
@@ -311,5 +314,6 @@ def plot_rank_allocation(allocations: dict[str, dict[str, Any]], out_png: str, o
     plt.close(fig)
 
 
-#: figure number -> plot function (JSON data, PNG path, PDF path, config=the run's config)
+#: figure number -> plot function (JSON data, PNG path, PDF path, model_labels=the run's model labels,
+#: paper_model=figures.paper_model)
 PLOTS = {1: plot_figure1, 3: plot_figure3, 4: plot_figure4}

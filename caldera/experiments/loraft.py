@@ -38,6 +38,7 @@ unset) of RTE / Winogrande. Training and held-out data (:func:`lm_splits`, :func
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import asdict
@@ -304,19 +305,38 @@ def _baseline(results_dir: Path, variant: str, task: str) -> dict[str, Any] | No
             "doc_id": [d["doc_id"] for d in docs], "correct": [int(d["acc"]) for d in docs]}
 
 
-def dense_variant_id(config: dict[str, Any], model: str) -> str:
+def dense_variant_id(model: str) -> str:
+    """The id of ``model``'s dense (uncompressed) variant."""
     return make_variant(model, "dense", {}, 0, None, "dense").id
 
 
-def build_table5(results_dir: str | Path, config: dict[str, Any]) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class Table5Plan:
+    """What Table 5's job needs, built when the plan is made (:meth:`from_config`; rule lora_table's ``plan``
+    param): each paper row with the row this run maps it to (:func:`row_for`; None: reference only), the ids of
+    the rows this run measures (:func:`lora_rows`), the run (name, model labels, ``local_data``), the ``lora_ft``
+    and ``eval`` settings."""
+
+    paper_rows: list[tuple[dict[str, Any], LoraRow | None]]
+    measured: frozenset[str]
+    run: RunContext
+    settings: LoraFtSettings
+    eval: EvalSettings
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Table5Plan:
+        return cls(paper_rows=[(ref, row_for(config, ref)) for ref in _ref_rows()],
+                   measured=frozenset(r.id for r in lora_rows(config)), run=RunContext.from_config(config),
+                   settings=lora_settings(config), eval=EvalSettings.from_block(config["eval"]))
+
+
+def build_table5(results_dir: str | Path, plan: Table5Plan) -> dict[str, Any]:
     """Every paper row of Table 5 with this run's measurement where there is one (best-on-held-out and final
     checkpoint, with 95 % intervals), the un-fine-tuned compressed and dense results on the same evaluation
     sets (for the claim), the average bits from the App. E.5 formula, and each row's status."""
     results_dir = Path(results_dir)
-    measured = {r.id: r for r in lora_rows(config)}
     rows = []
-    for ref in _ref_rows():
-        r = row_for(config, ref)
+    for ref, r in plan.paper_rows:
         entry: dict[str, Any] = {"paper": {k: ref.get(k) for k in ("model", "method", "rank", "b_q", "b_lr",
                                                                     "ft_rank", "rht_ft", "avg_bits", "wiki2_ppl",
                                                                     "rte_acc", "wino_acc", "note")}}
@@ -325,15 +345,15 @@ def build_table5(results_dir: str | Path, config: dict[str, Any]) -> dict[str, A
                                else "reference (paper's number, not run here)")
             rows.append(entry)
             continue
-        entry.update(row=r.id, variant=r.variant.id, stand_in=config["models"][r.variant.model]["label"],
+        entry.update(row=r.id, variant=r.variant.id, stand_in=plan.run.models[r.variant.model]["label"],
                      rank=r.variant.rank, ft_rank=r.ft_rank, avg_bits=r.avg_bits)
-        if r.id not in measured:
-            entry["status"] = f"pending in {config['name']} (lora_ft.rows; runs in mini-full)"
+        if r.id not in plan.measured:
+            entry["status"] = f"pending in {plan.run.name} (lora_ft.rows; runs in mini-full)"
             rows.append(entry)
             continue
         entry["status"] = ("measured" if ref["method"] == "CALDERA" else
                            "measured with this project's loftq method; the paper's number is LoftQ's (reference)")
-        dense = dense_variant_id(config, r.variant.model)
+        dense = dense_variant_id(r.variant.model)
         for task in TASKS:
             p = results_dir / "lora" / r.id / f"{task}.json"
             res = json.loads(p.read_text()) if p.exists() else None
@@ -344,7 +364,7 @@ def build_table5(results_dir: str | Path, config: dict[str, Any]) -> dict[str, A
             entry[f"{task}_no_ft"] = _baseline(results_dir, r.variant.id, task)
             entry[f"{task}_dense"] = _baseline(results_dir, dense, task)
         rows.append(entry)
-    return {"table": TABLE, "rows": rows, "config": lora_settings(config).as_block(),
+    return {"table": TABLE, "rows": rows, "config": plan.settings.as_block(),
             "stats": {"level": stats.LEVEL, "resamples": stats.RESAMPLES, "seed": stats.SEED}}
 
 
@@ -358,7 +378,7 @@ def lora_inputs(config: dict[str, Any], res: str) -> list[str]:
     for r in lora_rows(config):
         files += [f"{res}/lora/{r.id}/{t}.json" for t in TASKS]
         files += [f"{res}/eval/{r.variant.id}/ppl_wiki.json", f"{res}/eval/{r.variant.id}/zeroshot.json"]
-        d = dense_variant_id(config, r.variant.model)
+        d = dense_variant_id(r.variant.model)
         if d in run_variants:  # the dense baseline, where this run's tables evaluate it
             files += [f"{res}/eval/{d}/ppl_wiki.json", f"{res}/eval/{d}/zeroshot.json"]
     return sorted(set(files))
@@ -374,9 +394,9 @@ def _paper(v: Any) -> str:
     return "—" if v in (None, "") else str(v)
 
 
-def _data_note(config: dict[str, Any]) -> str:
+def _data_note(plan: Table5Plan) -> str:
     """Where each task's training / held-out / evaluation data come from (the caption's Data sentence)."""
-    tasks, limit = config["lora_ft"]["tasks"], config["eval"]["zeroshot"]["limit"]
+    tasks, limit = plan.settings.as_block()["tasks"], plan.eval.zeroshot.limit
     ev = "all the validation documents" if limit is None else f"the first {limit} validation documents"
     cls = [t for t in CLS_TASKS if tasks[t].get("train_split") is None]
     hub = [t for t in CLS_TASKS if t not in cls]
@@ -387,7 +407,7 @@ def _data_note(config: dict[str, Any]) -> str:
                      "drawn from the rest)")
     if hub:
         parts.append(f"{' / '.join(hub)}: eval = {ev} (the zero-shot documents); held-out and train drawn "
-                     f"disjointly from {'the local copy (local_data) of ' if config.get('local_data') else ''}"
+                     f"disjointly from {'the local copy (local_data) of ' if plan.run.local_data else ''}"
                      f"the hub's {', '.join(repr(tasks[t]['train_split']) for t in hub)} split")
     wiki = tasks[LM_TASK]
     if wiki.get("train_source") is None:
@@ -398,16 +418,16 @@ def _data_note(config: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def render_table5(tab: dict[str, Any], config: dict[str, Any]) -> tuple[str, str, str, str]:
+def render_table5(tab: dict[str, Any], plan: Table5Plan) -> tuple[str, str, str, str]:
     """Markdown, LaTeX, CSV and the caption."""
-    cfg = config["lora_ft"]
+    cfg = plan.settings.as_block()
     tasks = cfg["tasks"]
     rht_measured = any(e.get("row", "").find(RHTFT_SUFFIX) >= 0 and e["status"] == "measured" for e in tab["rows"])
     rht_note = ("RHT FT Yes: the row's compressed model with its RHT signs fine-tuned first (rule rht_finetune, "
                 "config rht_ft, as Tables 3–4), then LoRA; its 'no FT' is the RHT-fine-tuned model without LoRA"
-                + ("." if rht_measured else f"; these rows are pending in {config['name']} (CPU time, see config "
+                + ("." if rht_measured else f"; these rows are pending in {plan.run.name} (CPU time, see config "
                                              "lora_ft) and run in mini-full."))
-    ft_dtype = lora_settings(config).ft_dtype
+    ft_dtype = plan.settings.ft_dtype
     caption = (
         f"{TABLE}: CALDERA with the top-r singular components of L R fine-tuned in 16-bit ({ft_dtype}) "
         "and the other k − r re-quantized at B_LR (the paper's text names the fine-tuned factors L₂, R₂; App. "
@@ -418,7 +438,7 @@ def render_table5(tab: dict[str, Any], config: dict[str, Any]) -> tuple[str, str
         "over the documents]; 'no FT': the row's model before LoRA (compressed, RHT-fine-tuned or LoftQ), "
         "'dense': the stand-in uncompressed, both evaluated by the workflow's evaluate rule on "
         "the same windows / documents (zero-shot log-likelihood accuracy for RTE/Winogrande). Data: "
-        + _data_note(config) + ". Hyper-parameters (App. E.4, config lora_ft.tasks): "
+        + _data_note(plan) + ". Hyper-parameters (App. E.4, config lora_ft.tasks): "
         + "; ".join(f"{t}: " + ", ".join(f"{k} {v}" for k, v in s.items()) for t, s in tasks.items())
         + ". LoftQ (ours): this project's loftq method (NF backbone, 16-bit factors) fine-tuned the same way. "
         + rht_note)
@@ -460,11 +480,12 @@ def render_table5(tab: dict[str, Any], config: dict[str, Any]) -> tuple[str, str
     return md, tex, csv_text, caption
 
 
-def write_table5(results_dir: str, config: dict[str, Any], out_md: str, out_tex: str, out_csv: str,
+def write_table5(results_dir: str, plan: Table5Plan, out_md: str, out_tex: str, out_csv: str,
                  out_json: str) -> dict[str, Any]:
+    """Table 5 (:func:`build_table5`) with its caption, as md / tex / csv / json."""
     from caldera.experiments.tables import write_table_files
 
-    tab = build_table5(results_dir, config)
-    *rendered, caption = render_table5(tab, config)
+    tab = build_table5(results_dir, plan)
+    *rendered, caption = render_table5(tab, plan)
     write_table_files(tab, caption, tuple(rendered), out_md, out_tex, out_csv, out_json)
     return tab

@@ -28,9 +28,9 @@ def rerun_claims(config: dict[str, Any], results_dir: str, tables: tuple[str, ..
                  ) -> tuple[list[dict[str, Any]], str]:
     """``(claims, spread_md)`` of ``tables`` built from ``results_dir`` under ``config`` (the run's own config)."""
     from caldera.experiments.claims import extra_method_claims, spread_report, table_claims
-    from caldera.experiments.tables import build_table
+    from caldera.experiments.tables import TablePlan, build_table
 
-    built = {t: build_table(results_dir, config, t) for t in tables}
+    built = {t: build_table(results_dir, TablePlan.from_config(config, t)) for t in tables}
     claims = table_claims(built) + extra_method_claims(built)  # as rule `claims` builds them (RHT-FT tables aside)
     md, _ = spread_report(built, claims)
     return claims, md
@@ -77,10 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     write_json(str(out / "claims.json"), jsonable(claims))
     write_atomic(out / "spread.md", spread)
     if a.write_tables:
-        from caldera.experiments.tables import write_table
+        from caldera.experiments.tables import TablePlan, write_table
 
         for t in a.tables:
-            write_table(a.results, config, t, *(str(out / f"{t}.{ext}") for ext in ("md", "tex", "csv", "json")))
+            outs = [str(out / f"{t}.{ext}") for ext in ("md", "tex", "csv", "json")]
+            write_table(a.results, TablePlan.from_config(config, t), *outs)
     for c in claims:
         print(f"{c['verdict']:>36} | {c['claim']} | {c['source']}")
     return 0

@@ -28,6 +28,7 @@ Outputs: ``selection.json`` (every measurement, the scores, the selected configu
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -35,7 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from caldera.atomic import write_atomic
-from caldera.experiments.settings import SelectionSettings
+from caldera.experiments.settings import FiguresSettings, RunContext, SelectionSettings
 
 if TYPE_CHECKING:  # torch is imported where it is used: the workflow imports this module while parsing
     import torch
@@ -49,6 +50,36 @@ def selection_models(config: dict[str, Any]) -> list[str]:
     does not use)."""
     used = set(config["stand_ins"].values())
     return sorted(m for m in config.get("selection", {}).get("layers", {}) if m in used)
+
+
+@dataclasses.dataclass(frozen=True)
+class SelectionPlan:
+    """What rule selection's job needs, built when the plan is made (:meth:`from_config`; its ``plan`` param):
+    the ``selection`` and ``figures`` settings, the run (models, stand-ins, ranks, layers), the stand-ins swept
+    (:func:`selection_models`), the CALDERA ranks swept per stand-in and B_LR (:func:`caldera_ranks`), QuIP#'s
+    params (``methods.quip#.params``: the reference every ratio divides by) and the run's own CALDERA params per
+    B_LR (:func:`caldera.experiments.plan.caldera_params`: whether the selection matches the run)."""
+
+    settings: SelectionSettings
+    figures: FiguresSettings
+    run: RunContext
+    models: list[str]
+    ranks: dict[str, dict[int, list[int]]]
+    quip_params: dict[str, Any]
+    run_params: dict[int, dict[str, Any]]
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> SelectionPlan:
+        from caldera.experiments.plan import caldera_params
+
+        settings = SelectionSettings.from_block(config["selection"])
+        models = selection_models(config)
+        bits = selection_bits(settings.as_block())
+        return cls(settings=settings, figures=FiguresSettings.from_block(config["figures"]),
+                   run=RunContext.from_config(config), models=models,
+                   ranks={m: {b: caldera_ranks(config, m, b, settings.ranks) for b in bits} for m in models},
+                   quip_params=dict(config["methods"]["quip#"]["params"]),
+                   run_params={b: caldera_params(config, b) for b in bits})
 
 
 def selection_bits(sel: Mapping[str, Any]) -> list[int]:
@@ -100,35 +131,33 @@ def measure_matrix(
 
 
 def sweep_model(
-    config: dict[str, Any], model: str, hessian_dir: str, settings: SelectionSettings | None = None, *,
-    log: Callable[[str], None] = print
+    plan: SelectionPlan, model: str, hessian_dir: str, *, log: Callable[[str], None] = print
 ) -> list[dict[str, Any]]:
     """Every candidate (and QuIP#) on ``selection.layers[model]`` × ``selection.matrices`` × the CALDERA ranks
-    (``settings``: the ``selection`` block's, default ``config["selection"]``'s),
-    with the run's calibration Hessians in ``hessian_dir``. Seeds and shared Hessian contexts as in
-    :func:`caldera.pipeline.compress.compress_model` (one per layer and Hessian group, seed from
-    :func:`~caldera.pipeline.compress.group_seed`), so a candidate's numbers are those its compression job
-    would log. Returns one record per decomposition."""
+    (``plan.ranks[model]``), with the run's calibration Hessians in ``hessian_dir``. Seeds and shared Hessian
+    contexts as in :func:`caldera.pipeline.compress.compress_model` (one per layer and Hessian group, seed from
+    :func:`~caldera.pipeline.compress.group_seed`), so a candidate's numbers are those its compression job would
+    log. Returns one record per decomposition."""
     from caldera.decomposition import HessianContext
     from caldera.experiments.figures import GROUP, LINEARS, linear_weight
     from caldera.experiments.steps import load_layers
     from caldera.pipeline.compress import group_seed
     from caldera.pipeline.hessians import layer_file, load_layer_hessians
 
-    sel = (settings or SelectionSettings.from_block(config["selection"])).as_block()
+    sel = plan.settings.as_block()
     layers = [int(x) for x in sel["layers"][model]]
-    run_layers = config.get("layers")
+    run_layers = None if plan.run.layers is None else list(plan.run.layers)
     missing = [x for x in layers if run_layers is not None and x not in run_layers]
     if missing:
         raise ValueError(f"selection.layers.{model}: layers {missing} have no Hessians in this run "
                          f"(config layers: {run_layers}); pick layers among them")
-    ranks = {b: caldera_ranks(config, model, b, sel["ranks"]) for b in selection_bits(sel)}
+    ranks = plan.ranks[model]
     mats = list(sel.get("matrices") or LINEARS)
     long = sel.get("long_iters")
     long_layers = layers[: int(long["layers"])] if long else []
-    mdl = load_layers(config, model, layers)  # those layers' linear weights only
+    mdl = load_layers(plan.run.as_config(), model, layers)  # those layers' linear weights only
     records: list[dict[str, Any]] = []
-    quip_params = dict(config["methods"]["quip#"]["params"])
+    quip_params = dict(plan.quip_params)
     for li in layers:
         Hs = load_layer_hessians(layer_file(hessian_dir, li))
         ctxs: dict[str, Any] = {}
@@ -216,10 +245,11 @@ def _final(trace: Sequence[dict[str, Any]]) -> float:
 
 
 def ablation_comparisons(
-    config: dict[str, Any], selected: dict[str, Any], hessian_dir: str, *, log: Callable[[str], None] = print
+    run: RunContext, figures: FiguresSettings, selected: dict[str, Any], hessian_dir: str, *,
+    log: Callable[[str], None] = print
 ) -> dict[str, Any]:
-    """The Figure 3 comparisons on the figure's matrices (``config["figures"]``: model, layer, matrices, paper
-    ranks mapped to stand-in ranks at equal bits, T_out and its LPLR T_in of 10), with the selected
+    """The Figure 3 comparisons on the figure's matrices (``figures``: model, layer, matrices, paper ranks mapped
+    to stand-in ranks at equal bits by ``run``'s stand-ins, T_out and its LPLR T_in of 10), with the selected
     configuration's ``update_order``, ``hessian_update`` and ``best_tracking`` instead of the App. G.1 presets'
     (LR first, no Hessian update, best iterate per sub-step). Runs: 16-bit and 4-bit factors, 4-bit without
     LDLQ, and QuIP# + fp16 LR at the 16-bit rank. Returns the per-pair final errors and claim entries."""
@@ -231,7 +261,7 @@ def ablation_comparisons(
     from caldera.methods import get_method
     from caldera.pipeline.hessians import layer_file, load_layer_hessians
 
-    fc = config["figures"]
+    fc, config = figures.as_block(), run.as_config()
     keys = ("update_order", "hessian_update", "best_tracking")
     if all(isinstance(v, Mapping) for v in selected.values()):  # one selected configuration per B_LR
         by_bits = {int(b): {k: p[k] for k in keys if k in p} for b, p in selected.items()}
@@ -322,36 +352,36 @@ def configuration_notes(claims: Sequence[dict[str, Any]], selection: Mapping[str
     return out
 
 
-def matches_run(config: dict[str, Any], selected_params: Mapping[str, Any], b_lr: int = 4) -> bool:
-    """Do the run's CALDERA rows with ``b_lr``-bit factors (``methods.caldera.params`` and its
-    ``params_by_b_lr`` entry) use the selected configuration?"""
-    from caldera.experiments.plan import caldera_params
+def matches_run(run_params: Mapping[str, Any], selected_params: Mapping[str, Any]) -> bool:
+    """Do the run's CALDERA rows with these params (``methods.caldera.params`` and the ``params_by_b_lr`` entry
+    of their B_LR: :func:`caldera.experiments.plan.caldera_params`, :attr:`SelectionPlan.run_params`) use the
+    selected configuration?"""
     from caldera.methods import get_method
 
     spec = get_method("caldera")
-    run = spec.make_config(caldera_params(config, b_lr))
+    run = spec.make_config(dict(run_params))
     chosen = spec.make_config(dict(selected_params))
     return run == chosen
 
 
-def step_selection(settings: SelectionSettings, config: dict[str, Any], hessian_dirs: Mapping[str, str],
-                   out_json: str, out_md: str) -> dict:
-    """The workflow's ``selection`` rule, with ``settings`` (the ``selection`` block; ``config``: the run's plan,
-    stand-ins, ranks and figures): sweep every stand-in of ``settings.layers`` (``hessian_dirs``: model → folder
-    of its calibration Hessians), select, re-measure the Figure 3 comparisons under the selected configuration,
-    and write ``out_json`` and ``out_md``."""
+def step_selection(plan: SelectionPlan, hessian_dirs: Mapping[str, str], out_json: str, out_md: str) -> dict:
+    """The workflow's ``selection`` rule (``plan``: its settings, ranks and run, :class:`SelectionPlan`): sweep
+    every stand-in of ``selection.layers`` (``hessian_dirs``: model → folder of its calibration Hessians), select,
+    re-measure the Figure 3 comparisons under the selected configuration, and write ``out_json`` and
+    ``out_md``."""
     from caldera.experiments.steps import write_json
 
+    settings = plan.settings
     sel = settings.as_block()  # what selection.json records: the block with its defaults
     t0 = time.perf_counter()
     records: list[dict[str, Any]] = []
     seconds: dict[str, float] = {}
     cpu: dict[str, float] = {}
-    for model in selection_models(config):
+    for model in plan.models:
         if model not in hessian_dirs:
             raise ValueError(f"selection.layers names model {model!r} but no Hessians were given for it")
         t1, c1 = time.perf_counter(), time.process_time()
-        records += sweep_model(config, model, hessian_dirs[model], settings)
+        records += sweep_model(plan, model, hessian_dirs[model])
         seconds[model], cpu[model] = time.perf_counter() - t1, time.process_time() - c1
     long = sel.get("long_iters")
     res: dict[str, Any] = {
@@ -368,16 +398,16 @@ def step_selection(settings: SelectionSettings, config: dict[str, Any], hessian_
             "selection": {**sel, "bits": b}, "records": mine, "summary": summary,
             "long_summary": summarize(mine, long["iters"]) if long else {},
             "selected": {"name": chosen, "params": candidate_params(sel, chosen, sel["iters"]), "tied": tied,
-                         "in_run": matches_run(config, candidate_params(sel, chosen, sel["iters"]), b)},
+                         "in_run": matches_run(plan.run_params[b], candidate_params(sel, chosen, sel["iters"]))},
         }
-    fig_model = config["figures"]["model"]
+    fig_model = plan.figures.model
     if settings.ablations and fig_model in hessian_dirs:
         from caldera.methods import get_method
 
         t1, c1 = time.perf_counter(), time.process_time()
         spec = get_method("caldera")
         full = {b: spec.make_config(dict(sec["selected"]["params"])).to_dict() for b, sec in res["by_bits"].items()}
-        res["ablations"] = ablation_comparisons(config, full, hessian_dirs[fig_model])
+        res["ablations"] = ablation_comparisons(plan.run, plan.figures, full, hessian_dirs[fig_model])
         seconds["ablations"], cpu["ablations"] = time.perf_counter() - t1, time.process_time() - c1
     res["wall_s"] = time.perf_counter() - t0
     res["cpu_s"] = cpu
@@ -487,22 +517,27 @@ def _variant_errors(summary: Mapping[str, Any]) -> dict[str, float]:
     return {k: float(v["error"]) for k, v in summary["errors"].items()}
 
 
+def matrix_claim_variants(config: dict[str, Any]) -> dict[str, Any]:
+    """The variants :func:`matrix_level_claims` compares (every CALDERA and QuIP# variant of the run's tables),
+    by id: made when the plan is made (rule claims' ``matrix_variants`` param)."""
+    from caldera.experiments.plan import all_variants
+
+    return {k: v for k, v in all_variants(config).items() if v.method in ("caldera", "quip#")}
+
+
 def matrix_claim_inputs(config: dict[str, Any], results_dir: str) -> list[str]:
     """The compression summaries :func:`matrix_level_claims` reads (for a rule's ``input``)."""
-    from caldera.experiments.plan import all_variants
-
-    return sorted(f"{results_dir}/compressed/{v.id}/summary.json" for v in all_variants(config).values()
-                  if v.method in ("caldera", "quip#"))
+    return sorted(f"{results_dir}/compressed/{v.id}/summary.json" for v in matrix_claim_variants(config).values())
 
 
-def matrix_level_claims(config: dict[str, Any], summaries: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+def matrix_level_claims(variants: Mapping[str, Any], labels: Mapping[str, str],
+                        summaries: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Claim entries "CALDERA's calibration data-aware error below QuIP#'s for every compressed matrix", one per
     stand-in: for each CALDERA variant, the matrices where its error (raw calibration H, from the compression
-    summary) is below QuIP#'s on the same matrix, and the geo-mean ratio. ``summaries``: variant id → loaded
-    ``compressed/<id>/summary.json``. Holds when every matrix of every CALDERA variant is below QuIP#."""
-    from caldera.experiments.plan import all_variants
-
-    variants = all_variants(config)
+    summary) is below QuIP#'s on the same matrix, and the geo-mean ratio. ``variants``: the run's variants by id
+    (:func:`matrix_claim_variants`); ``labels``: each model's label (:meth:`RunContext.labels`); ``summaries``:
+    variant id → loaded ``compressed/<id>/summary.json``. Holds when every matrix of every CALDERA variant is
+    below QuIP#."""
     out = []
     for model in sorted({v.model for v in variants.values()}):
         quip = [v for v in variants.values() if v.model == model and v.method == "quip#"]
@@ -527,7 +562,7 @@ def matrix_level_claims(config: dict[str, Any], summaries: Mapping[str, Mapping[
             parts.append(f"k={v.rank} {v.b_lr}-bit: {below}/{len(keys)} below, geo-mean ratio {_geo(ratios):.3f} "
                          f"(worst {max(ratios):.3f})")
         out.append({"claim": f"CALDERA's calibration data-aware error below QuIP#'s for every compressed matrix "
-                             f"[{config['models'][model]['label']}]",
+                             f"[{labels[model]}]",
                     "source": "§5 / App. G.1 (compression logs)", "verdict": "holds" if all_below else "fails",
                     "numbers": "CALDERA error / QuIP# error per matrix: " + "; ".join(parts)})
     return out
@@ -537,11 +572,11 @@ def matrix_level_claims_from_run(config: dict[str, Any], results_dir: str) -> li
     """:func:`matrix_level_claims` on the summaries of ``results_dir`` (the files of :func:`matrix_claim_inputs`)."""
     from pathlib import Path
 
-    from caldera.experiments.plan import all_variants
+    from caldera.experiments.settings import RunContext
 
-    summaries = {}
-    for v in all_variants(config).values():
+    variants, summaries = matrix_claim_variants(config), {}
+    for v in variants.values():
         path = Path(results_dir, "compressed", v.id, "summary.json")
-        if v.method in ("caldera", "quip#") and path.is_file():
+        if path.is_file():
             summaries[v.id] = json.loads(path.read_text())
-    return matrix_level_claims(config, summaries)
+    return matrix_level_claims(variants, RunContext.from_config(config).labels(), summaries)

@@ -1,7 +1,7 @@
 """Typed, validated settings of the workflow config's blocks, built when the plan is made.
 
-One frozen dataclass per block (``selection``, ``rht_ft``, ``lora_ft``, ``throughput``, ``eval``, ``figures``;
-nested ones where a block nests), each made by :meth:`Settings.from_block` from the block's mapping:
+One frozen dataclass per block (``calibration``, ``selection``, ``rht_ft``, ``lora_ft``, ``throughput``, ``eval``,
+``figures``; nested ones where a block nests), each made by :meth:`Settings.from_block` from the block's mapping:
 
 * an unknown key is refused, naming its full key path and the closest accepted name (``throughput.run: unknown
   key; did you mean 'runs'?``), never dropped;
@@ -476,34 +476,75 @@ class SelectionSettings(Settings):
 # ---------------------------------------------------------------------------------------------- run context
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CalibrationSettings(Settings):
+    """``calibration:`` (the calibration sequences the Hessians are collected on, rule hessians: App. G.1's
+    RedPajama samples at paper scale)."""
+
+    BLOCK: ClassVar[str] = "calibration"
+
+    source: str = setting(check=text)  # a text source (caldera.pipeline.text): redpajama, wiki, ...
+    n_samples: int = setting(check=integer(1))  # sequences
+    seq_len: int = setting(check=integer(8))  # tokens per sequence
+    seed: int = setting(check=integer(0))  # which sequences are drawn
+    batch_size: int = setting(8, integer(1))  # sequences per forward while collecting
+
+
 @dataclasses.dataclass(frozen=True)
 class RunContext:
-    """The few top-level keys a job needs beside its block's settings: the run's ``name``, ``device`` and
-    ``dtype`` (where and in which dtype dense models run) and the entries of the ``models`` it loads. Made by
-    :meth:`from_config` when the plan is made; :meth:`as_config` gives the mapping the model loaders read
-    (:func:`caldera.experiments.steps.load_dense`, :func:`~caldera.experiments.steps.run_device`)."""
+    """The run-level settings a job needs beside its block's settings, typed when the plan is made
+    (:meth:`from_config`): the run's ``name``; ``device`` and ``dtype`` (where and in which dtype dense models run);
+    the entries of the ``models`` it loads; the paper-model ``stand_ins``; the decoder ``layers`` compressed (None:
+    all) and ``layers_per_job``; ``rank_multiple`` (paper ranks mapped to a stand-in); the ``calibration`` settings;
+    ``local_data`` (local copies of the hub's datasets, or None). :meth:`as_config` gives the mapping the model
+    loaders read (:func:`caldera.experiments.steps.load_dense`, :func:`~caldera.experiments.steps.run_device`,
+    :func:`caldera.experiments.variants.mapped_rank`)."""
 
     name: str
     device: str
     dtype: str
     models: dict[str, dict[str, Any]]
+    stand_ins: dict[str, str] = dataclasses.field(default_factory=dict)
+    layers: tuple[int, ...] | None = None
+    layers_per_job: int = 1
+    rank_multiple: int = 8
+    calibration: CalibrationSettings | None = None
+    local_data: str | None = None
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], models: list[str] | None = None) -> RunContext:
         """``config``'s context; ``models``: only these entries (default: every model)."""
         entries = config["models"]
         keep = list(entries) if models is None else models
+        layers = config.get("layers")
+        cal = config.get("calibration")
         return cls(name=config["name"], device=config.get("device", "auto"), dtype=config.get("dtype", "auto"),
-                   models={m: dict(entries[m]) for m in keep})
+                   models={m: dict(entries[m]) for m in keep}, stand_ins=dict(config.get("stand_ins") or {}),
+                   layers=None if layers is None else tuple(int(x) for x in layers),
+                   layers_per_job=int(config.get("layers_per_job", 1)),
+                   rank_multiple=int(config.get("rank_multiple", 8)),
+                   calibration=None if cal is None else CalibrationSettings.from_block(cal),
+                   local_data=config.get("local_data"))
 
     def as_config(self) -> dict[str, Any]:
-        return {"name": self.name, "device": self.device, "dtype": self.dtype, "models": self.models}
+        out = {"name": self.name, "device": self.device, "dtype": self.dtype, "models": self.models,
+               "stand_ins": self.stand_ins, "layers": None if self.layers is None else list(self.layers),
+               "layers_per_job": self.layers_per_job, "rank_multiple": self.rank_multiple,
+               "local_data": self.local_data}
+        if self.calibration is not None:
+            out["calibration"] = self.calibration.as_block()
+        return out
+
+    def labels(self) -> dict[str, str]:
+        """Each model's display label (``models.<m>.label``, else its key)."""
+        return {m: e.get("label", m) for m, e in self.models.items()}
 
 
 # ---------------------------------------------------------------------------------------------- all blocks
 
 #: every typed block: config key -> settings class
 BLOCKS: dict[str, type[Settings]] = {
+    "calibration": CalibrationSettings,
     "selection": SelectionSettings,
     "rht_ft": RhtFtSettings,
     "lora_ft": LoraFtSettings,
@@ -520,6 +561,7 @@ class BlockSettings:
     """Every typed block of one config (:func:`block_settings`); an optional block the config leaves out (or
     sets empty) is None."""
 
+    calibration: CalibrationSettings
     selection: SelectionSettings | None
     rht_ft: RhtFtSettings | None
     lora_ft: LoraFtSettings | None
@@ -546,6 +588,7 @@ def block_settings(config: Mapping[str, Any]) -> BlockSettings:
     return BlockSettings(**out)
 
 
-__all__ = ["BLOCKS", "BlockSettings", "EvalSettings", "FiguresSettings", "LoftqSettings", "LongIters",
+__all__ = ["BLOCKS", "BlockSettings", "CalibrationSettings", "EvalSettings", "FiguresSettings", "LoftqSettings",
+           "LongIters",
            "LoraFtSettings", "LoraFtRow", "LoraTaskSettings", "LoraTasks", "PplSettings", "RhtFtRow", "RhtFtSettings",
            "RunContext", "SelectionSettings", "Settings", "ThroughputSettings", "ZeroshotSettings", "block_settings"]

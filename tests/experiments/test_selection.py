@@ -16,7 +16,8 @@ import yaml
 
 from caldera.experiments import selection as S
 from caldera.experiments.claims import LPLR_CLAIM
-from caldera.experiments.plan import all_variants
+from caldera.experiments.plan import all_variants, caldera_params
+from caldera.experiments.settings import RunContext
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,8 +85,8 @@ def test_candidate_params_and_the_run_check():
     with pytest.raises(ValueError, match="unknown candidate"):
         S.candidate_params(sel, "nope", (2, 2))
     cfg["methods"]["caldera"]["params"] = dict(p)
-    assert S.matches_run(cfg, p)
-    assert not S.matches_run(cfg, {**p, "update_order": "LR-first"})
+    assert S.matches_run(caldera_params(cfg, 4), p)
+    assert not S.matches_run(caldera_params(cfg, 4), {**p, "update_order": "LR-first"})
 
 
 def test_ranks_are_the_runs_caldera_ranks():
@@ -96,6 +97,9 @@ def test_ranks_are_the_runs_caldera_ranks():
     assert S.caldera_ranks(cfg, "smollm2", 4, "extremes") == [ranks[0], ranks[-1]]
     with pytest.raises(ValueError, match="selection.bits"):
         S.caldera_ranks(cfg, "smollm2", 2, "all")
+    plan = S.SelectionPlan.from_config(cfg)  # what the selection job gets: the ranks of each swept stand-in
+    assert plan.models == S.selection_models(cfg) and plan.ranks["smollm2"][4] == [ranks[0], ranks[-1]]
+    assert plan.run_params[4] == caldera_params(cfg, 4)
 
 
 def test_measured_error_is_the_raw_calibration_data_aware_error():
@@ -128,6 +132,11 @@ def summaries_for(cfg, caldera_err, quip_err):
     return out
 
 
+def _matrix_claims(cfg, summaries):
+    """The claims as rule claims computes them: the variants and labels made when the plan is made."""
+    return S.matrix_level_claims(S.matrix_claim_variants(cfg), RunContext.from_config(cfg).labels(), summaries)
+
+
 def test_matrix_level_claim_counts_and_verdicts():
     cfg = mini()
     quip = {"self_attn.k_proj": 0.2, "mlp.up_proj": 0.4}
@@ -140,10 +149,10 @@ def test_matrix_level_claim_counts_and_verdicts():
             return {"self_attn.k_proj": 0.25, "mlp.up_proj": 0.3}
         return below(v)
 
-    claims = S.matrix_level_claims(cfg, summaries_for(cfg, below, quip))
+    claims = _matrix_claims(cfg, summaries_for(cfg, below, quip))
     assert [c["verdict"] for c in claims] == ["holds", "holds"]
     assert "2/2 below, geo-mean ratio 0.800" in claims[0]["numbers"]
-    claims = S.matrix_level_claims(cfg, summaries_for(cfg, one_above_on_smollm2_r8, quip))
+    claims = _matrix_claims(cfg, summaries_for(cfg, one_above_on_smollm2_r8, quip))
     by = {("Gemma" in c["claim"]): c for c in claims}
     assert by[True]["verdict"] == "holds" and by[False]["verdict"] == "fails"
     ratio = math.sqrt(1.25 * 0.75)
@@ -151,7 +160,7 @@ def test_matrix_level_claim_counts_and_verdicts():
     assert set(S.matrix_claim_inputs(cfg, "results/mini")) == {
         f"results/mini/compressed/{vid}/summary.json" for vid in summaries_for(cfg, below, quip)}
     with pytest.raises(ValueError, match="no compression summary"):
-        S.matrix_level_claims(cfg, {})
+        _matrix_claims(cfg, {})
 
 
 def test_matrix_level_claim_reads_the_runs_summaries(tmp_path):
@@ -233,7 +242,8 @@ def test_the_configs_caldera_rows_use_a_swept_candidate(name):
     cfg = yaml.safe_load((ROOT / f"config/{name}.yaml").read_text())
     sel = cfg["selection"]
     for b in S.selection_bits(sel):
-        matching = [c for c in sel["candidates"] if S.matches_run(cfg, S.candidate_params(sel, c, sel["iters"]), b)]
+        matching = [c for c in sel["candidates"]
+                    if S.matches_run(caldera_params(cfg, b), S.candidate_params(sel, c, sel["iters"]))]
         assert len(matching) == 1, (name, b, matching)
     spec = get_method("caldera")
     assert spec.make_config(cfg["methods"]["caldera"]["params"]).outer_iters == sel["iters"][0]
@@ -250,9 +260,9 @@ def test_each_factor_precision_gets_its_own_configuration():
     assert (c4.update_order, c4.hessian_update) == ("Q-first", False) != (c16.update_order, c16.hessian_update)
     sel = cfg["selection"]
     chosen16 = {**S.candidate_params(sel, "LR-first+update", sel["iters"])}
-    assert S.matches_run(cfg, chosen16, 16) and not S.matches_run(cfg, chosen16, 4)
+    assert S.matches_run(caldera_params(cfg, 16), chosen16) and not S.matches_run(caldera_params(cfg, 4), chosen16)
     del cfg["methods"]["caldera"]["params_by_b_lr"]
-    assert not S.matches_run(cfg, chosen16, 16)
+    assert not S.matches_run(caldera_params(cfg, 16), chosen16)
 
 
 def test_the_page_marks_the_selected_row_and_reads_the_same_from_json():

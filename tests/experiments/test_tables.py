@@ -17,7 +17,7 @@ def test_tables_print_intervals_and_carry_the_samples(tmp_path):
 
     from caldera import stats
     from caldera.experiments.plan import table_rows
-    from caldera.experiments.tables import write_table
+    from caldera.experiments.tables import TablePlan, write_table
 
     config = yaml.safe_load(Path("config/mini.yaml").read_text())
     quip = next(r["variant"] for r in table_rows(config, "table7_mistral") if r["variant"] is not None
@@ -35,7 +35,8 @@ def test_tables_print_intervals_and_carry_the_samples(tmp_path):
              ("caldera_winogrande", "caldera_rte", "caldera_piqa", "caldera_arc_easy", "caldera_arc_challenge")}
     (d / "zeroshot.json").write_text(json.dumps({"results": {"tasks": tasks}}))
     out = {k: str(tmp_path / f"t.{k}") for k in ("md", "tex", "csv", "json")}
-    tab = write_table(str(tmp_path), config, "table7_mistral", out["md"], out["tex"], out["csv"], out["json"])
+    tab = write_table(str(tmp_path), TablePlan.from_config(config, "table7_mistral"), out["md"], out["tex"], out["csv"],
+                      out["json"])
     row = next(r for r in tab["rows"] if r["variant"] == quip.id)
     lo, hi = stats.wilson_interval(3, 10)
     assert row["ours_ci"]["wino_acc"] == [100 * lo, 100 * hi]
@@ -61,7 +62,7 @@ def test_rhtft_table_shows_before_and_after_and_carries_both_samples(tmp_path):
     import yaml
 
     from caldera.experiments.plan import table_rows
-    from caldera.experiments.tables import write_table
+    from caldera.experiments.tables import TablePlan, write_table
 
     config = yaml.safe_load(Path("config/mini.yaml").read_text())
     row = next(r for r in table_rows(config, "table3_llama2_rhtft") if r["variant"] is not None)
@@ -74,7 +75,8 @@ def test_rhtft_table_shows_before_and_after_and_carries_both_samples(tmp_path):
     (tmp_path / "rhtft" / row["base"].id).mkdir(parents=True)
     (tmp_path / "rhtft" / row["base"].id / "rhtft.json").write_text(json.dumps({"best_epoch": 2, "wall_s": 9.0}))
     out = {k: str(tmp_path / f"t.{k}") for k in ("md", "tex", "csv", "json")}
-    tab = write_table(str(tmp_path), config, "table3_llama2_rhtft", out["md"], out["tex"], out["csv"], out["json"])
+    tab = write_table(str(tmp_path), TablePlan.from_config(config, "table3_llama2_rhtft"), out["md"], out["tex"],
+                      out["csv"], out["json"])
     got = next(r for r in tab["rows"] if r["variant"] == row["variant"].id)
     assert got["base_variant"] == row["base"].id and got["rht_ft"]["best_epoch"] == 2
     assert got["ours"]["wiki2_ppl"] == math.exp(4.0) and got["ours"]["wiki2_ppl_no_ft"] == math.exp(4.5)
@@ -98,7 +100,7 @@ def test_a_replicated_row_prints_the_geometric_mean_across_seeds_with_the_combin
 
     from caldera import stats
     from caldera.experiments.plan import all_variants, replicate_variants
-    from caldera.experiments.tables import write_table
+    from caldera.experiments.tables import TablePlan, write_table
 
     config = yaml.safe_load(Path("config/mini.yaml").read_text())
     reps = replicate_variants(config, all_variants(config))["smollm2-quipsharp"]
@@ -116,7 +118,8 @@ def test_a_replicated_row_prints_the_geometric_mean_across_seeds_with_the_combin
                                                               "window_tokens": tok}))
         (d / "zeroshot.json").write_text(json.dumps({"results": {"tasks": {}}, "skipped": "replicate"}))
     out = {k: str(tmp_path / f"t.{k}") for k in ("md", "tex", "csv", "json")}
-    tab = write_table(str(tmp_path), config, "table7_mistral", out["md"], out["tex"], out["csv"], out["json"])
+    tab = write_table(str(tmp_path), TablePlan.from_config(config, "table7_mistral"), out["md"], out["tex"], out["csv"],
+                      out["json"])
     row = next(r for r in tab["rows"] if r["variant"] == "smollm2-quipsharp")
     assert row["seeds"] == {"ppl": S, "zeroshot": 1}
     geo = math.exp(np.mean([sum(n) / 2044 for n in nlls]))  # geometric mean of the S perplexities
@@ -173,7 +176,7 @@ def test_every_method_shows_its_bits_formula_and_storage(tmp_path):
     import yaml
 
     from caldera.experiments.plan import table_rows
-    from caldera.experiments.tables import variant_bits, write_table
+    from caldera.experiments.tables import TablePlan, variant_bits, write_table
 
     config = yaml.safe_load(Path("config/mini.yaml").read_text())
     config["extra_methods"] = [{"name": "rtn-3bit", "method": "rtn", "params": {"bits": 3}}]
@@ -185,7 +188,8 @@ def test_every_method_shows_its_bits_formula_and_storage(tmp_path):
         (tmp_path / "compressed" / v.id).mkdir(parents=True)
         (tmp_path / "compressed" / v.id / "summary.json").write_text(json.dumps({"bits": bits}))
     out = {k: str(tmp_path / f"t.{k}") for k in ("md", "tex", "csv", "json")}
-    tab = write_table(str(tmp_path), config, "table7_mistral", out["md"], out["tex"], out["csv"], out["json"])
+    tab = write_table(str(tmp_path), TablePlan.from_config(config, "table7_mistral"), out["md"], out["tex"], out["csv"],
+                      out["json"])
     assert tab["columns"][:2] == ["avg_bits", "storage_bits"]
     got = {r["variant"]: r for r in tab["rows"] if r["variant"]}
     assert got[rtn.id]["ours"]["avg_bits"] == 3.0 and got[rtn.id]["ours"]["storage_bits"] == 3.0125

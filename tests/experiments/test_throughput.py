@@ -17,6 +17,7 @@ from caldera.experiments.plan import table_rows
 from caldera.experiments.settings import RunContext, ThroughputSettings
 from caldera.experiments.throughput import (
     PROTOCOLS,
+    ThroughputTablePlan,
     compare_repeats,
     step_throughput,
     tensor_bytes,
@@ -129,7 +130,7 @@ def test_table_has_the_papers_numbers_beside_ours(tmp_path):
     for v, s in speeds.items():
         (tmp_path / "throughput" / f"{v}.json").write_text(json.dumps(_fake(v, s)))
     outs = [tmp_path / f"t6.{e}" for e in ("md", "tex", "csv", "json")]
-    tab = write_throughput_table(str(tmp_path), cfg, *map(str, outs))
+    tab = write_throughput_table(str(tmp_path), ThroughputTablePlan.from_config(cfg), *map(str, outs))
     md = outs[0].read_text()
     assert "| CALDERA (7B) | llama-2-7b → SmolLM2" in md and "| 61.68 | 6.00 [5.40, 6.60] |" in md
     assert "| OOM |" in md  # 70B uncompressed: the paper's OOM, ours measured on the stand-in

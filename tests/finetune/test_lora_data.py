@@ -163,11 +163,11 @@ def test_config_checks_the_training_sources():
 def test_caption_names_the_data_each_config_uses(name, says, never, tmp_path):
     import yaml
 
-    from caldera.experiments.loraft import build_table5, render_table5
+    from caldera.experiments.loraft import Table5Plan, build_table5, render_table5
     from tests.finetune.test_table5 import ROOT
 
-    cfg = yaml.safe_load((ROOT / f"config/{name}.yaml").read_text())
-    caption = render_table5(build_table5(tmp_path, cfg), cfg)[3]
+    plan = Table5Plan.from_config(yaml.safe_load((ROOT / f"config/{name}.yaml").read_text()))
+    caption = render_table5(build_table5(tmp_path, plan), plan)[3]
     for s in says:
         assert s in caption, s
     for s in never:

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from caldera.bits import MODEL_SHAPES, average_bits
-from caldera.experiments.loraft import build_table5, lora_rows
+from caldera.experiments.loraft import Table5Plan, build_table5, lora_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,7 +36,7 @@ def test_unknown_row_is_refused():
 
 
 def test_table_statuses_without_results(tmp_path):
-    tab = build_table5(tmp_path, _mini())
+    tab = build_table5(tmp_path, Table5Plan.from_config(_mini()))
     st = [r["status"] for r in tab["rows"]]
     assert st.count("measured") == 1 and sum(s.startswith("measured with this project") for s in st) == 1
     assert any(s.startswith("pending in mini") for s in st)
@@ -108,7 +108,7 @@ def test_every_measured_row_has_its_no_ft_baseline(tmp_path):
     files = lora_inputs(cfg, "R")
     for vid in ("smollm2-loftq2-r8-lr16", "smollm2-caldera-r16-lr4", "smollm2-caldera-r16-lr4+rhtft"):
         assert f"R/eval/{vid}/zeroshot.json" in files and f"R/eval/{vid}/ppl_wiki.json" in files
-    tab = build_table5(tmp_path, cfg)
+    tab = build_table5(tmp_path, Table5Plan.from_config(cfg))
     by = {r["row"]: r for r in tab["rows"] if r.get("status", "").startswith("measured")}
     assert by["smollm2-loftq2-r8-lr16-ft8"]["rte_no_ft"]["correct"] == [0, 0, 1]
     assert by["smollm2-caldera-r16-lr4-ft8"]["winogrande_no_ft"]["correct"] == [1, 0, 0]

@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 
+from caldera.experiments.settings import RunContext
 from caldera.pipeline import compress as C
 from caldera.pipeline import partial as P
 from caldera.pipeline.hessians import collect_hessians
@@ -154,14 +155,14 @@ def test_workflow_step_loads_only_its_chunk(saved, tmp_path, monkeypatch):
     from caldera.methods import get_method
 
     model, root = saved
-    config = {"models": {"m": {"source": str(root / "sharded"), "num_layers": 4}}, "device": "cpu",
-              "layers": None, "layers_per_job": 2}
+    run = RunContext(name="t", device="cpu", dtype="auto", models={"m": {"source": str(root / "sharded"),
+                                                                         "num_layers": 4}}, layers_per_job=2)
     v = Variant(id="v", model="m", method="caldera", params=CALDERA,
                 config=get_method("caldera").make_config(CALDERA))
     monkeypatch.setattr(steps, "load_dense", lambda *a, **k: pytest.fail("a compress job loaded the whole model"))
     spy = Spy(safetensors.safe_open)
     monkeypatch.setattr(safetensors, "safe_open", spy)
-    res = steps.step_compress_layers(config, v, str(root / "hess"), 1, str(tmp_path / "job" / "chunk.json"))
+    res = steps.step_compress_layers(run, v, str(root / "hess"), 1, str(tmp_path / "job" / "chunk.json"))
     monkeypatch.undo()
     assert res["computed"] == [2, 3]
     assert sorted(k for k in spy.keys if k.startswith("model.")) == sorted(_layer_keys(2) + _layer_keys(3))
@@ -216,13 +217,13 @@ def test_assemble_step_reads_no_compressed_layers_weights_and_writes_the_same_ch
     tok.save_pretrained(src)
     cfg = get_method("caldera").make_config(CALDERA)
     C.compress_model(model, root / "hess", "caldera", cfg, tmp_path / "layers", layers=[0, 1, 3], progress=False)
-    config = {"models": {"m": {"source": str(src), "num_layers": 4}}, "device": "cpu", "layers": [0, 1, 3],
-              "layers_per_job": 1}
+    run = RunContext(name="t", device="cpu", dtype="auto", models={"m": {"source": str(src), "num_layers": 4}},
+                     layers=(0, 1, 3))
     v = Variant(id="v", model="m", method="caldera", params=CALDERA, config=cfg)
     spy = Spy(safetensors.safe_open)
     monkeypatch.setattr(safetensors, "safe_open", spy)
     monkeypatch.setattr(steps, "load_dense", lambda *a, **k: pytest.fail("the whole model was loaded"))
-    steps.step_assemble(config, v, str(tmp_path / "layers"), str(tmp_path / "new"))
+    steps.step_assemble(run, v, str(tmp_path / "layers"), str(tmp_path / "new"))
     monkeypatch.undo()
     read = set(spy.keys)
     assert not read & set(_layer_keys(0) + _layer_keys(1) + _layer_keys(3))  # compressed: never read

@@ -7,6 +7,8 @@ rule assets:
         f"{RES}/logs/assets.log",
     params:
         spec=declared({m: spec["source"] for m, spec in config["models"].items()}),
+        run=RUN_CONTEXT,
+        settings=SETTINGS.eval,
     conda:
         "../envs/caldera.yaml"
     script:
@@ -25,6 +27,7 @@ rule hessians:
         f"{RES}/logs/hessians/{{model}}.log",
     params:
         spec=hessians_spec,
+        run=get_model_run,
     resources:
         gpu=1,
     conda:

@@ -9,7 +9,7 @@ from snakemake.utils import validate
 
 from caldera.experiments.config_guard import check_config_files, schema_errors
 from caldera.experiments.figures import figure3_jobs
-from caldera.experiments.loraft import lora_inputs
+from caldera.experiments.loraft import Table5Plan, lora_inputs
 from caldera.experiments.plan import (
     check_config,
     effective_settings,
@@ -18,10 +18,21 @@ from caldera.experiments.plan import (
     replicate_variants,
     rhtft_variants,
 )
-from caldera.experiments.selection import matrix_claim_inputs, selection_models
+from caldera.experiments.selection import (
+    SelectionPlan,
+    matrix_claim_inputs,
+    matrix_claim_variants,
+    selection_models,
+)
 from caldera.experiments.settings import BLOCKS, RunContext, block_settings
 from caldera.experiments.steps import layer_chunks
-from caldera.experiments.throughput import TABLE as THROUGHPUT_TABLE, moved_settings, throughput_variants
+from caldera.experiments.tables import TablePlan
+from caldera.experiments.throughput import (
+    TABLE as THROUGHPUT_TABLE,
+    ThroughputTablePlan,
+    moved_settings,
+    throughput_variants,
+)
 
 CONFIG_FILES = list(workflow.overwrite_configfiles) or ["config/mini.yaml"]
 try:
@@ -44,9 +55,12 @@ try:
     VARIANTS = check_config(config)  # every method config built through the registry: fails here, not in a job
 except ValueError as e:
     raise WorkflowError(f"{e}\n(config {', '.join(map(str, CONFIG_FILES))})") from None
-# the typed settings of the blocks selection, rht_ft, lora_ft, throughput, eval, figures (check_config built them
-# once already: a bad block has failed above); each job gets its block's object as its `settings` param
+# the typed settings of the blocks calibration, selection, rht_ft, lora_ft, throughput, eval, figures (check_config
+# built them once already: a bad block has failed above); each job gets its block's object as its `settings` param
 SETTINGS = block_settings(config)
+# the run-level settings (name, device, dtype, models, stand-ins, layers, calibration): jobs get it, or the part of
+# it for the model they load (run_context), as their `run` param; never the whole config
+RUN_CONTEXT = RunContext.from_config(config)
 
 RUN = config["name"]
 RES = f"results/{RUN}"
@@ -103,6 +117,11 @@ def run_context(model):
     return RunContext.from_config(config, [model])
 
 
+def get_model_run(wildcards):
+    """The `run` param of a job on the model named by the `model` wildcard (run_context of that model)."""
+    return run_context(wildcards.model)
+
+
 def get_variant_run(wildcards):
     """The `run` param of a job on the variant named by the `variant` wildcard (run_context of its model)."""
     return run_context(VARIANTS[wildcards.variant].model)
@@ -110,7 +129,7 @@ def get_variant_run(wildcards):
 
 def hessians_spec(wildcards):
     """Rule hessians' declared configuration: the model's config entry, the calibration settings, the layers."""
-    return declared(config["models"][wildcards.model], config["calibration"], config.get("layers"))
+    return declared(config["models"][wildcards.model], SETTINGS.calibration.as_block(), config.get("layers"))
 
 
 def variant_spec(wildcards):
@@ -132,12 +151,12 @@ def replicate_zeroshot(wildcards):
 
 def compress_spec(wildcards):
     v = VARIANTS[wildcards.variant]
-    return declared(variant_spec(wildcards), layer_chunks(config, v.model)[int(wildcards.chunk)])
+    return declared(variant_spec(wildcards), layer_chunks(RUN_CONTEXT, v.model)[int(wildcards.chunk)])
 
 
 def get_chunk_dirs(wildcards):
     v = VARIANTS[wildcards.variant]
-    n = len(layer_chunks(config, v.model))
+    n = len(layer_chunks(RUN_CONTEXT, v.model))
     return [f"{RES}/compressed/{v.id}/chunks/{c:03d}" for c in range(n)]
 
 
@@ -151,7 +170,7 @@ def get_allocation(wildcards):
 def get_profile_chunks(wildcards):
     """Every chunk's profiles (rule profile_layers) of a variant whose method has a model-level step."""
     v = VARIANTS[wildcards.variant]
-    return [f"{RES}/compressed/{v.id}/profiles/{c:03d}.json" for c in range(len(layer_chunks(config, v.model)))]
+    return [f"{RES}/compressed/{v.id}/profiles/{c:03d}.json" for c in range(len(layer_chunks(RUN_CONTEXT, v.model)))]
 
 
 def rhtft_spec(wildcards):
@@ -192,6 +211,13 @@ def lora_spec(wildcards):
 def get_lora_work_dir(wildcards):
     """The working folder of one LoRA job (row, task): its splits and checkpoints."""
     return f"{RES}/lora/{wildcards.lora_row}/{wildcards.lora_task}_work"
+
+
+def get_table5_plan(wildcards):
+    """Rule lora_table's `plan` param (caldera.experiments.loraft.Table5Plan), made here from the config (None
+    without a lora_ft block: Table 5 is then pending_table's, but Snakemake still evaluates this rule's params
+    while it resolves which rule makes the file)."""
+    return Table5Plan.from_config(config) if config.get("lora_ft") else None
 
 
 def get_lora_table_inputs(wildcards):
@@ -259,6 +285,17 @@ def get_final_targets():
         + get_throughput_targets()  # Table 6 (throughput.smk)
         + [f"{TABLES_DIR}/theory.md", f"{TABLES_DIR}/claims.md", f"{RES}/timings.json", f"{TABLES_DIR}/timings.md"]
     )
+
+
+def get_table_plan(wildcards):
+    """Rule make_table's `plan` param: the table's rows, replicates and settings
+    (caldera.experiments.tables.TablePlan), made here from the config."""
+    return TablePlan.from_config(config, wildcards.table)
+
+
+def get_pending_reason(wildcards):
+    """Rule pending_table's `reason` param: what will fill the table (caldera.experiments.plan.pending_tables)."""
+    return PENDING[wildcards.ptable]
 
 
 def get_table_inputs(wildcards):

@@ -14,6 +14,7 @@ rule compress_layers:
     params:
         spec=compress_spec,
         variant=get_variant,
+        run=get_variant_run,
     resources:
         gpu=0,  # none locally; the SLURM profile requests one (the decomposition runs on config `device`)
     conda:
@@ -35,6 +36,7 @@ rule assemble_checkpoint:
     params:
         spec=variant_spec,
         variant=get_variant,
+        run=get_variant_run,
     conda:
         "../envs/caldera.yaml"
     script:
@@ -56,6 +58,7 @@ rule profile_layers:
     params:
         spec=compress_spec,
         variant=get_variant,
+        run=get_variant_run,
     resources:
         gpu=0,  # as compress_layers
     conda:

@@ -57,6 +57,7 @@ rule lora_table:
     params:
         spec=declared(SETTINGS.lora_ft and SETTINGS.lora_ft.as_block(), SETTINGS.eval.as_block()),
         results=RES,
+        plan=get_table5_plan,
     conda:
         "../envs/caldera.yaml"
     script:

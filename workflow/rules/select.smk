@@ -15,6 +15,7 @@ rule selection:
                       config["stand_ins"], config["rank_multiple"], {m: config["models"][m] for m in SELECTION_MODELS},
                       config["tables"], config.get("layers")),
         settings=SELECTION,
+        plan=SelectionPlan.from_config(config) if SELECTION else None,
     resources:
         gpu=0,  # decompositions: CPU
     conda:

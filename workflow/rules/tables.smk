@@ -9,6 +9,8 @@ rule weight_spectra:
         f"{RES}/logs/figures/figure1.log",
     params:
         spec=declared(config["models"][FIG_MODEL]),
+        run=run_context(FIG_MODEL),
+        settings=SETTINGS.figures,
     conda:
         "../envs/caldera.yaml"
     script:
@@ -30,6 +32,7 @@ rule ablation_traces:
         spec=declared(SETTINGS.figures.as_block(), config["stand_ins"], config["rank_multiple"],
                       config["models"][FIG_MODEL]),
         settings=SETTINGS.figures,
+        run=run_context(FIG_MODEL),
     resources:
         gpu=0,  # none locally; the SLURM profile requests one (decompositions on config `device`)
     conda:
@@ -69,6 +72,7 @@ rule lplr_traces:
         spec=declared(SETTINGS.figures.as_block(), config["stand_ins"], config["rank_multiple"],
                       config["models"][FIG_MODEL]),
         settings=SETTINGS.figures,
+        run=run_context(FIG_MODEL),
     conda:
         "../envs/caldera.yaml"
     script:
@@ -85,6 +89,9 @@ rule plot_figure:
         f"{RES}/benchmarks/plot_figure/figure{{n}}.tsv"
     log:
         f"{RES}/logs/figures/plot{{n}}.log",
+    params:
+        run=RUN_CONTEXT,  # the models' labels (titles)
+        settings=SETTINGS.figures,  # paper_model (titles)
     conda:
         "../envs/caldera.yaml"
     script:
@@ -103,6 +110,8 @@ rule plot_ranks:
         f"{RES}/benchmarks/plot_figure/figure_ranks.tsv"
     log:
         f"{RES}/logs/figures/plot_ranks.log",
+    params:
+        run=RUN_CONTEXT,  # the models' labels (titles)
     conda:
         "../envs/caldera.yaml"
     script:
@@ -124,6 +133,7 @@ rule make_table:
     params:
         spec=declared(effective_config()),
         results=RES,
+        plan=get_table_plan,
     conda:
         "../envs/caldera.yaml"
     script:
@@ -139,6 +149,8 @@ rule pending_table:
         f"{RES}/benchmarks/pending_table/{{ptable}}.tsv"
     log:
         f"{RES}/logs/tables/{{ptable}}.log",
+    params:
+        reason=get_pending_reason,
     conda:
         "../envs/caldera.yaml"
     script:
@@ -180,6 +192,9 @@ rule claims:
         f"{RES}/benchmarks/claims/claims.tsv"
     log:
         f"{RES}/logs/claims.log",
+    params:
+        matrix_variants=matrix_claim_variants(config),  # the CALDERA and QuIP# variants the matrix-level claim pairs
+        run=RUN_CONTEXT,  # the models' labels
     conda:
         "../envs/caldera.yaml"
     script:

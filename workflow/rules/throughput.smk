@@ -43,6 +43,7 @@ rule throughput_table:
     params:
         spec=declared(TP.as_block(), sorted(TP_VARIANTS), config["stand_ins"]),
         results=get_throughput_results_dir,
+        plan=ThroughputTablePlan.from_config(config),
     conda:
         "../envs/caldera.yaml"
     script:

@@ -6,5 +6,5 @@ sm = snakemake  # noqa: F821  (injected by Snakemake)
 with job(sm):
     from caldera.experiments.figures import step_ablation_traces
 
-    step_ablation_traces(sm.config, sm.params.settings.model, sm.input.hessians, sm.wildcards.trace, sm.output[0],
+    step_ablation_traces(sm.params.run, sm.params.settings.model, sm.input.hessians, sm.wildcards.trace, sm.output[0],
                          sm.params.settings)

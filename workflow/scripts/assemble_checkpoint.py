@@ -6,4 +6,4 @@ sm = snakemake  # noqa: F821  (injected by Snakemake)
 with job(sm):
     from caldera.experiments.steps import step_assemble, write_json
 
-    write_json(sm.output.summary, step_assemble(sm.config, sm.params.variant, list(sm.input.chunks), sm.output.checkpoint))
+    write_json(sm.output.summary, step_assemble(sm.params.run, sm.params.variant, list(sm.input.chunks), sm.output.checkpoint))

@@ -6,4 +6,4 @@ sm = snakemake  # noqa: F821  (injected by Snakemake)
 with job(sm):
     from caldera.experiments.steps import step_assets
 
-    step_assets(sm.config, sm.output[0])
+    step_assets(sm.params.run, sm.params.settings, sm.output[0])

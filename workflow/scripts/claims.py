@@ -12,7 +12,7 @@ with job(sm):
 
     summaries = {Path(p).parent.name: json.loads(Path(p).read_text()) for p in sm.input.summaries}
     write_claims(sm.input.fig3, sm.input.fig4, list(sm.input.tables), sm.output.md, sm.output.json,
-                 extra=matrix_level_claims(sm.config, summaries),
+                 extra=matrix_level_claims(sm.params.matrix_variants, sm.params.run.labels(), summaries),
                  selection_json=sm.input.selection[0] if sm.input.selection else None,
                  throughput_json=sm.input.throughput,
                  lora_json=sm.input.lora[0] if sm.input.lora else None,

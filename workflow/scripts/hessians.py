@@ -6,4 +6,4 @@ sm = snakemake  # noqa: F821  (injected by Snakemake)
 with job(sm):
     from caldera.experiments.steps import step_hessians
 
-    step_hessians(sm.config, sm.wildcards.model, sm.output[0])
+    step_hessians(sm.params.run, sm.wildcards.model, sm.output[0])

@@ -7,4 +7,4 @@ with job(sm):
     from caldera.experiments.loraft import write_table5
 
     o = sm.output
-    write_table5(sm.params.results, sm.config, o.md, o.tex, o.csv, o.json)
+    write_table5(sm.params.results, sm.params.plan, o.md, o.tex, o.csv, o.json)

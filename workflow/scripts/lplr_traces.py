@@ -6,4 +6,4 @@ sm = snakemake  # noqa: F821  (injected by Snakemake)
 with job(sm):
     from caldera.experiments.figures import step_lplr_traces
 
-    step_lplr_traces(sm.config, sm.params.settings.model, sm.input.hessians, sm.output[0], sm.params.settings)
+    step_lplr_traces(sm.params.run, sm.params.settings.model, sm.input.hessians, sm.output[0], sm.params.settings)

@@ -7,4 +7,4 @@ with job(sm):
     from caldera.experiments.tables import write_table
 
     o = sm.output
-    write_table(sm.params.results, sm.config, sm.wildcards.table, o.md, o.tex, o.csv, o.json)
+    write_table(sm.params.results, sm.params.plan, o.md, o.tex, o.csv, o.json)

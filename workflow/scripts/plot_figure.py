@@ -7,4 +7,5 @@ with job(sm):
     from caldera.experiments.figures import PLOTS
     from caldera.experiments.steps import read_json
 
-    PLOTS[int(sm.wildcards.n)](read_json(sm.input[0]), sm.output.png, sm.output.pdf, config=sm.config)
+    PLOTS[int(sm.wildcards.n)](read_json(sm.input[0]), sm.output.png, sm.output.pdf,
+                               model_labels=sm.params.run.labels(), paper_model=sm.params.settings.paper_model)

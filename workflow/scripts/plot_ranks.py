@@ -8,4 +8,4 @@ with job(sm):
     from caldera.experiments.steps import read_json
 
     allocations = {path.rsplit("/", 2)[-2]: read_json(path) for path in sm.input}
-    plot_rank_allocation(allocations, sm.output.png, sm.output.pdf, config=sm.config)
+    plot_rank_allocation(allocations, sm.output.png, sm.output.pdf, model_labels=sm.params.run.labels())

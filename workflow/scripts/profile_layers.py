@@ -6,4 +6,4 @@ sm = snakemake  # noqa: F821  (injected by Snakemake)
 with job(sm):
     from caldera.experiments.steps import step_profile_layers
 
-    step_profile_layers(sm.config, sm.params.variant, sm.input.hessians, int(sm.wildcards.chunk), sm.output[0])
+    step_profile_layers(sm.params.run, sm.params.variant, sm.input.hessians, int(sm.wildcards.chunk), sm.output[0])

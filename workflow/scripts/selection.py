@@ -8,5 +8,5 @@ sm = snakemake  # noqa: F821  (injected by Snakemake)
 with job(sm):
     from caldera.experiments.selection import step_selection
 
-    step_selection(sm.params.settings, sm.config, {os.path.basename(d): d for d in sm.input.hessians},
-                   sm.output.json, sm.output.md)
+    step_selection(sm.params.plan, {os.path.basename(d): d for d in sm.input.hessians}, sm.output.json,
+                   sm.output.md)

@@ -7,4 +7,4 @@ with job(sm):
     from caldera.experiments.throughput import write_throughput_table
 
     o = sm.output
-    write_throughput_table(sm.params.results, sm.config, o.md, o.tex, o.csv, o.json)
+    write_throughput_table(sm.params.results, sm.params.plan, o.md, o.tex, o.csv, o.json)

@@ -6,4 +6,4 @@ sm = snakemake  # noqa: F821  (injected by Snakemake)
 with job(sm):
     from caldera.experiments.figures import step_spectra
 
-    step_spectra(sm.config, sm.config["figures"]["model"], sm.output[0])
+    step_spectra(sm.params.run, sm.params.settings.model, sm.output[0])
