@@ -614,9 +614,9 @@ def estimate(config: dict[str, Any], costs: dict[str, Any], device_gb: float | N
         s_eval = n_layers * predict(costs, "forward", ev_tok, forward_flops_per_token(h, f, heads * hd, kv * hd, T))
         s_eval += predict(costs, "forward", ev_tok, 2 * h * _vocab(shape_key))  # lm_head
         stream = any(v.method == "dense" for v in ev_variants) and evaluate_streams(config, shape_key, device_gb)
-        if stream:
-            s_eval += stream_seconds(config, shape_key, on_gpu)  # the dense job: the longest
-        rules["evaluate"] = {"jobs": len(ev_variants), "s_per_job": s_eval, "stream": stream,
+        extra = stream_seconds(config, shape_key, on_gpu) if stream else 0.0  # the dense job's alone
+        rules["evaluate"] = {"jobs": len(ev_variants), "s_per_job": s_eval + extra, "stream": stream,
+                             "total_s": s_eval * len(ev_variants) + extra,
                              "mem_gb": evaluate_memory(config, ev_variants, shape_key, device_gb)}
         if mkey == (config.get("figures") or {}).get("model"):
             rules.update(figure_rules(config, costs, shape_key))

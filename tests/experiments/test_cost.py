@@ -175,6 +175,9 @@ def test_70b_evaluate_streams_and_fits_a_gpu_and_the_slurm_profile():
     never = C.estimate({**cfg, "eval": {**cfg["eval"], "stream_layers": "never"}}, _fake_costs("cuda"))
     extra = row["s_per_job"] - never["llama-2-70b"]["rules"]["evaluate"]["s_per_job"]
     assert extra == pytest.approx(C.stream_seconds(cfg, "llama-2-70b", True)) and extra > 3 * 138 / C.STREAM_READ_GBPS
+    # ... for the dense job alone: the rule's hours count it once, not once per variant
+    hours = row["hours"] - never["llama-2-70b"]["rules"]["evaluate"]["hours"]
+    assert hours * 3600 == pytest.approx(extra)
 
 
 def test_eval_pass_tokens_are_the_corpora_then_zero_shot():
