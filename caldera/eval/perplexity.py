@@ -44,6 +44,16 @@ def make_windows(stream_or_windows: torch.Tensor, seq_len: int) -> torch.Tensor:
     return x.long()
 
 
+def batch_losses(logits: torch.Tensor, batch: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy of each window of a batch, ``(B,)`` float64 on the CPU, from its logits
+    ``(B, T, vocab)`` (any float dtype; the loss is taken in float32) and token ids ``batch`` ``(B, T)``."""
+    b, t, v = logits.shape
+    logits = logits[:, :-1].reshape(b * (t - 1), v).float()
+    target = batch[:, 1:].reshape(-1).to(logits.device)
+    ce = F.cross_entropy(logits, target, reduction="none").view(b, t - 1)
+    return ce.mean(dim=1).double().cpu()
+
+
 @torch.inference_mode()
 def window_losses(
     model, windows: torch.Tensor, batch_size: int = 1, progress: bool = True, desc: str = "perplexity"
@@ -59,12 +69,7 @@ def window_losses(
         with tqdm(total=windows.shape[0], desc=desc, unit="win", disable=not progress) as bar:
             for start in range(0, windows.shape[0], batch_size):
                 batch = windows[start : start + batch_size].to(device)
-                logits = model(input_ids=batch, use_cache=False).logits
-                b, t, v = logits.shape
-                logits = logits[:, :-1].reshape(b * (t - 1), v).float()
-                target = batch[:, 1:].reshape(-1)
-                ce = F.cross_entropy(logits, target, reduction="none").view(b, t - 1)
-                out.append(ce.mean(dim=1).double().cpu())
+                out.append(batch_losses(model(input_ids=batch, use_cache=False).logits, batch))
                 bar.update(batch.shape[0])
     finally:
         model.train(was_training)
@@ -86,21 +91,25 @@ def perplexity(
     ``n_windows``, the per-window ``window_nll`` (summed loss, nats) and ``window_tokens``, and the 95 %
     bootstrap interval ``ppl_lo``, ``ppl_hi`` (:func:`caldera.stats.perplexity_interval`, seeded).
     """
-    from caldera.stats import perplexity_interval
-
     windows = make_windows(stream_or_windows, seq_len)
     if max_windows is not None:
         windows = windows[:max_windows]
-    losses = window_losses(model, windows, batch_size=batch_size, progress=progress)
+    return summarize(window_losses(model, windows, batch_size=batch_size, progress=progress), seq_len)
+
+
+def summarize(losses: torch.Tensor, seq_len: int) -> dict:
+    """The result dict of :func:`perplexity` from the per-window mean losses ``(n_windows,)`` (float64)."""
+    from caldera.stats import perplexity_interval
+
     nll = float(losses.mean())
-    tokens = [seq_len - 1] * int(windows.shape[0])
+    tokens = [seq_len - 1] * int(losses.shape[0])
     sums = [float(x) * (seq_len - 1) for x in losses]
     ci = perplexity_interval(sums, tokens)
     return {
         "ppl": math.exp(nll),
         "nll": nll,
-        "n_tokens": int(windows.shape[0] * (seq_len - 1)),
-        "n_windows": int(windows.shape[0]),
+        "n_tokens": int(losses.shape[0] * (seq_len - 1)),
+        "n_windows": int(losses.shape[0]),
         "window_nll": sums,
         "window_tokens": tokens,
         "ppl_lo": ci["lo"],

@@ -303,9 +303,14 @@ def build_tasks(tasks=TASKS, max_docs: int | None = None, task_manager=None) -> 
 
 
 def zeroshot(
-    model, tokenizer, tasks=TASKS, limit: int | float | None = None, batch_size: int = 8, trim_logits: bool = True
+    model, tokenizer, tasks=TASKS, limit: int | float | None = None, batch_size: int = 8, trim_logits: bool = True,
+    *, streamed: bool = False, loader=None, offload: bool = False,
 ) -> dict:
     """Evaluate an in-memory causal LM on local lm-eval tasks (0-shot).
+
+    ``streamed``: run the requests layer-major, one decoder layer at a time (:func:`caldera.eval.streamed.
+    streamed_lm_class`; ``loader``: the model's :class:`~caldera.pipeline.partial.LazyLayers`, ``offload``: hold
+    the hidden states on the CPU); the results are those of the in-memory path.
 
     ``trim_logits`` (default) computes the LM head only at the scored positions
     (:func:`continuation_lm_class`; same scores, less work); ``False`` runs lm-eval's plain ``HFLM``.
@@ -327,8 +332,14 @@ def zeroshot(
     tm = make_task_manager(limit if isinstance(limit, int) else None)
     task_objs = build_tasks(tasks, task_manager=tm)
     names = list(task_objs)
-    lm_class = continuation_lm_class() if trim_logits else HFLM
-    lm = lm_class(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
+    if streamed:
+        from caldera.eval.streamed import streamed_lm_class
+
+        lm = streamed_lm_class()(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, loader=loader,
+                                 offload=offload)
+    else:
+        lm_class = continuation_lm_class() if trim_logits else HFLM
+        lm = lm_class(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
     res = lm_eval.simple_evaluate(
         model=lm, tasks=list(task_objs.values()), task_manager=tm, limit=limit, num_fewshot=0, log_samples=True
     )

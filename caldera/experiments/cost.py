@@ -80,6 +80,14 @@ ZEROSHOT_TOKENS = {
 #: tokens of the WikiText-2 test stream (LLaMa tokenizer)
 STREAM_TOKENS = {"wikitext2": 341_469}
 
+#: memory of the device one job gets, GB (the SLURM profile's GPUs: 80 GB A100/H100; a CPU job: a 128 GB node),
+#: against which ``eval.stream_layers: auto`` decides (:func:`evaluate_streams`)
+DEVICE_GB = {"cuda": 80.0, "cpu": 128.0}
+#: layer-streamed evaluation's assumed bandwidths, GB/s: reading the checkpoint's layers (local disk or page
+#: cache; once per evaluation pass) and moving the hidden states between host and GPU (pinned-less PCIe copies)
+STREAM_READ_GBPS = 1.0
+STREAM_PCIE_GBPS = 12.0
+
 
 # ------------------------------------------------------------------------------------------ fitting
 
@@ -348,8 +356,26 @@ def _vocab(model_key: str) -> int:
     return {"llama-3-8b": 128_256, "mistral-7b": 32_000}.get(model_key, 32_000)
 
 
+def dense_eval_bytes(model_key: str, bytes_per: int = 2) -> float:
+    """Bytes of the dense model's weights that evaluation loads: every decoder layer's linears, the embeddings
+    and the LM head, ``bytes_per`` each (norms: negligible)."""
+    shapes, (h, _f, _heads, _kv, _hd), n_layers = shapes_of(model_key)
+    return (sum(n * d for n, d in shapes) * n_layers + 2 * h * _vocab(model_key)) * bytes_per
+
+
+def evaluate_streams(config: dict[str, Any], model_key: str, device_gb: float, bytes_per: int = 2) -> bool:
+    """Whether the dense evaluation of ``model_key`` runs layer-streamed on a device of ``device_gb`` GB: the
+    rule of :func:`caldera.experiments.steps.should_stream` (``eval.stream_layers``; ``auto``: the weights take
+    more than 80 % of the device) applied to the predicted weights."""
+    from caldera.experiments.settings import EvalSettings
+    from caldera.experiments.steps import should_stream
+
+    mode = EvalSettings.from_block(config["eval"]).stream_layers
+    return should_stream(mode, dense_eval_bytes(model_key, bytes_per), device_gb * 1e9)
+
+
 def job_memory(rule: str, model_key: str, config: dict[str, Any], *, bytes_per: int = 2,
-               bits: float | None = None) -> dict[str, float]:
+               bits: float | None = None, device_gb: float = DEVICE_GB["cuda"]) -> dict[str, float]:
     """Peak memory of one job in GB, from shapes and dtypes: ``{"host", "device"}`` (device 0 on the CPU path:
     everything is host). ``bytes_per``: the dense dtype's bytes (2: fp16/bf16).
 
@@ -362,7 +388,11 @@ def job_memory(rule: str, model_key: str, config: dict[str, Any], *, bytes_per: 
       LDL of H and of H̃; float32 copies) + 28·n·d bytes (float32 W, rotated W, Q, A, Y, residuals);
     * evaluate: device = the model (dense in its dtype, or compressed: ``bits``/8 per linear weight plus the
       rest in its dtype) + logits B·T·vocab in float32 + one layer's activations; host = the model (it is
-      loaded there, then moved).
+      loaded there, then moved). A dense model (``bits`` None) that :func:`evaluate_streams` on a device of
+      ``device_gb`` is evaluated layer-streamed (:mod:`caldera.eval.streamed`): device = one decoder layer +
+      embeddings, final norm and head + one batch's hidden states (in and out) + its activations and logits;
+      host = the hidden states of the largest pass's windows / requests (:func:`eval_pass_tokens` · hidden, in
+      the model's dtype: held on the host between layers) + one layer on its way from the checkpoint.
     """
     shapes, (h, f, heads, kv, hd), n_layers = shapes_of(model_key)
     layer_params = sum(n * d for n, d in shapes)
@@ -384,24 +414,49 @@ def job_memory(rule: str, model_key: str, config: dict[str, Any], *, bytes_per: 
     if rule == "evaluate":
         T = max(spec["seq_len"] for spec in config["eval"]["ppl"].values())
         B = 1
+        batch = B * T * _vocab(model_key) * 4 + B * T * (4 * h + 3 * f) * bytes_per  # logits, activations
+        if bits is None and evaluate_streams(config, model_key, device_gb, bytes_per):
+            dev = (layer_params + embed) * bytes_per + 2 * B * T * h * bytes_per + batch
+            host = max(eval_pass_tokens(config)) * h * bytes_per + layer_params * bytes_per
+            return {"host": host * gb, "device": dev * gb}
         lin = layer_params * n_layers * ((bits / 8) if bits else bytes_per)
-        dev = lin + embed * bytes_per + B * T * _vocab(model_key) * 4 + B * T * (4 * h + 3 * f) * bytes_per
+        dev = lin + embed * bytes_per + batch
         return {"host": (lin + embed * bytes_per) * gb, "device": dev * gb}  # loaded on the host, then moved
     raise ValueError(f"no memory model for rule {rule!r}")
 
 
-def eval_tokens(config: dict[str, Any]) -> int:
-    """Tokens one evaluate job runs forward: each perplexity corpus (the WikiText-2 stream or n_windows ×
-    seq_len) and the zero-shot tasks (:data:`ZEROSHOT_TOKENS`, estimates)."""
-    total = 0
+def eval_pass_tokens(config: dict[str, Any]) -> list[int]:
+    """Tokens of each forward pass of one evaluate job: each perplexity corpus (the WikiText-2 stream or
+    n_windows × seq_len), then the zero-shot tasks together (:data:`ZEROSHOT_TOKENS`, estimates; lm-eval scores
+    every task's requests in one call), if any. A layer-streamed evaluation reads every layer once per pass."""
+    passes = []
     for spec in config["eval"]["ppl"].values():
         if spec["protocol"] == "stream":
-            total += min(STREAM_TOKENS.get(spec["source"], 341_469),
-                         (spec.get("n_windows") or 10**9) * spec["seq_len"])
+            passes.append(min(STREAM_TOKENS.get(spec["source"], 341_469),
+                              (spec.get("n_windows") or 10**9) * spec["seq_len"]))
         else:
-            total += spec["n_windows"] * spec["seq_len"]
+            passes.append(spec["n_windows"] * spec["seq_len"])
     zs = (config["eval"].get("zeroshot") or {}).get("tasks") or []
-    return total + sum(ZEROSHOT_TOKENS.get(t, 0) for t in zs)
+    if zs:
+        passes.append(sum(ZEROSHOT_TOKENS.get(t, 0) for t in zs))
+    return passes
+
+
+def eval_tokens(config: dict[str, Any]) -> int:
+    """Tokens one evaluate job runs forward (every pass of :func:`eval_pass_tokens`)."""
+    return sum(eval_pass_tokens(config))
+
+
+def stream_seconds(config: dict[str, Any], model_key: str, on_gpu: bool, bytes_per: int = 2) -> float:
+    """Seconds a layer-streamed evaluation adds to the forwards (which it shares with the in-memory path):
+    every pass reads the whole checkpoint once (:data:`STREAM_READ_GBPS`) and, on a GPU, moves each layer's
+    input and output hidden states between host and device (:data:`STREAM_PCIE_GBPS`). Assumes the reads are
+    not overlapped with compute and the checkpoint is not in the page cache (an upper bound on both)."""
+    h, n_layers = shapes_of(model_key)[1][0], shapes_of(model_key)[2]
+    passes = eval_pass_tokens(config)
+    read = len(passes) * dense_eval_bytes(model_key, bytes_per) / (STREAM_READ_GBPS * 1e9)
+    move = sum(passes) * h * bytes_per * 2 * n_layers / (STREAM_PCIE_GBPS * 1e9) if on_gpu else 0.0
+    return read + move
 
 
 def figure_rules(config: dict[str, Any], costs: dict[str, Any], shape_key: str) -> dict[str, dict[str, Any]]:
@@ -469,11 +524,46 @@ def slurm_yaml(resources: dict[str, dict[str, Any]]) -> str:
                      for rule, r in sorted(resources.items()))
 
 
-def estimate(config: dict[str, Any], costs: dict[str, Any]) -> dict[str, Any]:
+def variant_bits(v: Any, model_key: str) -> float | None:
+    """Average bits per linear weight of a compressed variant as evaluation holds it (:func:`caldera.bits.
+    average_bits` of its backbone bits, rank and factor bits), or None for the dense model and for a method
+    whose bits it cannot read (counted dense: an upper bound)."""
+    from caldera.bits import average_bits
+
+    cfg = v.config
+    b_q = getattr(cfg, "q_bits", None) or getattr(cfg, "bits", None)
+    if v.method == "dense" or not isinstance(b_q, (int, float)):
+        return None
+    rank = int(getattr(cfg, "rank", 0) or getattr(cfg, "lr_rank", 0) or 0)
+    b_lr = max(getattr(cfg, "l_bits", None) or 16, getattr(cfg, "r_bits", None) or 16) if rank else None
+    return average_bits(shapes_of(model_key)[0], b_q, b_lr, rank)
+
+
+def evaluate_memory(config: dict[str, Any], variants: list[Any], model_key: str,
+                    device_gb: float) -> dict[str, float]:
+    """Peak memory of the evaluate jobs of ``variants`` (one model's): per side the largest over the jobs. The
+    dense model streams when it must (:func:`evaluate_streams`); a compressed variant is held whole at its
+    :func:`variant_bits` (dense-sized with ``eval.weights: reconstructed``, which materializes every Ŵ)."""
+    reconstructed = (config["eval"].get("weights") or "compressed") == "reconstructed"
+    mems = [job_memory("evaluate", model_key, config, device_gb=device_gb,
+                       bits=None if reconstructed and v.method != "dense" else variant_bits(v, model_key))
+            for v in variants]
+    if reconstructed and any(v.method != "dense" for v in variants):  # a materialized model never streams
+        lin = dense_eval_bytes(model_key) * 1e-9
+        mems.append({"host": lin, "device": lin})
+    return {side: max(m[side] for m in mems) for side in ("host", "device")}
+
+
+def estimate(config: dict[str, Any], costs: dict[str, Any], device_gb: float | None = None) -> dict[str, Any]:
     """Per model of ``config``: per rule ``{"jobs", "s_per_job", "mem_gb", "hours"}`` and the total hours; plus
-    per CALDERA variant its compression hours (the paper's 34 A10G-hours figure is for one such variant)."""
+    per CALDERA variant its compression hours (the paper's 34 A10G-hours figure is for one such variant).
+    ``device_gb``: a job's device memory (default :data:`DEVICE_GB` of the costs' device), which decides whether
+    a dense evaluation streams its layers (``stream`` in the evaluate row)."""
     from caldera.experiments.plan import all_variants, has_model_plan
 
+    on_gpu = str(costs["device"]).startswith("cuda")
+    if device_gb is None:
+        device_gb = DEVICE_GB["cuda" if on_gpu else "cpu"]
     variants = all_variants(config)
     out: dict[str, Any] = {}
     for mkey, m in config["models"].items():
@@ -519,14 +609,17 @@ def estimate(config: dict[str, Any], costs: dict[str, Any]) -> dict[str, Any]:
             rules["profile_layers"] = {"jobs": len(profiled) * math.ceil(len(layers) / int(config.get(
                 "layers_per_job", 1))), "s_per_job": per_job, "total_s": sum(profiled),
                 "mem_gb": job_memory("compress_layers", shape_key, config)}
-        # evaluate: every variant, dense included
-        n_eval = sum(1 for v in variants.values() if v.model == mkey)
+        # evaluate: every variant, dense included (layer-streamed when it does not fit the device)
+        ev_variants = [v for v in variants.values() if v.model == mkey]
         ev_tok = eval_tokens(config)
         T = max(spec["seq_len"] for spec in config["eval"]["ppl"].values())
         s_eval = n_layers * predict(costs, "forward", ev_tok, forward_flops_per_token(h, f, heads * hd, kv * hd, T))
         s_eval += predict(costs, "forward", ev_tok, 2 * h * _vocab(shape_key))  # lm_head
-        rules["evaluate"] = {"jobs": n_eval, "s_per_job": s_eval,
-                             "mem_gb": job_memory("evaluate", shape_key, config)}
+        stream = any(v.method == "dense" for v in ev_variants) and evaluate_streams(config, shape_key, device_gb)
+        extra = stream_seconds(config, shape_key, on_gpu) if stream else 0.0  # the dense job's alone
+        rules["evaluate"] = {"jobs": len(ev_variants), "s_per_job": s_eval + extra, "stream": stream,
+                             "total_s": s_eval * len(ev_variants) + extra,
+                             "mem_gb": evaluate_memory(config, ev_variants, shape_key, device_gb)}
         if mkey == (config.get("figures") or {}).get("model"):
             rules.update(figure_rules(config, costs, shape_key))
         for r in rules.values():
@@ -550,7 +643,8 @@ def report(config: dict[str, Any], costs: dict[str, Any]) -> str:
         lines.append(f"{'rule':<17}{'jobs':>6}{'h per job':>12}{'host GB':>10}{'device GB':>11}{'hours':>10}")
         for rule, r in e["rules"].items():
             lines.append(f"{rule:<17}{r['jobs']:>6}{r['s_per_job'] / 3600:>12.2f}{r['mem_gb']['host']:>10.1f}"
-                         f"{r['mem_gb']['device']:>11.1f}{r['hours']:>10.1f}")
+                         f"{r['mem_gb']['device']:>11.1f}{r['hours']:>10.1f}"
+                         + ("  (dense: layer-streamed)" if r.get("stream") else ""))
         for vid, hrs in e["caldera_variant_hours"].items():
             paper = PAPER_GPU_HOURS.get(mkey)
             beside = f"  (paper: {paper:g} A10G-hours)" if paper and "r256" in vid else ""
@@ -558,6 +652,12 @@ def report(config: dict[str, Any], costs: dict[str, Any]) -> str:
         lines.append("")
     lines.append("Rules not listed (assemble, tables, plots, fine-tuning, throughput) are not modelled; "
                  "evaluation counts forwards only (decoding compressed layers on the fly is not included).")
+    device_gb = DEVICE_GB["cuda" if dev.startswith("cuda") else "cpu"]
+    lines.append(f"A dense model over 80 % of a job's device ({device_gb:g} GB; eval.stream_layers) is evaluated "
+                 f"layer-streamed: one layer on the device, the hidden states "
+                 f"on the host; its time adds one read of the checkpoint per pass at {STREAM_READ_GBPS:g} GB/s"
+                 + (f" and the host-device copies of the states at {STREAM_PCIE_GBPS:g} GB/s."
+                    if dev.startswith("cuda") else "."))
     return "\n".join(lines)
 
 

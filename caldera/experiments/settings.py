@@ -413,6 +413,18 @@ class EvalSettings(Settings):
     weights: str = setting("compressed", one_of("compressed", "reconstructed"))
     ppl: dict[str, PplSettings] = setting(check=mapping_of(nested(PplSettings), min_items=1))
     zeroshot: ZeroshotSettings = setting(check=nested(ZeroshotSettings))
+    #: evaluate the dense model one decoder layer at a time (caldera.eval.streamed): ``auto`` when its weights do
+    #: not fit the device (more than 80 % of the free memory), ``always``, or ``never``; the numbers are the same
+    stream_layers: str = setting("auto", one_of("auto", "always", "never"))
+
+    def as_block(self) -> dict[str, Any]:
+        """As :meth:`Settings.as_block`, but ``stream_layers`` only when given: it changes how the numbers are
+        computed, not what they are, and the evaluation jobs' rerun triggers (their declared ``eval`` block) and
+        the plan's record of the block stay those of a config that does not name it."""
+        b = super().as_block()
+        if "stream_layers" not in self.given:
+            b.pop("stream_layers")
+        return b
 
 
 # ---------------------------------------------------------------------------------------------- figures

@@ -264,9 +264,68 @@ def load_compressed_for(checkpoint: str, device: torch.device | str, *, reconstr
     return mdl, tok
 
 
-def eval_ppl(settings: EvalSettings, v: Variant, mdl, tok, outs: dict[str, str]) -> dict[str, dict]:
+def dense_weight_bytes(config: dict[str, Any], model: str, dtype: torch.dtype | str) -> int:
+    """Bytes of the dense model ``config["models"][model]``'s parameters in ``dtype`` (``"auto"``: its config's
+    dtype, float32 when it names none), counted on its ``meta`` architecture (nothing is read)."""
+    from caldera.pipeline.partial import meta_model
+
+    mdl = meta_model(model_source(config, model))
+    if dtype == "auto":
+        own = getattr(mdl.config, "dtype", None) or getattr(mdl.config, "torch_dtype", None) or torch.float32
+        dtype = getattr(torch, own) if isinstance(own, str) else own
+    n = sum(p.numel() for p in {id(p): p for p in mdl.parameters()}.values())  # a tied head counted once
+    return n * torch.empty((), dtype=dtype).element_size()
+
+
+def device_budget(device: torch.device | str) -> int:
+    """Bytes the evaluation may fill on ``device``: the free memory of a CUDA device, or on the CPU the
+    available RAM (psutil, else ``MemAvailable`` of ``/proc/meminfo``)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except ImportError:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("cannot tell the available memory (no psutil, no /proc/meminfo); set eval.stream_layers: "
+                       "always or never")
+
+
+def should_stream(mode: str, weight_bytes: int, budget_bytes: int) -> bool:
+    """``eval.stream_layers``: ``always``, ``never``, or ``auto``: stream when the dense weights take more than
+    :data:`caldera.eval.streamed.FIT_FRACTION` (80 %) of ``budget_bytes``."""
+    from caldera.eval.streamed import FIT_FRACTION
+
+    if mode not in ("auto", "always", "never"):
+        raise ValueError(f"eval.stream_layers: expected one of ['auto', 'always', 'never'], got {mode!r}")
+    return mode == "always" or (mode == "auto" and weight_bytes > FIT_FRACTION * budget_bytes)
+
+
+def streams(settings: EvalSettings, run: RunContext, v: Variant, budget_bytes: int | None = None) -> bool:
+    """Whether :func:`step_evaluate` evaluates variant ``v`` layer-streamed: a dense variant whose weights
+    (in the run's dtype) do not fit ``budget_bytes`` (default: :func:`device_budget` of the run's device) under
+    ``settings.stream_layers`` (:func:`should_stream`). Compressed variants are always loaded whole."""
+    if v.method != "dense" or settings.stream_layers == "never":
+        return False
+    if settings.stream_layers == "always":
+        return True
+    config = run.as_config()
+    device = run_device(config)
+    budget = device_budget(device) if budget_bytes is None else budget_bytes
+    return should_stream("auto", dense_weight_bytes(config, v.model, model_dtype(config, device)), budget)
+
+
+def eval_ppl(settings: EvalSettings, v: Variant, mdl, tok, outs: dict[str, str], *, loader=None,
+             offload: bool = False) -> dict[str, dict]:
     """Perplexity of the loaded model of variant ``v`` on each corpus ``c`` of ``outs`` (keys of
-    ``settings.ppl``), each written to ``outs[c]``. Returns ``{corpus: result}``."""
+    ``settings.ppl``), each written to ``outs[c]``. Returns ``{corpus: result}``. With a ``loader``
+    (:class:`~caldera.pipeline.partial.LazyLayers` of ``mdl``) the perplexity is computed layer-streamed
+    (:func:`caldera.eval.streamed.perplexity`, ``offload``: hidden states on the host): the same numbers."""
+    from caldera.eval import streamed
     from caldera.eval.perplexity import perplexity
     from caldera.pipeline.text import perplexity_stream, random_windows
 
@@ -281,41 +340,65 @@ def eval_ppl(settings: EvalSettings, v: Variant, mdl, tok, outs: dict[str, str])
                 data = data[:, : n * spec.seq_len]
         else:
             data = random_windows(tok, spec.source, spec.seq_len, spec.n_windows, seed=spec.seed)
-        res = perplexity(mdl, data, spec.seq_len)
+        if loader is None:
+            res = perplexity(mdl, data, spec.seq_len)
+        else:
+            res = streamed.perplexity(mdl, data, spec.seq_len, loader=loader, offload=offload)
         res.update({"variant": v.id, "corpus": corpus, "source": spec.source, "wall_s": time.perf_counter() - t0})
         write_json(out, res)
         results[corpus] = res
     return results
 
 
-def eval_zeroshot(settings: EvalSettings, v: Variant, mdl, tok, out: str) -> dict:
+def eval_zeroshot(settings: EvalSettings, v: Variant, mdl, tok, out: str, *, loader=None,
+                  offload: bool = False) -> dict:
     """lm-eval zero-shot accuracies of the loaded model of variant ``v`` (``settings.zeroshot``), written to
-    ``out``."""
+    ``out``. With a ``loader`` (as :func:`eval_ppl`) every request runs layer-streamed: the same scores."""
     from caldera.eval.zeroshot import zeroshot
 
     zs = settings.zeroshot
     t0 = time.perf_counter()
-    res = zeroshot(mdl, tok, tasks=zs.tasks, limit=zs.limit, batch_size=zs.batch_size)
+    stream = {} if loader is None else {"streamed": True, "loader": loader, "offload": offload}
+    res = zeroshot(mdl, tok, tasks=zs.tasks, limit=zs.limit, batch_size=zs.batch_size, **stream)
     res = {"variant": v.id, "limit": zs.limit, "results": res, "wall_s": time.perf_counter() - t0}
     write_json(out, res)
     return res
 
 
 def step_evaluate(settings: EvalSettings, run: RunContext, v: Variant, checkpoint: str | None,
-                  ppl_outs: dict[str, str], zeroshot_out: str, replicate_zeroshot: bool = False) -> dict[str, Any]:
+                  ppl_outs: dict[str, str], zeroshot_out: str, replicate_zeroshot: bool = False, *,
+                  budget_bytes: int | None = None) -> dict[str, Any]:
     """Every evaluation of one variant in one job (the model is loaded once; ``run``: its model's entry, the
     device and dtype) with ``settings``: perplexity on each corpus of ``ppl_outs`` (:func:`eval_ppl`), then
     zero-shot (:func:`eval_zeroshot`). A seed replicate (``v.replicate_of``) is scored on perplexity only unless
     ``replicate_zeroshot`` (config ``replicates.zeroshot``) is true: its zero-shot file then records that it was
-    skipped (no results), so the tables use the seeds that have them."""
-    mdl, tok = load_variant(run.as_config(), v, checkpoint, reconstructed=settings.weights == "reconstructed")
-    ppl = eval_ppl(settings, v, mdl, tok, ppl_outs)
+    skipped (no results), so the tables use the seeds that have them.
+
+    A dense variant too large for the device (``settings.stream_layers``, :func:`streams`; ``budget_bytes``:
+    the memory it may fill, default the device's free memory) is evaluated layer-streamed: its decoder layers
+    are read from the checkpoint one at a time (:class:`~caldera.pipeline.partial.LazyLayers`) for each pass,
+    the hidden states held on the host off the CPU; the results are the same."""
+    config = run.as_config()
+    stream: dict[str, Any] = {}
+    if streams(settings, run, v, budget_bytes):
+        from caldera.pipeline.partial import LazyLayers
+
+        device = run_device(config)
+        dtype = model_dtype(config, device)
+        torch.manual_seed(0)  # as load_dense seeds it (reading consumes none)
+        lazy = LazyLayers.open(model_source(config, v.model), device=device,
+                               dtype=None if dtype == "auto" else dtype)
+        mdl, tok = lazy.model, load_tokenizer(config, v.model)
+        stream = {"loader": lazy, "offload": device.type != "cpu"}
+    else:
+        mdl, tok = load_variant(config, v, checkpoint, reconstructed=settings.weights == "reconstructed")
+    ppl = eval_ppl(settings, v, mdl, tok, ppl_outs, **stream)
     if v.replicate_of is not None and not replicate_zeroshot:
         res = {"variant": v.id, "skipped": "seed replicate scored on perplexity only (replicates.zeroshot: false)",
                "results": {"tasks": {}}}
         write_json(zeroshot_out, res)
         return {"ppl": ppl, "zeroshot": res}
-    return {"ppl": ppl, "zeroshot": eval_zeroshot(settings, v, mdl, tok, zeroshot_out)}
+    return {"ppl": ppl, "zeroshot": eval_zeroshot(settings, v, mdl, tok, zeroshot_out, **stream)}
 
 
 def step_timings(jobs: list[dict[str, Any]], run: str, out_json: str, out_md: str | None = None) -> dict[str, Any]:

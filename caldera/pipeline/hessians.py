@@ -36,7 +36,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -331,6 +332,43 @@ def _to(obj: Any, device: torch.device) -> Any:
     return obj
 
 
+def initial_states(model: nn.Module, batches: Iterable[Tensor], *, device: torch.device | str | None = None,
+                   offload: bool = False) -> tuple[list[Tensor], list[list[dict[str, Any]]]]:
+    """``(states, layer_kwargs)`` of a layer-major pass over ``batches`` (each (B, T) int64 token ids):
+    ``states[b]`` the hidden states entering decoder layer 0 for batch ``b`` ((B, T, hidden), the model's
+    dtype; the only copy, on the CPU with ``offload``, else on ``device`` or where the embeddings ran) and
+    ``layer_kwargs[b][l]`` the keyword arguments decoder layer ``l`` receives for that batch
+    (:func:`capture_layer_inputs`)."""
+    captured = capture_layer_inputs(model, batches)
+    states = [hs.cpu() if offload else hs if device is None else hs.to(device) for hs, _ in captured]
+    layer_kwargs = [kws for _, kws in captured]
+    return states, layer_kwargs
+
+
+@contextmanager
+def layer_in_turn(model: nn.Module, li: int, *, device: torch.device | str | None = None,
+                  loader: Any | None = None) -> Iterator[tuple[nn.Module, torch.device]]:
+    """``(decoder layer li, the device it runs on)`` for the duration of the block: read from the checkpoint
+    first when a ``loader`` (:class:`caldera.pipeline.partial.LazyLayers`) is given and moved to ``device``
+    (default: where it is); moved back and released (``loader.release``) after, also on an error."""
+    layer = decoder_layers(model)[li]
+    if loader is not None:
+        loader.load(li)
+    try:
+        home = next(layer.parameters()).device
+        run_on = home if device is None else torch.device(device)
+        if run_on != home:
+            layer.to(run_on)
+        try:
+            yield layer, run_on
+        finally:
+            if run_on != home:
+                layer.to(home)
+    finally:
+        if loader is not None:
+            loader.release(li)
+
+
 def _advance(layer: nn.Module, states: list[Tensor], kwargs: list[dict[str, Any]], device: torch.device) -> None:
     """Run ``layer`` on every batch buffer of ``states`` and overwrite each buffer with its output, in place
     (the layer's inputs and outputs are never both held in full; buffers may live off ``device``)."""
@@ -405,38 +443,26 @@ def collect_hessians(
         was_training = model.training
         model.eval()
         try:
-            batches = calibration_ids.split(batch_size)
-            captured = capture_layer_inputs(model, batches)
-            # one buffer per batch, the only copy of the hidden states (the capture's references are dropped)
-            states = [hs.cpu() if offload else hs if device is None else hs.to(device) for hs, _ in captured]
-            layer_kwargs = [kws for _, kws in captured]
-            del captured
+            # one buffer per batch, the only copy of the hidden states
+            states, layer_kwargs = initial_states(model, calibration_ids.split(batch_size), device=device,
+                                                  offload=offload)
             last = max(todo)
             bar = tqdm(total=len(todo), desc="hessians", unit="layer", disable=not progress)
             for li in range(last + 1):
-                layer = all_layers[li]
-                if loader is not None:
-                    loader.load(li)
-                home = next(layer.parameters()).device
-                run_on = home if device is None else torch.device(device)
-                if run_on != home:
-                    layer.to(run_on)
                 accs: dict[str, HessianAccumulator] = {}
-                handles = []
-                if li in todo:
-                    for g, (path, _) in GROUPS.items():
-                        mod = layer.get_submodule(path)
-                        acc = accs[g] = HessianAccumulator(mod.in_features, device=mod.weight.device)
-                        handles.append(mod.register_forward_pre_hook(lambda _m, args, _acc=acc: _acc.update(args[0])))
-                try:
-                    _advance(layer, states, [kws[li] for kws in layer_kwargs], run_on)
-                finally:
-                    for h in handles:
-                        h.remove()
-                    if run_on != home:
-                        layer.to(home)
-                    if loader is not None:
-                        loader.release(li)
+                with layer_in_turn(model, li, device=device, loader=loader) as (layer, run_on):
+                    handles = []
+                    if li in todo:
+                        for g, (path, _) in GROUPS.items():
+                            mod = layer.get_submodule(path)
+                            acc = accs[g] = HessianAccumulator(mod.in_features, device=mod.weight.device)
+                            handles.append(
+                                mod.register_forward_pre_hook(lambda _m, args, _acc=acc: _acc.update(args[0])))
+                    try:
+                        _advance(layer, states, [kws[li] for kws in layer_kwargs], run_on)
+                    finally:
+                        for h in handles:
+                            h.remove()
                 if li in todo:
                     tensors: dict[str, Tensor] = {}
                     for g, acc in accs.items():

@@ -228,6 +228,21 @@ def test_optional_key_is_recorded_only_when_given():
     assert EvalSettings.from_block(cfg).as_block()["ppl"]["wiki"]["n_windows"] is None
 
 
+@pytest.mark.parametrize("name", CONFIGS)
+def test_stream_layers_defaults_to_auto_and_enters_the_eval_block_only_when_given(name):
+    """eval.stream_layers (layer-streamed evaluation) defaults to auto; a config that does not name it records
+    exactly the eval block it recorded before the key existed (the plan's record and the evaluation jobs'
+    rerun triggers), so no output of an existing config changes."""
+    block = load(name)["eval"]
+    ev = EvalSettings.from_block(block)
+    assert ev.stream_layers == "auto" and "stream_layers" not in ev.as_block()
+    assert set(ev.as_block()) == set(block) | {"weights"}
+    for mode in ("auto", "always", "never"):
+        assert EvalSettings.from_block({**block, "stream_layers": mode}).as_block()["stream_layers"] == mode
+    with pytest.raises(ValueError, match=r"eval.stream_layers: expected one of \['auto', 'always', 'never'\]"):
+        EvalSettings.from_block({**block, "stream_layers": True})
+
+
 def test_settings_objects_are_frozen_and_pickle():
     """Snakemake pickles a `script:` job's params: each settings object must survive it unchanged."""
     import pickle
