@@ -301,8 +301,11 @@ def plan_time_errors(config: dict[str, Any]) -> list[str]:
                           f"{sorted('asset:' + k for k in MODEL_ASSETS)} (or a hub id / local folder)")  # fmt: skip
     local = config.get("local_data")
     if local is not None and not (Path(local) / "text").is_dir():
+        # paper_local --out DIR writes DIR/data (this key's folder) beside DIR/models
         errors.append(f"local_data: {local!r} is not a folder of local datasets; write it with "
-                      f"`python -m caldera.experiments.paper_local --out {local}` (or local_data: null: the hub)")
+                      f"`python -m caldera.experiments.paper_local --out {Path(local).parent}` (it writes "
+                      f"{Path(local).parent / 'data'} and {Path(local).parent / 'models'}; or local_data: null: the "
+                      "hub)")
     tasks = config["eval"]["zeroshot"]["tasks"]
     norm = [t if t.startswith("caldera_") else f"caldera_{t}" for t in tasks]
     dup = sorted({t for t, n in zip(tasks, norm, strict=True) if norm.count(n) > 1})

@@ -62,8 +62,9 @@ def _set(cfg: dict, path: str, value) -> None:
 # (edit on config/smoke.yaml, words the error must contain)
 BAD = {
     "typo-top-level": ("layer", [1], "'layer' was unexpected"),
-    "local-data-missing": ("local_data", "no/such/folder", "local_data: 'no/such/folder' is not a folder of local "
-                           "datasets; write it with `python -m caldera.experiments.paper_local --out no/such/folder`"),
+    "local-data-missing": ("local_data", "no/such/data", "local_data: 'no/such/data' is not a folder of local "
+                           "datasets; write it with `python -m caldera.experiments.paper_local --out no/such` (it "
+                           "writes no/such/data and no/such/models"),
     "no-name": (None, "name", "'name' is a required property"),
     "typo-calibration": ("calibration.n_sample", 8, "'n_sample' was unexpected"),
     "typo-method": ("methods.caldera.param", {}, "'param' was unexpected"),
