@@ -273,8 +273,11 @@ def extra_method_claims(tables: dict[str, dict[str, Any]]) -> list[dict[str, Any
     """Each ``extra_methods`` row with measured bits against CALDERA and against QuIP# at the nearest average bits
     (the paper's formula; rows of the same stand-in), decided on Wiki2 perplexity by the paired interval of
     :func:`_decide_ppl_pair` (the extra method first: "holds" = it has the lower perplexity). One claim per
-    distinct pair of variants, every table that holds it in its source."""
+    distinct pair of variants, each table that holds it named once in its source; the compared row is named by
+    its variant (one variant can fill several paper rows of a table, e.g. the 7B, 13B and 70B rows of one
+    stand-in)."""
     found: dict[tuple, dict[str, Any]] = {}
+    tables_of: dict[tuple, list[str]] = {}
     for name, tab in tables.items():
         rows = [r for r in _ppl_rows(tab) if r["ours"].get("avg_bits") is not None]
         by_variant = {r["variant"]: r for r in rows}
@@ -289,14 +292,17 @@ def extra_method_claims(tables: dict[str, dict[str, Any]]) -> list[dict[str, Any
                                                         r["variant"]))
                 key = (x["variant"], o["variant"])
                 if key in found:
-                    found[key]["source"] += f", {name}"
+                    if name not in tables_of[key]:
+                        tables_of[key].append(name)
+                        found[key]["source"] = f"{', '.join(tables_of[key])} (extra_methods)"
                     continue
                 verdict, numbers, sdd, *ivs = _decide_ppl_pair(tab, x["variant"], o["variant"])
                 what = (f"beats uniform-rank CALDERA at equal bits in Wiki2 perplexity ({xb:.2f} vs "
-                        f"{o['ours']['avg_bits']:.2f} bits by the App. E.5 formula: the row beside it, {o['method']} "
-                        f"k={o['rank']} B_LR={o['b_lr']})" if beside is not None else
+                        f"{o['ours']['avg_bits']:.2f} bits by the App. E.5 formula: the row beside it, "
+                        f"{o['variant']}, CALDERA k={o['rank']} B_LR={o['b_lr']})" if beside is not None else
                         f"beats {family} at the nearest bits in Wiki2 perplexity ({xb:.2f} vs "
-                        f"{o['ours']['avg_bits']:.2f} bits: {o['method']} k={o['rank']})")
+                        f"{o['ours']['avg_bits']:.2f} bits: {o['variant']}, {family} k={o['rank']})")
+                tables_of[key] = [name]
                 found[key] = {"claim": f"{label} {what}", "source": f"{name} (extra_methods)", "verdict": verdict,
                               "numbers": numbers, "sdd": sdd, "intervals": ivs[0] if ivs else []}
     return list(found.values())

@@ -489,11 +489,35 @@ def test_an_extra_method_is_compared_with_caldera_and_quip_at_the_nearest_bits()
     assert len(claims) == 2  # against CALDERA and against QuIP#; the dense extra row (no bits) is left out
     cal, quip = claims
     assert cal["claim"] == ("rtn-3bit beats CALDERA at the nearest bits in Wiki2 perplexity (3.00 vs 2.37 bits: "
-                            "CALDERA (7B) k=64)")  # 16-bit k=64 (2.37) is nearer 3.00 than 4-bit k=128 (2.18)
+                            "c16-r8, CALDERA k=64)")  # 16-bit k=64 (2.37) is nearer 3.00 than 4-bit k=128 (2.18)
     assert cal["verdict"] == "fails" and "ppl rtn3 / c16-r8: ×1.029" in cal["numbers"]  # 36 / 35 on every window
     assert quip["claim"].startswith("rtn-3bit beats QuIP# at the nearest bits") and quip["verdict"] == "holds"
-    assert cal["source"] == "table1_llama2_zeroshot (extra_methods), table7_mistral"
+    assert cal["source"] == "table1_llama2_zeroshot, table7_mistral (extra_methods)"
     assert cal["intervals"] and cal["intervals"][0]["kind"] == "ppl ratio"
+
+
+def test_a_pair_in_several_rows_of_a_table_names_the_table_once_and_no_paper_model():
+    """One stand-in variant fills the 7B, 13B and 70B rows of Table 1, and an extra method's row stands beside each
+    (``extra_methods[].beside``): one claim, its source naming each table once, labelled by the variant, not by
+    the last row's paper model."""
+    from caldera.experiments.claims import extra_method_claims
+
+    def table(models):
+        tab = _extra_table(36.0)
+        cal, x = tab["rows"][2], next(r for r in tab["rows"] if r["variant"] == "rtn3")
+        rows = [r for r in tab["rows"] if r is not cal and r is not x]
+        for m in models:
+            rows += [{**cal, "method": f"CALDERA ({m})", "paper_model": f"llama-2-{m.lower()}"},
+                     {**x, "beside": "c4-r16"}]
+        tab["rows"] = rows
+        return tab
+
+    claims = extra_method_claims({"table1_llama2_zeroshot": table(["7B", "13B", "70B"]),
+                                  "table7_mistral": table(["7B"])})
+    beside = [c for c in claims if "the row beside it" in c["claim"]]
+    assert len(beside) == 1
+    assert beside[0]["source"] == "table1_llama2_zeroshot, table7_mistral (extra_methods)"
+    assert "(70B)" not in beside[0]["claim"] and "the row beside it, c4-r16, CALDERA k=128 B_LR=4" in beside[0]["claim"]
 
 
 def test_extra_method_claims_reach_check():
