@@ -304,13 +304,14 @@ def build_tasks(tasks=TASKS, max_docs: int | None = None, task_manager=None) -> 
 
 def zeroshot(
     model, tokenizer, tasks=TASKS, limit: int | float | None = None, batch_size: int = 8, trim_logits: bool = True,
-    *, streamed: bool = False, loader=None, offload: bool = False,
+    *, lm_class=None, lm_kwargs: dict | None = None,
 ) -> dict:
     """Evaluate an in-memory causal LM on local lm-eval tasks (0-shot).
 
-    ``streamed``: run the requests layer-major, one decoder layer at a time (:func:`caldera.eval.streamed.
-    streamed_lm_class`; ``loader``: the model's :class:`~caldera.pipeline.partial.LazyLayers`, ``offload``: hold
-    the hidden states on the CPU); the results are those of the in-memory path.
+    ``lm_class`` / ``lm_kwargs``: another lm-eval LM class built on :func:`continuation_lm_class` and its extra
+    constructor arguments, e.g. :func:`caldera.eval.streamed.streamed_lm_class` with ``{"loader": lazy,
+    "offload": ...}`` to run the requests layer-major, one decoder layer at a time (the same results as the
+    in-memory path). This module does not import the streamed one (it imports this).
 
     ``trim_logits`` (default) computes the LM head only at the scored positions
     (:func:`continuation_lm_class`; same scores, less work); ``False`` runs lm-eval's plain ``HFLM``.
@@ -332,11 +333,8 @@ def zeroshot(
     tm = make_task_manager(limit if isinstance(limit, int) else None)
     task_objs = build_tasks(tasks, task_manager=tm)
     names = list(task_objs)
-    if streamed:
-        from caldera.eval.streamed import streamed_lm_class
-
-        lm = streamed_lm_class()(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, loader=loader,
-                                 offload=offload)
+    if lm_class is not None:
+        lm = lm_class(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, **(lm_kwargs or {}))
     else:
         lm_class = continuation_lm_class() if trim_logits else HFLM
         lm = lm_class(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)

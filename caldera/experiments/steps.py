@@ -358,7 +358,11 @@ def eval_zeroshot(settings: EvalSettings, v: Variant, mdl, tok, out: str, *, loa
 
     zs = settings.zeroshot
     t0 = time.perf_counter()
-    stream = {} if loader is None else {"streamed": True, "loader": loader, "offload": offload}
+    stream = {}
+    if loader is not None:
+        from caldera.eval.streamed import streamed_lm_class
+
+        stream = {"lm_class": streamed_lm_class(), "lm_kwargs": {"loader": loader, "offload": offload}}
     res = zeroshot(mdl, tok, tasks=zs.tasks, limit=zs.limit, batch_size=zs.batch_size, **stream)
     res = {"variant": v.id, "limit": zs.limit, "results": res, "wall_s": time.perf_counter() - t0}
     write_json(out, res)

@@ -23,7 +23,7 @@ leaves a file that looks complete; a rerun skips layers whose artifact exists an
 
 Memory: the hidden states of all calibration sequences are held once (N × T × hidden in the model's dtype;
 9.4 MB for SmolLM2-135M in fp32 at 16 × 256, 8.6 GB for LLaMa-2 7B in fp16 at 256 × 4096): one buffer per
-batch, overwritten in place by each layer's output (:func:`_advance`), so a layer's inputs and outputs are
+batch, overwritten in place by each layer's output (:func:`advance_layer`), so a layer's inputs and outputs are
 never both held in full. ``offload=True`` keeps these buffers in CPU memory and moves one batch at a time to
 the layers' device; ``device`` runs each decoder layer there (moved in for its pass, moved back after) while
 the model stays where it is, so only one layer's weights and one batch occupy the accelerator; ``loader``
@@ -369,7 +369,7 @@ def layer_in_turn(model: nn.Module, li: int, *, device: torch.device | str | Non
             loader.release(li)
 
 
-def _advance(layer: nn.Module, states: list[Tensor], kwargs: list[dict[str, Any]], device: torch.device) -> None:
+def advance_layer(layer: nn.Module, states: list[Tensor], kwargs: list[dict[str, Any]], device: torch.device) -> None:
     """Run ``layer`` on every batch buffer of ``states`` and overwrite each buffer with its output, in place
     (the layer's inputs and outputs are never both held in full; buffers may live off ``device``)."""
     for hs, kws in zip(states, kwargs):
@@ -459,7 +459,7 @@ def collect_hessians(
                             handles.append(
                                 mod.register_forward_pre_hook(lambda _m, args, _acc=acc: _acc.update(args[0])))
                     try:
-                        _advance(layer, states, [kws[li] for kws in layer_kwargs], run_on)
+                        advance_layer(layer, states, [kws[li] for kws in layer_kwargs], run_on)
                     finally:
                         for h in handles:
                             h.remove()

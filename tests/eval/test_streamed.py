@@ -131,8 +131,8 @@ def test_streamed_zeroshot_gives_the_in_memory_scores(tmp_path, make):
 
 @pytest.mark.usefixtures("prepared")
 def test_streamed_zeroshot_tasks_match(tmp_path):
-    """zeroshot(..., streamed=True) on the fixture tasks: the accuracies and per-document log-likelihoods of
-    the in-memory path."""
+    """zeroshot(..., lm_class=S.streamed_lm_class()) on the fixture tasks: the accuracies and per-document
+    log-likelihoods of the in-memory path."""
     pytest.importorskip("lm_eval")
     from caldera.eval import zeroshot as zs
     from tests.eval.test_zeroshot import byte_tokenizer
@@ -143,7 +143,8 @@ def test_streamed_zeroshot_tasks_match(tmp_path):
     tasks = ["piqa", "caldera_winogrande", "arc_easy"]
     want = zs.zeroshot(model, tok, tasks=tasks, limit=3, batch_size=4)
     lazy = LazyLayers.open(tmp_path / "m")
-    got = zs.zeroshot(lazy.model, tok, tasks=tasks, limit=3, batch_size=4, streamed=True, loader=lazy)
+    got = zs.zeroshot(lazy.model, tok, tasks=tasks, limit=3, batch_size=4, lm_class=S.streamed_lm_class(),
+                      lm_kwargs={"loader": lazy})
     assert lazy.stats["loaded"] == [0, 1, 2]  # all tasks' requests in one layer-major pass
     for name in want["tasks"]:
         assert got["tasks"][name]["acc"] == want["tasks"][name]["acc"]
