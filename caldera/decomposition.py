@@ -263,6 +263,7 @@ def _decompose(
     trace: list[dict[str, Any]] = []
     best: tuple | None = None
     done: set[str] = set()
+    basis: Tensor | None = None  # svd="warm": the last LPLR call's right Ritz vectors (its next start)
 
     for t in range(cfg.outer_iters):
         for step in steps:
@@ -283,9 +284,9 @@ def _decompose(
             else:
                 res = lplr_factorize(
                     Wr - Qb.Q, ctx.sqrt, k, qL, qR, cfg.inner_iters, sweep=cfg.lplr_sweep, svd=cfg.svd,
-                    generator=gen, Y=Y,
+                    generator=gen, Y=Y, start=basis,
                 )
-                L, R, L_sc, R_sc = res.L, res.R, res.L_codes, res.R_codes
+                L, R, L_sc, R_sc, basis = res.L, res.R, res.L_codes, res.R_codes, res.basis
                 entry["lplr_errors"] = res.errors
                 # ‖(LR − (W − Q))Xᵀ‖² is LPLR's own objective: no second O(n d²) evaluation needed
                 entry["error"] = (res.sq_error / denom) ** 0.5

@@ -42,7 +42,9 @@ def _check_block(quantizer: Quantizer, d: int) -> None:
         raise ValueError(f"W has {d} columns; BlockLDLQ needs a multiple of {LDL_BLOCK} (pad the layer)")
 
 
-def block_ldlq(W: Tensor, L: Tensor, quantizer: Quantizer, buffer: int = 128) -> tuple[Tensor, Tensor]:
+def block_ldlq(
+    W: Tensor, L: Tensor, quantizer: Quantizer, buffer: int = 128, fused: bool = True
+) -> tuple[Tensor, Tensor]:
     """BlockLDLQ in reverse block order, in codebook units.
 
     Args:
@@ -50,6 +52,10 @@ def block_ldlq(W: Tensor, L: Tensor, quantizer: Quantizer, buffer: int = 128) ->
         L: (d, d) unit block-lower-triangular factor of H (``block_ldl``).
         quantizer: any :class:`Quantizer` whose block size divides 8.
         buffer: columns per lazily-updated chunk (a multiple of 8).
+        fused: run the blocks of each chunk in one compiled call where the quantizer has one (E8P with
+            the Numba backend, CPU tensors; other quantizers and devices take the loop): the same recurrence,
+            with the in-chunk feedback summed per row in float64 instead of by float32 matmuls, so a code can
+            differ from the loop's only at a float tie. ``False`` forces the loop.
     Returns:
         W_hat: (n, d) float32 codewords; codes: (n, d // quantizer.block_size).
     """
@@ -62,11 +68,22 @@ def block_ldlq(W: Tensor, L: Tensor, quantizer: Quantizer, buffer: int = 128) ->
     delta = torch.zeros_like(W)  # W − Ŵ for finished blocks
     W_hat = torch.empty_like(W)
     codes: list[Tensor | None] = [None] * (d // g)
+    fused = fused and getattr(quantizer, "fused_ldlq_available", lambda x: False)(W)
     for cs in reversed(range(0, d, buffer)):
         ce = min(cs + buffer, d)
         Wc = W[:, cs:ce].clone()
         if ce < d:
             Wc += delta[:, ce:] @ L[ce:, cs:ce]
+        if fused:  # the block loop below, compiled (E8P on the CPU)
+            c = ce - cs
+            Wh, dl = torch.empty(n, c, device=W.device), torch.empty(n, c, device=W.device)
+            cc = torch.empty(n, c // g, dtype=torch.int32, device=W.device)
+            quantizer.fused_ldlq_chunk(Wc, L[cs:ce, cs:ce].contiguous(), W[:, cs:ce].contiguous(), Wh, dl, cc)
+            W_hat[:, cs:ce] = Wh
+            delta[:, cs:ce] = dl
+            for j in range(c // g):
+                codes[cs // g + j] = cc[:, j : j + 1]
+            continue
         for bs in reversed(range(cs, ce, g)):
             be = bs + g
             x = Wc[:, bs - cs : be - cs]

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from caldera.quantizers.base import Quantizer, ScaledCodes, dequantize_scaled, quantize_scaled
-from caldera.regression import HessianSqrt, top_k_svd
+from caldera.regression import HessianSqrt, top_k_svd, warm_top_k_svd
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,7 @@ class LPLRResult:
     errors: list[float] = field(default_factory=list)  # relative ‖(LR − A)Xᵀ‖/‖AXᵀ‖: init, then per iteration
     best_iter: int = 0
     sq_error: float = 0.0  # ‖(LR − A)Xᵀ‖² of the best iterate (H-weighted, absolute)
+    basis: Tensor | None = None  # svd="warm": (d, k + p) right Ritz vectors of A H^{1/2}, the next call's start
 
 
 class _Objective:
@@ -83,11 +84,17 @@ def lplr_factorize(
     svd: str = "exact",
     generator: torch.Generator | None = None,
     Y: Tensor | None = None,
+    start: Tensor | None = None,
 ) -> LPLRResult:
     """Algorithm 2 on A (n, d) float32 with positive-definite H (d, d) (or its :class:`HessianSqrt`).
 
     ``Y`` may pass ``A @ hs.half`` (float32 (n, d)) when the caller already holds it (Algorithm 1 forms it
     for its error after the Q step), saving the O(n d²) product. Everything runs on A's device.
+
+    ``svd`` picks the top-k SVD of line 2: "exact", "randomized" (a Gaussian start, 4 power iterations) or
+    "warm" (:func:`caldera.regression.warm_top_k_svd`: exact without ``start``, else subspace iteration from
+    ``start``, the ``basis`` of the previous call; Algorithm 1 passes it from one outer iteration to the next,
+    where A moves only by the change of Q).
     """
     if (quant_L is None) != (quant_R is None):
         raise ValueError("quant_L and quant_R must both be quantizers or both None (16-bit factors)")
@@ -98,7 +105,11 @@ def lplr_factorize(
     A = A.float()
     Y = A @ Hh if Y is None else Y.float()
     obj = _Objective(Y, Hh)
-    Uk, Sk, Vk = top_k_svd(Y, k, method=svd, generator=generator)
+    basis = None
+    if svd == "warm":
+        Uk, Sk, Vk, basis = warm_top_k_svd(Y, k, start)
+    else:
+        Uk, Sk, Vk = top_k_svd(Y, k, method=svd, generator=generator)
     L_hat, R_hat = Uk, (Sk[:, None] * Vk.T) @ Hh_inv  # lines 2–3 (App. C.4 closed form)
 
     def rel(e: float) -> float:
@@ -107,7 +118,7 @@ def lplr_factorize(
     if quant_L is None:
         L, R = L_hat.half().float(), R_hat.half().float()
         e = obj.sq_error(L, *obj.for_R(R))
-        return LPLRResult(L, R, None, None, [rel(e)], 0, e)
+        return LPLRResult(L, R, None, None, [rel(e)], 0, e, basis)
 
     R, R_sc = _quantize(quant_R, R_hat)  # line 3
     G, AHRt = obj.for_R(R)
@@ -116,22 +127,40 @@ def lplr_factorize(
     e = obj.sq_error(L, G, AHRt)
     best = (L, R, L_sc, R_sc, e, 0)
     errors = [rel(e)]
+    # Both updates are deterministic functions of one factor: R' = f(L) (line 8), L' = g(R) (line 9). Line 4 is
+    # g(R_0), so the Jacobi sweep's first L is L_0 again, its second R is R_1 again, and so on: each factor
+    # repeats once. The last input of f, of g and of R's pieces (R H Rᵀ, A H Rᵀ) is remembered by identity,
+    # and a repeat returns the remembered output (the same tensors, bit for bit: about half the sweep's work).
+    memo: dict[str, tuple] = {"g": (R, L, L_sc), "pieces": (R, G, AHRt)}
+
+    def pieces(R: Tensor) -> tuple[Tensor, Tensor]:
+        if memo["pieces"][0] is not R:
+            memo["pieces"] = (R, *obj.for_R(R))
+        return memo["pieces"][1], memo["pieces"][2]
+
+    def f(L: Tensor) -> tuple[Tensor, ScaledCodes]:
+        """R' = Q_R(L† A): the least-squares R for L (quantized)."""
+        if "f" not in memo or memo["f"][0] is not L:
+            memo["f"] = (L, *_quantize(quant_R, _solve_spd((L.T @ L).double(), (A.T @ L).double()).T.float()))
+        return memo["f"][1], memo["f"][2]
+
+    def g(R: Tensor) -> tuple[Tensor, ScaledCodes]:
+        """L' = Q_L(A H Rᵀ (R H Rᵀ)⁻¹), quantized as L'ᵀ."""
+        if memo["g"][0] is not R:
+            Lt, sc = _quantize(quant_L, _solve_spd(*pieces(R)).T)
+            memo["g"] = (R, Lt.T, sc)
+        return memo["g"][1], memo["g"][2]
+
     for i in range(inner_iters):
-        LtL = (L.T @ L).double()
         if sweep == "jacobi":
-            R_new, R_sc_new = _quantize(quant_R, _solve_spd(LtL, (A.T @ L).double()).T.float())
-            Lt_new, L_sc_new = _quantize(quant_L, _solve_spd(G, AHRt).T)
-            L_new = Lt_new.T
+            (R_new, R_sc_new), (L_new, L_sc_new) = f(L), g(R)
         else:
-            Lt_new, L_sc_new = _quantize(quant_L, _solve_spd(G, AHRt).T)
-            L_new = Lt_new.T
-            LtL_new = (L_new.T @ L_new).double()
-            R_new, R_sc_new = _quantize(quant_R, _solve_spd(LtL_new, (A.T @ L_new).double()).T.float())
+            L_new, L_sc_new = g(R)
+            R_new, R_sc_new = f(L_new)
         L, R, L_sc, R_sc = L_new, R_new, L_sc_new, R_sc_new
-        G, AHRt = obj.for_R(R)
-        e = obj.sq_error(L, G, AHRt)
+        e = obj.sq_error(L, *pieces(R))
         errors.append(rel(e))
         if e < best[4]:
             best = (L, R, L_sc, R_sc, e, i + 1)
     L, R, L_sc, R_sc, e, it = best
-    return LPLRResult(L, R, L_sc, R_sc, errors, it, e)
+    return LPLRResult(L, R, L_sc, R_sc, errors, it, e, basis)

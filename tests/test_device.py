@@ -65,6 +65,7 @@ CONFIGS = {
     "16bit-factors": dict(rank=8, outer_iters=2, l_bits=16, r_bits=16),
     "no-ldlq-no-rht": dict(rank=8, outer_iters=2, inner_iters=2, ldlq=False, rht=False),
     "forward-randomized": dict(rank=8, outer_iters=2, inner_iters=2, ldlq_order="forward", svd="randomized"),
+    "warm-svd": dict(rank=8, outer_iters=3, inner_iters=2, svd="warm"),
     "q3": dict(rank=8, outer_iters=2, inner_iters=2, q_bits=3, l_bits=3, r_bits=3),
     "q4": dict(rank=8, outer_iters=2, inner_iters=2, q_bits=4, l_bits=2, r_bits=2),
 }

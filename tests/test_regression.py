@@ -5,7 +5,9 @@ from caldera.regression import (
     HessianSqrt,
     rank_constrained_regression,
     rank_constrained_regression_pd,
+    subspace_svd,
     top_k_svd,
+    warm_top_k_svd,
 )
 from tests.helpers import gen, llm_like
 
@@ -99,6 +101,57 @@ def test_randomized_svd_close_to_exact_and_deterministic():
     assert torch.allclose(S1, Se, rtol=1e-6)
     with pytest.raises(ValueError, match="Generator"):
         top_k_svd(W.double(), 10, method="randomized")
+
+
+def _flat_tail_matrix(m, n, k, seed):
+    """(m, n) float64 with k decaying singular values over a flat tail at 0.9 σ_k: random starts converge
+    slowly here (σ_k/σ_{k+p} close to 1), as on the first LPLR input of Algorithm 1."""
+    g = gen(seed)
+    U, _ = torch.linalg.qr(torch.randn(m, m, generator=g, dtype=torch.float64))
+    V, _ = torch.linalg.qr(torch.randn(n, n, generator=g, dtype=torch.float64))
+    r = min(m, n)
+    s = torch.full((r,), 0.9)
+    s[:k] = torch.linspace(3.0, 1.0, k)
+    s[k:] = torch.linspace(0.9, 0.8, r - k)
+    return (U[:, :r] * s.double()) @ V[:, :r].T
+
+
+def _tail_excess(Y, U, S, V, k):
+    """(‖Y − U S Vᵀ‖² − optimum) / optimum, the optimum being Σ_{i>k} σ_i² (Eckart–Young)."""
+    s = torch.linalg.svdvals(Y)
+    best = float(s[k:].pow(2).sum())
+    return (float((Y - (U * S) @ V.T).pow(2).sum()) - best) / best
+
+
+def test_warm_svd_is_exact_without_a_start_and_converges_from_a_nearby_matrixs_basis():
+    """``svd="warm"``: the first call is the exact SVD; from the basis of a nearby matrix (Y + a small change,
+    as between Algorithm 1's outer iterations) two power iterations reach the optimum, where a random start
+    with the same iterations stays measurably above it (the start is what does the work)."""
+    k = 12
+    Y0 = _flat_tail_matrix(120, 90, k, seed=3)
+    U0, S0, V0, basis = warm_top_k_svd(Y0, k, None)
+    Ue, Se, Ve = top_k_svd(Y0, k)
+    assert torch.equal(S0, Se) and torch.equal(U0, Ue) and torch.equal(V0, Ve)
+    assert basis.shape == (90, k + 16)
+    assert torch.allclose(basis.T @ basis, torch.eye(k + 16, dtype=torch.float64), atol=1e-12)
+    Y1 = Y0 + 0.002 * torch.randn(Y0.shape, generator=gen(4), dtype=torch.float64)
+    U1, S1, V1, basis1 = warm_top_k_svd(Y1, k, basis)
+    assert _tail_excess(Y1, U1, S1, V1, k) < 2e-5
+    assert torch.allclose(S1, torch.linalg.svdvals(Y1)[:k], rtol=5e-4)
+    assert basis1.shape == basis.shape
+    Ur, Sr, Vr, _ = subspace_svd(Y1, k, torch.randn(90, k + 16, generator=gen(5), dtype=torch.float64), 2)
+    assert _tail_excess(Y1, Ur, Sr, Vr, k) > 100 * max(_tail_excess(Y1, U1, S1, V1, k), 1e-9)
+
+
+def test_subspace_svd_from_an_exact_basis_is_exact_and_checks_the_start():
+    Y = _flat_tail_matrix(60, 40, 5, seed=6)
+    U, S, Vh = torch.linalg.svd(Y, full_matrices=False)
+    Us, Ss, Vs, B = subspace_svd(Y, 5, Vh[:9].T, 0)
+    assert torch.allclose(Ss, S[:5], rtol=1e-10)
+    assert torch.allclose((Us * Ss) @ Vs.T, (U[:, :5] * S[:5]) @ Vh[:5], atol=1e-10)
+    assert B.shape == (40, 9)
+    with pytest.raises(ValueError, match="start"):
+        subspace_svd(Y, 5, Vh[:4].T, 1)
 
 
 def test_bad_inputs():

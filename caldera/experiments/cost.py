@@ -317,15 +317,29 @@ def decompose_seconds(costs: dict[str, Any], n: int, d: int, cfg: Any) -> float:
     """Predicted seconds of one ``caldera_decompose`` of an (n, d) matrix with CalderaConfig ``cfg``, its
     Hessian context given (module docstring)."""
     k = cfg.rank
-    svd = "svd_randomized" if cfg.svd == "randomized" else "svd_exact"
     per_outer = predict(costs, "error", n, d, k)
     if cfg.ldlq:
         per_outer += predict(costs, "ldlq", n, d, k)
+    svd_total = 0.0
     if k:
-        per_outer += predict(costs, svd, n, d, k) + cfg.inner_iters * predict(costs, "lplr_iter", n, d, k)
+        per_outer += cfg.inner_iters * predict(costs, "lplr_iter", n, d, k)
+        if cfg.svd == "warm":  # exact once, then subspace iterations from the previous basis
+            svd_total = predict(costs, "svd_exact", n, d, k) + (cfg.outer_iters - 1) * warm_svd_share() * predict(
+                costs, "svd_randomized", n, d, k)
+        else:
+            svd_total = cfg.outer_iters * predict(
+                costs, "svd_randomized" if cfg.svd == "randomized" else "svd_exact", n, d, k)
     updates = (cfg.outer_iters - 1) if (cfg.hessian_update and cfg.ldlq and k) else 0
-    return (predict(costs, "error", n, d, k) + cfg.outer_iters * per_outer
+    return (predict(costs, "error", n, d, k) + cfg.outer_iters * per_outer + svd_total
             + updates * predict(costs, "hessian_update", n, d, k))
+
+
+def warm_svd_share() -> float:
+    """Cost of a warm subspace iteration (``svd="warm"``: 2 + 4·WARM_POWER_ITERS products with Y) relative to the
+    measured randomized SVD (4 power iterations: 2 + 4·4 products), by their count of (n, d)·(d, k + p) products."""
+    from caldera.regression import WARM_POWER_ITERS
+
+    return (2 + 4 * WARM_POWER_ITERS) / (2 + 4 * 4)
 
 
 def method_matrix_seconds(costs: dict[str, Any], method: str, cfg: Any, n: int, d: int) -> float:

@@ -443,7 +443,7 @@ class FiguresSettings(Settings):
     paper_ranks: list[int] = setting(check=list_of(integer(1), min_items=1))
     ablations: list[str] = setting(check=list_of(text, min_items=1))
     outer_iters: int = setting(check=integer(1))
-    svd: str | None = setting(None, optional(one_of("exact", "randomized")))  # None: each preset's own
+    svd: str | None = setting(None, optional(one_of("exact", "randomized", "warm")))  # None: each preset's own
     lplr_matrices: list[str] = setting(check=list_of(one_of(*LINEARS), min_items=1))
     lplr_inner_iters: int = setting(check=integer(1))
     #: Figure 3's jobs: one job for the figure, or one decomposition trace per job (caldera.experiments.figures)

@@ -450,6 +450,17 @@ BACKENDS = ("auto", "numba", "torch")
 
 
 @functools.lru_cache(maxsize=1)
+def _numba_ldlq_kernel():
+    """``(kernel, codebook, key_to_index, sum_odd, n12_abs)`` of the fused BlockLDLQ chunk, or ``None``."""
+    if _numba_kernel() is None:
+        return None
+    from .e8p_kernel import _ldlq_chunk
+
+    _, key_to_index, sum_odd, n12_abs = _numba_kernel()
+    return _ldlq_chunk, _tables().codebook.numpy(), key_to_index, sum_odd, n12_abs
+
+
+@functools.lru_cache(maxsize=1)
 def _numba_kernel():
     """``(kernel, key_to_index, sum_odd, n12_abs)`` for the compiled search, or ``None`` without Numba."""
     try:
@@ -573,6 +584,37 @@ class E8P(Quantizer):
         cpu = xf.device.type == "cpu"
         _encode_all(xf, tables_on(xf.device), codes, self.backend if cpu else "torch")
         return codes.reshape(*x.shape[:-1], x.shape[-1] // 8)
+
+    def fused_ldlq_available(self, x: Tensor) -> bool:
+        """Whether :meth:`fused_ldlq_chunk` runs for tensors like ``x`` (CPU, float32, the Numba backend)."""
+        return self.backend == "numba" and x.device.type == "cpu" and _numba_ldlq_kernel() is not None
+
+    def fused_ldlq_chunk(
+        self, Wf: Tensor, Lc: Tensor, W: Tensor, W_hat: Tensor, delta: Tensor, codes: Tensor
+    ) -> None:
+        """BlockLDLQ inside one chunk of columns, compiled (:func:`caldera.quantizers.e8p_kernel._ldlq_chunk`;
+        the shapes and the recurrence are documented there). All arguments are contiguous CPU tensors:
+        float32 ``Wf``, ``W``, ``W_hat``, ``delta`` ``(n, c)``, ``Lc`` ``(c, c)``, int32 ``codes`` ``(n, c // 8)``.
+        Rows are independent: they are split over ``torch.get_num_threads()`` threads (the kernel releases
+        the GIL), which does not change the result.
+        """
+        kernel, cb, key_to_index, sum_odd, n12_abs = _numba_ldlq_kernel()
+        n = Wf.shape[0]
+        arrays = [t.numpy() for t in (Wf, Lc, W, W_hat, delta, codes)]
+        workers = torch.get_num_threads()
+        if workers <= 1 or n < _NUMBA_SPLIT_ROWS:
+            kernel(arrays[0], arrays[1], arrays[2], cb, key_to_index, sum_odd, n12_abs, *arrays[3:])
+            return
+        step = -(-n // workers)
+        jobs = [
+            _pool(workers).submit(
+                kernel, arrays[0][a : a + step], arrays[1], arrays[2][a : a + step], cb, key_to_index, sum_odd,
+                n12_abs, arrays[3][a : a + step], arrays[4][a : a + step], arrays[5][a : a + step],
+            )
+            for a in range(0, n, step)
+        ]
+        for job in jobs:
+            job.result()
 
     def dequantize(self, codes: Tensor) -> Tensor:
         """Codewords for integer codes ``(..., m)`` in ``[0, 65535]`` (any integer dtype, e.g. the uint16 a

@@ -43,6 +43,90 @@ _CLASS_ODD = np.array([0, 1, 0, 1, 0, 0, 1], dtype=np.int64)
 
 
 @numba.njit(cache=True, nogil=True)
+def _nearest(xv, ay, rank, key_to_index, sum_odd, n12_abs):  # pragma: no cover - compiled (tested via E8P)
+    """Code of the nearest E8P codeword of one 8-vector ``xv`` (float64 ``(8,)`` holding float32 values);
+    ``ay`` (float64 ``(8,)``) and ``rank`` (int64 ``(8,)``) are scratch."""
+    digits = _CLASS_DIGITS
+    norm2 = _CLASS_NORM2
+    codd = _CLASS_ODD
+    sx = 0.0
+    for i in range(8):
+        sx += xv[i]
+    best_obj = 0.0
+    best_code = 0
+    for p in range(2):
+        shift = 0.25 if p == 0 else -0.25
+        negbits = 0
+        q = 0
+        sum_ay = 0.0
+        for i in range(8):
+            v = xv[i] - shift
+            if v < 0.0:
+                negbits |= 1 << i
+                q ^= 1
+                v = -v
+            ay[i] = v
+            sum_ay += v
+        # descending insertion sort of coordinates by |y| (stable: ties keep the lower coordinate first)
+        for i in range(8):
+            j = i
+            while j > 0 and ay[rank[j - 1]] < ay[i]:
+                rank[j] = rank[j - 1]
+                j -= 1
+            rank[j] = i
+        y1 = ay[rank[0]]
+        y2 = ay[rank[1]]
+        p4 = y1 + y2 + ay[rank[2]] + ay[rank[3]]
+        y8 = ay[rank[7]]
+        # gains relative to Σ|y| (½ on every coordinate gives 2·½·Σ|y|); parity penalty 4·½·y(8)
+        best = -1e300
+        best_c = 0
+        for c in range(7):
+            g = -norm2[c]
+            for k in range(2 if c >= 5 else 4):
+                g += 2.0 * digits[c, k] * ay[rank[k]]
+            if (codd[c] ^ q) == 1:
+                g -= 2.0 * y8
+            if g > best:
+                best = g
+                best_c = c
+        key = 0
+        for k in range(4):
+            key += digits[best_c, k] * (4 ** rank[k])
+        k_best = key_to_index[key]
+        flip = rank[7] if (codd[best_c] ^ q) == 1 else -1
+        # norm-12 patterns (3/2)⁵ ½³: Σa = 9 (odd), ‖a‖² = 12; bound without the parity penalty
+        ub = 2.0 * (p4 + ay[rank[4]]) - 12.0
+        if ub > best:
+            for j in range(n12_abs.shape[0]):
+                g = -12.0
+                m = 1e300
+                am = 0
+                for i in range(8):
+                    t = n12_abs[j, i] * ay[i]
+                    g += 2.0 * t
+                    if t < m:
+                        m = t
+                        am = i
+                g -= sum_ay  # relative to Σ|y|
+                if q == 0:  # Σa odd and an even number of negatives: one sign must flip
+                    g -= 4.0 * m
+                if g > best:
+                    best = g
+                    k_best = 227 + j
+                    flip = am if q == 0 else -1
+        obj = sum_ay + best + (0.5 * sx if p == 0 else -0.5 * sx)
+        bits = negbits
+        if flip >= 0:
+            bits ^= 1 << flip
+        low = bits ^ (sum_odd[k_best] << 7) ^ p
+        if p == 0 or obj > best_obj:
+            best_obj = obj
+            best_code = (k_best << 8) | low
+    return best_code
+
+
+@numba.njit(cache=True, nogil=True)
 def _encode_rows(x, key_to_index, sum_odd, n12_abs, out):  # pragma: no cover - compiled (tested via E8P)
     """Codes of the nearest E8P codewords of the rows of ``x`` (float32 ``(n, 8)``) into ``out`` (int32 ``(n,)``).
 
@@ -50,84 +134,55 @@ def _encode_rows(x, key_to_index, sum_odd, n12_abs, out):  # pragma: no cover - 
     ``sum_odd`` (int64 ``(256,)``); ``n12_abs`` (float64 ``(29, 8)``, rows 227..255 of S).
     """
     n = x.shape[0]
+    xv = np.empty(8)
     ay = np.empty(8)
     rank = np.empty(8, dtype=np.int64)
-    digits = _CLASS_DIGITS
-    norm2 = _CLASS_NORM2
-    codd = _CLASS_ODD
     for r in range(n):
-        sx = 0.0
         for i in range(8):
-            sx += np.float64(x[r, i])
-        best_obj = 0.0
-        best_code = 0
-        for p in range(2):
-            shift = 0.25 if p == 0 else -0.25
-            negbits = 0
-            q = 0
-            sum_ay = 0.0
+            xv[i] = np.float64(x[r, i])
+        out[r] = _nearest(xv, ay, rank, key_to_index, sum_odd, n12_abs)
+
+
+@numba.njit(cache=True, nogil=True)
+def _ldlq_chunk(
+    Wf, Lc, W, codebook, key_to_index, sum_odd, n12_abs, W_hat, delta, codes
+):  # pragma: no cover - compiled (tested via caldera.ldlq)
+    """BlockLDLQ inside one chunk of c columns (c % 8 == 0), rows independent, blocks last to first.
+
+    ``Wf`` (float32 ``(n, c)``): the chunk's columns with the feedback of the later chunks already added;
+    ``Lc`` (float32 ``(c, c)``): the chunk's diagonal block of the LDL factor;
+    ``W`` (float32 ``(n, c)``): the chunk's own columns. Per row and block k, from the last block:
+    ``x = Wf_k + Σ_{j > k in the chunk} δ_j L_{j,k}`` (summed in float64, rounded to float32), code = the
+    nearest E8P codeword of x, ``Ŵ_k`` = that codeword, ``δ_k = W_k − Ŵ_k``. Writes ``W_hat`` and ``delta``
+    (float32 ``(n, c)``) and ``codes`` (int32 ``(n, c // 8)``).
+    """
+    n, c = Wf.shape
+    nb = c // 8
+    xv = np.empty(8)
+    ay = np.empty(8)
+    acc = np.empty(8)
+    rank = np.empty(8, dtype=np.int64)
+    for r in range(n):
+        for b in range(nb - 1, -1, -1):
+            lo = 8 * b
+            hi = lo + 8
+            a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
+            for j in range(hi, c):  # the 8 sums are independent (kept in registers), each in j order
+                dj = np.float64(delta[r, j])
+                a0 += dj * Lc[j, lo]
+                a1 += dj * Lc[j, lo + 1]
+                a2 += dj * Lc[j, lo + 2]
+                a3 += dj * Lc[j, lo + 3]
+                a4 += dj * Lc[j, lo + 4]
+                a5 += dj * Lc[j, lo + 5]
+                a6 += dj * Lc[j, lo + 6]
+                a7 += dj * Lc[j, lo + 7]
+            acc[0], acc[1], acc[2], acc[3], acc[4], acc[5], acc[6], acc[7] = a0, a1, a2, a3, a4, a5, a6, a7
             for i in range(8):
-                v = np.float64(x[r, i]) - shift
-                if v < 0.0:
-                    negbits |= 1 << i
-                    q ^= 1
-                    v = -v
-                ay[i] = v
-                sum_ay += v
-            # descending insertion sort of coordinates by |y| (stable: ties keep the lower coordinate first)
+                xv[i] = np.float64(np.float32(np.float64(Wf[r, lo + i]) + acc[i]))
+            code = _nearest(xv, ay, rank, key_to_index, sum_odd, n12_abs)
+            codes[r, b] = code
             for i in range(8):
-                j = i
-                while j > 0 and ay[rank[j - 1]] < ay[i]:
-                    rank[j] = rank[j - 1]
-                    j -= 1
-                rank[j] = i
-            y1 = ay[rank[0]]
-            y2 = ay[rank[1]]
-            p4 = y1 + y2 + ay[rank[2]] + ay[rank[3]]
-            y8 = ay[rank[7]]
-            # gains relative to Σ|y| (½ on every coordinate gives 2·½·Σ|y|); parity penalty 4·½·y(8)
-            best = -1e300
-            best_c = 0
-            for c in range(7):
-                g = -norm2[c]
-                for k in range(2 if c >= 5 else 4):
-                    g += 2.0 * digits[c, k] * ay[rank[k]]
-                if (codd[c] ^ q) == 1:
-                    g -= 2.0 * y8
-                if g > best:
-                    best = g
-                    best_c = c
-            key = 0
-            for k in range(4):
-                key += digits[best_c, k] * (4 ** rank[k])
-            k_best = key_to_index[key]
-            flip = rank[7] if (codd[best_c] ^ q) == 1 else -1
-            # norm-12 patterns (3/2)⁵ ½³: Σa = 9 (odd), ‖a‖² = 12; bound without the parity penalty
-            ub = 2.0 * (p4 + ay[rank[4]]) - 12.0
-            if ub > best:
-                for j in range(n12_abs.shape[0]):
-                    g = -12.0
-                    m = 1e300
-                    am = 0
-                    for i in range(8):
-                        t = n12_abs[j, i] * ay[i]
-                        g += 2.0 * t
-                        if t < m:
-                            m = t
-                            am = i
-                    g -= sum_ay  # relative to Σ|y|
-                    if q == 0:  # Σa odd and an even number of negatives: one sign must flip
-                        g -= 4.0 * m
-                    if g > best:
-                        best = g
-                        k_best = 227 + j
-                        flip = am if q == 0 else -1
-            obj = sum_ay + best + (0.5 * sx if p == 0 else -0.5 * sx)
-            bits = negbits
-            if flip >= 0:
-                bits ^= 1 << flip
-            low = bits ^ (sum_odd[k_best] << 7) ^ p
-            if p == 0 or obj > best_obj:
-                best_obj = obj
-                best_code = (k_best << 8) | low
-        out[r] = best_code
+                q = codebook[code, i]
+                W_hat[r, lo + i] = q
+                delta[r, lo + i] = W[r, lo + i] - q

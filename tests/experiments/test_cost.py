@@ -92,6 +92,22 @@ def test_estimate_scales_with_the_config():
     assert m70 > 5 * m7
 
 
+def test_warm_svd_costs_one_exact_svd_and_cheaper_subspace_iterations():
+    """svd="warm": the exact SVD once per decomposition (T_out = 1: the exact run's cost), then T_out − 1 warm
+    subspace iterations priced at 10/18 of a measured randomized SVD (their products with Y)."""
+    from caldera.config import CalderaConfig
+
+    costs = _fake_costs()
+    n, d = 4096, 11008
+    cfg = CalderaConfig.preset("paper", rank=256)
+    sec = {s: C.decompose_seconds(costs, n, d, cfg.replace(svd=s)) for s in ("exact", "randomized", "warm")}
+    one = {s: C.decompose_seconds(costs, n, d, cfg.replace(svd=s, outer_iters=1)) for s in ("exact", "warm")}
+    assert one["warm"] == pytest.approx(one["exact"])
+    exact, rand = (C.predict(costs, f"svd_{s}", n, d, 256) for s in ("exact", "randomized"))
+    assert sec["exact"] - sec["warm"] == pytest.approx(14 * (exact - rand * 10 / 18))
+    assert sec["randomized"] < sec["warm"] < sec["exact"]
+
+
 def test_slurm_profile_memory_and_gpus_come_from_caldera_cost():
     """The SLURM profile's mem_mb and gpu requests are `caldera cost --device cuda --slurm`'s (memory needs no
     timings); every rule that runs the engine or a forward gets a GPU."""
