@@ -6,8 +6,8 @@ tree that holds this script)::
     CALDERA_ROOT=/path/to/tree python benchmarks/compare_engine.py --shapes 4096x4096 --outer 2 --out x.json
 
 Inputs: ``caldera.synthetic.llm_like(n, d, seed=0)`` (the same (W, H) for every tree). Settings: the
-``paper`` preset with rank 256, 4-bit factors, T_in = 10 and ``--outer`` outer iterations (reduced from
-T_out = 15; iteration 0 runs without the Hessian update, later ones with it, so a full run is
+``paper`` preset with rank 256, 4-bit factors, T_in = 10, the config seeds ``--seeds`` and ``--outer`` outer
+iterations (15 is the paper's T_out; iteration 0 runs without the Hessian update, later ones with it, so a run is
 ``prepare + it0 + 14 · it1``). Prints and writes JSON: preparation time (regularize, RHT, factorizations of
 H), the wall and process CPU time of every outer iteration, and the relative data-aware error after them.
 """
@@ -33,10 +33,12 @@ from caldera.decomposition import HessianContext  # noqa: E402
 from caldera.synthetic import llm_like  # noqa: E402
 
 
-def run(n: int, d: int, outer: int, svd: str | None) -> dict:
+def run(n: int, d: int, outer: int, svd: str | None, seed: int = 0) -> dict:
     W, H = llm_like(n, d, seed=0)
     over = {"svd": svd} if svd else {}
-    cfg = CalderaConfig.preset("paper", rank=256, l_bits=4, r_bits=4, outer_iters=outer, inner_iters=10, **over)
+    cfg = CalderaConfig.preset(
+        "paper", rank=256, l_bits=4, r_bits=4, outer_iters=outer, inner_iters=10, seed=seed, **over
+    )
     t0 = time.perf_counter()
     ctx = HessianContext.prepare(H, rht=cfg.rht, seed=cfg.seed, sigma_reg=cfg.sigma_reg)
     prep = time.perf_counter() - t0
@@ -63,6 +65,8 @@ def main() -> None:
     ap.add_argument("--shapes", default="4096x4096,11008x4096,4096x11008")
     ap.add_argument("--outer", type=int, default=2)
     ap.add_argument("--svd", default=None)
+    ap.add_argument("--seeds", default="0", help="the config's seeds (RHT signs, random draws), comma-separated: "
+                    "the same (W, H), the compression's own randomness varied")
     ap.add_argument("--out", default=None)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     a = ap.parse_args()
@@ -72,9 +76,10 @@ def main() -> None:
            "machine": platform.processor() or platform.machine(), "runs": []}
     for s in a.shapes.split(","):
         n, d = map(int, s.split("x"))
-        r = run(n, d, a.outer, a.svd)
-        print(json.dumps({k: v for k, v in r.items() if k != "config"}), flush=True)
-        res["runs"].append(r)
+        for seed in map(int, a.seeds.split(",")):
+            r = run(n, d, a.outer, a.svd, seed)
+            print(json.dumps({k: v for k, v in r.items() if k != "config"}), flush=True)
+            res["runs"].append(r)
     if a.out:
         with open(a.out, "w") as f:
             json.dump(res, f, indent=1)
