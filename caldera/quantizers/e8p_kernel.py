@@ -166,18 +166,12 @@ def _ldlq_chunk(
         for b in range(nb - 1, -1, -1):
             lo = 8 * b
             hi = lo + 8
-            a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
-            for j in range(hi, c):  # the 8 sums are independent (kept in registers), each in j order
+            for i in range(8):
+                acc[i] = 0.0
+            for j in range(hi, c):  # j outermost: the 8 sums are independent, each in j order
                 dj = np.float64(delta[r, j])
-                a0 += dj * Lc[j, lo]
-                a1 += dj * Lc[j, lo + 1]
-                a2 += dj * Lc[j, lo + 2]
-                a3 += dj * Lc[j, lo + 3]
-                a4 += dj * Lc[j, lo + 4]
-                a5 += dj * Lc[j, lo + 5]
-                a6 += dj * Lc[j, lo + 6]
-                a7 += dj * Lc[j, lo + 7]
-            acc[0], acc[1], acc[2], acc[3], acc[4], acc[5], acc[6], acc[7] = a0, a1, a2, a3, a4, a5, a6, a7
+                for i in range(8):
+                    acc[i] += dj * Lc[j, lo + i]
             for i in range(8):
                 xv[i] = np.float64(np.float32(np.float64(Wf[r, lo + i]) + acc[i]))
             code = _nearest(xv, ay, rank, key_to_index, sum_odd, n12_abs)
