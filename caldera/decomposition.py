@@ -39,6 +39,7 @@ from caldera.lplr import lplr_factorize
 from caldera.quantizers import quantizer_for_bits
 from caldera.quantizers.base import ScaledCodes
 from caldera.regression import HessianSqrt
+from caldera.triangular import lower_matmul, matmul_lower
 from caldera.validation import check_rank, check_W_H
 
 
@@ -120,8 +121,8 @@ def hessian_update(H: Tensor, L: Tensor, R: Tensor, sigma_reg: float, M: Tensor 
     if M is None:
         M = cholesky_or_raise(H)
     _, RL = torch.linalg.qr(L.double())
-    _, _, Vh = torch.linalg.svd(RL @ (R.double() @ M), full_matrices=False)
-    MV = M @ Vh.T
+    _, _, Vh = torch.linalg.svd(RL @ matmul_lower(R.double(), M), full_matrices=False)
+    MV = lower_matmul(M, Vh.T)
     Ht = H - MV @ MV.T
     Ht.diagonal().add_(sigma_reg * float(Ht.diagonal().mean()))
     return Ht
@@ -240,18 +241,17 @@ def _decompose(
         rht = RHT(S_U=ctx.S_U, S_V=random_signs(n, torch.Generator().manual_seed(cfg.seed + 1)).to(dev))
     Wr = rht.rotate_W(W.float()) if rht is not None else W.float()
     Hr = ctx.H_rot
-    M = ctx.sqrt.half  # (d, d) float64, H_rot = M Mᵀ
-    M32 = ctx.sqrt.half32
+    M = ctx.sqrt.half  # (d, d) float64, H_rot = M Mᵀ (lower triangular: ctx.sqrt.times_half skips its zeros)
     qQ = quantizer_for_bits(cfg.q_bits)
     qL = quantizer_for_bits(cfg.l_bits) if cfg.factors_quantized else None
     qR = quantizer_for_bits(cfg.r_bits) if cfg.factors_quantized else None
     gen = torch.Generator(device=dev).manual_seed(cfg.seed + 2)
-    Y = Wr @ M32  # (W − Q) M for the current Q (Q = 0 before the first Q step)
+    Y = ctx.sqrt.times_half(Wr)  # (W − Q) M for the current Q (Q = 0 before the first Q step)
     denom = float(torch.linalg.vector_norm(Y, dtype=torch.float64)) ** 2
 
     def rel_error(L: Tensor, R: Tensor, Y: Tensor) -> float:
         """‖(Q + LR − W)Xᵀ‖ / ‖WXᵀ‖ = ‖L (R M) − Y‖ / ‖W M‖ with Y = (W − Q) M."""
-        E = torch.addmm(Y, L, R @ M32, alpha=-1.0)  # Y − L R M
+        E = torch.addmm(Y, L, ctx.sqrt.times_half(R), alpha=-1.0)  # Y − L R M
         return float(torch.linalg.vector_norm(E, dtype=torch.float64)) / denom**0.5
 
     k = cfg.rank
@@ -279,7 +279,7 @@ def _decompose(
                     Qb = ldlq_quantize(
                         A, Hq, qQ, order=cfg.ldlq_order, refine_passes=cfg.ldlq_refine_passes, ldl=shared
                     )
-                Y = (Wr - Qb.Q) @ M32
+                Y = ctx.sqrt.times_half(Wr - Qb.Q)
                 entry["error"] = rel_error(L, R, Y)
             else:
                 res = lplr_factorize(

@@ -45,12 +45,12 @@ class LPLRResult:
 class _Objective:
     """Cached pieces of ‖(LR − A) H^{1/2}‖² for one R; float32 matmuls, float64 sums."""
 
-    def __init__(self, Y: Tensor, Hh: Tensor):
-        self.Y, self.Hh = Y, Hh
-        self.t0 = float(Y.double().pow(2).sum())
+    def __init__(self, Y: Tensor, hs: HessianSqrt):
+        self.Y, self.hs = Y, hs
+        self.t0 = float(torch.linalg.vector_norm(Y, dtype=torch.float64)) ** 2
 
     def for_R(self, R: Tensor) -> tuple[Tensor, Tensor]:
-        P = R @ self.Hh  # (k, d)
+        P = self.hs.times_half(R)  # (k, d)
         return P @ P.T, self.Y @ P.T  # R H Rᵀ (k, k), A H Rᵀ (n, k)
 
     def sq_error(self, L: Tensor, G: Tensor, AHRt: Tensor) -> float:
@@ -101,16 +101,15 @@ def lplr_factorize(
     if sweep not in ("jacobi", "alternating"):
         raise ValueError(f"sweep={sweep!r}; accepted: 'jacobi' (Alg. 2) or 'alternating' (authors)")
     hs = H if isinstance(H, HessianSqrt) else HessianSqrt.of(H)
-    Hh, Hh_inv = hs.half32, hs.inv_half32
     A = A.float()
-    Y = A @ Hh if Y is None else Y.float()
-    obj = _Objective(Y, Hh)
+    Y = hs.times_half(A) if Y is None else Y.float()
+    obj = _Objective(Y, hs)
     basis = None
     if svd == "warm":
         Uk, Sk, Vk, basis = warm_top_k_svd(Y, k, start)
     else:
         Uk, Sk, Vk = top_k_svd(Y, k, method=svd, generator=generator)
-    L_hat, R_hat = Uk, (Sk[:, None] * Vk.T) @ Hh_inv  # lines 2–3 (App. C.4 closed form)
+    L_hat, R_hat = Uk, hs.times_inv_half(Sk[:, None] * Vk.T)  # lines 2–3 (App. C.4 closed form)
 
     def rel(e: float) -> float:
         return (e / obj.t0) ** 0.5 if obj.t0 > 0 else 0.0

@@ -233,7 +233,7 @@ def _lplr_without_reuse(A, H, k, q, iters, sweep):
     hs = HessianSqrt.of(H)
     A = A.float()
     Y = A @ hs.half32
-    obj = _Objective(Y, hs.half32)
+    obj = _Objective(Y, hs)
     Uk, Sk, Vk = top_k_svd(Y, k)
     R, R_sc = _quantize(q, (Sk[:, None] * Vk.T) @ hs.inv_half32)
     G, AHRt = obj.for_R(R)

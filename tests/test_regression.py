@@ -3,6 +3,7 @@ import torch
 
 from caldera.regression import (
     HessianSqrt,
+    gram_top_svd,
     rank_constrained_regression,
     rank_constrained_regression_pd,
     subspace_svd,
@@ -124,14 +125,18 @@ def _tail_excess(Y, U, S, V, k):
 
 
 def test_warm_svd_is_exact_without_a_start_and_converges_from_a_nearby_matrixs_basis():
-    """``svd="warm"``: the first call is the exact SVD; from the basis of a nearby matrix (Y + a small change,
-    as between Algorithm 1's outer iterations) two power iterations reach the optimum, where a random start
-    with the same iterations stays measurably above it (the start is what does the work)."""
+    """``svd="warm"``: the first call is exact (the Gram route: the exact SVD's values, and its vectors up to
+    sign); from the basis of a nearby matrix (Y + a small change, as between Algorithm 1's outer iterations) two
+    power iterations reach the optimum, where a random start with the same iterations stays measurably above it
+    (the start is what does the work)."""
     k = 12
     Y0 = _flat_tail_matrix(120, 90, k, seed=3)
     U0, S0, V0, basis = warm_top_k_svd(Y0, k, None)
     Ue, Se, Ve = top_k_svd(Y0, k)
-    assert torch.equal(S0, Se) and torch.equal(U0, Ue) and torch.equal(V0, Ve)
+    assert torch.allclose(S0, Se, rtol=1e-12)
+    signs = torch.sign((V0 * Ve).sum(0))
+    assert torch.allclose(V0 * signs, Ve, atol=1e-10) and torch.allclose(U0 * signs, Ue, atol=1e-10)
+    assert abs(_tail_excess(Y0, U0, S0, V0, k)) < 1e-12
     assert basis.shape == (90, k + 16)
     assert torch.allclose(basis.T @ basis, torch.eye(k + 16, dtype=torch.float64), atol=1e-12)
     Y1 = Y0 + 0.002 * torch.randn(Y0.shape, generator=gen(4), dtype=torch.float64)
@@ -159,3 +164,36 @@ def test_bad_inputs():
         rank_constrained_regression(torch.randn(3, 4), torch.randn(5, 2), 1)
     with pytest.raises(ValueError, match="k=0"):
         rank_constrained_regression(torch.randn(3, 4), torch.randn(3, 2), 0)
+
+
+@pytest.mark.parametrize("shape", [(150, 60), (60, 150)])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_gram_top_svd_matches_the_svd_on_both_orientations(shape, dtype):
+    """Tall Y takes the eigenpairs of YᵀY (V first), wide Y those of YYᵀ (U first); both give the SVD's top-l
+    triplets (vectors up to sign), in descending order, orthonormal (a swapped side or an ascending order fails)."""
+    l = 20
+    Y = _flat_tail_matrix(*shape, 8, seed=7).to(dtype)
+    U, S, V = gram_top_svd(Y, l)
+    Ue, Se, Vhe = torch.linalg.svd(Y.double(), full_matrices=False)
+    tol = 1e-10 if dtype == torch.float64 else 2e-4
+    assert U.shape == (shape[0], l) and V.shape == (shape[1], l) and S.dtype == dtype
+    assert torch.allclose(S.double(), Se[:l], rtol=tol)
+    # the top 8 are distinct (3.0 .. 1.0): their vectors agree up to sign
+    signs = torch.sign((V[:, :8].double() * Vhe[:8].T).sum(0))
+    assert torch.allclose(V[:, :8].double() * signs, Vhe[:8].T, atol=50 * tol)
+    assert torch.allclose(U[:, :8].double() * signs, Ue[:, :8], atol=50 * tol)
+    assert torch.allclose((Y @ V).double(), (U * S).double(), atol=50 * tol)
+
+
+def test_gram_top_svd_declines_a_rank_deficient_matrix_and_warm_falls_back_to_the_svd():
+    """Below λ_l ≤ GRAM_RTOL λ_1 the squared spectrum has lost its accuracy: None, and ``warm_top_k_svd`` then
+    takes the full SVD (a Y / σ from a tiny σ would blow a column up)."""
+    g = gen(8)
+    Y = torch.randn(80, 5, generator=g, dtype=torch.float64) @ torch.randn(5, 60, generator=g, dtype=torch.float64)
+    assert gram_top_svd(Y, 10) is None
+    U, S, V, basis = warm_top_k_svd(Y, 6, None)
+    Ue, Se, _ = torch.linalg.svd(Y, full_matrices=False)
+    assert torch.allclose(S, Se[:6], atol=1e-10) and bool(torch.isfinite(U).all())
+    assert basis.shape == (60, 6 + 16)
+    with pytest.raises(ValueError, match="l=0"):
+        gram_top_svd(Y, 0)

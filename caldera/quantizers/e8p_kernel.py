@@ -43,11 +43,10 @@ _CLASS_ODD = np.array([0, 1, 0, 1, 0, 0, 1], dtype=np.int64)
 
 
 @numba.njit(cache=True, nogil=True)
-def _nearest(xv, ay, rank, key_to_index, sum_odd, n12_abs):  # pragma: no cover - compiled (tested via E8P)
+def _nearest(xv, ay, rank, pos, key_to_index, sum_odd, n12_abs):  # pragma: no cover - compiled (tested via E8P)
     """Code of the nearest E8P codeword of one 8-vector ``xv`` (float64 ``(8,)`` holding float32 values);
-    ``ay`` (float64 ``(8,)``) and ``rank`` (int64 ``(8,)``) are scratch."""
+    ``ay`` (float64 ``(8,)``), ``rank`` and ``pos`` (int64 ``(8,)``) are scratch."""
     digits = _CLASS_DIGITS
-    norm2 = _CLASS_NORM2
     codd = _CLASS_ODD
     sx = 0.0
     for i in range(8):
@@ -67,32 +66,61 @@ def _nearest(xv, ay, rank, key_to_index, sum_odd, n12_abs):  # pragma: no cover 
                 v = -v
             ay[i] = v
             sum_ay += v
-        # descending insertion sort of coordinates by |y| (stable: ties keep the lower coordinate first)
+        # coordinates by |y| descending, ties: the lower coordinate first (a strict total order, so the ranks
+        # are those of a stable sort); each of the 28 pairs is compared once, without branches
         for i in range(8):
-            j = i
-            while j > 0 and ay[rank[j - 1]] < ay[i]:
-                rank[j] = rank[j - 1]
-                j -= 1
-            rank[j] = i
+            pos[i] = 0
+        for i in range(7):
+            for j in range(i + 1, 8):
+                b = 1 if ay[j] > ay[i] else 0
+                pos[i] += b
+                pos[j] += 1 - b
+        for i in range(8):
+            rank[pos[i]] = i
         y1 = ay[rank[0]]
         y2 = ay[rank[1]]
         p4 = y1 + y2 + ay[rank[2]] + ay[rank[3]]
         y8 = ay[rank[7]]
-        # gains relative to Σ|y| (½ on every coordinate gives 2·½·Σ|y|); parity penalty 4·½·y(8)
-        best = -1e300
+        # gains relative to Σ|y| (½ on every coordinate gives 2·½·Σ|y|); parity penalty 4·½·y(8). The 7 classes
+        # written out (digits as in _CLASS_DIGITS; the same additions in the same order, so the same floats)
+        y3 = ay[rank[2]]
+        y4 = ay[rank[3]]
+        pen = 2.0 * y8
+        even = q == 0  # classes with Σa odd (1, 3, 6) pay the penalty when q = 0, the others when q = 1
+        best = -2.0 if even else -2.0 - pen
         best_c = 0
-        for c in range(7):
-            g = -norm2[c]
-            for k in range(2 if c >= 5 else 4):
-                g += 2.0 * digits[c, k] * ay[rank[k]]
-            if (codd[c] ^ q) == 1:
-                g -= 2.0 * y8
-            if g > best:
-                best = g
-                best_c = c
+        g = -4.0 + 2.0 * y1
+        if even:
+            g -= pen
+        if g > best:
+            best, best_c = g, 1
+        g2 = -6.0 + 2.0 * y1 + 2.0 * y2
+        g = g2 if even else g2 - pen
+        if g > best:
+            best, best_c = g, 2
+        g = -8.0 + 2.0 * y1 + 2.0 * y2 + 2.0 * y3
+        if even:
+            g -= pen
+        if g > best:
+            best, best_c = g, 3
+        g = -10.0 + 2.0 * y1 + 2.0 * y2 + 2.0 * y3 + 2.0 * y4
+        if not even:
+            g -= pen
+        if g > best:
+            best, best_c = g, 4
+        g = -8.0 + 4.0 * y1
+        if not even:
+            g -= pen
+        if g > best:
+            best, best_c = g, 5
+        g = -10.0 + 4.0 * y1 + 2.0 * y2
+        if even:
+            g -= pen
+        if g > best:
+            best, best_c = g, 6
         key = 0
         for k in range(4):
-            key += digits[best_c, k] * (4 ** rank[k])
+            key += digits[best_c, k] << (2 * rank[k])
         k_best = key_to_index[key]
         flip = rank[7] if (codd[best_c] ^ q) == 1 else -1
         # norm-12 patterns (3/2)⁵ ½³: Σa = 9 (odd), ‖a‖² = 12; bound without the parity penalty
@@ -137,10 +165,11 @@ def _encode_rows(x, key_to_index, sum_odd, n12_abs, out):  # pragma: no cover - 
     xv = np.empty(8)
     ay = np.empty(8)
     rank = np.empty(8, dtype=np.int64)
+    pos = np.empty(8, dtype=np.int64)
     for r in range(n):
         for i in range(8):
             xv[i] = np.float64(x[r, i])
-        out[r] = _nearest(xv, ay, rank, key_to_index, sum_odd, n12_abs)
+        out[r] = _nearest(xv, ay, rank, pos, key_to_index, sum_odd, n12_abs)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -160,23 +189,42 @@ def _ldlq_chunk(
     nb = c // 8
     xv = np.empty(8)
     ay = np.empty(8)
-    acc = np.empty(8)
     rank = np.empty(8, dtype=np.int64)
+    pos = np.empty(8, dtype=np.int64)
+    L64 = np.empty((c, c))  # Lc in float64 once, and the row's δ in float64 as its blocks finish: the inner
+    d64 = np.empty(c)  # loop below is then 8 independent multiply-adds on local scalars (no conversions)
+    for j in range(c):
+        for i in range(c):
+            L64[j, i] = np.float64(Lc[j, i])
     for r in range(n):
         for b in range(nb - 1, -1, -1):
             lo = 8 * b
             hi = lo + 8
-            for i in range(8):
-                acc[i] = 0.0
+            a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
             for j in range(hi, c):  # j outermost: the 8 sums are independent, each in j order
-                dj = np.float64(delta[r, j])
-                for i in range(8):
-                    acc[i] += dj * Lc[j, lo + i]
-            for i in range(8):
-                xv[i] = np.float64(np.float32(np.float64(Wf[r, lo + i]) + acc[i]))
-            code = _nearest(xv, ay, rank, key_to_index, sum_odd, n12_abs)
+                dj = d64[j]
+                row = L64[j]
+                a0 += dj * row[lo]
+                a1 += dj * row[lo + 1]
+                a2 += dj * row[lo + 2]
+                a3 += dj * row[lo + 3]
+                a4 += dj * row[lo + 4]
+                a5 += dj * row[lo + 5]
+                a6 += dj * row[lo + 6]
+                a7 += dj * row[lo + 7]
+            xv[0] = np.float64(np.float32(np.float64(Wf[r, lo]) + a0))
+            xv[1] = np.float64(np.float32(np.float64(Wf[r, lo + 1]) + a1))
+            xv[2] = np.float64(np.float32(np.float64(Wf[r, lo + 2]) + a2))
+            xv[3] = np.float64(np.float32(np.float64(Wf[r, lo + 3]) + a3))
+            xv[4] = np.float64(np.float32(np.float64(Wf[r, lo + 4]) + a4))
+            xv[5] = np.float64(np.float32(np.float64(Wf[r, lo + 5]) + a5))
+            xv[6] = np.float64(np.float32(np.float64(Wf[r, lo + 6]) + a6))
+            xv[7] = np.float64(np.float32(np.float64(Wf[r, lo + 7]) + a7))
+            code = _nearest(xv, ay, rank, pos, key_to_index, sum_odd, n12_abs)
             codes[r, b] = code
             for i in range(8):
                 q = codebook[code, i]
                 W_hat[r, lo + i] = q
-                delta[r, lo + i] = W[r, lo + i] - q
+                dq = W[r, lo + i] - q
+                delta[r, lo + i] = dq
+                d64[lo + i] = np.float64(dq)

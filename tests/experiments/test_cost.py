@@ -92,20 +92,25 @@ def test_estimate_scales_with_the_config():
     assert m70 > 5 * m7
 
 
-def test_warm_svd_costs_one_exact_svd_and_cheaper_subspace_iterations():
-    """svd="warm": the exact SVD once per decomposition (T_out = 1: the exact run's cost), then T_out − 1 warm
-    subspace iterations priced at 10/18 of a measured randomized SVD (their products with Y)."""
+def test_warm_svd_costs_one_gram_svd_and_cheaper_subspace_iterations():
+    """svd="warm": the first SVD once per decomposition by the Gram route (``svd_gram``), then T_out − 1 warm
+    subspace iterations priced at 10/18 of a measured randomized SVD (their products with Y); a costs file
+    measured before ``svd_gram`` existed prices the first one as the exact SVD."""
     from caldera.config import CalderaConfig
 
     costs = _fake_costs()
+    costs["components"]["svd_gram"] = {"coef": [1e-10, 2e-10]}
     n, d = 4096, 11008
     cfg = CalderaConfig.preset("paper", rank=256)
     sec = {s: C.decompose_seconds(costs, n, d, cfg.replace(svd=s)) for s in ("exact", "randomized", "warm")}
     one = {s: C.decompose_seconds(costs, n, d, cfg.replace(svd=s, outer_iters=1)) for s in ("exact", "warm")}
-    assert one["warm"] == pytest.approx(one["exact"])
-    exact, rand = (C.predict(costs, f"svd_{s}", n, d, 256) for s in ("exact", "randomized"))
-    assert sec["exact"] - sec["warm"] == pytest.approx(14 * (exact - rand * 10 / 18))
+    exact, rand, gram = (C.predict(costs, f"svd_{s}", n, d, 256) for s in ("exact", "randomized", "gram"))
+    assert gram == pytest.approx(1e-10 * 11008 * 4096**2 + 2e-10 * 4096**3)
+    assert one["exact"] - one["warm"] == pytest.approx(exact - gram)
+    assert sec["exact"] - sec["warm"] == pytest.approx(exact - gram + 14 * (exact - rand * 10 / 18))
     assert sec["randomized"] < sec["warm"] < sec["exact"]
+    del costs["components"]["svd_gram"]
+    assert C.decompose_seconds(costs, n, d, cfg.replace(svd="warm", outer_iters=1)) == pytest.approx(one["exact"])
 
 
 def test_slurm_profile_memory_and_gpus_come_from_caldera_cost():
