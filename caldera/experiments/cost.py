@@ -252,7 +252,7 @@ def measure_components(
 
 #: pytest-benchmark names of benchmarks/test_bench_paper_shapes.py -> component
 _BENCH = {"test_ldlq": "ldlq", "test_hessian_update": "hessian_update", "test_error": "error",
-          "test_svd-exact": "svd_exact", "test_svd-randomized": "svd_randomized"}
+          "test_svd-exact": "svd_exact", "test_svd-randomized": "svd_randomized", "test_svd-gram": "svd_gram"}
 
 
 def points_from_benchmark(path: str | Path, k: int = 256, t_in: int = 10) -> dict[str, list[dict[str, Any]]]:

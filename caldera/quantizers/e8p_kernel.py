@@ -25,7 +25,8 @@ import numba
 import numpy as np
 
 # digit (2|x| − 1)/2 of the abs pattern per class and rank: classes ½⁸, (3/2)^k ½^(8−k) (k = 1..4),
-# 5/2 ½⁷, 5/2 3/2 ½⁶; ‖a‖² and Σa mod 2 of each class.
+# 5/2 ½⁷, 5/2 3/2 ½⁶; Σa mod 2 of each class. (Their ‖a‖², 2 4 6 8 10 8 10, and these digits are written out
+# in the scores of ``_nearest``; a test checks those against brute force over the codebook.)
 _CLASS_DIGITS = np.array(
     [
         [0, 0, 0, 0, 0, 0, 0, 0],
@@ -38,7 +39,6 @@ _CLASS_DIGITS = np.array(
     ],
     dtype=np.int64,
 )
-_CLASS_NORM2 = np.array([2.0, 4.0, 6.0, 8.0, 10.0, 8.0, 10.0])
 _CLASS_ODD = np.array([0, 1, 0, 1, 0, 0, 1], dtype=np.int64)
 
 
