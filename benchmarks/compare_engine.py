@@ -10,6 +10,9 @@ Inputs: ``caldera.synthetic.llm_like(n, d, seed=0)`` (the same (W, H) for every 
 iterations (15 is the paper's T_out; iteration 0 runs without the Hessian update, later ones with it, so a run is
 ``prepare + it0 + 14 · it1``). Prints and writes JSON: preparation time (regularize, RHT, factorizations of
 H), the wall and process CPU time of every outer iteration, and the relative data-aware error after them.
+
+The process starts the way the ``caldera`` command does: ``GOMP_SPINCOUNT`` limited before torch loads
+(``caldera.openmp``, whichever tree is measured); ``--omp-spin=default`` keeps libgomp's own busy-wait.
 """
 
 from __future__ import annotations
@@ -22,8 +25,24 @@ import sys
 import time
 
 # the tree to measure: CALDERA_ROOT, else the tree this script lives in (never an installed copy)
-root = os.environ.get("CALDERA_ROOT") or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+root = os.environ.get("CALDERA_ROOT") or here
 sys.path.insert(0, root)
+
+
+def _limit_spin() -> dict:
+    """This checkout's ``caldera.openmp.limit_spin`` (what the ``caldera`` command and the workflow's jobs do before
+    torch loads), loaded by path so that CALDERA_ROOT's package stays the one measured."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_caldera_openmp", os.path.join(here, "caldera", "openmp.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.limit_spin()
+
+
+# --omp-spin default: libgomp's own busy-wait (how the engine ran before caldera.openmp); else the limited one
+SPIN_SET = {} if "--omp-spin=default" in sys.argv else _limit_spin()
 
 import torch  # noqa: E402
 
@@ -69,11 +88,15 @@ def main() -> None:
                     "the same (W, H), the compression's own randomness varied")
     ap.add_argument("--out", default=None)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--omp-spin", choices=["limited", "default"], default="limited",
+                    help="limited: GOMP_SPINCOUNT as caldera.openmp sets it (the caldera command and the workflow "
+                    "do); default: libgomp's own (write it as --omp-spin=default: it is read before torch loads)")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
     res = {"caldera": caldera.__file__, "torch": torch.__version__, "threads": torch.get_num_threads(),
-           "machine": platform.processor() or platform.machine(), "runs": []}
+           "machine": platform.processor() or platform.machine(), "omp_spin": a.omp_spin,
+           "GOMP_SPINCOUNT": os.environ.get("GOMP_SPINCOUNT"), "runs": []}
     for s in a.shapes.split(","):
         n, d = map(int, s.split("x"))
         for seed in map(int, a.seeds.split(",")):

@@ -10,9 +10,13 @@ from __future__ import annotations
 import copy
 import time
 
-import pytest
-import torch
-from torch import nn
+from caldera import openmp  # torch-free
+
+openmp.limit_spin()  # as the caldera command does, before torch loads (caldera.openmp)
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
 
 
 @pytest.fixture(scope="session")

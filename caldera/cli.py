@@ -858,6 +858,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from caldera import openmp
+
+    openmp.limit_spin()  # before torch loads (caldera.openmp: the engine's Python threads beside spinning workers)
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "lm-eval":
         return cmd_lm_eval(argv[1:])

@@ -33,7 +33,7 @@ from torch import Tensor
 
 from caldera.config import CalderaConfig
 from caldera.hadamard import RHT, random_signs
-from caldera.ldl import block_ldl, cholesky_or_raise, regularize_hessian
+from caldera.ldl import block_ldl_of_cholesky, cholesky_or_raise, regularize_hessian
 from caldera.ldlq import LDL_BLOCK, QuantizedBackbone, ldlq_quantize, nearest_quantize
 from caldera.lplr import lplr_factorize
 from caldera.quantizers import quantizer_for_bits
@@ -70,7 +70,8 @@ class HessianContext:
             S_U, H_rot = None, H_reg
         if d % LDL_BLOCK:
             raise ValueError(f"H has size {d}; BlockLDLQ needs a multiple of {LDL_BLOCK}")
-        return cls(H_reg, S_U, H_rot, HessianSqrt.of(H_rot), block_ldl(H_rot, LDL_BLOCK))
+        sqrt = HessianSqrt.of(H_rot)  # M = chol(H_rot): also the Cholesky factor the block LDL starts from
+        return cls(H_reg, S_U, H_rot, sqrt, block_ldl_of_cholesky(sqrt.half.clone(), LDL_BLOCK))
 
 
 @dataclass(frozen=True)
@@ -111,19 +112,36 @@ class Decomposition:
         return self.rht.unrotate_W(Wr) if self.rht is not None else Wr
 
 
+#: :func:`hessian_update` takes the SVD of L R M instead of its Gram matrix when the Gram's Cholesky factor C has
+#: ``(max diag C / min diag C)² >`` this (a nearly rank-deficient L R: the projector by the Gram loses accuracy)
+GRAM_COND_MAX = 1e10
+
+
 def hessian_update(H: Tensor, L: Tensor, R: Tensor, sigma_reg: float, M: Tensor | None = None) -> Tensor:
     """App. E.2: ``H̃ = H − M V Vᵀ Mᵀ`` with H = M Mᵀ (Cholesky) and V the top-k right singular vectors of
     L R M, plus ``sigma_reg · mean(diag H̃) · I`` (H̃ = M (I − VVᵀ) Mᵀ is singular). Shapes: H (d, d) float64,
     L (n, k), R (k, d); M (d, d) float64, the lower Cholesky factor of H when the caller holds it (H is the
     same in every outer iteration: :class:`HessianContext` factors it once), else computed here. Cost
-    O(k d² + n k²): the SVD is taken of the k×d matrix R_L (R M), L = Q_L R_L.
+    O(k d² + n k²), all float64.
+
+    Only the projector V Vᵀ enters H̃, and when L R M has rank k it is the projector onto the row space of
+    ``Y = R_L (R M)`` (k, d) (L = Q_L R_L): ``V Vᵀ = Yᵀ (Y Yᵀ)⁻¹ Y``. So with ``Y Yᵀ = C Cᵀ`` (k×k Cholesky),
+    ``M V Vᵀ Mᵀ = Z Zᵀ`` for ``Z = M Yᵀ C⁻ᵀ`` (d, k): no SVD of the k×d matrix. Where Y Yᵀ is singular or
+    ill-conditioned (:data:`GRAM_COND_MAX`: L R of rank < k, whose extra singular vectors are arbitrary) the
+    top-k V of the SVD of Y is taken instead.
     """
     if M is None:
         M = cholesky_or_raise(H)
     _, RL = torch.linalg.qr(L.double())
-    _, _, Vh = torch.linalg.svd(RL @ matmul_lower(R.double(), M), full_matrices=False)
-    MV = lower_matmul(M, Vh.T)
-    Ht = H - MV @ MV.T
+    Y = RL @ matmul_lower(R.double(), M)  # (k, d): L R M = Q_L Y
+    C, info = torch.linalg.cholesky_ex(Y @ Y.T)
+    cd = C.diagonal()
+    if int(info) == 0 and float(cd.min()) > 0 and (float(cd.max()) / float(cd.min())) ** 2 <= GRAM_COND_MAX:
+        MV = torch.linalg.solve_triangular(C, lower_matmul(M, Y.T).T, upper=False).T  # Z = M Yᵀ C⁻ᵀ
+    else:
+        _, _, Vh = torch.linalg.svd(Y, full_matrices=False)
+        MV = lower_matmul(M, Vh.T)
+    Ht = torch.addmm(H, MV, MV.T, alpha=-1.0)
     Ht.diagonal().add_(sigma_reg * float(Ht.diagonal().mean()))
     return Ht
 
@@ -246,7 +264,8 @@ def _decompose(
     qL = quantizer_for_bits(cfg.l_bits) if cfg.factors_quantized else None
     qR = quantizer_for_bits(cfg.r_bits) if cfg.factors_quantized else None
     gen = torch.Generator(device=dev).manual_seed(cfg.seed + 2)
-    Y = ctx.sqrt.times_half(Wr)  # (W − Q) M for the current Q (Q = 0 before the first Q step)
+    A_lr = Wr  # W − Q for the current Q (Q = 0 before the first Q step): LPLR's input
+    Y = ctx.sqrt.times_half(Wr)  # (W − Q) M for the current Q
     denom = float(torch.linalg.vector_norm(Y, dtype=torch.float64)) ** 2
 
     def rel_error(L: Tensor, R: Tensor, Y: Tensor) -> float:
@@ -279,11 +298,12 @@ def _decompose(
                     Qb = ldlq_quantize(
                         A, Hq, qQ, order=cfg.ldlq_order, refine_passes=cfg.ldlq_refine_passes, ldl=shared
                     )
-                Y = ctx.sqrt.times_half(Wr - Qb.Q)
+                A_lr = Wr - Qb.Q  # the next LPLR call's input
+                Y = ctx.sqrt.times_half(A_lr)
                 entry["error"] = rel_error(L, R, Y)
             else:
                 res = lplr_factorize(
-                    Wr - Qb.Q, ctx.sqrt, k, qL, qR, cfg.inner_iters, sweep=cfg.lplr_sweep, svd=cfg.svd,
+                    A_lr, ctx.sqrt, k, qL, qR, cfg.inner_iters, sweep=cfg.lplr_sweep, svd=cfg.svd,
                     generator=gen, Y=Y, start=basis,
                 )
                 L, R, L_sc, R_sc, basis = res.L, res.R, res.L_codes, res.R_codes, res.basis

@@ -55,7 +55,8 @@ def block_ldlq(
         fused: run the blocks of each chunk in one compiled call where the quantizer has one (E8P with
             the Numba backend, CPU tensors; other quantizers and devices take the loop): the same recurrence,
             with the in-chunk feedback summed per row in float64 instead of by float32 matmuls, so a code can
-            differ from the loop's only at a float tie. ``False`` forces the loop.
+            differ from the loop's only at a float tie. The compiled chunk reads and writes column slices of
+            ``W``, ``Ŵ``, δ and the codes in place (no copies). ``False`` forces the loop.
     Returns:
         W_hat: (n, d) float32 codewords; codes: (n, d // quantizer.block_size).
     """
@@ -63,27 +64,30 @@ def block_ldlq(
     _check_block(quantizer, d)
     g = LDL_BLOCK
     buffer = max(g, buffer - buffer % g)
-    W = W.float()
+    W = W.float().contiguous()
     L = L.to(torch.float32)
-    delta = torch.zeros_like(W)  # W − Ŵ for finished blocks
+    delta = torch.empty_like(W)  # W − Ŵ for finished blocks (each block written before it is read)
     W_hat = torch.empty_like(W)
-    codes: list[Tensor | None] = [None] * (d // g)
     fused = fused and getattr(quantizer, "fused_ldlq_available", lambda x: False)(W)
+    if fused:  # the block loop below, compiled (E8P on the CPU), writing into column slices in place
+        all_codes = torch.empty(n, d // quantizer.block_size, dtype=torch.int32, device=W.device)
+        F = torch.empty(n, buffer, device=W.device)
+        for cs in reversed(range(0, d, buffer)):
+            ce = min(cs + buffer, d)
+            Fc = None
+            if ce < d:
+                Fc = torch.matmul(delta[:, ce:], L[ce:, cs:ce], out=F[:, : ce - cs])
+            quantizer.fused_ldlq_chunk(
+                Fc, L[cs:ce, cs:ce], W[:, cs:ce], W_hat[:, cs:ce], delta[:, cs:ce],
+                all_codes[:, cs // quantizer.block_size : ce // quantizer.block_size],
+            )
+        return W_hat, all_codes
+    codes: list[Tensor | None] = [None] * (d // g)
     for cs in reversed(range(0, d, buffer)):
         ce = min(cs + buffer, d)
         Wc = W[:, cs:ce].clone()
         if ce < d:
             Wc += delta[:, ce:] @ L[ce:, cs:ce]
-        if fused:  # the block loop below, compiled (E8P on the CPU)
-            c = ce - cs
-            Wh, dl = torch.empty(n, c, device=W.device), torch.empty(n, c, device=W.device)
-            cc = torch.empty(n, c // g, dtype=torch.int32, device=W.device)
-            quantizer.fused_ldlq_chunk(Wc, L[cs:ce, cs:ce].contiguous(), W[:, cs:ce].contiguous(), Wh, dl, cc)
-            W_hat[:, cs:ce] = Wh
-            delta[:, cs:ce] = dl
-            for j in range(c // g):
-                codes[cs // g + j] = cc[:, j : j + 1]
-            continue
         for bs in reversed(range(cs, ce, g)):
             be = bs + g
             x = Wc[:, bs - cs : be - cs]

@@ -120,19 +120,22 @@ GRAM_RTOL = 1e-3
 def gram_top_svd(Y: Tensor, l: int) -> tuple[Tensor, Tensor, Tensor] | None:
     """The top-l singular triplets of Y (m, n) from the top-l eigenpairs of its smaller Gram matrix.
 
-    ``G = Yᵀ Y`` (n ≤ m) or ``Y Yᵀ`` (m < n), formed in Y's dtype, is decomposed in float64: on the CPU by
-    LAPACK's MRRR eigensolver restricted to the l largest eigenpairs (``scipy.linalg.eigh(subset_by_index=...,
-    driver="evr")``: the tridiagonal reduction plus l eigenvectors, instead of a full SVD), elsewhere by
-    ``torch.linalg.eigh``. Then ``σ = √λ`` and the other side's vectors are ``Y V / σ`` (or ``Yᵀ U / σ``).
+    ``G = Yᵀ Y`` (n ≤ m) or ``Y Yᵀ`` (m < n) is formed and decomposed in Y's dtype: on the CPU by LAPACK's MRRR
+    eigensolver restricted to the l largest eigenpairs (``scipy.linalg.eigh(subset_by_index=..., driver="evr")``:
+    the tridiagonal reduction plus l eigenvectors, instead of a full SVD), elsewhere by ``torch.linalg.eigh``. A
+    float32 Y gives a float32 G, whose entries already carry float32 rounding of order ε₃₂‖Y‖²; the backward-stable
+    eigensolver adds errors of that same order, so decomposing G in float64 would buy no accuracy (and costs 2x
+    here: 3.9 s against 2.2 s at 4096×4096, with the same tail energy ``‖Y‖² − ‖Y V_k‖²`` as the exact float64
+    SVD to 1e-8 of ‖Y‖², measured on the first LPLR input of a paper-settings decomposition; ENGINE.md).
+    Then ``σ = √λ`` and the other side's vectors are ``Y V / σ`` (or ``Yᵀ U / σ``).
     Squaring Y loses accuracy only for singular values far below σ_1, so when ``λ_l ≤ GRAM_RTOL · λ_1`` it
-    returns None (the caller takes the full SVD). Measured at 4096×4096 (``kernels/measured/ENGINE.md``): 4.7 s
-    against 11.8 s for ``torch.linalg.svd``, with the same tail energy ``‖Y‖² − ‖Y V_k‖²`` to 3e-9.
+    returns None (the caller takes the full SVD).
 
     Returns U (m, l), S (l,) descending, V (n, l) in Y's dtype on Y's device, or None.
     """
     m, n = Y.shape
     right = m >= n
-    G = (Y.T @ Y if right else Y @ Y.T).double()
+    G = Y.T @ Y if right else Y @ Y.T
     size = G.shape[0]
     if not 0 < l <= size:
         raise ValueError(f"l={l}: expected 1 <= l <= {size} for Y {tuple(Y.shape)}")

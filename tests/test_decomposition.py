@@ -3,7 +3,7 @@ import torch
 
 from caldera import CalderaConfig, caldera_decompose
 from caldera.decomposition import HessianContext, hessian_update
-from caldera.ldl import regularize_hessian
+from caldera.ldl import block_ldl, regularize_hessian
 from caldera.metrics import relative_data_aware_error
 from tests.helpers import llm_like
 
@@ -87,6 +87,54 @@ def test_hessian_update_removes_LR_subspace():
     assert ev[:3].abs().max() < 1e-8 and ev[3:].min() > 0
     LR = (L @ R).double()
     assert float(torch.trace(LR @ Ht @ LR.T)) == pytest.approx(0, abs=1e-8)
+
+
+def test_hessian_update_by_the_gram_projector_equals_the_svd_form(monkeypatch):
+    """Full-rank L R: H̃ by the k×k Gram's Cholesky (no SVD taken) equals App. E.2's SVD form to float64
+    accuracy; a wrong projector (e.g. from R M alone with the wrong Cholesky side) would miss by O(1)."""
+    import caldera.decomposition as dm
+
+    _, H = llm_like(16, 64, seed=3)
+    Hr = regularize_hessian(H)
+    g = torch.Generator().manual_seed(1)
+    L, R = torch.randn(16, 4, generator=g), torch.randn(4, 64, generator=g)
+    calls = []
+    real_svd = torch.linalg.svd
+    monkeypatch.setattr(dm.torch.linalg, "svd", lambda *a, **k: calls.append(1) or real_svd(*a, **k))
+    Ht = hessian_update(Hr, L, R, sigma_reg=0.01)
+    assert calls == []
+    monkeypatch.setattr(dm.torch.linalg, "svd", real_svd)
+    assert torch.allclose(Ht, _oracle_hessian_update(Hr, L, R, 0.01), atol=1e-10)
+
+
+def test_hessian_update_of_a_rank_deficient_LR_takes_the_svd(monkeypatch):
+    """L with a zero column: L R has rank k − 1, its Gram is singular, and the update falls back to the SVD (whose
+    extra singular vector is arbitrary); the directions L R uses are still removed and H̃ stays PSD."""
+    import caldera.decomposition as dm
+
+    _, H = llm_like(16, 32, seed=4)
+    Hr = regularize_hessian(H)
+    g = torch.Generator().manual_seed(2)
+    L, R = torch.randn(16, 3, generator=g), torch.randn(3, 32, generator=g)
+    L[:, 1] = 0
+    calls = []
+    real_svd = torch.linalg.svd
+    monkeypatch.setattr(dm.torch.linalg, "svd", lambda *a, **k: calls.append(1) or real_svd(*a, **k))
+    Ht = hessian_update(Hr, L, R, sigma_reg=0.0)
+    assert calls == [1]
+    LR = (L @ R).double()
+    assert float(torch.trace(LR @ Ht @ LR.T)) == pytest.approx(0, abs=1e-8)
+    assert float(torch.linalg.eigvalsh(Ht)[0]) > -1e-10
+
+
+def test_the_context_ldl_is_the_block_ldl_of_the_rotated_hessian():
+    """HessianContext builds its block LDL from the square root's Cholesky factor (one factorization): the same
+    (L, D) as block_ldl(H_rot), and the square root itself untouched (the LDL is made in place on a copy)."""
+    _, H = llm_like(16, 64, seed=5)
+    ctx = HessianContext.prepare(H, rht=True, seed=0)
+    L, D = block_ldl(ctx.H_rot)
+    assert torch.equal(ctx.ldl[0], L) and torch.equal(ctx.ldl[1], D)
+    assert torch.allclose(ctx.sqrt.half @ ctx.sqrt.half.T, ctx.H_rot, atol=1e-10)
 
 
 @pytest.mark.parametrize(

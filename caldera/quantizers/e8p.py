@@ -590,26 +590,28 @@ class E8P(Quantizer):
         return self.backend == "numba" and x.device.type == "cpu" and _numba_ldlq_kernel() is not None
 
     def fused_ldlq_chunk(
-        self, Wf: Tensor, Lc: Tensor, W: Tensor, W_hat: Tensor, delta: Tensor, codes: Tensor
+        self, F: Tensor | None, Lc: Tensor, W: Tensor, W_hat: Tensor, delta: Tensor, codes: Tensor
     ) -> None:
         """BlockLDLQ inside one chunk of columns, compiled (:func:`caldera.quantizers.e8p_kernel._ldlq_chunk`;
-        the shapes and the recurrence are documented there). All arguments are contiguous CPU tensors:
-        float32 ``Wf``, ``W``, ``W_hat``, ``delta`` ``(n, c)``, ``Lc`` ``(c, c)``, int32 ``codes`` ``(n, c // 8)``.
-        Rows are independent: they are split over ``torch.get_num_threads()`` threads (the kernel releases
-        the GIL), which does not change the result.
+        the shapes and the recurrence are documented there). CPU tensors: float32 ``W``, ``W_hat``, ``delta``
+        ``(n, c)``, ``F`` ``(n, c)`` (the later chunks' feedback) or None (none yet), ``Lc`` ``(c, c)``, int32
+        ``codes`` ``(n, c // 8)``; each may be a strided view with unit stride along its rows (a column slice of
+        the whole matrix), written in place. Rows are independent: they are split over
+        ``torch.get_num_threads()`` threads (the kernel releases the GIL), which does not change the result.
         """
         kernel, cb, key_to_index, sum_odd, n12_abs = _numba_ldlq_kernel()
-        n = Wf.shape[0]
-        arrays = [t.numpy() for t in (Wf, Lc, W, W_hat, delta, codes)]
+        n = W.shape[0]
+        has_F = F is not None
+        arrays = [t.numpy() for t in (F if has_F else W, Lc, W, W_hat, delta, codes)]
         workers = torch.get_num_threads()
         if workers <= 1 or n < _NUMBA_SPLIT_ROWS:
-            kernel(arrays[0], arrays[1], arrays[2], cb, key_to_index, sum_odd, n12_abs, *arrays[3:])
+            kernel(arrays[0], has_F, arrays[1], arrays[2], cb, key_to_index, sum_odd, n12_abs, *arrays[3:])
             return
         step = -(-n // workers)
         jobs = [
             _pool(workers).submit(
-                kernel, arrays[0][a : a + step], arrays[1], arrays[2][a : a + step], cb, key_to_index, sum_odd,
-                n12_abs, arrays[3][a : a + step], arrays[4][a : a + step], arrays[5][a : a + step],
+                kernel, arrays[0][a : a + step], has_F, arrays[1], arrays[2][a : a + step], cb, key_to_index,
+                sum_odd, n12_abs, arrays[3][a : a + step], arrays[4][a : a + step], arrays[5][a : a + step],
             )
             for a in range(0, n, step)
         ]

@@ -174,52 +174,46 @@ def _encode_rows(x, key_to_index, sum_odd, n12_abs, out):  # pragma: no cover - 
 
 @numba.njit(cache=True, nogil=True)
 def _ldlq_chunk(
-    Wf, Lc, W, codebook, key_to_index, sum_odd, n12_abs, W_hat, delta, codes
+    F, has_F, Lc, W, codebook, key_to_index, sum_odd, n12_abs, W_hat, delta, codes
 ):  # pragma: no cover - compiled (tested via caldera.ldlq)
     """BlockLDLQ inside one chunk of c columns (c % 8 == 0), rows independent, blocks last to first.
 
-    ``Wf`` (float32 ``(n, c)``): the chunk's columns with the feedback of the later chunks already added;
-    ``Lc`` (float32 ``(c, c)``): the chunk's diagonal block of the LDL factor;
-    ``W`` (float32 ``(n, c)``): the chunk's own columns. Per row and block k, from the last block:
-    ``x = Wf_k + Σ_{j > k in the chunk} δ_j L_{j,k}`` (summed in float64, rounded to float32), code = the
-    nearest E8P codeword of x, ``Ŵ_k`` = that codeword, ``δ_k = W_k − Ŵ_k``. Writes ``W_hat`` and ``delta``
-    (float32 ``(n, c)``) and ``codes`` (int32 ``(n, c // 8)``).
+    ``W`` (float32 ``(n, c)``): the chunk's own columns; ``F`` (float32 ``(n, c)``, read only when ``has_F``):
+    the feedback of the later chunks, ``Σ_{j after the chunk} δ_j L_{j,·}``; ``Lc`` (float32 ``(c, c)``): the
+    chunk's diagonal block of the LDL factor. Per row and block k, from the last block:
+    ``x = (W_k + F_k) + Σ_{j > k in the chunk} δ_j L_{j,k}`` (``W + F`` added in float32, the in-chunk sum in
+    float64, rounded to float32), code = the nearest E8P codeword of x, ``Ŵ_k`` = that codeword,
+    ``δ_k = W_k − Ŵ_k``. Writes ``W_hat`` and ``delta`` (float32 ``(n, c)``) and ``codes`` (int32
+    ``(n, c // 8)``). Every array may be a strided view (a column slice of the whole matrix: nothing is copied).
+
+    The in-chunk sum is right-looking: once block k is quantized, its 8 errors are added to the running sums
+    of every earlier column of the row at once (a contiguous loop over columns, which the compiler
+    vectorizes), so a sum collects its terms from the last block down rather than from the nearest block up:
+    float64 sums in another order, which can move the float32 x only when the float64 sum lies within
+    float64 rounding of a float32 rounding boundary.
     """
-    n, c = Wf.shape
+    n, c = W.shape
     nb = c // 8
     xv = np.empty(8)
     ay = np.empty(8)
     rank = np.empty(8, dtype=np.int64)
     pos = np.empty(8, dtype=np.int64)
-    L64 = np.empty((c, c))  # Lc in float64 once, and the row's δ in float64 as its blocks finish: the inner
-    d64 = np.empty(c)  # loop below is then 8 independent multiply-adds on local scalars (no conversions)
+    L64 = np.empty((c, c))  # Lc in float64 once (row j: the weights of δ_j on the earlier columns)
     for j in range(c):
         for i in range(c):
             L64[j, i] = np.float64(Lc[j, i])
+    acc = np.empty(c)  # the row's in-chunk feedback sums, float64
+    d8 = np.empty(8)
     for r in range(n):
+        for i in range(c):
+            acc[i] = 0.0
         for b in range(nb - 1, -1, -1):
             lo = 8 * b
-            hi = lo + 8
-            a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
-            for j in range(hi, c):  # j outermost: the 8 sums are independent, each in j order
-                dj = d64[j]
-                row = L64[j]
-                a0 += dj * row[lo]
-                a1 += dj * row[lo + 1]
-                a2 += dj * row[lo + 2]
-                a3 += dj * row[lo + 3]
-                a4 += dj * row[lo + 4]
-                a5 += dj * row[lo + 5]
-                a6 += dj * row[lo + 6]
-                a7 += dj * row[lo + 7]
-            xv[0] = np.float64(np.float32(np.float64(Wf[r, lo]) + a0))
-            xv[1] = np.float64(np.float32(np.float64(Wf[r, lo + 1]) + a1))
-            xv[2] = np.float64(np.float32(np.float64(Wf[r, lo + 2]) + a2))
-            xv[3] = np.float64(np.float32(np.float64(Wf[r, lo + 3]) + a3))
-            xv[4] = np.float64(np.float32(np.float64(Wf[r, lo + 4]) + a4))
-            xv[5] = np.float64(np.float32(np.float64(Wf[r, lo + 5]) + a5))
-            xv[6] = np.float64(np.float32(np.float64(Wf[r, lo + 6]) + a6))
-            xv[7] = np.float64(np.float32(np.float64(Wf[r, lo + 7]) + a7))
+            for i in range(8):
+                w = W[r, lo + i]
+                if has_F:
+                    w = w + F[r, lo + i]  # float32 + float32: as the loop's W + feedback
+                xv[i] = np.float64(np.float32(np.float64(w) + acc[lo + i]))
             code = _nearest(xv, ay, rank, pos, key_to_index, sum_odd, n12_abs)
             codes[r, b] = code
             for i in range(8):
@@ -227,4 +221,19 @@ def _ldlq_chunk(
                 W_hat[r, lo + i] = q
                 dq = W[r, lo + i] - q
                 delta[r, lo + i] = dq
-                d64[lo + i] = np.float64(dq)
+                d8[i] = np.float64(dq)
+            if lo > 0:
+                r0 = L64[lo]
+                r1 = L64[lo + 1]
+                r2 = L64[lo + 2]
+                r3 = L64[lo + 3]
+                r4 = L64[lo + 4]
+                r5 = L64[lo + 5]
+                r6 = L64[lo + 6]
+                r7 = L64[lo + 7]
+                e0, e1, e2, e3, e4, e5, e6, e7 = d8[0], d8[1], d8[2], d8[3], d8[4], d8[5], d8[6], d8[7]
+                for i in range(lo):  # each sum independent: vectorized across i; terms in t order
+                    acc[i] = (
+                        acc[i] + e0 * r0[i] + e1 * r1[i] + e2 * r2[i] + e3 * r3[i] + e4 * r4[i] + e5 * r5[i]
+                        + e6 * r6[i] + e7 * r7[i]
+                    )

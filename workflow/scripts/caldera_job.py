@@ -45,6 +45,9 @@ def job(sm):
                            "module of each parameter's class torch-free at import (import torch inside its "
                            "functions), or set `numerics: native`")
     numerics.apply(mode)
+    from caldera import openmp  # torch-free: libgomp's idle spin, read when torch loads (caldera.openmp)
+
+    openmp.limit_spin()
     from caldera.pipeline import local_data  # torch-free: config `local_data` (local copies of the hub's datasets)
 
     local_data.use(sm.config)
