@@ -99,3 +99,29 @@ def test_fused_e8p_ldlq_follows_the_recurrence_and_matches_the_block_loop(buffer
     Wh_loop, codes_loop = block_ldlq(X, L, q, buffer=buffer, fused=False)
     assert (codes == codes_loop).float().mean() > 0.99
     assert (feed.abs() > 0.1).float().mean() > 0.5  # the feedback is not negligible: the check above is sharp
+
+
+def test_fused_e8p_ldlq_splits_rows_over_threads_without_changing_the_result():
+    """From ``_NUMBA_SPLIT_ROWS`` rows the compiled chunks run on several threads, each on a row slice of the
+    strided column views (W, the feedback, Ŵ, δ, the codes): a slice written to the wrong rows or a view offset
+    lost would change the output against one thread."""
+    from caldera.quantizers import e8p
+    from caldera.quantizers.e8p import E8P
+
+    q = E8P()
+    if not q.fused_ldlq_available(torch.zeros(1)):
+        pytest.skip("the fused kernel needs Numba")
+    n, d = e8p._NUMBA_SPLIT_ROWS + 520, 64
+    W, H = llm_like(n, d, seed=22)
+    L, _ = block_ldl(regularize_hessian(H))
+    X = W / W.pow(2).mean().sqrt()
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        Wh1, c1 = block_ldlq(X, L, q, buffer=32, fused=True)
+        torch.set_num_threads(2)
+        Wh2, c2 = block_ldlq(X, L, q, buffer=32, fused=True)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(c1, c2) and torch.equal(Wh1, Wh2)
+    assert torch.equal(q.dequantize(c2), Wh2)

@@ -251,13 +251,14 @@ def measure_components(
 
 
 #: pytest-benchmark names of benchmarks/test_bench_paper_shapes.py -> component
-_BENCH = {"test_ldlq": "ldlq", "test_hessian_update": "hessian_update", "test_error": "error",
-          "test_svd-exact": "svd_exact", "test_svd-randomized": "svd_randomized", "test_svd-gram": "svd_gram"}
+_BENCH = {"test_prepare": "prepare", "test_ldlq": "ldlq", "test_hessian_update": "hessian_update",
+          "test_error": "error", "test_svd-exact": "svd_exact", "test_svd-randomized": "svd_randomized",
+          "test_svd-gram": "svd_gram"}
 
 
 def points_from_benchmark(path: str | Path, k: int = 256, t_in: int = 10) -> dict[str, list[dict[str, Any]]]:
     """Component points from a pytest-benchmark JSON of ``benchmarks/test_bench_paper_shapes.py`` (paper
-    shapes, rank ``k``): its ldlq, hessian_update, error and svd runs, and ``lplr_iter`` = (lplr − exact SVD) /
+    shapes, rank ``k``): its prepare, ldlq, hessian_update, error and svd runs, and ``lplr_iter`` = (lplr − exact SVD) /
     T_in at each shape."""
     data = json.loads(Path(path).read_text())
     pts: dict[str, list[dict[str, Any]]] = {}

@@ -145,6 +145,11 @@ def test_paper_shape_benchmark_points_join_the_fit():
     assert 0 < lplr < pts["svd_exact"][0]["s"] / 10  # (LPLR - its SVD) / T_in
     costs = C.refit(_fake_costs() | {"points": {}}, pts)
     assert C.predict(costs, "svd_exact", 11008, 4096) == pytest.approx(pts["svd_exact"][0]["s"], rel=1e-6)
+    # the Hessian context's benchmark (test_prepare) is a point of the prepare law, keyed by the shape's d
+    prep = C.points_from_benchmark("kernels/measured/paper_shapes_cpu_20261126_prepare.json")
+    assert set(prep) == {"prepare"} and sorted(p["d"] for p in prep["prepare"]) == [4096, 4096, 11008]
+    big = max(prep["prepare"], key=lambda p: p["d"])
+    assert big["s"] > 5 * min(p["s"] for p in prep["prepare"])  # d³: the 11008-wide Hessian dominates
 
 
 def test_a_per_matrix_rank_method_adds_its_profile_jobs_to_the_estimate():
