@@ -41,8 +41,18 @@ def _limit_spin() -> dict:
     return mod.limit_spin()
 
 
+def _spin_arg(argv: list[str]) -> str:
+    """``--omp-spin`` from the command line, read before torch loads (libgomp reads its environment then)."""
+    import argparse
+
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--omp-spin", choices=["limited", "default"], default="limited")
+    return pre.parse_known_args(argv)[0].omp_spin
+
+
 # --omp-spin default: libgomp's own busy-wait (how the engine ran before caldera.openmp); else the limited one
-SPIN_SET = {} if "--omp-spin=default" in sys.argv else _limit_spin()
+if _spin_arg(sys.argv[1:]) == "limited":
+    _limit_spin()
 
 import torch  # noqa: E402
 
@@ -90,7 +100,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--omp-spin", choices=["limited", "default"], default="limited",
                     help="limited: GOMP_SPINCOUNT as caldera.openmp sets it (the caldera command and the workflow "
-                    "do); default: libgomp's own (write it as --omp-spin=default: it is read before torch loads)")
+                    "do, before torch loads); default: libgomp's own busy-wait")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)

@@ -66,9 +66,6 @@ def block_ldl(H: Tensor, block: int = 8) -> tuple[Tensor, Tensor]:
         L: (d, d) unit block-lower-triangular (identity b×b diagonal blocks), H's dtype.
         D: (d // b, b, b) the symmetric positive-definite diagonal blocks, H's dtype.
     """
-    d = H.shape[0]
-    if d % block != 0:
-        raise ValueError(f"H has size {d}, not a multiple of the quantizer block size {block}")
     return block_ldl_of_cholesky(cholesky_or_raise(H), block)
 
 
