@@ -14,12 +14,18 @@ from torch import Tensor
 
 from caldera.validation import check_matrix
 
+#: the name errors give the regularized Hessian (:func:`regularize_hessian`)
+REGULARIZED = "H (after regularization)"
 
-def regularize_hessian(H: Tensor, sigma_reg: float = 0.01) -> Tensor:
+
+def regularize_hessian(H: Tensor, sigma_reg: float = 0.01, *, check_pd: bool = True) -> Tensor:
     """``H / mean(diag H) + sigma_reg · I`` (float64 out), after checking H is finite, symmetric, PSD-ish.
 
     Args:
         H: (d, d) symmetric positive semi-definite, any float dtype.
+        check_pd: test positive definiteness by a Cholesky factorization here. A caller that factors the result
+            (or an orthogonal rotation of it) anyway passes False and calls :func:`cholesky_or_raise` with the name
+            ``"H (after regularization)"`` on what it factors: the same test and error, one factorization.
     Returns:
         (d, d) float64, positive definite when sigma_reg > 0 and H is PSD.
     Raises:
@@ -36,7 +42,8 @@ def regularize_hessian(H: Tensor, sigma_reg: float = 0.01) -> Tensor:
         raise ValueError(f"H has mean diagonal {mean_diag:.3g} <= 0; a Hessian XᵀX/m has a positive diagonal")
     Hd = Hd / mean_diag
     Hd.diagonal().add_(sigma_reg)
-    cholesky_or_raise(Hd, "H (after regularization)")
+    if check_pd:
+        cholesky_or_raise(Hd, REGULARIZED)
     return Hd
 
 

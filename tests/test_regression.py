@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from caldera.regression import (
+    WARM_POWER_ITERS,
     HessianSqrt,
     gram_top_svd,
     rank_constrained_regression,
@@ -126,9 +127,9 @@ def _tail_excess(Y, U, S, V, k):
 
 def test_warm_svd_is_exact_without_a_start_and_converges_from_a_nearby_matrixs_basis():
     """``svd="warm"``: the first call is exact (the Gram route: the exact SVD's values, and its vectors up to
-    sign); from the basis of a nearby matrix (Y + a small change, as between Algorithm 1's outer iterations) two
-    power iterations reach the optimum, where a random start with the same iterations stays measurably above it
-    (the start is what does the work)."""
+    sign); from the basis of a nearby matrix (Y + a small change, as between Algorithm 1's outer iterations)
+    ``WARM_POWER_ITERS`` power iterations reach the optimum, where a random start with the same iterations stays
+    measurably above it (the start is what does the work)."""
     k = 12
     Y0 = _flat_tail_matrix(120, 90, k, seed=3)
     U0, S0, V0, basis = warm_top_k_svd(Y0, k, None)
@@ -144,7 +145,8 @@ def test_warm_svd_is_exact_without_a_start_and_converges_from_a_nearby_matrixs_b
     assert _tail_excess(Y1, U1, S1, V1, k) < 2e-5
     assert torch.allclose(S1, torch.linalg.svdvals(Y1)[:k], rtol=5e-4)
     assert basis1.shape == basis.shape
-    Ur, Sr, Vr, _ = subspace_svd(Y1, k, torch.randn(90, k + 16, generator=gen(5), dtype=torch.float64), 2)
+    start = torch.randn(90, k + 16, generator=gen(5), dtype=torch.float64)
+    Ur, Sr, Vr, _ = subspace_svd(Y1, k, start, WARM_POWER_ITERS)
     assert _tail_excess(Y1, Ur, Sr, Vr, k) > 100 * max(_tail_excess(Y1, U1, S1, V1, k), 1e-9)
 
 
