@@ -82,9 +82,9 @@ def svd_flops(m: int, n: int, k: int, method: str) -> float:
 
 
 def hessian_update_flops(n: int, d: int, k: int) -> float:
-    """QR of L (2 n k²), Y = R_L (R M) (k d², M triangular), its Gram Y Yᵀ (2 d k²) and Cholesky, Z = M Yᵀ
-    (d² k, triangular) and Z C⁻ᵀ (d k²), Z Zᵀ (2 d² k), and the Cholesky of H̃ in block_ldl (d³/3)."""
-    return 2 * n * k**2 + 4 * k * d**2 + 3 * d * k**2 + k**3 / 3 + d**3 / 3
+    """L's Gram Lᵀ L (2 n k²), P = R M (k d², M triangular), its Gram P Pᵀ (2 d k²) and both k×k Choleskys,
+    Z = M Pᵀ (d² k, triangular) and Z C⁻ᵀ (d k²), Z Zᵀ (2 d² k), and the Cholesky of H̃ in block_ldl (d³/3)."""
+    return 2 * n * k**2 + 4 * k * d**2 + 3 * d * k**2 + 2 * k**3 / 3 + d**3 / 3
 
 
 def lplr_flops(n: int, d: int, k: int, t_in: int) -> float:
