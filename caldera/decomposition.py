@@ -285,14 +285,15 @@ def _decompose(
     Y = ctx.sqrt.times_half(Wr)  # (W − Q) M for the current Q
     denom = sq_frobenius(Y)
 
-    def rel_error(L: Tensor, R: Tensor, Y: Tensor) -> float:
-        """‖(Q + LR − W)Xᵀ‖ / ‖WXᵀ‖ = ‖L (R M) − Y‖ / ‖W M‖ with Y = (W − Q) M."""
-        E = torch.addmm(Y, L, ctx.sqrt.times_half(R), alpha=-1.0)  # Y − L R M
+    def rel_error(L: Tensor, RM: Tensor, Y: Tensor) -> float:
+        """‖(Q + LR − W)Xᵀ‖ / ‖WXᵀ‖ = ‖L (R M) − Y‖ / ‖W M‖ with Y = (W − Q) M and RM = R M."""
+        E = torch.addmm(Y, L, RM, alpha=-1.0)  # Y − L R M
         return sq_frobenius(E) ** 0.5 / denom**0.5
 
     k = cfg.rank
     L = torch.zeros(n, k, device=dev)
     R = torch.zeros(k, d, device=dev)
+    RM = torch.zeros(k, d, device=dev)  # R M: LPLR returns it with its R (the product its objective formed)
     L_sc = R_sc = None
     Qb = QuantizedBackbone(torch.zeros(n, d, device=dev), None, None)  # type: ignore[arg-type]
     steps = ("Q", "LR") if cfg.update_order == "Q-first" else ("LR", "Q")
@@ -317,13 +318,14 @@ def _decompose(
                     )
                 A_lr = Wr - Qb.Q  # the next LPLR call's input
                 Y = ctx.sqrt.times_half(A_lr)
-                entry["error"] = rel_error(L, R, Y)
+                entry["error"] = rel_error(L, RM, Y)
             else:
                 res = lplr_factorize(
                     A_lr, ctx.sqrt, k, qL, qR, cfg.inner_iters, sweep=cfg.lplr_sweep, svd=cfg.svd,
                     generator=gen, Y=Y, start=basis,
                 )
                 L, R, L_sc, R_sc, basis = res.L, res.R, res.L_codes, res.R_codes, res.basis
+                RM = res.RM if res.RM is not None else ctx.sqrt.times_half(R)
                 entry["lplr_errors"] = res.errors
                 # ‖(LR − (W − Q))Xᵀ‖² is LPLR's own objective: no second O(n d²) evaluation needed
                 entry["error"] = (res.sq_error / denom) ** 0.5

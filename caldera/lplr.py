@@ -41,6 +41,7 @@ class LPLRResult:
     best_iter: int = 0
     sq_error: float = 0.0  # ‖(LR − A)Xᵀ‖² of the best iterate (H-weighted, absolute)
     basis: Tensor | None = None  # svd="warm": (d, k + p) right Ritz vectors of A H^{1/2}, the next call's start
+    RM: Tensor | None = None  # (k, d) float32: R H^{1/2} of the best R, as the objective formed it (the caller's error)
 
 
 class _Objective:
@@ -50,9 +51,9 @@ class _Objective:
         self.Y, self.hs = Y, hs
         self.t0 = sq_frobenius(Y)
 
-    def for_R(self, R: Tensor) -> tuple[Tensor, Tensor]:
+    def for_R(self, R: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         P = self.hs.times_half(R)  # (k, d)
-        return P @ P.T, self.Y @ P.T  # R H Rᵀ (k, k), A H Rᵀ (n, k)
+        return P, P @ P.T, self.Y @ P.T  # R H^{1/2} (k, d), R H Rᵀ (k, k), A H Rᵀ (n, k)
 
     def sq_error(self, L: Tensor, G: Tensor, AHRt: Tensor) -> float:
         t1 = float(((L.T @ L).double() * G.double()).sum())
@@ -119,26 +120,27 @@ def lplr_factorize(
 
     if quant_L is None:
         L, R = L_hat.half().float(), R_hat.half().float()
-        e = obj.sq_error(L, *obj.for_R(R))
-        return LPLRResult(L, R, None, None, [rel(e)], 0, e, basis)
+        P, G, AHRt = obj.for_R(R)
+        e = obj.sq_error(L, G, AHRt)
+        return LPLRResult(L, R, None, None, [rel(e)], 0, e, basis, P)
 
     R, R_sc = _quantize(quant_R, R_hat)  # line 3
-    G, AHRt = obj.for_R(R)
+    P, G, AHRt = obj.for_R(R)
     Lt, L_sc = _quantize(quant_L, _solve_spd(G, AHRt).T)  # line 4 (L quantized as Lᵀ)
     L = Lt.T
     e = obj.sq_error(L, G, AHRt)
-    best = (L, R, L_sc, R_sc, e, 0)
+    best = (L, R, L_sc, R_sc, e, 0, P)
     errors = [rel(e)]
     # Both updates are deterministic functions of one factor: R' = f(L) (line 8), L' = g(R) (line 9). Line 4 is
     # g(R_0), so the Jacobi sweep's first L is L_0 again, its second R is R_1 again, and so on: each factor
     # repeats once. The last input of f, of g and of R's pieces (R H Rᵀ, A H Rᵀ) is remembered by identity,
     # and a repeat returns the remembered output (the same tensors, bit for bit: about half the sweep's work).
-    memo: dict[str, tuple] = {"g": (R, L, L_sc), "pieces": (R, G, AHRt)}
+    memo: dict[str, tuple] = {"g": (R, L, L_sc), "pieces": (R, P, G, AHRt)}
 
     def pieces(R: Tensor) -> tuple[Tensor, Tensor]:
         if memo["pieces"][0] is not R:
             memo["pieces"] = (R, *obj.for_R(R))
-        return memo["pieces"][1], memo["pieces"][2]
+        return memo["pieces"][2], memo["pieces"][3]
 
     def f(L: Tensor) -> tuple[Tensor, ScaledCodes]:
         """R' = Q_R(L† A): the least-squares R for L (quantized)."""
@@ -163,6 +165,6 @@ def lplr_factorize(
         e = obj.sq_error(L, *pieces(R))
         errors.append(rel(e))
         if e < best[4]:
-            best = (L, R, L_sc, R_sc, e, i + 1)
-    L, R, L_sc, R_sc, e, it = best
-    return LPLRResult(L, R, L_sc, R_sc, errors, it, e, basis)
+            best = (L, R, L_sc, R_sc, e, i + 1, memo["pieces"][1])
+    L, R, L_sc, R_sc, e, it, P = best
+    return LPLRResult(L, R, L_sc, R_sc, errors, it, e, basis, P)

@@ -30,6 +30,24 @@ def test_lplr_best_error_never_increases_and_is_exact(sweep):
     assert torch.allclose(Lt, torch.round(Lt), atol=1e-4)
 
 
+@pytest.mark.parametrize("inner_iters", [0, 3, 8])
+def test_lplr_returns_R_times_the_square_root_of_its_best_R(inner_iters):
+    """``RM`` is ``R H^{1/2}`` of the returned (best) R, bit for bit as the caller would form it (Algorithm 1 reuses
+    it for the error after the next Q step): from the best iterate, not the last one evaluated (the case with
+    T_in = 3 has its best before the last; T_in = 0 returns the initialization)."""
+    from caldera.regression import HessianSqrt
+
+    W, H = llm_like(48, 40, seed=11, decay=0.8)
+    hs = HessianSqrt.of(regularize_hessian(H))
+    q: Quantizer = CoarseGrid()
+    res = lplr_factorize(W, hs, 6, q, q, inner_iters=inner_iters)
+    if inner_iters == 3:
+        assert res.best_iter < inner_iters  # the case is informative: the last iterate is not the best
+    assert torch.equal(res.RM, hs.times_half(res.R))
+    res16 = lplr_factorize(W, hs, 6, None, None, inner_iters=inner_iters)
+    assert torch.equal(res16.RM, hs.times_half(res16.R))
+
+
 def test_lplr_16bit_is_closed_form():
     W, H = llm_like(40, 32, seed=12, decay=0.7)
     Hr = regularize_hessian(H)
@@ -236,7 +254,7 @@ def _lplr_without_reuse(A, H, k, q, iters, sweep):
     obj = _Objective(Y, hs)
     Uk, Sk, Vk = top_k_svd(Y, k)
     R, R_sc = _quantize(q, (Sk[:, None] * Vk.T) @ hs.inv_half32)
-    G, AHRt = obj.for_R(R)
+    _, G, AHRt = obj.for_R(R)
     Lt, L_sc = _quantize(q, _solve_spd(G, AHRt).T)
     L = Lt.T
     e = obj.sq_error(L, G, AHRt)
@@ -251,7 +269,7 @@ def _lplr_without_reuse(A, H, k, q, iters, sweep):
             L_new = Lt_new.T
             R_new, R_sc_new = _quantize(q, _solve_spd((L_new.T @ L_new).double(), (A.T @ L_new).double()).T.float())
         L, R, L_sc, R_sc = L_new, R_new, L_sc_new, R_sc_new
-        G, AHRt = obj.for_R(R)
+        _, G, AHRt = obj.for_R(R)
         e = obj.sq_error(L, G, AHRt)
         errors.append((e / obj.t0) ** 0.5)
         if e < best[4]:

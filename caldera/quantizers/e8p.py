@@ -476,6 +476,45 @@ def _numba_kernel():
     )
 
 
+@functools.lru_cache(maxsize=1)
+def _numba_rvq_kernel():
+    """``(kernel, codebook, key_to_index, sum_odd, n12_abs)`` of the compiled two-stage search, or ``None``."""
+    if _numba_kernel() is None:
+        return None
+    from .e8p_kernel import _encode_rvq_rows
+
+    _, key_to_index, sum_odd, n12_abs = _numba_kernel()
+    return _encode_rvq_rows, _tables().codebook.numpy(), key_to_index, sum_odd, n12_abs
+
+
+def encode_residual_e8p(x: Tensor, resid_scale: float, stage2_bits: int) -> Tensor:
+    """Codes ``(c1 << stage2_bits) | c2`` of two-stage residual E8P (``c1`` = E8P(x), ``c2`` = E8P(resid_scale ·
+    (x − codeword(c1))), the residual in float32) for a flat float32 CPU ``x`` ``(n, 8)``, already validated, by the
+    compiled kernel (:func:`caldera.quantizers.e8p_kernel._encode_rvq_rows`): both searches in one pass, split over
+    ``torch.get_num_threads()`` threads from ``_NUMBA_SPLIT_ROWS`` rows (every row independent: the split does not
+    change the result). Returns int64 ``(n,)``. Needs Numba (:func:`_numba_rvq_kernel` is not None)."""
+    import numpy as np  # with Numba, which needs it
+
+    kernel, cb, key_to_index, sum_odd, n12_abs = _numba_rvq_kernel()
+    n = x.shape[0]
+    out = torch.empty(n, dtype=torch.int64)
+    xs, os_ = x.numpy(), out.numpy()
+    rs = np.float32(resid_scale)
+    workers = torch.get_num_threads()
+    if workers <= 1 or n < _NUMBA_SPLIT_ROWS:
+        kernel(xs, rs, stage2_bits, cb, key_to_index, sum_odd, n12_abs, os_)
+        return out
+    step = -(-n // workers)
+    jobs = [
+        _pool(workers).submit(kernel, xs[a : a + step], rs, stage2_bits, cb, key_to_index, sum_odd, n12_abs,
+                              os_[a : a + step])
+        for a in range(0, n, step)
+    ]
+    for job in jobs:
+        job.result()
+    return out
+
+
 def _resolve_backend(backend: str) -> str:
     if backend not in BACKENDS:
         raise ValueError(f"E8P backend={backend!r}; accepted: {', '.join(BACKENDS)}")

@@ -173,6 +173,32 @@ def _encode_rows(x, key_to_index, sum_odd, n12_abs, out):  # pragma: no cover - 
 
 
 @numba.njit(cache=True, nogil=True)
+def _encode_rvq_rows(
+    x, resid_scale, stage2_bits, codebook, key_to_index, sum_odd, n12_abs, out
+):  # pragma: no cover - compiled (tested via E8PRVQ4)
+    """Two-stage residual E8P codes of the rows of ``x`` (float32 ``(n, 8)``) into ``out`` (int64 ``(n,)``), both
+    searches in one pass over the rows: ``c1`` = the nearest E8P codeword of the row, ``c2`` = the nearest E8P
+    codeword of ``resid_scale · (x − codebook[c1])`` (``resid_scale`` float32; the subtraction and the product
+    rounded to float32, as :class:`caldera.quantizers.rvq.E8PRVQ4` forms the residual with torch), and
+    ``out = (c1 << stage2_bits) | c2``. ``codebook`` float32 ``(65536, 8)``; the other tables as in
+    :func:`_encode_rows`."""
+    n = x.shape[0]
+    xv = np.empty(8)
+    ay = np.empty(8)
+    rank = np.empty(8, dtype=np.int64)
+    pos = np.empty(8, dtype=np.int64)
+    for r in range(n):
+        for i in range(8):
+            xv[i] = np.float64(x[r, i])
+        c1 = _nearest(xv, ay, rank, pos, key_to_index, sum_odd, n12_abs)
+        for i in range(8):
+            d = x[r, i] - codebook[c1, i]  # float32 − float32: float32
+            xv[i] = np.float64(d * resid_scale)  # float32 · float32: float32
+        c2 = _nearest(xv, ay, rank, pos, key_to_index, sum_odd, n12_abs)
+        out[r] = (np.int64(c1) << stage2_bits) | np.int64(c2)
+
+
+@numba.njit(cache=True, nogil=True)
 def _ldlq_chunk(
     F, has_F, Lc, W, codebook, key_to_index, sum_odd, n12_abs, W_hat, delta, codes
 ):  # pragma: no cover - compiled (tested via caldera.ldlq)

@@ -153,11 +153,27 @@ class _ResidualE8P(Quantizer):
         self.stage2: Quantizer = E8P()
 
     def quantize(self, x: Tensor) -> Tensor:
-        """Codes ``(i1 << stage2_bits) | i2``: float ``(..., n)`` -> ``code_dtype`` ``(..., n // 8)``."""
+        """Codes ``(i1 << stage2_bits) | i2``: float ``(..., n)`` -> ``code_dtype`` ``(..., n // 8)``.
+
+        Both stages E8P on a CPU tensor with the Numba backend: one compiled pass does both searches
+        (:func:`caldera.quantizers.e8p.encode_residual_e8p`; the same codes: the residual is rounded to float32
+        as below), unless ``max|x|`` is near the range where the residual's own validation could refuse it (then
+        the stages below run and raise as they always did)."""
+        if self._fused_available(x):
+            xf = self.stage1._flat(x, "x")  # validates x
+            if float(xf.abs().max()) <= _e8p.MAX_ABS_INPUT / (2 * self.resid_scale):
+                codes = _e8p.encode_residual_e8p(xf, self.resid_scale, self.stage2_bits)
+                return codes.to(self.code_dtype).reshape(*x.shape[:-1], x.shape[-1] // 8)
         c1 = self.stage1.quantize(x)  # validates x
         resid = (x.detach().to(torch.float32) - self.stage1.dequantize(c1)) * self.resid_scale
         c2 = self.stage2.quantize(resid)
         return (c1.to(self.code_dtype) << self.stage2_bits) | c2.to(self.code_dtype)
+
+    def _fused_available(self, x: Tensor) -> bool:
+        return (
+            type(self.stage1) is E8P and type(self.stage2) is E8P and self.stage1.backend == "numba"
+            and self.stage2.backend == "numba" and x.device.type == "cpu" and _e8p._numba_rvq_kernel() is not None
+        )
 
     def dequantize(self, codes: Tensor) -> Tensor:
         """``q1 + q2 / resid_scale`` (float32 ``(..., 8 m)``) for codes ``(..., m)``."""

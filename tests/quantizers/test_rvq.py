@@ -103,6 +103,35 @@ def test_rvq4_codes_are_two_e8p_stages() -> None:
     assert torch.equal(q.round(x), xh) and xh.dtype == torch.float32
 
 
+def test_rvq4_compiled_two_stage_search_is_the_two_stages_at_any_thread_split(monkeypatch) -> None:
+    """With Numba, E8P-RVQ4 searches both stages in one compiled pass (``encode_residual_e8p``): the codes equal the
+    two separate stages' (the float32 residual formed the same way) on 4,096 8-vectors, split over two threads and
+    unsplit; a magnitude whose residual the second stage would refuse takes the stages, which raise as before."""
+    pytest.importorskip("numba")
+    import caldera.quantizers.e8p as e8p_mod
+
+    q = E8PRVQ4()
+    x = torch.randn(512, 64, generator=torch.Generator().manual_seed(3)) * 1.7
+    calls = []
+    real = e8p_mod.encode_residual_e8p
+    monkeypatch.setattr(e8p_mod, "encode_residual_e8p", lambda *a: calls.append(1) or real(*a))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        split = q.quantize(x)
+        torch.set_num_threads(1)
+        whole = q.quantize(x)
+    finally:
+        torch.set_num_threads(threads)
+    assert calls == [1, 1]
+    monkeypatch.setattr(q, "_fused_available", lambda x: False)
+    stages = q.quantize(x)
+    assert torch.equal(split, stages) and torch.equal(whole, stages) and stages.dtype == split.dtype
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="x"):
+        q.quantize(torch.full((1, 8), 5e35))  # 3.45 · 5e35 is over the search's 1e36 bound
+
+
 def test_rvq3_codes_are_e8p_then_e81b() -> None:
     q, e, b = E8PRVQ3(), E8P(), E81B()
     x = torch.randn(40, 64, generator=torch.Generator().manual_seed(2))
