@@ -449,15 +449,21 @@ _NUMBA_SPLIT_ROWS = 2048
 BACKENDS = ("auto", "numba", "torch")
 
 
-@functools.lru_cache(maxsize=1)
-def _numba_ldlq_kernel():
-    """``(kernel, codebook, key_to_index, sum_odd, n12_abs)`` of the fused BlockLDLQ chunk, or ``None``."""
+def _with_codebook(name: str):
+    """``(kernel, codebook, key_to_index, sum_odd, n12_abs)`` for the compiled kernel ``name`` of
+    :mod:`caldera.quantizers.e8p_kernel` that also reads the codebook, or ``None`` without Numba."""
     if _numba_kernel() is None:
         return None
-    from .e8p_kernel import _ldlq_chunk
+    from . import e8p_kernel
 
     _, key_to_index, sum_odd, n12_abs = _numba_kernel()
-    return _ldlq_chunk, _tables().codebook.numpy(), key_to_index, sum_odd, n12_abs
+    return getattr(e8p_kernel, name), _tables().codebook.numpy(), key_to_index, sum_odd, n12_abs
+
+
+@functools.lru_cache(maxsize=1)
+def _numba_ldlq_kernel():
+    """The fused BlockLDLQ chunk (``_ldlq_chunk``) with its tables (:func:`_with_codebook`), or ``None``."""
+    return _with_codebook("_ldlq_chunk")
 
 
 @functools.lru_cache(maxsize=1)
@@ -478,13 +484,8 @@ def _numba_kernel():
 
 @functools.lru_cache(maxsize=1)
 def _numba_rvq_kernel():
-    """``(kernel, codebook, key_to_index, sum_odd, n12_abs)`` of the compiled two-stage search, or ``None``."""
-    if _numba_kernel() is None:
-        return None
-    from .e8p_kernel import _encode_rvq_rows
-
-    _, key_to_index, sum_odd, n12_abs = _numba_kernel()
-    return _encode_rvq_rows, _tables().codebook.numpy(), key_to_index, sum_odd, n12_abs
+    """The compiled two-stage search (``_encode_rvq_rows``) with its tables (:func:`_with_codebook`), or ``None``."""
+    return _with_codebook("_encode_rvq_rows")
 
 
 def encode_residual_e8p(x: Tensor, resid_scale: float, stage2_bits: int) -> Tensor:
