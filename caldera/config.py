@@ -54,9 +54,9 @@ class CalderaConfig:
         sigma_reg: H ← H / mean(diag H) + sigma_reg · I (QuIP# regularize_H); in (0, 1): 0 would leave a
             rank-deficient H singular.
         svd: the top-k SVD of the LPLR initialization: "exact" (full SVD), "randomized" (App. E.2 for 70B;
-            a fresh Gaussian start each outer iteration) or "warm" (exact in the first outer iteration, then
-            subspace iteration started from the previous outer iteration's top singular subspace;
-            ``caldera.regression.warm_top_k_svd``).
+            a fresh Gaussian start each outer iteration) or "warm" (the randomized range finder in the first
+            outer iteration, then one power iteration started from the previous outer iteration's top singular
+            subspace; ``caldera.regression.warm_top_k_svd``).
         lplr_sweep: "jacobi" (Alg. 2 as written: R_{i+1} from L_i and L_{i+1} from R_i) or
             "alternating" (L from R, then R from the new L; authors' code).
         best_tracking: "outer" (Alg. 1 line 5) or "substep" (authors' code: after every sub-step).

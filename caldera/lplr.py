@@ -96,7 +96,8 @@ def lplr_factorize(
     for its error after the Q step), saving the O(n d²) product. Everything runs on A's device.
 
     ``svd`` picks the top-k SVD of line 2: "exact", "randomized" (a Gaussian start, 4 power iterations) or
-    "warm" (:func:`caldera.regression.warm_top_k_svd`: exact without ``start``, else subspace iteration from
+    "warm" (:func:`caldera.regression.warm_top_k_svd`: the randomized range finder from ``generator`` without
+    ``start`` (exact without a generator either), else subspace iteration from
     ``start``, the ``basis`` of the previous call; Algorithm 1 passes it from one outer iteration to the next,
     where A moves only by the change of Q).
     """
@@ -110,7 +111,7 @@ def lplr_factorize(
     obj = _Objective(Y, hs)
     basis = None
     if svd == "warm":
-        Uk, Sk, Vk, basis = warm_top_k_svd(Y, k, start)
+        Uk, Sk, Vk, basis = warm_top_k_svd(Y, k, start, generator)
     else:
         Uk, Sk, Vk = top_k_svd(Y, k, method=svd, generator=generator)
     L_hat, R_hat = Uk, hs.times_inv_half(Sk[:, None] * Vk.T)  # lines 2–3 (App. C.4 closed form)

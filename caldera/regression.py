@@ -45,6 +45,10 @@ class LowRankSolution:
 #: with two (kernels/measured/ENGINE.md); none (the previous basis alone) ended 0.2–0.45 % higher on each seed
 WARM_POWER_ITERS = 1
 WARM_OVERSAMPLE = 16
+#: power iterations of the randomized range finder in the first call of ``svd="warm"`` (no start yet): 10 products
+#: with Y instead of the Gram route's Yᵀ Y and eigensolve (4096×4096, rank 256: first outer iteration 5.3–6.2 →
+#: 3.7–4.1 s, errors within the seeds' spread: kernels/measured/ENGINE.md)
+WARM_COLD_POWER_ITERS = 2
 
 
 def top_k_svd(
@@ -96,25 +100,33 @@ def subspace_svd(Y: Tensor, k: int, start: Tensor, power_iters: int) -> tuple[Te
     return (Qy @ Ub)[:, :k], S[:k], Vh[:k].T, Vh.T
 
 
-def warm_top_k_svd(Y: Tensor, k: int, start: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """``svd="warm"``: the exact top singular triplets when there is no ``start`` (:func:`gram_top_svd`, or the
-    full SVD where that declines), else :func:`subspace_svd` from ``start``.
+def warm_top_k_svd(
+    Y: Tensor, k: int, start: Tensor | None, generator: torch.Generator | None = None
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``svd="warm"``: subspace iteration from ``start`` (:func:`subspace_svd`, ``WARM_POWER_ITERS``), or without a
+    start the randomized range finder from a Gaussian test matrix drawn from ``generator``
+    (``WARM_COLD_POWER_ITERS``), or, without a generator either, the exact top singular triplets
+    (:func:`gram_top_svd`, or the full SVD where that declines).
 
     ``start`` is the ``basis`` this function returned for the previous call on a nearby matrix (Algorithm 1:
     the previous outer iteration's ``(W − Q) H^{1/2}``, which moves only by the change of Q): the top
-    ``k + WARM_OVERSAMPLE`` right singular vectors, refined by ``WARM_POWER_ITERS`` power iterations. The first
-    call is exact because the first LPLR input has a flat spectrum (a quantization residual: σ_k/σ_{k+16} ≈
-    1.01 at 4096×4096, rank 256), where a random start converges slowly; later inputs have a gap.
+    ``k + WARM_OVERSAMPLE`` right singular vectors. The first LPLR input has a flat spectrum (a quantization
+    residual: σ_k/σ_{k+16} ≈ 1.01 at 4096×4096, rank 256), where a random start converges slowly to the singular
+    vectors but captures nearly the optimal energy (every direction is worth about as much), and LPLR's alternating
+    least squares refines the factors after it; later inputs have a gap, which the warm start resolves.
     Returns (U_k (m, k), S_k (k,), V_k (n, k), basis (n, min(k + WARM_OVERSAMPLE, m, n))), Y's dtype/device.
     """
-    if start is None or start.shape[1] < k:
-        top = gram_top_svd(Y, min(k + WARM_OVERSAMPLE, *Y.shape))
-        if top is None:
-            U, S, Vh = torch.linalg.svd(Y, full_matrices=False)
-            return U[:, :k], S[:k], Vh[:k].T, Vh[: k + WARM_OVERSAMPLE].T
-        U, S, V = top
-        return U[:, :k], S[:k], V[:, :k], V
-    return subspace_svd(Y, k, start, WARM_POWER_ITERS)
+    if start is not None and start.shape[1] >= k:
+        return subspace_svd(Y, k, start, WARM_POWER_ITERS)
+    ell = min(k + WARM_OVERSAMPLE, *Y.shape)
+    if generator is not None and ell < min(Y.shape):
+        return subspace_svd(Y, k, _test_matrix(Y, ell, generator), WARM_COLD_POWER_ITERS)
+    top = gram_top_svd(Y, ell)
+    if top is None:
+        U, S, Vh = torch.linalg.svd(Y, full_matrices=False)
+        return U[:, :k], S[:k], Vh[:k].T, Vh[: k + WARM_OVERSAMPLE].T
+    U, S, V = top
+    return U[:, :k], S[:k], V[:, :k], V
 
 
 #: :func:`gram_top_svd` declines (returns None) when λ_l ≤ this · λ_1 for its Gram matrix's eigenvalues λ

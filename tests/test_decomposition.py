@@ -347,9 +347,9 @@ def test_ablation_directions(n, d, seed):
 
 
 def test_warm_svd_passes_each_lplr_calls_basis_to_the_next_and_matches_exact(monkeypatch):
-    """``svd="warm"``: the first LPLR call has no start (exact, by the Gram route), each later call starts from
+    """``svd="warm"``: the first LPLR call has no start (the seeded range finder), each later call starts from
     the basis the previous call returned; on an input whose spectrum has a gap the run tracks the exact-SVD run
-    closely (the first iterate the same up to float rounding, later ones within 0.5 %), and a rerun is identical."""
+    closely (the first LPLR result within 0.5 %, the best iterate within 0.5 %), and a rerun is identical."""
     import caldera.decomposition as dm
 
     W, H = llm_like(256, 256, seed=31, decay=0.3)
@@ -367,7 +367,7 @@ def test_warm_svd_passes_each_lplr_calls_basis_to_the_next_and_matches_exact(mon
     assert calls[0][0] is None and all(calls[i][0] is calls[i - 1][1] for i in range(1, 4))
     assert calls[0][1].shape == (256, 16 + 16)
     exact = caldera_decompose(W, H, cfg.replace(svd="exact"))
-    assert warm.error_trace[1]["error"] == pytest.approx(exact.error_trace[1]["error"], rel=1e-6)
+    assert warm.error_trace[1]["error"] == pytest.approx(exact.error_trace[1]["error"], rel=5e-3)
     assert warm.error == pytest.approx(exact.error, rel=5e-3)
     again = caldera_decompose(W, H, cfg)
     assert torch.equal(again.Q_codes, warm.Q_codes) and again.error == warm.error

@@ -18,8 +18,10 @@ measurements at 2–3 sizes, each row weighted by 1/time so relative errors coun
 * ``svd_exact`` — the top-k SVD of Y by a full SVD: ``max(n,d)·min(n,d)²`` (Golub & Van Loan's R-SVD
   ``6 m n² + 20 n³``);
 * ``svd_randomized`` — the randomized range finder: ``n·d·k``;
-* ``svd_gram`` — the first top-k SVD of ``svd="warm"`` (:func:`caldera.regression.gram_top_svd`: the smaller
-  Gram matrix, then its top k + 16 eigenpairs): ``max(n,d)·min(n,d)²`` and ``min(n,d)³``;
+* ``svd_gram`` — the exact top-k SVD by the smaller Gram matrix's top k + 16 eigenpairs
+  (:func:`caldera.regression.gram_top_svd`, ``warm_top_k_svd`` without a start or a generator):
+  ``max(n,d)·min(n,d)²`` and ``min(n,d)³``; measured and fitted, not part of a decomposition's prediction
+  (``svd="warm"`` starts with the range finder, priced from ``svd_randomized`` by :func:`warm_svd_shares`);
 * ``lplr_iter`` — one LPLR inner iteration (two least-squares updates and the factor quantization):
   ``k·d² + n·d·k`` and ``k·(n + d)``;
 * ``hessian_accumulate`` — ``Σ xxᵀ`` over ``rows`` calibration rows of width d: ``rows·d²``;
@@ -328,10 +330,9 @@ def decompose_seconds(costs: dict[str, Any], n: int, d: int, cfg: Any) -> float:
     svd_total = 0.0
     if k:
         per_outer += cfg.inner_iters * predict(costs, "lplr_iter", n, d, k)
-        if cfg.svd == "warm":  # exact once (the Gram route), then subspace iterations from the previous basis
-            first = "svd_gram" if "svd_gram" in costs["components"] else "svd_exact"  # files measured before it
-            svd_total = predict(costs, first, n, d, k) + (cfg.outer_iters - 1) * warm_svd_share() * predict(
-                costs, "svd_randomized", n, d, k)
+        if cfg.svd == "warm":  # the range finder once, then subspace iterations from the previous basis
+            cold, warm = warm_svd_shares()
+            svd_total = (cold + (cfg.outer_iters - 1) * warm) * predict(costs, "svd_randomized", n, d, k)
         else:
             svd_total = cfg.outer_iters * predict(
                 costs, "svd_randomized" if cfg.svd == "randomized" else "svd_exact", n, d, k)
@@ -340,12 +341,13 @@ def decompose_seconds(costs: dict[str, Any], n: int, d: int, cfg: Any) -> float:
             + updates * predict(costs, "hessian_update", n, d, k))
 
 
-def warm_svd_share() -> float:
-    """Cost of a warm subspace iteration (``svd="warm"``: 2 + 4·WARM_POWER_ITERS products with Y) relative to the
-    measured randomized SVD (4 power iterations: 2 + 4·4 products), by their count of (n, d)·(d, k + p) products."""
-    from caldera.regression import WARM_POWER_ITERS
+def warm_svd_shares() -> tuple[float, float]:
+    """Costs of ``svd="warm"``'s first call (the range finder with ``WARM_COLD_POWER_ITERS``: 2 + 4·q products with
+    Y) and of each later call (``WARM_POWER_ITERS`` from the previous basis) relative to the measured randomized SVD
+    (4 power iterations: 2 + 4·4 products), by their count of (n, d)·(d, k + p) products."""
+    from caldera.regression import WARM_COLD_POWER_ITERS, WARM_POWER_ITERS
 
-    return (2 + 4 * WARM_POWER_ITERS) / (2 + 4 * 4)
+    return (2 + 4 * WARM_COLD_POWER_ITERS) / (2 + 4 * 4), (2 + 4 * WARM_POWER_ITERS) / (2 + 4 * 4)
 
 
 def method_matrix_seconds(costs: dict[str, Any], method: str, cfg: Any, n: int, d: int) -> float:
