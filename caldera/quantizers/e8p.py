@@ -498,7 +498,7 @@ def encode_residual_e8p(x: Tensor, resid_scale: float, stage2_bits: int) -> Tens
 
     kernel, cb, key_to_index, sum_odd, n12_abs = _numba_rvq_kernel()
     n = x.shape[0]
-    out = torch.empty(n, dtype=torch.int64)
+    out = torch.empty(n, dtype=torch.int64, device=x.device)  # x's device (the CPU), whatever torch's default
     xs, os_ = x.numpy(), out.numpy()
     rs = np.float32(resid_scale)
     workers = torch.get_num_threads()
