@@ -325,7 +325,7 @@ def _decompose(
                     generator=gen, Y=Y, start=basis,
                 )
                 L, R, L_sc, R_sc, basis = res.L, res.R, res.L_codes, res.R_codes, res.basis
-                RM = res.RM if res.RM is not None else ctx.sqrt.times_half(R)
+                RM = res.RM
                 entry["lplr_errors"] = res.errors
                 # ‖(LR − (W − Q))Xᵀ‖² is LPLR's own objective: no second O(n d²) evaluation needed
                 entry["error"] = (res.sq_error / denom) ** 0.5

@@ -8,6 +8,20 @@ from caldera.quantizers.base import Quantizer
 from caldera.synthetic import llm_like  # noqa: F401  (re-exported for tests)
 
 
+def at_thread_counts(fn, counts=(1, 2)) -> list:
+    """``[fn() with torch.set_num_threads(c) for c in counts]``, the process's thread count restored afterwards
+    (tests that a split over threads does not change a result)."""
+    old = torch.get_num_threads()
+    try:
+        out = []
+        for c in counts:
+            torch.set_num_threads(c)
+            out.append(fn())
+        return out
+    finally:
+        torch.set_num_threads(old)
+
+
 def gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 

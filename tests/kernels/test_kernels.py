@@ -10,6 +10,7 @@ import torch
 from caldera.kernels.tables import codes_matmul_reference, decode_tables, dequantize_codes
 from caldera.nn.compressed_linear import KERNEL_MAX_ROWS, CompressedLinear
 from caldera.quantizers.e8p import _tables
+from tests.helpers import at_thread_counts
 from tests.helpers import kernel_close as _close
 from tests.helpers import random_codes as _codes
 
@@ -72,14 +73,7 @@ def test_codes_matmul_t_matches_reference_and_accumulates(impl, quantizer):
 def test_threaded_split_equals_single_thread(impl):
     codes = _codes(300, 512, "e8p", seed=3)  # large enough to be split over threads
     x = torch.randn(2, 4096, generator=torch.Generator().manual_seed(4))
-    old = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        one = cpu.codes_matmul(x, codes, 0.5, impl=impl)
-        torch.set_num_threads(2)
-        two = cpu.codes_matmul(x, codes, 0.5, impl=impl)
-    finally:
-        torch.set_num_threads(old)
+    one, two = at_thread_counts(lambda: cpu.codes_matmul(x, codes, 0.5, impl=impl))
     assert torch.equal(one, two)  # rows are independent: the split cannot change a bit
     _close(one, codes_matmul_reference(x, codes.to(torch.int64), 0.5))
 

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from caldera.quantizers import E8P, dequantize_scaled, get_quantizer, quantize_scaled
 from caldera.quantizers import e8p as e8p_mod
+from tests.helpers import at_thread_counts
 
 NORM12_2X = (
     "31113333 13113333 11313333 11133333 33313311 33313131 33311331 33313113 33311313 33311133 "
@@ -184,14 +185,7 @@ def test_nearest_across_chunk_and_block_boundaries(q: E8P, cb64: torch.Tensor, m
 def test_threaded_blocks_match_serial(q: E8P) -> None:
     """Large inputs run in blocks on torch.get_num_threads() Python threads; results must not depend on it."""
     x = torch.randn(2 * e8p_mod._CHUNK_ROWS + 123, 8, generator=torch.Generator().manual_seed(9)) * 1.03
-    threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        serial = q.quantize(x)
-        torch.set_num_threads(2)
-        parallel = q.quantize(x)
-    finally:
-        torch.set_num_threads(threads)
+    serial, parallel = at_thread_counts(lambda: q.quantize(x))
     assert torch.equal(serial, parallel)
 
 

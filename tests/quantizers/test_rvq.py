@@ -17,6 +17,7 @@ from caldera.quantizers import (
     quantizer_for_bits,
 )
 from caldera.quantizers.rvq import E81B, e81b_codebook
+from tests.helpers import at_thread_counts
 
 
 def per_coord_mse(q, W: torch.Tensor) -> float:
@@ -115,14 +116,7 @@ def test_rvq4_compiled_two_stage_search_is_the_two_stages_at_any_thread_split(mo
     calls = []
     real = e8p_mod.encode_residual_e8p
     monkeypatch.setattr(e8p_mod, "encode_residual_e8p", lambda *a: calls.append(1) or real(*a))
-    threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(2)
-        split = q.quantize(x)
-        torch.set_num_threads(1)
-        whole = q.quantize(x)
-    finally:
-        torch.set_num_threads(threads)
+    split, whole = at_thread_counts(lambda: q.quantize(x), counts=(2, 1))
     assert calls == [1, 1]
     monkeypatch.setattr(q, "_fused_available", lambda x: False)
     stages = q.quantize(x)
