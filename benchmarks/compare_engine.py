@@ -85,6 +85,8 @@ def run(n: int, d: int, outer: int, svd: str | None, seed: int = 0) -> dict:
         "shape": [n, d], "config": cfg.to_dict(), "prepare_s": prep, "outer_iteration_s": its,
         "outer_iteration_cpu_s": cpu_its,
         "error": dec.error, "errors": [e["error"] for e in dec.error_trace],
+        # the float32 arithmetic that ran (caldera.matmul_precision; trees before it: IEEE float32, no key)
+        "fp32_matmul": dec.config.get("fp32_matmul", "ieee"),
         "extrapolated_15x10_s": prep + its[0] + 14 * its[-1],
     }
 

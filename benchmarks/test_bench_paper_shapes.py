@@ -22,9 +22,11 @@ Besides wall time, ``extra_info["process_cpu_s"]`` records the process CPU time 
 other jobs on a shared machine). Peak memory: on the CPU the peak resident set size above the one before the
 call (sampled every 2 ms in a thread); on CUDA ``torch.cuda.max_memory_allocated`` above the allocation before
 the call. FLOP floors count the dominant dense linear algebra as this implementation does it (products with
-the triangular M at their triangular count, d² per row) and divide by the machine's measured fp32 GEMM
-rate (``gemm_gflops`` of ``conftest.py``; float64 work is counted at the same rate, so fp64 steps sit further
-above their floor). Run::
+the triangular M at their triangular count, d² per row) and divide by the device's measured float32 GEMM
+rate in the engine's own float32 arithmetic (``engine_gflops`` below: ``CalderaConfig.fp32_matmul = "auto"``, on this
+CPU oneDNN's bfloat16 arithmetic, ``caldera.matmul_precision``; float64 work is counted at the same rate, so fp64
+steps sit further above their floor). Every component runs in that arithmetic (``extra_info["fp32_matmul"]``), as
+inside ``caldera_decompose``. Run::
 
     nice -n 10 python -m pytest benchmarks/test_bench_paper_shapes.py --benchmark-enable \
         --benchmark-json=kernels/measured/paper_shapes_cpu.json -p no:randomly
@@ -41,7 +43,7 @@ import torch
 
 from benchmarks.conftest import record_floor
 from benchmarks.test_bench_decompose import ldlq_flops
-from caldera import CalderaConfig, caldera_decompose
+from caldera import CalderaConfig, caldera_decompose, matmul_precision
 from caldera.decomposition import HessianContext, hessian_update
 from caldera.ldl import block_ldl
 from caldera.ldlq import ldlq_quantize
@@ -60,6 +62,25 @@ K = 256
 T_IN = 10
 T_OUT = 2  # reduced from the paper's 15 (see the module docstring)
 DEVICE = torch.device(os.environ.get("CALDERA_BENCH_DEVICE", "cpu"))
+#: the float32 arithmetic caldera_decompose gives DEVICE's tensors under the default fp32_matmul="auto"
+ARITHMETIC = CalderaConfig().fp32_matmul
+
+
+@pytest.fixture(scope="session")
+def engine_gflops() -> float:
+    """float32 GEMM rate (GFLOP/s) of a 2048³ product on DEVICE in the engine's float32 arithmetic (median of 5)."""
+    a, b = torch.randn(2048, 2048, device=DEVICE), torch.randn(2048, 2048, device=DEVICE)
+    times = []
+    with matmul_precision.scoped(ARITHMETIC, DEVICE):
+        for _ in range(6):
+            if DEVICE.type == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            a @ b
+            if DEVICE.type == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+    return 2 * 2048**3 / sorted(times[1:])[2] / 1e9
 
 
 # ---- FLOP counts (dominant dense linear algebra of this implementation) ------------------------------------
@@ -142,7 +163,9 @@ def measure(benchmark, fn, *args, **kwargs):
 
     cpu0 = time.process_time()
     try:
-        out = benchmark.pedantic(call, rounds=1, iterations=1, warmup_rounds=0)
+        with matmul_precision.scoped(ARITHMETIC, DEVICE) as arithmetic:
+            out = benchmark.pedantic(call, rounds=1, iterations=1, warmup_rounds=0)
+        benchmark.extra_info["fp32_matmul"] = arithmetic
     finally:
         benchmark.extra_info["process_cpu_s"] = time.process_time() - cpu0
         stop.set()
@@ -184,52 +207,52 @@ def prepare_flops(d: int) -> float:
 
 
 @pytest.mark.benchmark(group="paper-prepare")
-def test_prepare(benchmark, gemm_gflops, state):
+def test_prepare(benchmark, engine_gflops, state):
     n, d, W, H, ctx, Wr, A, Y, L, R = state
     measure(benchmark, HessianContext.prepare, H, rht=True, seed=0, sigma_reg=0.01)
-    record_floor(benchmark, prepare_flops(d), gemm_gflops, shape=[n, d])
+    record_floor(benchmark, prepare_flops(d), engine_gflops, shape=[n, d])
 
 
 @pytest.mark.benchmark(group="paper-ldlq")
-def test_ldlq(benchmark, gemm_gflops, state):
+def test_ldlq(benchmark, engine_gflops, state):
     n, d, W, H, ctx, Wr, A, Y, L, R = state
     measure(benchmark, ldlq_quantize, Wr - L @ R, ctx.H_rot, E8P(), ldl=ctx.ldl)
-    record_floor(benchmark, ldlq_flops(n, d), gemm_gflops, shape=[n, d])
+    record_floor(benchmark, ldlq_flops(n, d), engine_gflops, shape=[n, d])
 
 
 @pytest.mark.benchmark(group="paper-hessian-update")
-def test_hessian_update(benchmark, gemm_gflops, state):
+def test_hessian_update(benchmark, engine_gflops, state):
     n, d, W, H, ctx, Wr, A, Y, L, R = state
 
     def step():
         return block_ldl(hessian_update(ctx.H_rot, L, R, 0.01, M=ctx.sqrt.half))
 
     measure(benchmark, step)
-    record_floor(benchmark, hessian_update_flops(n, d, K), gemm_gflops, shape=[n, d])
+    record_floor(benchmark, hessian_update_flops(n, d, K), engine_gflops, shape=[n, d])
 
 
 @pytest.mark.benchmark(group="paper-svd")
 @pytest.mark.parametrize("method", ["exact", "randomized", "gram"])
-def test_svd(benchmark, gemm_gflops, state, method):
+def test_svd(benchmark, engine_gflops, state, method):
     n, d, W, H, ctx, Wr, A, Y, L, R = state
     gen = torch.Generator(device=DEVICE).manual_seed(2)
     if method == "gram":
         measure(benchmark, warm_top_k_svd, Y, K, None)
     else:
         measure(benchmark, top_k_svd, Y, K, method=method, generator=gen)
-    record_floor(benchmark, svd_flops(n, d, K, method), gemm_gflops, shape=[n, d], method=method)
+    record_floor(benchmark, svd_flops(n, d, K, method), engine_gflops, shape=[n, d], method=method)
 
 
 @pytest.mark.benchmark(group="paper-lplr")
-def test_lplr(benchmark, gemm_gflops, state):
+def test_lplr(benchmark, engine_gflops, state):
     n, d, W, H, ctx, Wr, A, Y, L, R = state
     q4 = get_quantizer("e8p-rvq4")
     res = measure(benchmark, lplr_factorize, A, ctx.sqrt, K, q4, q4, T_IN, Y=Y)
-    record_floor(benchmark, lplr_flops(n, d, K, T_IN), gemm_gflops, shape=[n, d], relative_error=res.errors[-1])
+    record_floor(benchmark, lplr_flops(n, d, K, T_IN), engine_gflops, shape=[n, d], relative_error=res.errors[-1])
 
 
 @pytest.mark.benchmark(group="paper-error")
-def test_error(benchmark, gemm_gflops, state):
+def test_error(benchmark, engine_gflops, state):
     n, d, W, H, ctx, Wr, A, Y, L, R = state
     def err():  # as caldera.decomposition._decompose forms it
         Yq = ctx.sqrt.times_half(A)
@@ -237,7 +260,7 @@ def test_error(benchmark, gemm_gflops, state):
         return float(torch.linalg.vector_norm(E, dtype=torch.float64))
 
     measure(benchmark, err)
-    record_floor(benchmark, error_flops(n, d, K), gemm_gflops, shape=[n, d])
+    record_floor(benchmark, error_flops(n, d, K), engine_gflops, shape=[n, d])
 
 
 # ---- one decomposition ----------------------------------------------------------------------------------
@@ -245,7 +268,7 @@ def test_error(benchmark, gemm_gflops, state):
 
 @pytest.mark.benchmark(group="paper-decomposition")
 @pytest.mark.parametrize("svd", ["exact", "randomized", "warm"])
-def test_decomposition(benchmark, gemm_gflops, state, svd):
+def test_decomposition(benchmark, engine_gflops, state, svd):
     n, d, W, H, ctx, *_ = state
     cfg = CalderaConfig.preset("paper", rank=K, l_bits=4, r_bits=4, outer_iters=T_OUT, inner_iters=T_IN, svd=svd)
     marks: list[float] = []
@@ -271,7 +294,7 @@ def test_decomposition(benchmark, gemm_gflops, state, svd):
     lplr_svd = lplr_flops(n, d, K, T_IN) - svd_flops(n, d, K, "exact") + svd_flops(n, d, K, first_svd)
     it_flops = outer_iteration_flops(n, d, K) - lplr_flops(n, d, K, T_IN) + lplr_svd
     record_floor(
-        benchmark, T_OUT * it_flops + 2 * n * d * d, gemm_gflops, shape=[n, d], svd=svd, outer_iters=T_OUT,
+        benchmark, T_OUT * it_flops + 2 * n * d * d, engine_gflops, shape=[n, d], svd=svd, outer_iters=T_OUT,
         inner_iters=T_IN, rank=K, prepare_s=prep, outer_iteration_s=its, relative_error=dec.error,
         errors=[e["error"] for e in dec.error_trace], extrapolated_15x10_s=prep + its[0] + 14 * its[-1],
     )

@@ -31,6 +31,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
+from caldera import matmul_precision
 from caldera.config import CalderaConfig
 from caldera.hadamard import RHT, random_signs
 from caldera.ldl import REGULARIZED, block_ldl_of_cholesky, cholesky_or_raise, regularize_hessian
@@ -189,6 +190,10 @@ def caldera_decompose(
     [2⁻¹²⁰, 2¹²⁰] the float32 outputs cannot hold the result: ``ValueError`` naming W. An all-zero W gives the
     exact decomposition Q = 0 (scale 0), L = 0, R = 0 with ``error = 0.0`` (Ŵ = W; the relative error 0/0 is
     defined as 0) and an empty ``error_trace`` (``best_iter = -1``: no iteration ran).
+
+    Float32 arithmetic. The float32 products run as ``config.fp32_matmul`` says (:mod:`caldera.matmul_precision`:
+    oneDNN's bfloat16 arithmetic on a CPU with bfloat16 instructions under "auto", IEEE float32 elsewhere), set for
+    this call only; the returned ``config`` records the arithmetic that ran ("ieee" or "bf16").
     """
     check_W_H(W, H)
     n, d = W.shape
@@ -203,6 +208,20 @@ def caldera_decompose(
             f"W has n={n} rows; its quantized factor L (codes of Lᵀ, blocks of {LDL_BLOCK} along n) needs n to "
             f"be a multiple of {LDL_BLOCK}: pad W with zero rows, or use 16-bit factors (l_bits=r_bits=16)"
         )
+    with matmul_precision.scoped(config.fp32_matmul, W.device) as arithmetic:
+        # the config the decomposition records names the float32 arithmetic that ran ("auto" resolved)
+        return _decompose_scaled(W, H, config.replace(fp32_matmul=arithmetic), context, progress)
+
+
+def _decompose_scaled(
+    W: Tensor,
+    H: Tensor,
+    config: CalderaConfig,
+    context: HessianContext | None,
+    progress: Callable[[int], None] | None,
+) -> Decomposition:
+    """:func:`caldera_decompose` after validation, inside its float32-arithmetic scope: the magnitude guard."""
+    n, d = W.shape
     amax = float(W.detach().abs().max())
     if amax == 0.0:
         return _zero_decomposition(n, d, config, context, W.device)

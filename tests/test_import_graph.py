@@ -52,8 +52,8 @@ ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 
 #: Layers, lowest first: (name, module prefixes). A module's layer is that of its longest matching prefix.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("atomic", "bits", "cache", "metrics", "numerics", "openmp", "paper_tables", "stats",
-                    "strict_yaml", "synthetic", "validation")),
+    ("foundation", ("atomic", "bits", "cache", "matmul_precision", "metrics", "numerics", "openmp", "paper_tables",
+                    "stats", "strict_yaml", "synthetic", "validation")),
     ("primitives", ("quantizers", "hadamard", "triangular")),
     ("algorithm", ("ldl", "ldlq", "lplr", "regression", "config", "decomposition", "methods")),
     ("kernels", ("kernels",)),
