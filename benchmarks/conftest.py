@@ -19,18 +19,32 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 
-@pytest.fixture(scope="session")
-def gemm_gflops() -> float:
-    a = torch.randn(2048, 2048)
-    b = torch.randn(2048, 2048)
+def measure_gemm_gflops(device: torch.device | str = "cpu") -> float:
+    """float32 GEMM rate (GFLOP/s) on ``device``: the median of 5 timed 2048×2048 products after a warm-up, in
+    whatever float32 arithmetic is in force (``caldera.matmul_precision.scoped`` picks the engine's)."""
+    device = torch.device(device)
+    a = torch.randn(2048, 2048, device=device)
+    b = torch.randn(2048, 2048, device=device)
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
     a @ b  # warm-up
     times = []
     for _ in range(5):
+        sync()
         t0 = time.perf_counter()
         a @ b
+        sync()
         times.append(time.perf_counter() - t0)
     times.sort()
     return 2 * 2048**3 / times[2] / 1e9
+
+
+@pytest.fixture(scope="session")
+def gemm_gflops() -> float:
+    return measure_gemm_gflops("cpu")
 
 
 def record_floor(benchmark, flops: float, gemm_gflops: float, **extra) -> None:

@@ -41,7 +41,7 @@ import time
 import pytest
 import torch
 
-from benchmarks.conftest import record_floor
+from benchmarks.conftest import measure_gemm_gflops, record_floor
 from benchmarks.test_bench_decompose import ldlq_flops
 from caldera import CalderaConfig, caldera_decompose, matmul_precision
 from caldera.decomposition import HessianContext, hessian_update
@@ -68,19 +68,9 @@ ARITHMETIC = CalderaConfig().fp32_matmul
 
 @pytest.fixture(scope="session")
 def engine_gflops() -> float:
-    """float32 GEMM rate (GFLOP/s) of a 2048³ product on DEVICE in the engine's float32 arithmetic (median of 5)."""
-    a, b = torch.randn(2048, 2048, device=DEVICE), torch.randn(2048, 2048, device=DEVICE)
-    times = []
+    """float32 GEMM rate (GFLOP/s) on DEVICE in the engine's float32 arithmetic."""
     with matmul_precision.scoped(ARITHMETIC, DEVICE):
-        for _ in range(6):
-            if DEVICE.type == "cuda":
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            a @ b
-            if DEVICE.type == "cuda":
-                torch.cuda.synchronize()
-            times.append(time.perf_counter() - t0)
-    return 2 * 2048**3 / sorted(times[1:])[2] / 1e9
+        return measure_gemm_gflops(DEVICE)
 
 
 # ---- FLOP counts (dominant dense linear algebra of this implementation) ------------------------------------

@@ -19,9 +19,10 @@ Modes:
 * ``"bf16"`` — oneDNN's bfloat16 arithmetic for the float32 products on CPU tensors (an error on a torch without
   the setting, < 2.9). On a CPU without bfloat16 instructions oneDNN emulates them: slower than ``"ieee"``.
 * ``"auto"`` (the default) — ``"bf16"`` where it is fast and the job did not ask for CPU-independent numerics:
-  CPU tensors, a torch with the setting and oneDNN, a CPU with AVX512-BF16 or AMX, and neither ``MKL_CBWR`` nor
-  ``ATEN_CPU_CAPABILITY`` in the environment (the workflow's ``numerics: avx2`` / ``portable`` pins set both:
-  their results are meant to be the same on every CPU, and the bfloat16 path exists only on some); else ``"ieee"``.
+  CPU tensors, a torch with the setting and oneDNN, a CPU with AVX512-BF16 or AMX, and none of the variables that
+  the workflow's ``numerics: avx2`` / ``portable`` pins set (``MKL_CBWR``, ``ATEN_CPU_CAPABILITY``,
+  ``NUMBA_CPU_NAME``: :data:`PIN_VARS`) in the environment (pinned results are meant to be the same on every CPU,
+  and the bfloat16 path exists only on some); else ``"ieee"``.
 
 CUDA tensors always get IEEE float32 products: this setting governs oneDNN (CPU) only, and TF32 (CUDA's reduced
 float32 mode, 10 mantissa bits) is a different trade that the engine does not make.
@@ -38,9 +39,11 @@ from collections.abc import Iterator
 
 import torch
 
+from caldera import numerics
+
 MODES = ("auto", "ieee", "bf16")
-#: environment variables that pin the CPU code paths (caldera.numerics' avx2 / portable modes set both)
-PIN_VARS = ("MKL_CBWR", "ATEN_CPU_CAPABILITY")
+#: environment variables that pin the CPU code paths: those caldera.numerics' avx2 / portable modes set
+PIN_VARS = tuple(sorted({var for env in numerics.MODE_ENV.values() for var in env}))
 
 
 def _flag():

@@ -232,6 +232,8 @@ def measure_components(
     (inputs: :func:`caldera.synthetic.llm_like`, a mid-run state from a one-iteration decomposition), and fit
     the laws. Returns the costs dict (``{"format", "device", "threads", "torch", "points", "components"}``).
     ``model_parts=False`` skips the decoder-layer forward and the Hessian accumulation (engine only)."""
+    from caldera.config import CalderaConfig
+
     device = torch.device(device)
     points: dict[str, list[dict[str, Any]]] = {name: [] for name in LAWS}
     for n, d in shapes:
@@ -249,7 +251,7 @@ def measure_components(
         "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "threads": torch.get_num_threads(),
-        "fp32_matmul": matmul_precision.resolve("auto", device),
+        "fp32_matmul": matmul_precision.resolve(CalderaConfig().fp32_matmul, device),  # what _engine_seconds ran
         "torch": torch.__version__,
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "points": points,
