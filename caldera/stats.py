@@ -223,29 +223,62 @@ def t_quantile(df: float, level: float = LEVEL) -> float:
     return float(student_t.ppf((1.0 + level) / 2.0, df))
 
 
-def seed_half_width(groups: Sequence[Sequence[float]], level: float = LEVEL) -> dict:
+def seed_half_width(groups: Sequence[Sequence[float]], level: float = LEVEL,
+                    pooled: Sequence[dict | None] | None = None) -> dict:
     """Half-width of the seed part of an interval for ``Σ_g mean(groups[g])`` (signs folded into the values).
 
     ``groups``: one sequence of per-seed statistics per independent group of random realizations (a
-    deterministic variant, e.g. the dense model, contributes no group). Returns ``{"half", "sd", "df", "seeds"}``:
-    ``half = t_{df} · sqrt(Σ s_g²/S_g)`` with Welch–Satterthwaite ``df``; ``half = None`` when a group has one seed
-    (its spread is unknown); ``half = 0`` with no group (nothing random) or when every group's values agree."""
+    deterministic variant, e.g. the dense model, contributes no group). ``pooled``: per group, None or a pooled
+    realization variance ``{"var", "df"}`` (:func:`pooled_variance`) that stands in for a group with a single
+    seed (its own spread is then unknown; a group with several seeds always uses its own). Returns ``{"half",
+    "sd", "df", "seeds", "pooled"}``: ``half = t_{df} · sqrt(Σ s_g²/S_g)`` with Welch–Satterthwaite ``df`` (a
+    pooled term counts with the pool's df); ``half = None`` when a group has one seed and no pool (its spread is
+    unknown); ``half = 0`` with no group (nothing random) or when every group's values agree. ``pooled`` in the
+    result lists which groups took the pool."""
     gs = [np.asarray(g, dtype=np.float64).ravel() for g in groups]
+    pools = list(pooled) if pooled is not None else [None] * len(gs)
+    if len(pools) != len(gs):
+        raise ValueError(f"pooled has {len(pools)} entries for {len(gs)} groups")
     seeds = [int(g.size) for g in gs]
     if not gs:
-        return {"half": 0.0, "sd": 0.0, "df": None, "seeds": seeds}
+        return {"half": 0.0, "sd": 0.0, "df": None, "seeds": seeds, "pooled": []}
     if any(g.size == 0 for g in gs):
         raise ValueError("a group of realizations is empty")
     if any(not np.all(np.isfinite(g)) for g in gs):
         raise ValueError("per-seed statistics must be finite")
-    if any(g.size < 2 for g in gs):
-        return {"half": None, "sd": None, "df": None, "seeds": seeds}
-    terms = [float(g.var(ddof=1)) / g.size for g in gs]
+    use_pool = [g.size < 2 and p is not None for g, p in zip(gs, pools)]
+    if any(g.size < 2 and not u for g, u in zip(gs, use_pool)):
+        return {"half": None, "sd": None, "df": None, "seeds": seeds, "pooled": use_pool}
+    terms, dfs = [], []
+    for g, p, u in zip(gs, pools, use_pool):
+        if u:
+            if not (p["var"] >= 0.0 and p["df"] >= 1):
+                raise ValueError(f"a pooled variance needs var >= 0 and df >= 1, got {p}")
+            terms.append(float(p["var"]) / g.size)
+            dfs.append(float(p["df"]))
+        else:
+            terms.append(float(g.var(ddof=1)) / g.size)
+            dfs.append(float(g.size - 1))
     var = sum(terms)
     if var == 0.0:
-        return {"half": 0.0, "sd": 0.0, "df": None, "seeds": seeds}
-    df = var * var / sum(t * t / (g.size - 1) for t, g in zip(terms, gs))
-    return {"half": t_quantile(df, level) * math.sqrt(var), "sd": math.sqrt(var), "df": df, "seeds": seeds}
+        return {"half": 0.0, "sd": 0.0, "df": None, "seeds": seeds, "pooled": use_pool}
+    df = var * var / sum(t * t / d for t, d in zip(terms, dfs) if t > 0.0)
+    return {"half": t_quantile(df, level) * math.sqrt(var), "sd": math.sqrt(var), "df": df, "seeds": seeds,
+            "pooled": use_pool}
+
+
+def pooled_variance(groups: Sequence[Sequence[float]]) -> dict | None:
+    """The pooled between-seed variance of several variants' per-seed statistics (each group one variant's
+    realizations, assumed to share one variance): ``{"var": Σ (S_g − 1) s_g² / Σ (S_g − 1), "df": Σ (S_g − 1)}``;
+    groups with fewer than two seeds add nothing; None when no group has two."""
+    gs = [np.asarray(g, dtype=np.float64).ravel() for g in groups]
+    gs = [g for g in gs if g.size >= 2]
+    if not gs:
+        return None
+    if any(not np.all(np.isfinite(g)) for g in gs):
+        raise ValueError("per-seed statistics must be finite")
+    df = sum(g.size - 1 for g in gs)
+    return {"var": float(sum(((g - g.mean()) ** 2).sum() for g in gs)) / df, "df": int(df)}
 
 
 def combine(estimate: float, lo_w: float, hi_w: float, seed: dict) -> dict:
@@ -265,7 +298,7 @@ def combine(estimate: float, lo_w: float, hi_w: float, seed: dict) -> dict:
     return {"estimate": estimate, "lo": lo, "hi": hi, "window_lo": lo_w, "window_hi": hi_w,
             "window_half": (hi_w - lo_w) / 2.0, "seed_half": h,
             "seed_sd": seed["sd"], "df": seed["df"], "seeds": seed["seeds"], "sdd": (hi - lo) / 2.0,
-            "rerun_lo": r_lo, "rerun_hi": r_hi}
+            "rerun_lo": r_lo, "rerun_hi": r_hi, "pooled": list(seed.get("pooled") or [])}
 
 
 def _nll_matrix(nll, name: str) -> np.ndarray:
@@ -307,13 +340,15 @@ def _exp(c: dict) -> dict:
 
 def seeded_ppl_ratio(a_nll, b_nll, tokens, a_random: bool = True, b_random: bool = True,
                      paired_seeds: bool = False, resamples: int = RESAMPLES, seed: int = SEED,
-                     level: float = LEVEL) -> dict:
+                     level: float = LEVEL, a_pool: dict | None = None, b_pool: dict | None = None) -> dict:
     """``ppl_A / ppl_B`` across seeds on the same windows: ``a_nll`` (S_A, W), ``b_nll`` (S_B, W), ``tokens``
     (W,). Estimate: ratio of the geometric means across seeds. Window part: :func:`paired_ppl_ratio` of the
     seed-averaged window NLLs; seed part (:func:`seed_half_width`): with ``paired_seeds`` (both random, the same
     seed list in the same order, so realization s of A and of B share RHT signs and sketches) one group of
     per-seed log ratios; otherwise one group per random variant. Keys as :func:`combine` on the ratio scale
-    (lo/hi exponentiated; window_half, seed_half, sdd of the log ratio) plus ``n`` windows."""
+    (lo/hi exponentiated; window_half, seed_half, sdd of the log ratio) plus ``n`` windows. ``a_pool`` /
+    ``b_pool``: a pooled variance of the per-seed log perplexity (:func:`pooled_variance`) for a random side with
+    one seed (not with ``paired_seeds``)."""
     A, B = _nll_matrix(a_nll, "a_nll"), _nll_matrix(b_nll, "b_nll")
     t = _arr(tokens, "tokens")
     if A.shape[1] != t.size or B.shape[1] != t.size:
@@ -321,8 +356,9 @@ def seeded_ppl_ratio(a_nll, b_nll, tokens, a_random: bool = True, b_random: bool
     w = paired_ppl_ratio(A.mean(axis=0), t, B.mean(axis=0), t, resamples, seed, level)
     la, lb = A.sum(axis=1) / t.sum(), B.sum(axis=1) / t.sum()
     groups = _seed_groups(la, lb, a_random, b_random, paired_seeds)
+    pools = None if paired_seeds else ([a_pool] if a_random else []) + ([b_pool] if b_random else [])
     est = float(la.mean() - lb.mean())
-    c = combine(est, math.log(w["lo"]), math.log(w["hi"]), seed_half_width(groups, level))
+    c = combine(est, math.log(w["lo"]), math.log(w["hi"]), seed_half_width(groups, level, pools))
     return {**_exp(c), "n": int(t.size)}
 
 

@@ -56,9 +56,11 @@ def _bits(r: dict[str, Any]) -> str:
     return str(_bits_label(r["b_lr"]))
 
 
-#: A comparison of random realizations taken on one realization of a side: its spread is unknown, so it is not
-#: decided here; ``replicates`` (config) or mini-full give it the seeds (the window-only verdict is shown).
-NEEDS_SEEDS = "needs mini-full (one realization)"
+#: A comparison whose windows alone resolve a direction, taken on one realization of a side whose family has no
+#: pooled spread in this run (:mod:`caldera.experiments.realization_pool`): not decided; ``replicates`` gives it
+#: seeds. A window-only interval that already straddles no-difference is decided inconclusive instead: the seed
+#: part only widens it (:func:`seeds_verdict`).
+NEEDS_SEEDS = "needs replicates (one realization, no pooled spread)"
 VERDICTS = ("holds", "fails", "inconclusive", NEEDS_SEEDS, "not testable at this scale",
             "pending (its issue has not landed)")
 CORPUS = "wiki"  # the tables' "Wiki2" column: the perplexity the paper's ranking claims are about
@@ -89,16 +91,23 @@ def _windows(table: dict[str, Any], variant: str) -> dict[str, Any] | None:
 
 
 def _ratio_text(r: dict[str, Any]) -> str:
-    """``×est [lo, hi]`` of a combined interval, with its seeds and the two parts' half-widths (as ±%); for an
-    undetermined seed part, the window-only interval."""
+    """``×est [lo, hi]`` of a combined interval, with its seeds, the two parts' half-widths (as ±%) and the
+    pooled spreads it took; for an undetermined seed part, the window-only interval."""
     if r.get("seed_half", 0.0) is None:
         return (f"×{r['estimate']:.3f}, windows only [{r['window_lo']:.3f}, {r['window_hi']:.3f}] "
                 f"(seeds {'/'.join(map(str, r['seeds']))}: spread unknown)")
     text = f"×{r['estimate']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]"
-    if "window_half" in r and any(s > 1 for s in r.get("seeds", [])):
+    pooled = r.get("pooled_from") or {}
+    if "window_half" in r and (pooled or any(s > 1 for s in r.get("seeds", []))):
         text += (f" ({'/'.join(map(str, r['seeds']))} seeds; windows ±{100 * math.expm1(r['window_half']):.1f} %, "
-                 f"seeds ±{100 * math.expm1(r['seed_half']):.1f} %)")
+                 f"seeds ±{100 * math.expm1(r['seed_half']):.1f} %{_pool_text(pooled)})")
     return text
+
+
+def _pool_text(pooled: dict[str, dict[str, Any]]) -> str:
+    """``; v: pooled <family> spread ±x % (df d, from …)`` for each side that took its family's pooled spread."""
+    return "".join(f"; {v}: pooled {p['family']} spread ±{100 * math.expm1(math.sqrt(p['var'])):.1f} % per seed "
+                   f"(df {p['df']}, from {', '.join(p['variants'])})" for v, p in pooled.items())
 
 
 def _sdd_ratio(rs: list[dict[str, Any]]) -> str:
@@ -111,10 +120,19 @@ def _sdd_ratio(rs: list[dict[str, Any]]) -> str:
     return f"±{100 * math.expm1(w):.1f} % ppl ({rs[0]['n']} windows, {seeds} seed{'s' if seeds > 1 else ''})"
 
 
-def seeds_verdict(intervals: list[dict[str, Any]], verdict: str) -> str:
-    """:data:`NEEDS_SEEDS` when any interval's seed part is undetermined (a random side with one realization),
-    else ``verdict``."""
-    return NEEDS_SEEDS if any(iv.get("seed_half", 0.0) is None for iv in intervals) else verdict
+def window_only(iv: dict[str, Any]) -> dict[str, Any]:
+    """``iv`` with its bounds replaced by the window / document part's (the interval without the seed part)."""
+    return {**iv, "lo": iv["window_lo"], "hi": iv["window_hi"]}
+
+
+def seeds_verdict(intervals: list[dict[str, Any]], decide: Callable[[list[dict[str, Any]]], str]) -> str:
+    """``decide(intervals)``, or where a seed part is undetermined (a random side with one realization and no
+    pooled spread): "inconclusive" when ``decide`` on the window-only intervals is already inconclusive, else
+    :data:`NEEDS_SEEDS`. Sound because every decision rule here is monotone: the seed part only widens an
+    interval, and a wider interval moves holds / fails towards inconclusive, never the reverse."""
+    if not any(iv.get("seed_half", 0.0) is None for iv in intervals):
+        return decide(intervals)
+    return "inconclusive" if decide([window_only(iv) for iv in intervals]) == "inconclusive" else NEEDS_SEEDS
 
 
 def lower_verdict(intervals: list[dict[str, Any]], null: float = 1.0) -> str:
@@ -183,7 +201,11 @@ def degradation(tables: dict[str, dict[str, Any]]) -> dict[str, str]:
                            "rows degrade more"}
     more = sum(stats.direction(iv) > 0 for iv in ivs)
     less = sum(stats.direction(iv) < 0 for iv in ivs)
-    verdict = seeds_verdict(ivs, "holds" if more == len(keys) else "fails" if less else "inconclusive")
+    def decide(xs: list[dict[str, Any]]) -> str:
+        up = sum(stats.direction(x) > 0 for x in xs)
+        return "holds" if up == len(xs) else "fails" if any(stats.direction(x) < 0 for x in xs) else "inconclusive"
+
+    verdict = seeds_verdict(ivs, decide)
 
     def text(iv: dict[str, Any]) -> str:
         if iv["seed_half"] is None:
@@ -256,7 +278,7 @@ def table_claims(tables: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
                 add(("beats-ppl", *pair), "4-bit CALDERA beats QuIP# in Wiki2 perplexity (best rows, ≤ 2.4 bits)",
                     src, lambda pair=pair, tab=tab: _decide_ppl_pair(tab, *pair))
                 add(("beats-zs", *pair), "4-bit CALDERA beats QuIP# zero-shot (same best rows; all tasks pooled)",
-                    src, lambda pair=pair, tab=tab: _decide_zeroshot_pair(tab, *pair))
+                    src, lambda pair=pair, tab=tab, rows=(c_best, q_best): _decide_zeroshot_pair(tab, *pair, rows))
             c16 = [r for r in block if r["method"].startswith("CALDERA") and _bits(r) == "16"]
             if c16 and cald:
                 hi = max(cald, key=lambda r: int(r["paper_rank"]))
@@ -313,7 +335,7 @@ def _decide_lowest(tab, top: dict, others: list[str]) -> tuple[str, str, str]:
     if not others or any(iv is None for iv in ivs):
         return "inconclusive", "no per-window results (rerun the evaluation)", "—"
     detail = "; ".join(f"vs {o}: {_ratio_text(iv)}" for o, iv in zip(others, ivs))
-    return (seeds_verdict(ivs, lower_verdict(ivs)), f"{top['variant']} (ppl {top['ours']['wiki2_ppl']:.2f}) / each "
+    return (seeds_verdict(ivs, lower_verdict), f"{top['variant']} (ppl {top['ours']['wiki2_ppl']:.2f}) / each "
             f"other compressed row: {detail}", _sdd_ratio(ivs), [{**iv, "kind": "ppl ratio"} for iv in ivs])
 
 
@@ -321,28 +343,65 @@ def _decide_ppl_pair(tab, a: str, b: str) -> tuple:
     iv = ppl_ratio(tab, a, b)
     if iv is None:
         return "inconclusive", "no per-window results (rerun the evaluation)", "—"
-    return (seeds_verdict([iv], lower_verdict([iv])), f"ppl {a} / {b}: {_ratio_text(iv)}", _sdd_ratio([iv]),
+    return (seeds_verdict([iv], lower_verdict), f"ppl {a} / {b}: {_ratio_text(iv)}", _sdd_ratio([iv]),
             [{**iv, "kind": "ppl ratio"}])
 
 
-def _decide_zeroshot_pair(tab, a: str, b: str) -> tuple[str, str, str]:
+def _direction_verdict(xs: list[dict[str, Any]]) -> str:
+    """"A is higher than B" on one interval of A − B: holds above 0, fails below, else inconclusive."""
+    return {1: "holds", -1: "fails", 0: "inconclusive"}[stats.direction(xs[0])]
+
+
+def paper_accuracy_effect(row_a: dict[str, Any] | None, row_b: dict[str, Any] | None) -> float | None:
+    """The paper's accuracy difference of two table rows, all tasks pooled: the mean over the zero-shot columns
+    both rows print of ``paper[a] − paper[b]``, as a fraction (the tables print points); None without them."""
+    from caldera.experiments.tables import TASK_COLUMNS
+
+    if not row_a or not row_b:
+        return None
+    diffs = [row_a["paper"][c] - row_b["paper"][c] for c in TASK_COLUMNS
+             if row_a["paper"].get(c) is not None and row_b["paper"].get(c) is not None]
+    return sum(diffs) / len(diffs) / 100.0 if diffs else None
+
+
+def documents_needed(n: int, half: float, effect: float | None) -> int | None:
+    """Documents at which a paired interval of half-width ``half`` at ``n`` documents (shrinking as 1/√n) would
+    be narrower than ``|effect|``: ``ceil(n (half / |effect|)²)``; None without a non-zero effect. A lower bound:
+    the realization spread is not in ``half``."""
+    if effect is None or effect == 0.0 or not math.isfinite(half):
+        return None
+    return max(n, math.ceil(n * (half / abs(effect)) ** 2))
+
+
+def _decide_zeroshot_pair(tab, a: str, b: str, rows: tuple[dict | None, dict | None] = (None, None)) -> tuple:
+    """"a beats b zero-shot", decided on the paired correct-choice margin (:func:`zeroshot_pair`); the accuracy
+    difference is shown beside the paper's (``rows``: the two table rows, for their paper numbers) with the
+    documents this construction would need to resolve the paper's effect (:func:`documents_needed`)."""
     z = zeroshot_pair(tab, a, b)
     if z is None:
         return "inconclusive", "no per-document results (rerun the evaluation)", "—"
     m, acc = z["margin"], z["acc"]
-    verdict = seeds_verdict([m], {1: "holds", -1: "fails", 0: "inconclusive"}[stats.direction(m)])
+    verdict = seeds_verdict([m], _direction_verdict)
     seeds = "/".join(map(str, m["seeds"]))
+    effect = paper_accuracy_effect(*rows)
+    need = documents_needed(m["n"], (acc["window_hi"] - acc["window_lo"]) / 2.0, effect)
+    paper = ("" if effect is None else f"; the paper's accuracy difference {100 * effect:+.1f} points needs at least "
+             f"{need} documents here (documents only{'' if need is None or need > m['n'] else ': resolved'})")
     if m["seed_half"] is None:
-        numbers = (f"{a} − {b} on {m['n']} documents (seeds {seeds}: spread unknown): correct-choice log-likelihood "
+        why = ("documents alone straddle 0, so any realization spread leaves it so" if verdict == "inconclusive"
+               else "spread unknown")
+        numbers = (f"{a} − {b} on {m['n']} documents (seeds {seeds}: {why}): correct-choice log-likelihood "
                    f"margin {m['estimate']:+.3f}, documents only [{m['window_lo']:+.3f}, {m['window_hi']:+.3f}] "
                    f"nats; accuracy {100 * acc['estimate']:+.1f}, documents only [{100 * acc['window_lo']:+.1f}, "
-                   f"{100 * acc['window_hi']:+.1f}] points")
-        return verdict, numbers, "undetermined: one realization", [{**m, "pair": [a, b], "kind": "margin"}]
+                   f"{100 * acc['window_hi']:+.1f}] points{paper}")
+        return (verdict, numbers, f"at least ±{m['window_half']:.3f} nats margin, ±{100 * acc['window_half']:.1f} "
+                f"accuracy points ({m['n']} docs; one realization)", [{**m, "pair": [a, b], "kind": "margin",
+                                                                      "documents_needed": need}])
     numbers = (f"{a} − {b} on {m['n']} documents, seeds {seeds}: correct-choice log-likelihood margin "
                f"{m['estimate']:+.3f} [{m['lo']:+.3f}, {m['hi']:+.3f}] nats (decides); accuracy "
-               f"{100 * acc['estimate']:+.1f} [{100 * acc['lo']:+.1f}, {100 * acc['hi']:+.1f}] points")
+               f"{100 * acc['estimate']:+.1f} [{100 * acc['lo']:+.1f}, {100 * acc['hi']:+.1f}] points{paper}")
     return (verdict, numbers, f"±{m['sdd']:.3f} nats margin, ±{100 * acc['sdd']:.1f} accuracy points ({m['n']} docs)",
-            [{**m, "pair": [a, b], "kind": "margin"}])
+            [{**m, "pair": [a, b], "kind": "margin", "documents_needed": need}])
 
 
 LORA_CLAIM = "LoRA fine-tuning recovers accuracy"
@@ -414,9 +473,10 @@ def lora_claim(table5: dict[str, Any], method: str = "CALDERA") -> dict[str, Any
         return {"claim": name, "source": "Table 5", "verdict": "not testable at this scale",
                 "numbers": f"no measured {method} row with un-fine-tuned results", "sdd": "—"}
     # one compression realization per row (Table 5 has no seed replicates): the fine-tuning gain of another
-    # realization is not measured, so the windows / documents alone decide nothing (shown, not taken)
+    # realization is not measured, so a window verdict of holds / fails is not taken (shown)
+    # a wider interval only moves a direction to 0, so a window verdict of inconclusive is final
     return {"claim": name + " (vs the un-fine-tuned compressed and the dense model)", "source": "Table 5",
-            "verdict": NEEDS_SEEDS, "window_verdict": verdict,
+            "verdict": "inconclusive" if verdict == "inconclusive" else NEEDS_SEEDS, "window_verdict": verdict,
             "numbers": f"windows / documents only: {verdict}; " + "; ".join(parts),
             "sdd": ", ".join(dict.fromkeys(sdds)) + " (windows / documents only)"}
 
@@ -462,7 +522,7 @@ def rhtft_claims(tables: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
                 c = stats.paired_ppl_ratio(c4[0]["window_nll"], c4[0]["window_tokens"], c4[1]["window_nll"],
                                            c4[1]["window_tokens"])
                 numbers += f"; C4 stand-in (not deciding): {_ratio_text(c)} ({c['n']} windows)"
-            out.append({"claim": RHTFT_CLAIM, "source": src, "verdict": seeds_verdict([iv], lower_verdict([iv])),
+            out.append({"claim": RHTFT_CLAIM, "source": src, "verdict": seeds_verdict([iv], lower_verdict),
                         "numbers": numbers, "sdd": _sdd_ratio([iv]), "intervals": [{**iv, "kind": "ppl ratio"}]})
     return out
 
@@ -478,6 +538,9 @@ def check(fig3: dict[str, Any], fig4: dict[str, Any], tables: dict[str, dict[str
     difference of an evaluation comparison, "—" for deterministic matrix-level numbers). ``extra`` entries of
     the same form (``sdd`` optional) are validated and appended after the matrix-level claims. ``throughput``:
     the Table 6 JSON (:func:`caldera.experiments.throughput.build_throughput_table`) for its ordering claims."""
+    from caldera.experiments.realization_pool import attach_pools
+
+    tables = attach_pools(tables)
     out: list[dict[str, Any]] = []
 
     def add(claim: str, source: str, verdict: str, numbers: str, sdd: str = "— (deterministic)") -> None:
@@ -539,31 +602,11 @@ def _validated_extra(e: dict[str, Any]) -> dict[str, Any]:
     return {"sdd": "— (deterministic)", **e}
 
 
-SDD_NOTE = ("*Verdicts.* Ordering claims on perplexity and zero-shot results are decided by a 95 % interval that "
-            "counts both sources of noise: the evaluation sample (paired percentile bootstrap over the same windows "
-            "/ documents for both variants, {resamples} resamples, seed {seed}) and the compression's own "
-            "randomness (Student's t over the compression seeds of each variant — RHT signs, randomized-SVD "
-            "sketches — with the two variants' seed spreads combined as independent (Welch), not paired across "
-            "shared seeds: `caldera.experiments.tables.PAIR_SEEDS`; the two half-widths added in quadrature, "
-            "`caldera.stats`). **holds** if it excludes no-difference on the claimed side, **fails** if "
-            "it excludes it on the other side, **inconclusive** otherwise; **needs mini-full (one realization)** "
-            "when a compressed side has a single seed here, so its realization spread is unknown (the window-only "
-            "interval is shown, not decided on: `replicates` in the config, or mini-full, gives it seeds). "
-            "Matrix-level claims (Figures 3/4) compare deterministic single-matrix errors and are holds / fails on "
-            "the numbers shown. *Smallest detectable difference* (sdd): the half-width of the claim's combined "
-            "interval (for perplexity, of the log ratio, printed as ±% of perplexity; for zero-shot, of the mean "
-            "per-document difference). `spread.md` puts the between-seed spread beside the window spread per "
-            "variant and says how many seeds each comparison needs. A comparison repeated by several table rows "
-            "(Table 1's 7B/13B/70B rows map to the same stand-in variants) is stated once, with every row in its "
-            "source. *Reproducibility*: a rerun on the same CPU type with the same seeds is bitwise identical; "
-            "on another CPU, or with other seeds, each compressed model is another realization, and only these "
-            "intervals — not the point values — are expected to reproduce (the config's `numerics: avx2` pins "
-            "the Hessian and compression jobs to MKL's and torch's AVX2 paths, which removes the instruction-set "
-            "dispatch measured to change E8P codes across CPUs; bitwise identity across CPU types is not "
-            "promised, and was not verified on a second one). The interval is a confidence interval "
-            "for the mean over realizations; where *another* run with as many fresh seeds should land (95 %) is "
-            "the wider prediction interval `rerun_lo`/`rerun_hi` in `claims.json` (seed part × √2, "
-            "`caldera.stats.combine`), which `python -m caldera.experiments.coverage` checks a rerun against.")
+SDD_NOTE = ("Each claim is **holds**, **fails** or **inconclusive** by a 95 % interval that counts the evaluation "
+            "sample ({resamples} paired bootstrap resamples, seed {seed}) and the compression's realization spread "
+            "(a variant's own seeds, or its method family's pooled spread where it was run once); *smallest "
+            "detectable difference*: the interval's half-width. How each kind of claim is decided: "
+            "[docs/claims.md](../../docs/claims.md).")
 
 
 def claims_table(claims: list[dict[str, Any]]) -> list[str]:
@@ -716,6 +759,16 @@ def spread_report(tables: dict[str, dict[str, Any]], claims: list[dict[str, Any]
     else:
         lines += ["", "Zero-shot: no variant has zero-shot results for several seeds in this run "
                   "(`replicates.zeroshot: false`); mini-full scores its replicates zero-shot."]
+    from caldera.experiments.realization_pool import pools
+
+    found = pools(tables)
+    lines += ["", "## Pooled realization spread (for variants run once)", "",
+              "Per method family and stand-in, the between-seed variance of Wiki2 log perplexity pooled over the "
+              "replicated variants (`caldera.experiments.realization_pool`); a variant run once takes it in its "
+              "comparisons. Coverage on committed replicates: `paper_tables/reseed/pooled_coverage.md`.", "",
+              "| family | stand-in | sd per seed | df | pooled from |", "|---|---|---|---|---|"]
+    lines += [f"| {p['family']} | {p['stand_in']} | ±{100 * math.expm1(math.sqrt(p['var'])):.1f} % | {p['df']} | "
+              f"{', '.join(p['variants'])} |" for p in found.values()] or ["| — | — | — | — | no replicated variant |"]
     lines += ["", "## Seeds each comparison needs", "",
               "For each paired perplexity comparison of the claims: the estimate, the half-widths of its two parts "
               "(log ratio, as ±%), and the smallest number of seeds per variant at which an interval of this "
@@ -739,4 +792,5 @@ def spread_report(tables: dict[str, dict[str, Any]], claims: list[dict[str, Any]
                          f"{iv['hi']:.3f}] | ±{100 * math.expm1(iv['window_half']):.1f} % | "
                          f"{'/'.join(map(str, iv['seeds']))}: ±{100 * math.expm1(iv['seed_half']):.1f} % | "
                          f"{'—' if need is None else need} |")
-    return "\n".join(lines) + "\n", {"variants": rows, "comparisons": needs}
+    pooled = [{k: v for k, v in p.items()} for p in found.values()]
+    return "\n".join(lines) + "\n", {"variants": rows, "comparisons": needs, "pools": pooled}

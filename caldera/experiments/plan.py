@@ -188,10 +188,20 @@ REPLICATE_SUFFIX = "-seed"
 
 
 def is_random(v: Variant) -> bool:
-    """Is ``v`` one realization of a random procedure? Every compressed model is: RHT signs and sketches are
-    seeded, and even a seedless method's rounding depends on the floating-point order of the machine (the
-    same seed on another CPU gives another realization). Only the dense model is not."""
-    return v.method != "dense"
+    """Is ``v`` one realization of a random procedure? A compressed model of a random method is (RHT signs and
+    sketches are seeded: :attr:`caldera.methods.registry.MethodSpec.random`); the dense model and a
+    deterministic method's model are not: the same inputs give the same model, so it has no realization spread
+    (on another CPU its last bits may differ, without the amplification that a changed E8P code gets)."""
+    from caldera.methods import get_method
+
+    return v.method != "dense" and get_method(v.method).random
+
+
+def method_family(v: Variant) -> str:
+    """The realization family of ``v``'s method (:attr:`caldera.methods.registry.MethodSpec.family`)."""
+    from caldera.methods import get_method
+
+    return "dense" if v.method == "dense" else get_method(v.method).family
 
 
 def replicate_variants(config: dict[str, Any], variants: dict[str, Variant]) -> dict[str, list[Variant]]:
@@ -207,7 +217,7 @@ def replicate_variants(config: dict[str, Any], variants: dict[str, Variant]) -> 
         return {}
     out: dict[str, list[Variant]] = {}
     for vid, v in sorted(variants.items()):
-        if v.replicate_of is not None or v.config is None or not hasattr(v.config, "seed"):
+        if v.replicate_of is not None or v.config is None or not hasattr(v.config, "seed") or not is_random(v):
             continue
         if not any(fnmatch.fnmatchcase(vid, pat) for pat in rep.get("variants", [])):
             continue
@@ -233,15 +243,19 @@ def check_replicates(config: dict[str, Any], variants: dict[str, Variant]) -> li
     seeds = [int(s) for s in rep.get("seeds", [])]
     if len(set(seeds)) != len(seeds):
         errors.append(f"replicates.seeds: {seeds} repeats a seed; each seed is one more realization")
-    seeded = {vid: v for vid, v in variants.items() if v.config is not None and hasattr(v.config, "seed")}
+    seeded = {vid: v for vid, v in variants.items()
+              if v.config is not None and hasattr(v.config, "seed") and is_random(v)}
     off = int(config.get("seed_offset") or 0)
     own = sorted({v.config.seed for v in seeded.values()} & {s + off for s in seeds})
     if own:
         errors.append(f"replicates.seeds: {own} is a variant's own seed (methods.*.params.seed); pick other seeds")
     for i, pat in enumerate(rep.get("variants", [])):
         if not any(fnmatch.fnmatchcase(vid, pat) for vid in seeded):
-            errors.append(f"replicates.variants[{i}]: {pat!r} matches no compressed variant with a seed; variants "
-                          f"of this run: {sorted(seeded)}")
+            determ = sorted(vid for vid, v in variants.items() if fnmatch.fnmatchcase(vid, pat) and not is_random(v))
+            why = (f" ({', '.join(determ)}: deterministic, no realization spread, nothing to replicate; remove the "
+                   "pattern)" if determ else "")
+            errors.append(f"replicates.variants[{i}]: {pat!r} matches no random compressed variant{why}; random "
+                          f"variants of this run: {sorted(seeded)}")
     return errors
 
 

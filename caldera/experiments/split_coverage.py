@@ -89,6 +89,87 @@ def split_coverage(tables_a: list[dict[str, Any]], tables_b: list[dict[str, Any]
             "overall": {k: v / n for k, v in totals.items()} if n else {}}
 
 
+def pooled_split_coverage(tables: list[dict[str, Any]], pairs: list[tuple[str, str]]) -> dict[str, Any]:
+    """Coverage of the one-realization intervals that take a pooled family spread
+    (:mod:`caldera.experiments.realization_pool`), on one run whose variants all have S realizations.
+
+    For each pair (a, b) and each seed slot i, a and b are taken as run once, with realization i: each side's
+    spread is the pooled variance of the *other* variants of its family and stand-in (all their seeds; a and b
+    left out, so nothing held out enters the pool). Held out are the other S − 1 slots j: the prediction interval
+    (``rerun_lo``/``rerun_hi``, where a one-realization rerun should land) is checked against each slot j's
+    single-realization estimate, the confidence interval against the mean over the S − 1 held-out slots.
+    Every (i, j) combination is enumerated (no random splits); slots are shared by a and b. Returns
+    ``{"per_pair": [...], "overall": {"ci", "prediction"}}``; a pair whose family has no other replicated
+    variant is listed with ``"pool": None``."""
+    from caldera.experiments.realization_pool import family_of, per_seed_log_ppl, stand_in_of
+
+    info: dict[str, tuple[dict[str, Any], str | None, str | None]] = {}
+    for t in tables:
+        for v, r in t.get("realizations", {}).items():
+            if v not in info and r.get("random"):
+                info[v] = (t, family_of(t, v), stand_in_of(t, v))
+    per_pair, hits, n_all = [], {"ci": 0, "prediction": 0}, {"ci": 0, "prediction": 0}
+    for a, b in pairs:
+        if a not in info or b not in info:
+            continue
+        ra, rb = (_realizations(info[v][0], v) for v in (a, b))
+        if ra is None or rb is None or ra[0].shape[0] != rb[0].shape[0] or ra[0].shape[0] < 3:
+            continue
+        (A, tok), B = ra, rb[0]
+        pools = []
+        for v in (a, b):
+            _, fam, stand = info[v]
+            others = [per_seed_log_ppl(info[o][0], o) for o, (_, f, st) in sorted(info.items())
+                      if o not in (a, b) and f == fam and st == stand]
+            pools.append(stats.pooled_variance([x for x in others if x is not None]))
+        entry: dict[str, Any] = {"pair": [a, b], "seeds": int(A.shape[0]),
+                                 "pool": [None if p is None else {"df": p["df"], "sd": math.sqrt(p["var"])}
+                                          for p in pools]}
+        if None in pools:
+            per_pair.append(entry)
+            continue
+        la, lb = A.sum(axis=1) / tok.sum(), B.sum(axis=1) / tok.sum()
+        counts = {"ci": 0, "prediction": 0}
+        s = A.shape[0]
+        for i in range(s):
+            iv = stats.seeded_ppl_ratio(A[i:i + 1], B[i:i + 1], tok, a_pool=pools[0], b_pool=pools[1])
+            rest = [j for j in range(s) if j != i]
+            held = math.exp(float(la[rest].mean() - lb[rest].mean()))
+            counts["ci"] += int(iv["lo"] <= held <= iv["hi"])
+            counts["prediction"] += sum(int(iv["rerun_lo"] <= math.exp(float(la[j] - lb[j])) <= iv["rerun_hi"])
+                                        for j in rest)
+        trials = {"ci": s, "prediction": s * (s - 1)}
+        entry.update({k: counts[k] / trials[k] for k in counts})
+        for k in counts:
+            hits[k] += counts[k]
+            n_all[k] += trials[k]
+        per_pair.append(entry)
+    return {"per_pair": per_pair, "overall": {k: hits[k] / n_all[k] for k in hits if n_all[k]}}
+
+
+def render_pooled(res: dict[str, Any]) -> str:
+    pct = (lambda x: "—" if x is None else f"{100 * x:.0f} %")
+
+    def pool(p: dict[str, Any] | None) -> str:
+        return "none" if p is None else f"±{100 * math.expm1(p['sd']):.1f} % (df {p['df']})"
+
+    lines = ["# Coverage of the pooled one-realization intervals, by leaving realizations out", "",
+             "Each pair's two variants taken as run once (each seed slot in turn), each side's realization spread "
+             "the pooled variance of the other variants of its family and stand-in "
+             "(`caldera.experiments.realization_pool`; the pair left out). *Prediction*: share of held-out "
+             "single realizations (every other slot) inside the one-realization prediction interval (nominal "
+             "95 %); *CI*: share of slots whose interval holds the mean of the held-out slots. Every slot "
+             "combination is enumerated; they share realizations, so they are not independent trials "
+             "(`caldera.experiments.split_coverage.pooled_split_coverage`).", "",
+             "| pair | seeds | pooled spread of a / of b | CI | prediction |", "|---|---|---|---|---|"]
+    for p in res["per_pair"]:
+        lines.append(f"| {' / '.join(p['pair'])} | {p['seeds']} | {pool(p['pool'][0])} / {pool(p['pool'][1])} | "
+                     f"{pct(p.get('ci'))} | {pct(p.get('prediction'))} |")
+    o = res["overall"]
+    lines.append(f"| **all pairs with a pool** | | | **{pct(o.get('ci'))}** | **{pct(o.get('prediction'))}** |")
+    return "\n".join(lines) + "\n"
+
+
 def claim_pairs(claims: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """The distinct perplexity pairs the claims compare (each once, in order of appearance)."""
     out: list[tuple[str, str]] = []
@@ -121,16 +202,25 @@ def render(res: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("table_a", nargs="+", help="run A's table JSONs")
-    ap.add_argument("--b", nargs="+", required=True, help="run B's table JSONs (same tables as run A's)")
+    ap.add_argument("--b", nargs="+", help="run B's table JSONs (same tables as run A's); without it (and with "
+                    "--pooled), run A alone")
+    ap.add_argument("--pooled", action="store_true",
+                    help="check the one-realization intervals with pooled family spreads (pooled_split_coverage)")
     ap.add_argument("--claims", required=True, help="claims.json whose perplexity pairs are checked")
     ap.add_argument("--splits", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", help="write Markdown here (and .json beside it); default: print")
     a = ap.parse_args(argv)
     load = (lambda ps: [json.loads(Path(p).read_text()) for p in ps])
-    res = split_coverage(load(a.table_a), load(a.b), claim_pairs(json.loads(Path(a.claims).read_text())),
-                         a.splits, a.seed)
-    text = render(res)
+    pairs = claim_pairs(json.loads(Path(a.claims).read_text()))
+    if a.pooled:
+        res = pooled_split_coverage(load(a.table_a) + load(a.b or []), pairs)
+        text = render_pooled(res)
+    elif not a.b:
+        ap.error("--b is required (or --pooled)")
+    else:
+        res = split_coverage(load(a.table_a), load(a.b), pairs, a.splits, a.seed)
+        text = render(res)
     if a.out:
         from caldera.atomic import write_atomic
 

@@ -27,6 +27,7 @@ from caldera.experiments.plan import (
     RHTFT_TABLES,
     all_variants,
     is_random,
+    method_family,
     replicate_variants,
     table_rows,
 )
@@ -284,7 +285,7 @@ def build_table(results_dir: str | os.PathLike, plan: TablePlan) -> dict[str, An
     for vid in variants:
         rs = reps.get(vid) or [by_id[vid]]
         realizations[vid] = {"random": is_random(rs[0]), "seeds": [getattr(r.config, "seed", None) for r in rs],
-                             "ids": [r.id for r in rs]}
+                             "ids": [r.id for r in rs], "family": method_family(rs[0])}
     tab = {"table": table, "columns": cols, "rows": rows,
            "stats": {"level": stats.LEVEL, "resamples": stats.RESAMPLES, "seed": stats.SEED,
                       "perplexity": "percentile bootstrap over windows, combined with Student's t over seeds",
@@ -341,13 +342,15 @@ def seed_parts(table: dict[str, Any], variant: str, kind: str, key: str | None =
 
 def realizations(table: dict[str, Any], variant: str, corpus: str = "wiki") -> dict[str, Any] | None:
     """Every realization (seed) of ``variant``'s per-window results on ``corpus``: ``{"nll": (S, W) list,
-    "tokens": (W,), "seeds": [seed per row], "random": bool}`` (:func:`seed_parts`); None without per-window
-    results."""
+    "tokens": (W,), "seeds": [seed per row], "random": bool, "pool": dict | None}`` (:func:`seed_parts`; ``pool``:
+    the pooled Wiki2 spread that :func:`caldera.experiments.realization_pool.attach_pools` put in the table for a
+    variant with one seed); None without per-window results."""
     parts, seeds, random = seed_parts(table, variant, "ppl", corpus)
     if not parts:
         return None
+    pool = table.get("pooled_spread", {}).get(variant) if corpus == "wiki" else None
     return {"nll": [r["window_nll"] for r in parts], "tokens": parts[0]["window_tokens"], "seeds": seeds,
-            "random": random}
+            "random": random, "pool": pool}
 
 
 #: Pair two variants' realizations across their shared seeds (one group of per-seed differences in the seed part)?
@@ -373,14 +376,19 @@ def _paired(ra: dict[str, Any], rb: dict[str, Any]) -> bool:
 def ppl_ratio(table: dict[str, Any], a: str, b: str, corpus: str = "wiki") -> dict[str, Any] | None:
     """Interval of ``ppl_a / ppl_b`` on the Wiki2 stand-in windows across every seed of both variants
     (:func:`caldera.stats.seeded_ppl_ratio`: windows and seeds combined; paired across seeds where they are
-    shared), with ``"pair": [a, b]``; None without per-window results."""
+    shared; a side with one seed takes its family's pooled spread where the table carries one), with ``"pair":
+    [a, b]`` and ``"pooled_from"``: ``{variant: pool}`` for each side that took a pool; None without per-window
+    results."""
     ra, rb = realizations(table, a, corpus), realizations(table, b, corpus)
     if ra is None or rb is None:
         return None
     if list(ra["tokens"]) != list(rb["tokens"]):
         raise ValueError(f"{a} and {b} were scored on different windows; evaluate both with the same eval.ppl")
-    iv = stats.seeded_ppl_ratio(ra["nll"], rb["nll"], ra["tokens"], ra["random"], rb["random"], _paired(ra, rb))
-    return {**iv, "pair": [a, b], "paired_seeds": _paired(ra, rb)}
+    iv = stats.seeded_ppl_ratio(ra["nll"], rb["nll"], ra["tokens"], ra["random"], rb["random"], _paired(ra, rb),
+                                a_pool=ra["pool"], b_pool=rb["pool"])
+    pooled = dict(zip([v for v, r in ((a, ra), (b, rb)) if r["random"]], iv["pooled"]))
+    return {**iv, "pair": [a, b], "paired_seeds": _paired(ra, rb),
+            "pooled_from": {v: (ra if v == a else rb)["pool"] for v, took in pooled.items() if took}}
 
 
 def render(tab: dict[str, Any], caption: str) -> tuple[str, str, str]:

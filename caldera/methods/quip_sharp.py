@@ -98,6 +98,7 @@ class QuipSharpLRConfig(QuipSharpConfig):
     lr_rank: int = 64
 
 
-register_method("quip#-lr", QuipSharpLRConfig, shares_hessian_context=True, check_shape=hadamard_ldlq_shape)(
+register_method("quip#-lr", QuipSharpLRConfig, shares_hessian_context=True, check_shape=hadamard_ldlq_shape,
+                family="quip#")(
     quip_sharp
 )

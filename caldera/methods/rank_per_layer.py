@@ -154,5 +154,5 @@ def allocate(profiles: dict[str, dict[str, Any]], config: RankPerLayerConfig) ->
 register_method(
     "caldera-rank-per-layer", RankPerLayerConfig, shares_hessian_context=True,
     check_shape=lambda c, n, d: hadamard_ldlq_shape(c, n, d, quantized_factors=c.factors_quantized),
-    plan=ModelPlan(profile=profile, allocate=allocate),
+    plan=ModelPlan(profile=profile, allocate=allocate), family="caldera",
 )(lambda W, H, config, context=None: caldera(W, H, caldera_config(config), context=context))

@@ -28,6 +28,14 @@ the workflow hands each job its variant (with the method's config object) pickle
 its CPU code paths before torch loads (``workflow/scripts/caldera_job.py``) unpickles it first; a config class
 whose module imports torch would load torch before the pin. ``tests/methods`` checks every registered method.
 
+**Randomness** (``register_method(..., random=)``). A method is *random* when one compression is one
+realization of a random procedure (RHT signs, randomized sketches): two seeds give two models, and a comparison
+needs their spread (``caldera.stats``). By default a method is random exactly when its config has a ``seed``
+field; a deterministic method (round-to-nearest, GPTQ, an exact SVD) returns the same model for the same
+inputs, gets no seed replicates and enters every interval with zero realization spread. ``family`` (default:
+the method's name) groups methods whose realizations spread alike (``caldera.experiments.realization_pool``
+pools their between-seed variance per family and stand-in for variants run with one seed).
+
 **Model-level choices** (``register_method(..., plan=ModelPlan(profile, allocate))``). A method whose
 per-matrix settings depend on the whole model (e.g. a rank per matrix at a fixed bit budget,
 ``caldera.methods.rank_per_layer``) gives two pure functions: ``profile(W, H, config, context)`` → a small
@@ -69,6 +77,10 @@ class MethodSpec:
     check_shape: Callable[[Any, int, int], None] | None = None
     #: the model-level step (:class:`ModelPlan`) of a method whose per-matrix settings depend on the whole model
     plan: ModelPlan | None = None
+    #: one compression is one realization of a random procedure (module docstring)
+    random: bool = True
+    #: methods of one family share a pooled realization spread (module docstring)
+    family: str = ""
 
     def make_config(self, params: Any = None) -> Any:
         """The method's typed config from ``params``: an instance of ``config_cls`` (returned as is) or a dict
@@ -141,11 +153,23 @@ _LOADED_ENTRY_POINTS: set[str] = set()
 
 
 def register_method(name: str, config_cls: type, *, shares_hessian_context: bool = False,
-                    check_shape: Callable[[Any, int, int], None] | None = None, plan: ModelPlan | None = None):
+                    check_shape: Callable[[Any, int, int], None] | None = None, plan: ModelPlan | None = None,
+                    random: bool | None = None, family: str | None = None):
+    """Register ``fn(W, H, config, context=None) -> Decomposition`` as method ``name`` (module docstring).
+    ``random``: None reads it from ``config_cls`` (random iff it has a ``seed`` field); a random method needs that
+    field (its replicates set it). ``family``: None is ``name``."""
+    has_seed = any(f.name == "seed" for f in dataclasses.fields(config_cls))
+    if random is None:
+        random = has_seed
+    if random and not has_seed:
+        raise ValueError(f"method {name!r}: random=True needs a 'seed' field in {config_cls.__name__} (each "
+                         "realization is compressed with its own seed); add one or register with random=False")
+
     def deco(fn: Callable[..., Decomposition]) -> Callable[..., Decomposition]:
         if name in _REGISTRY:
             raise ValueError(f"method {name!r} is already registered")
-        _REGISTRY[name] = MethodSpec(name, config_cls, fn, shares_hessian_context, check_shape, plan)
+        _REGISTRY[name] = MethodSpec(name, config_cls, fn, shares_hessian_context, check_shape, plan,
+                                     bool(random), family or name)
         return fn
 
     return deco

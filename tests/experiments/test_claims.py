@@ -433,6 +433,10 @@ def test_spread_report_lists_the_seed_spread_and_the_seeds_needed():
     assert row["wiki"]["seed_sd"] == pytest.approx(logs.std(ddof=1), rel=1e-6)
     assert row["wiki"]["per_seed"] == pytest.approx([36.0, 36.72, 35.64], rel=1e-6)
     assert "| c4-r16 |" in md and "Seeds each comparison needs" in md
+    cal = [p for p in data["pools"] if p["family"] == "caldera"][0]  # c4-r16 and the identical-seed CALDERA rows
+    assert cal["variants"] == ["c16-r8", "c4-r16", "c4-r32"] and cal["df"] == 6
+    assert cal["var"] == pytest.approx(logs.var(ddof=1) * 2 / 6, rel=1e-6)
+    assert "## Pooled realization spread" in md and "| caldera | S |" in md
     comp = [c for c in data["comparisons"] if c["pair"] == ["c4-r16", "quip"]][0]
     assert comp["seeds_needed"] == seeds_needed(math.log(comp["estimate"]), comp["window_half"],
                                                 comp["seed_half"] / 4.302652729911275 * math.sqrt(3))
@@ -525,3 +529,73 @@ def test_extra_method_claims_reach_check():
 
     claims = check(_fig3(), _fig4(), {"table1_llama2_zeroshot": _extra_table(33.0)})
     assert any(c["claim"].startswith("rtn-3bit beats CALDERA") for c in claims)
+
+
+# ---- one realization: pooled family spread, monotone decisions, deterministic methods --------------------------
+
+
+def _one_seed(t: dict, *variants: str) -> dict:
+    for v in variants:
+        t["realizations"][v] = {**t["realizations"][v], "seeds": [0], "ids": [v]}
+        t["seed_samples"].pop(v, None)
+    return t
+
+
+def test_one_realization_takes_its_familys_pooled_spread():
+    from caldera.experiments.claims import check
+
+    def beats(factors):
+        t = _one_seed(_seeded(_table1(c4=30.0, quip=40.0), factors), "c4-r16")
+        c = [c for c in check(_fig3(), _fig4(), {"table1_llama2_zeroshot": t})
+             if c["claim"].startswith("4-bit CALDERA beats QuIP# in Wiki2")][0]
+        return c, c["intervals"][0]
+
+    # the other CALDERA variants spread by ±2 %: the ×0.75 win of the one-seed row is decided with their pool
+    c, iv = beats({"c4-r32": (1.0, 1.02, 0.98), "c16-r8": (1.0, 0.98, 1.02), "quip": (1.0, 1.01, 0.99)})
+    assert c["verdict"] == "holds", c["numbers"]
+    assert set(iv["pooled_from"]) == {"c4-r16"} and iv["pooled_from"]["c4-r16"]["df"] == 4
+    assert "c4-r16: pooled caldera spread" in c["numbers"]
+    # the same win with a family spreading by ±40 %: the pool leaves it undecided
+    c, _ = beats({"c4-r32": (1.0, 1.5, 0.6), "c16-r8": (1.0, 0.6, 1.5), "quip": (1.0, 1.01, 0.99)})
+    assert c["verdict"] == "inconclusive", c["numbers"]
+
+
+def test_a_window_interval_that_straddles_one_is_inconclusive_without_any_seeds():
+    """The seed part only widens an interval, so a one-realization comparison whose windows alone straddle
+    no-difference is inconclusive, whatever its realization spread; one the windows resolve is not decided."""
+    from caldera.experiments.claims import NEEDS_SEEDS, table_claims
+
+    t = _one_seed(_table1(c4=40.0, quip=40.0, spread=0.05), "c4-r16", "quip", "c4-r32", "c16-r8")
+    iv = _verdict(table_claims({"table1_llama2_zeroshot": t}), "4-bit CALDERA beats QuIP# in Wiki2")
+    assert iv["verdict"] == "inconclusive" and iv["intervals"][0]["seed_half"] is None
+    assert iv["intervals"][0]["window_lo"] < 1.0 < iv["intervals"][0]["window_hi"]
+    t = _one_seed(_table1(c4=30.0, quip=40.0, spread=0.05), "c4-r16", "quip", "c4-r32", "c16-r8")
+    assert _verdict(table_claims({"table1_llama2_zeroshot": t}),
+                    "4-bit CALDERA beats QuIP# in Wiki2")["verdict"] == NEEDS_SEEDS
+
+
+def test_a_deterministic_extra_method_is_decided_without_replicates():
+    """A deterministic method (no seed, no realization spread) against a replicated baseline: decided on the
+    baseline's spread alone; against a one-seed baseline with no pool in its family, not decided."""
+    from caldera.experiments.claims import NEEDS_SEEDS, extra_method_claims
+
+    tab = _extra_table(36.0)
+    tab["realizations"]["rtn3"] = {"random": False, "seeds": [None], "ids": ["rtn3"], "family": "rtn"}
+    tab["seed_samples"].pop("rtn3")
+    tab = _seeded(tab, {"c16-r8": (1.0, 1.01, 0.99), "quip": (1.0, 1.02, 0.98)})
+    cal, quip = extra_method_claims({"table1_llama2_zeroshot": tab})
+    assert cal["verdict"] == "fails" and quip["verdict"] == "holds", (cal["numbers"], quip["numbers"])
+    iv = cal["intervals"][0]
+    assert iv["seeds"] == [3] and iv["seed_half"] > 0 and not iv["pooled_from"]  # the deterministic side: no group
+    one = _one_seed(tab, "quip")
+    assert extra_method_claims({"table1_llama2_zeroshot": one})[1]["verdict"] == NEEDS_SEEDS
+
+
+def test_zero_shot_claim_states_the_documents_the_papers_effect_needs():
+    from caldera.experiments.claims import documents_needed, paper_accuracy_effect
+
+    assert documents_needed(80, 0.10, 0.02) == 2000  # (0.10 / 0.02)² × 80
+    assert documents_needed(80, 0.01, 0.02) == 80 and documents_needed(80, 0.1, None) is None
+    a = {"paper": {"wino_acc": 60.0, "rte_acc": 50.0, "piqa_acc": None}}
+    b = {"paper": {"wino_acc": 58.0, "rte_acc": 49.0, "piqa_acc": 70.0}}
+    assert paper_accuracy_effect(a, b) == pytest.approx(0.015)

@@ -97,7 +97,7 @@ BAD = {
     "unknown-table": ("tables", ["table9"], "table9"),
     "replicate-seed-is-own-seed": ("replicates.seeds", [0, 1], "is a variant's own seed"),
     "replicate-seed-repeated": ("replicates.seeds", [1, 1], "seeds"),
-    "replicate-pattern-matches-nothing": ("replicates.variants", ["gemma3-*"], "matches no compressed variant"),
+    "replicate-pattern-matches-nothing": ("replicates.variants", ["gemma3-*"], "matches no random compressed variant"),
     # issue 21 item 4: refused at plan time, each naming its key and the fix
     "selection-candidate-typo": ("selection.candidates.Q-first", {"update_ordr": "Q-first"},
                                  "selection.candidates.Q-first.update_ordr: unknown parameter of method 'caldera'; "
@@ -359,3 +359,22 @@ def test_a_beside_pattern_that_matches_no_caldera_row_is_refused():
     with pytest.raises(ValueError, match=r"extra_methods\[0\]\.beside\[0\]: 'smollm2-caldera-r99\*' matches no "
                                          "CALDERA row"):
         checked(cfg)
+
+
+def test_a_deterministic_extra_method_is_not_random_and_never_replicated():
+    from caldera.experiments.plan import all_variants, is_random, method_family, replicate_variants
+
+    cfg = load("smoke")
+    cfg["replicates"] = {**cfg["replicates"], "variants": ["*"]}
+    checked(cfg)
+    variants = all_variants(cfg)
+    rtn = [v for v in variants.values() if v.method == "rtn"]
+    assert rtn and not any(is_random(v) for v in rtn)
+    assert all(is_random(v) for v in variants.values() if v.method in ("caldera", "quip#", "quip#-lr"))
+    reps = replicate_variants(cfg, variants)
+    assert reps and not any(v.method == "rtn" for v in reps.values() for v in v)
+    assert {method_family(v) for v in variants.values() if v.method == "caldera-rank-per-layer"} == {"caldera"}
+    only = copy.deepcopy(cfg)
+    only["replicates"]["variants"] = [rtn[0].id]
+    with pytest.raises(ValueError, match="deterministic, no realization spread"):
+        checked(only)

@@ -65,3 +65,36 @@ def test_runs_on_other_windows_are_refused():
             s["ppl"]["wiki"]["window_tokens"] = [400.0] * 6
     with pytest.raises(ValueError, match="different windows"):
         split_coverage([_table(A, [0, 1, 2])], [tb], [("a", "b")], splits=1)
+
+
+def _labelled(per_variant: dict[str, np.ndarray], labels: dict[str, str]) -> dict:
+    t = _table(per_variant, [0, 1, 2])
+    t["rows"] = [{"variant": v, "method": labels[v], "stand_in": "S"} for v in per_variant]
+    return t
+
+
+def test_pooled_coverage_takes_the_other_variants_of_the_family_and_enumerates_the_slots():
+    """Oracle: for pair (a, b), a's and b's spread is the pooled variance of c alone (the same family, the pair
+    left out); q (another family) never enters. Slot i's interval from caldera.stats, against slot j's estimate
+    (prediction) and the other slots' mean (CI)."""
+    from caldera.experiments.split_coverage import pooled_split_coverage
+
+    rng = np.random.default_rng(3)
+    base = rng.uniform(4.0, 5.0, size=6) * 500.0
+    nll = {v: base + 500.0 * (shift + rng.normal(0.0, sd, size=(3, 1)))
+           for v, shift, sd in (("a", 0.0, 0.05), ("b", 0.1, 0.05), ("c", 0.2, 0.08), ("q", 0.3, 0.5))}
+    labels = {"a": "CALDERA", "b": "CALDERA", "c": "CALDERA", "q": "QuIP#"}
+    res = pooled_split_coverage([_labelled(nll, labels)], [("a", "b"), ("a", "q")])
+    first, second = res["per_pair"]
+    assert second["pool"][1] is None and "ci" not in second  # q's family has no other variant
+    logs = {v: x.sum(axis=1) / sum(TOK) for v, x in nll.items()}
+    pool = stats.pooled_variance([logs["c"]])
+    assert first["pool"][0]["df"] == 2 and first["pool"][0]["sd"] == pytest.approx(math.sqrt(pool["var"]))
+    ci = pred = 0
+    for i in range(3):
+        iv = stats.seeded_ppl_ratio(nll["a"][i:i + 1], nll["b"][i:i + 1], TOK, a_pool=pool, b_pool=pool)
+        rest = [j for j in range(3) if j != i]
+        ci += iv["lo"] <= math.exp(logs["a"][rest].mean() - logs["b"][rest].mean()) <= iv["hi"]
+        pred += sum(iv["rerun_lo"] <= math.exp(logs["a"][j] - logs["b"][j]) <= iv["rerun_hi"] for j in rest)
+    assert first["ci"] == ci / 3 and first["prediction"] == pred / 6
+    assert res["overall"] == {"ci": ci / 3, "prediction": pred / 6}

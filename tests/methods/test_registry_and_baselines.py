@@ -192,3 +192,20 @@ def test_every_method_and_every_shipped_variant_loads_without_torch(tmp_path):
                        cwd=root, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split(maxsplit=1) == [str(len(variants)), "[]\n"], (r.stdout, sorted(registered_methods()))
+
+
+def test_randomness_follows_the_seed_field_unless_declared():
+    from dataclasses import dataclass as dc
+
+    from caldera.methods.registry import register_method
+
+    assert get_method("caldera").random and get_method("quip#-lr").random
+    assert not get_method("rtn").random and not get_method("gptq").random
+    assert get_method("quip#-lr").family == "quip#" and get_method("caldera-rank-per-layer").family == "caldera"
+
+    @dc(frozen=True)
+    class NoSeed:
+        bits: int = 2
+
+    with pytest.raises(ValueError, match="needs a 'seed' field"):
+        register_method("random-without-seed", NoSeed, random=True)
