@@ -93,6 +93,17 @@ def perplexity_interval(nll_sums, n_tokens, resamples: int = RESAMPLES, seed: in
     return {"estimate": math.exp(s.sum() / t.sum()), "lo": lo, "hi": hi, "n": int(s.size)}
 
 
+def weighted_mean_interval(sums, weights, resamples: int = RESAMPLES, seed: int = SEED,
+                           level: float = LEVEL) -> dict:
+    """Token-weighted mean ``Σ sums / Σ weights`` of per-window sums (e.g. a window's summed KL divergence over
+    its ``weights[i]`` positions) with a bootstrap-over-windows interval: ``{"estimate", "lo", "hi", "n"}``."""
+    s, w = _arr(sums, "sums"), _arr(weights, "weights")
+    if s.shape != w.shape or np.any(w <= 0):
+        raise ValueError("sums and weights must have the same length and weights must be positive")
+    lo, hi = percentile_interval(_weighted_means(s, w, bootstrap_indices(s.size, resamples, seed)), level)
+    return {"estimate": float(s.sum() / w.sum()), "lo": lo, "hi": hi, "n": int(s.size)}
+
+
 def paired_ppl_ratio(a_nll, a_tokens, b_nll, b_tokens, resamples: int = RESAMPLES, seed: int = SEED,
                      level: float = LEVEL) -> dict:
     """``ppl_A / ppl_B`` on the same windows with a paired bootstrap interval (both variants resampled with the
@@ -330,6 +341,24 @@ def seeded_perplexity(nll, tokens, random: bool = True, resamples: int = RESAMPL
     part = seed_half_width([per_seed] if random else [], level)
     c = combine(est, math.log(w["lo"]), math.log(w["hi"]), part)
     return {**_exp(c), "per_seed": [math.exp(x) for x in per_seed], "n": int(t.size)}
+
+
+def seeded_weighted_mean(sums, weights, random: bool = True, resamples: int = RESAMPLES, seed: int = SEED,
+                         level: float = LEVEL) -> dict:
+    """A token-weighted mean of per-window sums across seeds: ``sums[s, i]`` of window i under seed s (e.g. the
+    summed KL divergence of its positions), ``weights[i]`` its positions. Estimate: the mean over seeds of each
+    seed's ``Σ_i sums / Σ_i weights``; interval: windows (:func:`weighted_mean_interval` of the seed-averaged
+    sums) combined with the seeds (t over the per-seed means; none for ``random=False``). Keys as
+    :func:`combine` plus ``per_seed`` and ``n``."""
+    A = _nll_matrix(sums, "sums")
+    w = _arr(weights, "weights")
+    if A.shape[1] != w.size or np.any(w <= 0):
+        raise ValueError("sums must have one column per window and weights must be positive")
+    win = weighted_mean_interval(A.mean(axis=0), w, resamples, seed, level)
+    per_seed = A.sum(axis=1) / w.sum()
+    c = combine(float(per_seed.mean()), win["lo"], win["hi"],
+                seed_half_width([per_seed] if random else [], level))
+    return {**c, "per_seed": per_seed.tolist(), "n": int(w.size)}
 
 
 def _exp(c: dict) -> dict:

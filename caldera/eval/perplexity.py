@@ -56,9 +56,12 @@ def batch_losses(logits: torch.Tensor, batch: torch.Tensor) -> torch.Tensor:
 
 @torch.inference_mode()
 def window_losses(
-    model, windows: torch.Tensor, batch_size: int = 1, progress: bool = True, desc: str = "perplexity"
+    model, windows: torch.Tensor, batch_size: int = 1, progress: bool = True, desc: str = "perplexity",
+    on_logits=None,
 ) -> torch.Tensor:
-    """Mean next-token cross-entropy of every window, ``(n_windows,)`` float64 on the CPU."""
+    """Mean next-token cross-entropy of every window, ``(n_windows,)`` float64 on the CPU. ``on_logits(start,
+    logits, batch)``, when given, sees every batch's logits ``(B, T, V)`` (windows ``start:start + B``) in the
+    same forward pass."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     device = next(model.parameters()).device
@@ -69,7 +72,10 @@ def window_losses(
         with tqdm(total=windows.shape[0], desc=desc, unit="win", disable=not progress) as bar:
             for start in range(0, windows.shape[0], batch_size):
                 batch = windows[start : start + batch_size].to(device)
-                out.append(batch_losses(model(input_ids=batch, use_cache=False).logits, batch))
+                logits = model(input_ids=batch, use_cache=False).logits
+                out.append(batch_losses(logits, batch))
+                if on_logits is not None:
+                    on_logits(start, logits, batch)
                 bar.update(batch.shape[0])
     finally:
         model.train(was_training)
@@ -83,6 +89,7 @@ def perplexity(
     batch_size: int = 1,
     max_windows: int | None = None,
     progress: bool = True,
+    reference=None,
 ) -> dict:
     """Perplexity of ``model`` on a stream or on windows (see module docstring).
 
@@ -90,11 +97,29 @@ def perplexity(
     per-window loss, nats/token), ``n_tokens`` (predictions scored: ``n_windows * (seq_len - 1)``),
     ``n_windows``, the per-window ``window_nll`` (summed loss, nats) and ``window_tokens``, and the 95 %
     bootstrap interval ``ppl_lo``, ``ppl_hi`` (:func:`caldera.stats.perplexity_interval`, seeded).
+    ``reference``: the folder of a :class:`caldera.eval.distribution.DenseReference` made on these windows; the
+    same forward passes then add the paired distribution metrics against it (``window_kl``, ``window_dlogp``,
+    ``window_top1`` and their means ``kl``, ``dlogp``, ``top1`` with intervals).
     """
     windows = make_windows(stream_or_windows, seq_len)
     if max_windows is not None:
         windows = windows[:max_windows]
-    return summarize(window_losses(model, windows, batch_size=batch_size, progress=progress), seq_len)
+    if reference is None:
+        return summarize(window_losses(model, windows, batch_size=batch_size, progress=progress), seq_len)
+    from caldera.eval.distribution import DenseReference, WINDOW_KEYS, paired_window_sums, summary
+
+    ref = DenseReference.open(reference, windows)
+    sums: dict[str, list[torch.Tensor]] = {k: [] for k in WINDOW_KEYS}
+
+    def paired(start: int, logits: torch.Tensor, batch: torch.Tensor) -> None:
+        for k, x in paired_window_sums(logits, batch, ref.chunk(start, start + batch.shape[0])).items():
+            sums[k].append(x)
+
+    res = summarize(window_losses(model, windows, batch_size=batch_size, progress=progress, on_logits=paired),
+                    seq_len)
+    res.update({k: [float(x) for x in torch.cat(v)] for k, v in sums.items()})
+    res.update(summary(res))
+    return res
 
 
 def summarize(losses: torch.Tensor, seq_len: int) -> dict:

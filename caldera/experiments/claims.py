@@ -31,7 +31,14 @@ from caldera import stats
 from caldera.atomic import write_atomic
 from caldera.experiments.claim_definitions import ABLATION_CLAIMS, LPLR_CLAIM
 from caldera.experiments.plan import RHTFT_TABLES
-from caldera.experiments.tables import _bits_label, _paired, ppl_ratio, realizations, seed_parts  # noqa: F401
+from caldera.experiments.tables import (  # noqa: F401
+    _bits_label,
+    _paired,
+    kl_difference,
+    ppl_ratio,
+    realizations,
+    seed_parts,
+)
 
 
 def _final(curve: dict[str, Any]) -> float:
@@ -251,7 +258,7 @@ def table_claims(tables: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             return
         verdict, numbers, sdd, *ivs = decide()
         found[key] = {"claim": claim, "source": source, "verdict": verdict, "numbers": numbers, "sdd": sdd,
-                      "intervals": ivs[0] if ivs else []}
+                      "intervals": ivs[0] if ivs else [], **({"kl": ivs[1]} if len(ivs) > 1 and ivs[1] else {})}
 
     for name, tab in tables.items():
         rows = _ppl_rows(tab)
@@ -326,25 +333,47 @@ def extra_method_claims(tables: dict[str, dict[str, Any]]) -> list[dict[str, Any
                         f"{o['ours']['avg_bits']:.2f} bits: {o['variant']}, {family} k={o['rank']})")
                 tables_of[key] = [name]
                 found[key] = {"claim": f"{label} {what}", "source": f"{name} (extra_methods)", "verdict": verdict,
-                              "numbers": numbers, "sdd": sdd, "intervals": ivs[0] if ivs else []}
+                              "numbers": numbers, "sdd": sdd, "intervals": ivs[0] if ivs else [],
+                              **({"kl": ivs[1]} if len(ivs) > 1 and ivs[1] else {})}
     return list(found.values())
 
 
-def _decide_lowest(tab, top: dict, others: list[str]) -> tuple[str, str, str]:
+def kl_reading(tab: dict[str, Any], pairs: list[tuple[str, str]]) -> tuple[str, list[dict[str, Any]]]:
+    """The KL view of perplexity comparisons (:func:`caldera.experiments.tables.kl_difference`): a text to append
+    to a claim's numbers and the intervals (``claims.json`` key ``kl``); empty without paired metrics. Shown, not
+    decided on: the verdict stays on the perplexity the claim is about."""
+    ivs = [iv for iv in (kl_difference(tab, a, b) for a, b in pairs) if iv is not None]
+    if not ivs:
+        return "", []
+
+    def one(iv: dict[str, Any]) -> str:
+        seeded = iv["seed_half"] is not None
+        lo, hi = (iv["lo"], iv["hi"]) if seeded else (iv["window_lo"], iv["window_hi"])
+        return (f"{iv['pair'][0]} {iv['a_kl']:.3f} vs {iv['pair'][1]} {iv['b_kl']:.3f}: {iv['estimate']:+.3f} "
+                f"[{lo:+.3f}, {hi:+.3f}]{'' if seeded else ' (windows only)'}")
+
+    return ("; KL from the dense model, nats/token (second view, not deciding): " + "; ".join(map(one, ivs)),
+            [{**iv, "kind": "kl difference"} for iv in ivs])
+
+
+def _decide_lowest(tab, top: dict, others: list[str]) -> tuple:
     ivs = [ppl_ratio(tab, top["variant"], o) for o in others]
     if not others or any(iv is None for iv in ivs):
         return "inconclusive", "no per-window results (rerun the evaluation)", "—"
     detail = "; ".join(f"vs {o}: {_ratio_text(iv)}" for o, iv in zip(others, ivs))
+    kl_text, kl = kl_reading(tab, [(top["variant"], o) for o in others])
     return (seeds_verdict(ivs, lower_verdict), f"{top['variant']} (ppl {top['ours']['wiki2_ppl']:.2f}) / each "
-            f"other compressed row: {detail}", _sdd_ratio(ivs), [{**iv, "kind": "ppl ratio"} for iv in ivs])
+            f"other compressed row: {detail}{kl_text}", _sdd_ratio(ivs), [{**iv, "kind": "ppl ratio"} for iv in ivs],
+            kl)
 
 
 def _decide_ppl_pair(tab, a: str, b: str) -> tuple:
     iv = ppl_ratio(tab, a, b)
     if iv is None:
         return "inconclusive", "no per-window results (rerun the evaluation)", "—"
-    return (seeds_verdict([iv], lower_verdict), f"ppl {a} / {b}: {_ratio_text(iv)}", _sdd_ratio([iv]),
-            [{**iv, "kind": "ppl ratio"}])
+    kl_text, kl = kl_reading(tab, [(a, b)])
+    return (seeds_verdict([iv], lower_verdict), f"ppl {a} / {b}: {_ratio_text(iv)}{kl_text}", _sdd_ratio([iv]),
+            [{**iv, "kind": "ppl ratio"}], kl)
 
 
 def _direction_verdict(xs: list[dict[str, Any]]) -> str:
@@ -619,8 +648,10 @@ def claims_table(claims: list[dict[str, Any]]) -> list[str]:
 def jsonable(claims: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``claims`` with ±inf interval bounds (a seed part undetermined) as null: JSON has no infinity. In place."""
     for c in claims:
-        c["intervals"] = [{k: (None if isinstance(x, float) and not math.isfinite(x) else x) for k, x in iv.items()}
-                          for iv in c.get("intervals", [])]
+        for key in ("intervals", "kl"):
+            if key in c or key == "intervals":
+                c[key] = [{k: (None if isinstance(x, float) and not math.isfinite(x) else x) for k, x in iv.items()}
+                          for iv in c.get(key, [])]
     return claims
 
 

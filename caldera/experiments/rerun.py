@@ -28,10 +28,12 @@ def rerun_claims(config: dict[str, Any], results_dir: str, tables: tuple[str, ..
                  ) -> tuple[list[dict[str, Any]], str]:
     """``(claims, spread_md)`` of ``tables`` built from ``results_dir`` under ``config`` (the run's own config)."""
     from caldera.experiments.claims import extra_method_claims, spread_report, table_claims
+    from caldera.experiments.realization_pool import attach_pools
     from caldera.experiments.tables import TablePlan, build_table
 
     built = {t: build_table(results_dir, TablePlan.from_config(config, t)) for t in tables}
-    claims = table_claims(built) + extra_method_claims(built)  # as rule `claims` builds them (RHT-FT tables aside)
+    pooled = attach_pools(built)  # the pooled spreads of these tables' replicated variants, as rule `claims` pools
+    claims = table_claims(pooled) + extra_method_claims(pooled)  # as rule `claims` builds them (RHT-FT tables aside)
     md, _ = spread_report(built, claims)
     return claims, md
 

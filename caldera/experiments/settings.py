@@ -416,6 +416,14 @@ class EvalSettings(Settings):
     #: evaluate the dense model one decoder layer at a time (caldera.eval.streamed): ``auto`` when its weights do
     #: not fit the device (more than 80 % of the free memory), ``always``, or ``never``; the numbers are the same
     stream_layers: str = setting("auto", one_of("auto", "always", "never"))
+    #: the ``ppl`` corpus on which each compressed variant is compared with its dense model token by token (KL
+    #: divergence, Δ ln p, top-1 agreement: caldera.eval.distribution); None: not compared
+    distribution: str | None = setting(None, optional(text))
+
+    def validate(self, where: str) -> None:
+        if self.distribution is not None and self.distribution not in self.ppl:
+            raise ValueError(f"{where}.distribution: {self.distribution!r} is not a corpus of {where}.ppl "
+                             f"({sorted(self.ppl)}); name one of them, or remove the key")
 
     def as_block(self) -> dict[str, Any]:
         """As :meth:`Settings.as_block`, but ``stream_layers`` only when given: it changes how the numbers are

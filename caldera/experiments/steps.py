@@ -319,28 +319,41 @@ def streams(settings: EvalSettings, run: RunContext, v: Variant, budget_bytes: i
     return should_stream("auto", dense_weight_bytes(config, v.model, model_dtype(config, device)), budget)
 
 
+def ppl_data(settings: EvalSettings, corpus: str, tok):
+    """The token ids that corpus ``corpus`` of ``settings.ppl`` scores: a ``(1, N)`` stream cut to its windows or
+    ``(n, seq_len)`` windows (:mod:`caldera.eval.perplexity`)."""
+    from caldera.pipeline.text import perplexity_stream, random_windows
+
+    spec = settings.ppl[corpus]
+    if spec.protocol == "stream":
+        data = perplexity_stream(tok, spec.source)
+        return data[:, : spec.n_windows * spec.seq_len] if spec.n_windows else data
+    return random_windows(tok, spec.source, spec.seq_len, spec.n_windows, seed=spec.seed)
+
+
 def eval_ppl(settings: EvalSettings, v: Variant, mdl, tok, outs: dict[str, str], *, loader=None,
-             offload: bool = False) -> dict[str, dict]:
+             offload: bool = False, reference: str | None = None) -> dict[str, dict]:
     """Perplexity of the loaded model of variant ``v`` on each corpus ``c`` of ``outs`` (keys of
     ``settings.ppl``), each written to ``outs[c]``. Returns ``{corpus: result}``. With a ``loader``
     (:class:`~caldera.pipeline.partial.LazyLayers` of ``mdl``) the perplexity is computed layer-streamed
-    (:func:`caldera.eval.streamed.perplexity`, ``offload``: hidden states on the host): the same numbers."""
+    (:func:`caldera.eval.streamed.perplexity`, ``offload``: hidden states on the host): the same numbers.
+    ``reference``: the dense model's :class:`~caldera.eval.distribution.DenseReference` on corpus
+    ``settings.distribution`` (:func:`step_reference`), whose result then carries the paired distribution
+    metrics."""
     from caldera.eval import streamed
     from caldera.eval.perplexity import perplexity
-    from caldera.pipeline.text import perplexity_stream, random_windows
 
     results = {}
     for corpus, out in outs.items():
         spec = settings.ppl[corpus]
         t0 = time.perf_counter()
-        if spec.protocol == "stream":
-            data = perplexity_stream(tok, spec.source)
-            n = spec.n_windows
-            if n:
-                data = data[:, : n * spec.seq_len]
-        else:
-            data = random_windows(tok, spec.source, spec.seq_len, spec.n_windows, seed=spec.seed)
-        if loader is None:
+        data = ppl_data(settings, corpus, tok)
+        if reference is not None and corpus == settings.distribution:
+            if loader is not None:
+                raise ValueError("eval.distribution: a layer-streamed model is the dense one, which has no paired "
+                                 "metrics against itself")
+            res = perplexity(mdl, data, spec.seq_len, reference=reference)
+        elif loader is None:
             res = perplexity(mdl, data, spec.seq_len)
         else:
             res = streamed.perplexity(mdl, data, spec.seq_len, loader=loader, offload=offload)
@@ -369,9 +382,25 @@ def eval_zeroshot(settings: EvalSettings, v: Variant, mdl, tok, out: str, *, loa
     return res
 
 
+def step_reference(settings: EvalSettings, run: RunContext, model: str, out: str) -> str:
+    """The dense ``model``'s next-token distributions on corpus ``settings.distribution`` (its windows as
+    :func:`eval_ppl` scores them), kept in folder ``out`` for the compressed variants' paired metrics
+    (:func:`caldera.eval.distribution.write_reference`)."""
+    from caldera.eval.distribution import write_reference
+    from caldera.eval.perplexity import make_windows
+
+    if settings.distribution is None:
+        raise ValueError("eval.distribution is not set: no corpus to keep the dense distributions of")
+    config = run.as_config()
+    mdl, tok = load_dense(config, model, run_device(config), model_dtype(config, run_device(config)))
+    spec = settings.ppl[settings.distribution]
+    return str(write_reference(mdl, make_windows(ppl_data(settings, settings.distribution, tok), spec.seq_len),
+                               out))
+
+
 def step_evaluate(settings: EvalSettings, run: RunContext, v: Variant, checkpoint: str | None,
                   ppl_outs: dict[str, str], zeroshot_out: str, replicate_zeroshot: bool = False, *,
-                  budget_bytes: int | None = None) -> dict[str, Any]:
+                  budget_bytes: int | None = None, reference: str | None = None) -> dict[str, Any]:
     """Every evaluation of one variant in one job (the model is loaded once; ``run``: its model's entry, the
     device and dtype) with ``settings``: perplexity on each corpus of ``ppl_outs`` (:func:`eval_ppl`), then
     zero-shot (:func:`eval_zeroshot`). A seed replicate (``v.replicate_of``) is scored on perplexity only unless
@@ -381,7 +410,8 @@ def step_evaluate(settings: EvalSettings, run: RunContext, v: Variant, checkpoin
     A dense variant too large for the device (``settings.stream_layers``, :func:`streams`; ``budget_bytes``:
     the memory it may fill, default the device's free memory) is evaluated layer-streamed: its decoder layers
     are read from the checkpoint one at a time (:class:`~caldera.pipeline.partial.LazyLayers`) for each pass,
-    the hidden states held on the host off the CPU; the results are the same."""
+    the hidden states held on the host off the CPU; the results are the same. ``reference``: the dense
+    model's reference folder (:func:`step_reference`) for a compressed variant's paired metrics."""
     config = run.as_config()
     stream: dict[str, Any] = {}
     if streams(settings, run, v, budget_bytes):
@@ -396,7 +426,7 @@ def step_evaluate(settings: EvalSettings, run: RunContext, v: Variant, checkpoin
         stream = {"loader": lazy, "offload": device.type != "cpu"}
     else:
         mdl, tok = load_variant(config, v, checkpoint, reconstructed=settings.weights == "reconstructed")
-    ppl = eval_ppl(settings, v, mdl, tok, ppl_outs, **stream)
+    ppl = eval_ppl(settings, v, mdl, tok, ppl_outs, reference=reference, **stream)
     if v.replicate_of is not None and not replicate_zeroshot:
         res = {"variant": v.id, "skipped": "seed replicate scored on perplexity only (replicates.zeroshot: false)",
                "results": {"tasks": {}}}

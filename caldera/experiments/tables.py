@@ -42,6 +42,9 @@ TASK_COLUMNS = {  # paper column -> (our task, metric for tables 1–2: acc; Mis
     "arcc_acc": ("caldera_arc_challenge", "acc"),
 }
 ACC_NORM_TABLES = {"table7_mistral": {"piqa_acc", "arce_acc", "arcc_acc"}}
+#: per-window sums of the paired metrics against the dense model (caldera.eval.distribution) → table column
+DISTRIBUTION_COLUMNS = {"window_kl": "wiki2_kl", "window_dlogp": "wiki2_dlogp", "window_top1": "wiki2_top1"}
+DISTRIBUTION_KEYS = tuple(DISTRIBUTION_COLUMNS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,8 +104,8 @@ def variant_samples(results_dir: Path, variant: str) -> dict[str, Any]:
     for path in sorted((results_dir / "eval" / variant).glob("ppl_*.json")):
         r = _load(path)
         if r and "window_nll" in r:
-            out["ppl"][path.stem.removeprefix("ppl_")] = {"window_nll": r["window_nll"],
-                                                          "window_tokens": r["window_tokens"]}
+            out["ppl"][path.stem.removeprefix("ppl_")] = {k: r[k] for k in ("window_nll", "window_tokens",
+                                                                            *DISTRIBUTION_KEYS) if k in r}
     zs = _load(results_dir / "eval" / variant / "zeroshot.json")
     for task, t in ((zs or {}).get("results", {}).get("tasks", {})).items():
         docs = t.get("docs")
@@ -152,6 +155,23 @@ def _seed_stack(samples: list[dict[str, Any]], kind: str, key: str) -> dict[str,
     return out
 
 
+def distribution_cells(samples: list[dict[str, Any]], random: bool) -> dict[str, Any]:
+    """The paired-metric columns of one variant (:data:`DISTRIBUTION_COLUMNS`) from its realizations' Wiki2
+    samples: the token-weighted mean over seeds with the interval of :func:`caldera.stats.seeded_weighted_mean`
+    (top-1 agreement in %); empty when no realization has them."""
+    wikis = [s["ppl"].get("wiki") or {} for s in samples]
+    wikis = [w for w in wikis if all(k in w for k in DISTRIBUTION_KEYS)]
+    if not wikis:
+        return {}
+    out: dict[str, Any] = {}
+    for key, col in DISTRIBUTION_COLUMNS.items():
+        ci = stats.seeded_weighted_mean([w[key] for w in wikis], wikis[0]["window_tokens"],
+                                        random=random and len(wikis) > 1)
+        scale = 100.0 if key == "window_top1" else 1.0
+        out[col], out[f"{col}_ci"] = scale * ci["estimate"], [scale * ci["lo"], scale * ci["hi"]]
+    return out
+
+
 def measured_row(results_dir: Path, run: RunContext, table: str, row: dict[str, Any],
                  replicates: list[Any] | None = None) -> dict[str, Any]:
     """This run's numbers for one table row: ``{column: value}`` with ``column + "_ci"`` → ``[lo, hi]`` (95 %)
@@ -189,6 +209,7 @@ def measured_row(results_dir: Path, run: RunContext, table: str, row: dict[str, 
             continue
         out[f"{corpus}_ppl"] = None if r is None else r["ppl"]
         out[f"{corpus}_ppl_ci"] = None if r is None else _ppl_interval(r)
+    out.update(distribution_cells(samples, random))
     zs = _load(results_dir / "eval" / v.id / "zeroshot.json")
     for col, (task, metric) in TASK_COLUMNS.items():
         if col in ACC_NORM_TABLES.get(table, ()):
@@ -274,9 +295,10 @@ def build_table(results_dir: str | os.PathLike, plan: TablePlan) -> dict[str, An
             "rank": v.rank if v else "—",
             "b_lr": _bits_label((ref or {}).get("b_lr") if ref or not row.get("beside") else v.b_lr),
             "variant": v.id if v else None,
-            "paper": {c: (ref or {}).get(c) for c in cols},
-            "ours": {c: meas.get(c) for c in cols},
-            "ours_ci": {c: meas.get(f"{c}_ci") for c in cols if f"{c}_ci" in meas},
+            "paper": {c: (ref or {}).get(c) for c in cols + list(DISTRIBUTION_COLUMNS.values())},
+            "ours": {c: meas.get(c) for c in cols + list(DISTRIBUTION_COLUMNS.values())},
+            "ours_ci": {c: meas.get(f"{c}_ci") for c in cols + list(DISTRIBUTION_COLUMNS.values())
+                        if f"{c}_ci" in meas},
             "seeds": meas.get("seeds", {"ppl": 0, "zeroshot": 0}),
         })
     variants = sorted({r[k] for r in rows for k in ("variant", "base_variant") if r.get(k)})
@@ -286,6 +308,14 @@ def build_table(results_dir: str | os.PathLike, plan: TablePlan) -> dict[str, An
         rs = reps.get(vid) or [by_id[vid]]
         realizations[vid] = {"random": is_random(rs[0]), "seeds": [getattr(r.config, "seed", None) for r in rs],
                              "ids": [r.id for r in rs], "family": method_family(rs[0])}
+    dist = [c for c in DISTRIBUTION_COLUMNS.values() if any(r["ours"].get(c) is not None for r in rows)]
+    if dist:  # after the perplexity columns: the paired view against the dense model, beside, never instead
+        at = cols.index("c4_ppl")
+        cols[at:at] = dist
+    for r in rows:
+        for c in set(DISTRIBUTION_COLUMNS.values()) - set(dist):
+            for part in ("paper", "ours", "ours_ci"):
+                r[part].pop(c, None)
     tab = {"table": table, "columns": cols, "rows": rows,
            "stats": {"level": stats.LEVEL, "resamples": stats.RESAMPLES, "seed": stats.SEED,
                       "perplexity": "percentile bootstrap over windows, combined with Student's t over seeds",
@@ -391,6 +421,31 @@ def ppl_ratio(table: dict[str, Any], a: str, b: str, corpus: str = "wiki") -> di
             "pooled_from": {v: (ra if v == a else rb)["pool"] for v, took in pooled.items() if took}}
 
 
+def _digits(column: str) -> int:
+    """Decimals of a column's values: accuracies and agreement (%) 1, KL and Δ ln p (nats) 3, the rest 2."""
+    return 1 if column.endswith(("_acc", "_top1")) else 3 if column.endswith(("_kl", "_dlogp")) else 2
+
+
+def kl_difference(table: dict[str, Any], a: str, b: str) -> dict[str, Any] | None:
+    """Mean KL divergence from the dense model (nats per token, Wiki2 windows) of ``a`` minus that of ``b``, paired
+    on the same windows and across every seed of both (:func:`caldera.stats.seeded_mean_difference` of the
+    per-window means; a side with one seed leaves the seed part undetermined, no pooled spread is taken: a
+    second view, never the verdict), with each side's mean (``a_kl``, ``b_kl``); None unless both have it."""
+    sides = []
+    for v in (a, b):
+        parts, _, random = seed_parts(table, v, "ppl", "wiki")
+        parts = [p for p in parts if "window_kl" in p]
+        if not parts:
+            return None
+        sides.append(([[k / t for k, t in zip(p["window_kl"], p["window_tokens"])] for p in parts], random))
+    (A, ra), (B, rb) = sides
+    if len(A[0]) != len(B[0]):
+        raise ValueError(f"{a} and {b} were compared with the dense model on different windows")
+    iv = stats.seeded_mean_difference(A, B, ra, rb)
+    return {**iv, "pair": [a, b], "a_kl": sum(map(sum, A)) / (len(A) * len(A[0])),
+            "b_kl": sum(map(sum, B)) / (len(B) * len(B[0]))}
+
+
 def render(tab: dict[str, Any], caption: str) -> tuple[str, str, str]:
     cols = tab["columns"]
     stands = {r["stand_in"] for r in tab["rows"] if r["variant"]}
@@ -407,12 +462,11 @@ def render(tab: dict[str, Any], caption: str) -> tuple[str, str, str]:
             f"{r['paper_model']} → {r['stand_in']}"
         cells = [r["method"], model, f"{r['paper_rank']} → {r['rank']}", str(r["b_lr"]), seeds]
         ci = r.get("ours_ci", {})
-        cells += [f"{_fmt(r['paper'][c])} / {_fmt(r['ours'][c], 1 if c.endswith('_acc') else 2, ci.get(c))}"
-                  for c in cols]
+        cells += [f"{_fmt(r['paper'].get(c))} / {_fmt(r['ours'].get(c), _digits(c), ci.get(c))}" for c in cols]
         rows.append(cells)
         csv_rows.append([r["method"], r["paper_model"], r["stand_in"], r["paper_rank"], r["rank"], r["b_lr"],
                          n.get("ppl") if r["variant"] else None, n.get("zeroshot") if r["variant"] else None]
-                        + [x for c in cols for x in (r["paper"][c], r["ours"][c], *(ci.get(c) or (None, None)))])
+                        + [x for c in cols for x in (r["paper"].get(c), r["ours"].get(c), *(ci.get(c) or (None, None)))])
     return render_table_texts(caption, head, rows, csv_head, csv_rows, (UNDERSCORE, ARROW),
                               (HASH, PLUS_MINUS, ARROW, UNDERSCORE))
 

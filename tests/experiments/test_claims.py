@@ -599,3 +599,25 @@ def test_zero_shot_claim_states_the_documents_the_papers_effect_needs():
     a = {"paper": {"wino_acc": 60.0, "rte_acc": 50.0, "piqa_acc": None}}
     b = {"paper": {"wino_acc": 58.0, "rte_acc": 49.0, "piqa_acc": 70.0}}
     assert paper_accuracy_effect(a, b) == pytest.approx(0.015)
+
+
+def test_ordering_claims_state_their_kl_reading_beside_the_verdict():
+    """With the paired metrics against the dense model in the windows' samples, each perplexity comparison also
+    gives the KL difference (a second view): its estimate is the difference of the per-token means, and it never
+    changes the verdict."""
+    from caldera.experiments.claims import table_claims
+
+    t = _table1(c4=30.0, quip=40.0)
+    kl = {"c4-r16": 0.30, "quip": 0.50, "c4-r32": 0.25, "c16-r8": 0.40, "dense": 0.0}
+    for v, k in kl.items():
+        w = t["samples"][v]["ppl"]["wiki"]
+        w["window_kl"] = [k * tok + 0.01 * i for i, tok in enumerate(w["window_tokens"])]
+    before = _verdict(table_claims({"table1_llama2_zeroshot": _table1(c4=30.0, quip=40.0)}),
+                      "4-bit CALDERA beats QuIP# in Wiki2")
+    beats = _verdict(table_claims({"table1_llama2_zeroshot": t}), "4-bit CALDERA beats QuIP# in Wiki2")
+    assert beats["verdict"] == before["verdict"] == "holds"
+    iv = beats["kl"][0]
+    assert iv["pair"] == ["c4-r16", "quip"] and iv["estimate"] == pytest.approx(-0.20)
+    assert iv["a_kl"] == pytest.approx(0.30 + 0.01 * 3.5 / TOK) and iv["lo"] <= -0.2 <= iv["hi"]
+    assert "KL from the dense model" in beats["numbers"] and "c4-r16 0.300 vs quip 0.500" in beats["numbers"]
+    assert "kl" not in before

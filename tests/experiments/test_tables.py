@@ -1,5 +1,7 @@
 """Table assembly helpers (the full tables are built by the smoke workflow test)."""
 
+import pytest
+
 from caldera.experiments.tables import _bits_label
 
 
@@ -212,3 +214,21 @@ def test_every_method_shows_its_bits_formula_and_storage(tmp_path):
     (tmp_path / "rhtft" / base.id / "rhtft.json").write_text(json.dumps({"n_sign_params": 20}))
     assert variant_bits(tmp_path, ft["variant"])["storage_bits_per_weight"] == pytest.approx(2.5 + 31 * 20 / 1000)
     assert variant_bits(tmp_path, base)["storage_bits_per_weight"] == 2.5
+
+
+def test_distribution_columns_average_the_seeds_and_give_top1_in_percent():
+    from caldera.experiments.tables import distribution_cells
+
+    tok = [10, 10, 10]
+    seeds = [{"ppl": {"wiki": {"window_tokens": tok, "window_kl": [1.0, 2.0, 3.0], "window_dlogp": [-1.0] * 3,
+                               "window_top1": [5.0, 6.0, 7.0]}}},
+             {"ppl": {"wiki": {"window_tokens": tok, "window_kl": [3.0, 2.0, 1.0], "window_dlogp": [-3.0] * 3,
+                               "window_top1": [7.0, 8.0, 9.0]}}}]
+    one = distribution_cells(seeds[:1], random=True)
+    assert one["wiki2_kl"] == pytest.approx(0.2) and one["wiki2_top1"] == pytest.approx(60.0)
+    two = distribution_cells(seeds, random=True)
+    assert two["wiki2_kl"] == pytest.approx(0.2) and two["wiki2_dlogp"] == pytest.approx(-0.2)
+    assert two["wiki2_top1"] == pytest.approx(70.0)
+    lo, hi = two["wiki2_dlogp_ci"]
+    assert lo < -0.2 < hi  # the two seeds disagree (−0.1 vs −0.3): the seed part widens the interval
+    assert distribution_cells([{"ppl": {"wiki": {"window_tokens": tok, "window_nll": [1.0] * 3}}}], True) == {}

@@ -204,6 +204,15 @@ def test_smoke_workflow_end_to_end(tmp_path):
     assert len(alloc["overrides"]) == 14 and len({o["rank"] for o in alloc["overrides"].values()}) > 1
     assert (out / "figure_ranks.png").stat().st_size > 0
     assert any("beats uniform-rank CALDERA at equal bits" in c["claim"] for c in claims)
+    # paired metrics against the dense model (eval.distribution): every compressed row has them, the dense row not
+    assert "wiki2_kl" in table["columns"] and (tmp_path / "results/smoke/reference/smollm2/meta.json").exists()
+    comp = [r for r in table["rows"] if r["variant"] and "dense" not in r["variant"]]
+    assert comp and all(r["ours"]["wiki2_kl"] > 0 and 0 <= r["ours"]["wiki2_top1"] <= 100 for r in comp)
+    assert any(c.get("kl") for c in claims)
+    # a deterministic extra method (rtn) is never replicated, yet its claims are decided
+    rtn = [c for c in claims if c["claim"].startswith("rtn-2bit")]
+    assert rtn and all(c["verdict"] in ("holds", "fails", "inconclusive") for c in rtn), rtn
+    assert {r["seeds"]["ppl"] for r in table["rows"] if r["variant"] and "rtn" in r["variant"]} == {1}
     # the rerun tool (a partial run's claims) rebuilds this run's table and its claims exactly as the workflow did
     from caldera.experiments.rerun import main as rerun_main
 

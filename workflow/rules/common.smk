@@ -230,11 +230,20 @@ def get_hessian_dir(wildcards):
 
 
 def get_eval_input(wildcards):
-    if wildcards.variant in FT_VARIANTS:
-        return {"checkpoint": f"{RES}/rhtft/{FT_VARIANTS[wildcards.variant][1].id}/checkpoint"}
-    if VARIANTS[wildcards.variant].method == "dense":
+    v = VARIANTS[wildcards.variant]
+    if v.method == "dense":
         return {"assets": f"{RES}/assets.json"}
-    return {"checkpoint": f"{RES}/compressed/{wildcards.variant}/checkpoint"}
+    out = {"checkpoint": f"{RES}/rhtft/{FT_VARIANTS[wildcards.variant][1].id}/checkpoint"
+           if wildcards.variant in FT_VARIANTS else f"{RES}/compressed/{wildcards.variant}/checkpoint"}
+    if SETTINGS.eval.distribution is not None:  # the dense model's distributions, for the paired metrics
+        out["reference"] = f"{RES}/reference/{v.model}"
+    return out
+
+
+def reference_spec(wildcards):
+    """Rule dense_reference's declared configuration: the model's entry and the compared corpus's settings."""
+    corpus = SETTINGS.eval.distribution
+    return declared(config["models"][wildcards.model], corpus, SETTINGS.eval.ppl[corpus].as_block())
 
 
 def get_table_targets():

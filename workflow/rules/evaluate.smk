@@ -1,3 +1,26 @@
+rule dense_reference:
+    # the dense model's next-token distributions on eval.distribution's windows, read by every compressed
+    # variant's evaluation for its paired metrics (KL, delta ln p, top-1: caldera.eval.distribution)
+    input:
+        f"{RES}/assets.json",
+    output:
+        directory(f"{RES}/reference/{{model}}"),
+    benchmark:
+        f"{RES}/benchmarks/dense_reference/{{model}}.tsv"
+    log:
+        f"{RES}/logs/reference/{{model}}.log",
+    params:
+        spec=reference_spec,
+        settings=SETTINGS.eval,
+        run=get_model_run,
+    resources:
+        gpu=1,
+    conda:
+        "../envs/caldera.yaml"
+    script:
+        "../scripts/dense_reference.py"
+
+
 rule evaluate:
     # every evaluation of one variant in one job (perplexity on each corpus, then zero-shot): the model is
     # loaded once

@@ -13,6 +13,7 @@ STAGES = {
     "profile_layers": "compression",
     "allocate": "compression",
     "evaluate": "evaluation",
+    "dense_reference": "evaluation",
     "weight_spectra": "figures",
     "ablation_traces": "figures",
     "figure3_data": "figures",

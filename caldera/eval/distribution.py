@@ -1,0 +1,164 @@
+"""Paired distribution metrics against the dense model, as llama.cpp's perplexity tool reports a quantized model.
+
+On the same perplexity windows (:mod:`caldera.eval.perplexity`), per scored position t (next-token prediction
+after the first t tokens of a window), with p the dense model's and q the compressed model's next-token
+distribution over the vocabulary and y_t the actual next token:
+
+* **KL divergence** ``KL(p ‖ q) = Σ_v p(v) (ln p(v) − ln q(v))`` (nats), from the dense model's distribution;
+* **Δ ln p** ``ln q(y_t) − ln p(y_t)``: the per-token log ratio of the actual token (its mean is minus the log of
+  the perplexity ratio, up to the token weighting);
+* **top-1 agreement**: ``argmax q = argmax p``.
+
+The dense side is computed once per model and kept on disk (:class:`DenseReference`): its log-probabilities in
+float16 (``(n_windows, seq_len − 1, vocab)``, one ``.npy`` memory map), plus, exactly, the log-probability of the
+actual token (float32) and the argmax (int64) at every position. A compressed model's evaluation reads it window
+by window in its own forward pass (:func:`caldera.eval.perplexity.perplexity` with ``reference=``). The dense
+log-probabilities are renormalised after the float16 round trip (a log-sum-exp per position), so p is a
+distribution; float16 keeps ln p to 2⁻¹¹ relative, which moves the KL by far less than its window interval.
+
+Results per window (sums over its positions, so windows can be bootstrapped): ``window_kl``, ``window_dlogp``,
+``window_top1``; :func:`summary` gives the token-weighted means.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+#: the per-window sums a compressed evaluation adds to its perplexity result
+WINDOW_KEYS = ("window_kl", "window_dlogp", "window_top1")
+
+
+@dataclass
+class DenseReference:
+    """The dense model's next-token distributions on a set of windows (module docstring). ``folder`` holds
+    ``logprobs.npy`` (float16, (W, T − 1, V)), ``target.npy`` (float32, (W, T − 1): ln p of the actual token),
+    ``argmax.npy`` (int64, (W, T − 1)) and ``meta.json`` (shape, the windows' token ids' checksum)."""
+
+    folder: Path
+    logprobs: np.ndarray
+    target: np.ndarray
+    argmax: np.ndarray
+    meta: dict
+
+    @staticmethod
+    def windows_checksum(windows: torch.Tensor) -> str:
+        import hashlib
+
+        return hashlib.sha256(np.ascontiguousarray(windows.cpu().numpy().astype(np.int64)).tobytes()).hexdigest()
+
+    @classmethod
+    def open(cls, folder: str | os.PathLike, windows: torch.Tensor | None = None) -> DenseReference:
+        """The reference in ``folder`` (memory-mapped); ``windows``: the windows about to be scored, which must be
+        the ones it was made on (``ValueError`` naming the folder otherwise)."""
+        folder = Path(folder)
+        meta_path = folder / "meta.json"
+        if not meta_path.exists():
+            raise FileNotFoundError(f"{folder}: no dense reference here (meta.json missing); the dense model's "
+                                    "reference job writes it (caldera.eval.distribution.write_reference)")
+        meta = json.loads(meta_path.read_text())
+        ref = cls(folder, np.load(folder / "logprobs.npy", mmap_mode="r"), np.load(folder / "target.npy"),
+                  np.load(folder / "argmax.npy"), meta)
+        w, t, v = meta["shape"]
+        if ref.logprobs.shape != (w, t, v) or ref.target.shape != (w, t) or ref.argmax.shape != (w, t):
+            raise ValueError(f"{folder}: arrays do not match meta.json's shape {meta['shape']}; rebuild the reference")
+        if windows is not None and cls.windows_checksum(windows) != meta["windows_sha256"]:
+            raise ValueError(f"{folder}: made on other windows than these (token checksum differs); rebuild the "
+                             "reference with the same eval.ppl settings and tokenizer")
+        return ref
+
+    def chunk(self, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(log p (B, T − 1, V) float32 renormalised, ln p(y) (B, T − 1), argmax (B, T − 1))`` of windows
+        ``start:stop``."""
+        lp = torch.from_numpy(np.asarray(self.logprobs[start:stop], dtype=np.float32))
+        lp = lp - torch.logsumexp(lp, dim=-1, keepdim=True)
+        return lp, torch.from_numpy(self.target[start:stop]), torch.from_numpy(self.argmax[start:stop])
+
+
+def next_token_logprobs(logits: torch.Tensor, batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(log q (B, T − 1, V) float32, ln q(y) (B, T − 1))`` of a batch's logits ``(B, T, V)`` and ids ``(B, T)``:
+    the prediction at each position but the last, and the log-probability of the actual next token."""
+    lq = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+    y = batch[:, 1:].to(lq.device).unsqueeze(-1)
+    return lq, lq.gather(-1, y).squeeze(-1)
+
+
+def paired_window_sums(logits: torch.Tensor, batch: torch.Tensor, ref: tuple[torch.Tensor, torch.Tensor,
+                       torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Per-window sums ``{window_kl, window_dlogp, window_top1}`` (each ``(B,)`` float64) of a compressed model's
+    logits ``(B, T, V)`` on ids ``batch`` against the dense reference chunk ``ref`` (:meth:`DenseReference.chunk`
+    of the same windows)."""
+    lp, target_p, argmax_p = (x.to(logits.device) for x in ref)
+    lq, target_q = next_token_logprobs(logits, batch)
+    if lq.shape != lp.shape:
+        raise ValueError(f"the reference holds {tuple(lp.shape)} log-probabilities, the model gives {tuple(lq.shape)}"
+                         " (another vocabulary or window length); rebuild the reference")
+    kl = (lp.exp() * (lp - lq)).sum(dim=-1)
+    return {"window_kl": kl.sum(dim=1).double().cpu(),
+            "window_dlogp": (target_q - target_p).sum(dim=1).double().cpu(),
+            "window_top1": (lq.argmax(dim=-1) == argmax_p).sum(dim=1).double().cpu()}
+
+
+@torch.inference_mode()
+def write_reference(model, windows: torch.Tensor, folder: str | os.PathLike, batch_size: int = 1,
+                    progress: bool = True) -> Path:
+    """The dense ``model``'s :class:`DenseReference` on ``windows`` ``(W, T)`` in ``folder`` (written into a
+    temporary sibling folder and renamed when complete, so a killed job leaves no reference a rerun would trust)."""
+    import shutil
+
+    from numpy.lib.format import open_memmap
+    from tqdm.auto import tqdm
+
+    folder = Path(folder)
+    tmp = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    w, t = windows.shape
+    lp_out = target = argmax = None
+    try:
+        with tqdm(total=w, desc="dense reference", unit="win", disable=not progress) as bar:
+            for start in range(0, w, batch_size):
+                batch = windows[start:start + batch_size].to(device)
+                lp, tp = next_token_logprobs(model(input_ids=batch, use_cache=False).logits, batch)
+                if lp_out is None:
+                    v = lp.shape[-1]
+                    lp_out = open_memmap(tmp / "logprobs.npy", mode="w+", dtype=np.float16, shape=(w, t - 1, v))
+                    target = np.zeros((w, t - 1), dtype=np.float32)
+                    argmax = np.zeros((w, t - 1), dtype=np.int64)
+                stop = start + batch.shape[0]
+                lp_out[start:stop] = lp.cpu().numpy().astype(np.float16)
+                target[start:stop] = tp.cpu().numpy()
+                argmax[start:stop] = lp.argmax(dim=-1).cpu().numpy()
+                bar.update(batch.shape[0])
+    finally:
+        model.train(was_training)
+    lp_out.flush()
+    del lp_out
+    np.save(tmp / "target.npy", target)
+    np.save(tmp / "argmax.npy", argmax)
+    meta = {"shape": [w, t - 1, int(v)], "windows_sha256": DenseReference.windows_checksum(windows),
+            "dtype": "float16"}
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(tmp, folder)
+    return folder
+
+
+def summary(result: dict) -> dict:
+    """Token-weighted means of a perplexity result's per-window sums, each with its 95 % bootstrap-over-windows
+    interval (:func:`caldera.stats.weighted_mean_interval`): ``{"kl", "dlogp", "top1"}`` → ``{"estimate", "lo",
+    "hi"}``; empty without the per-window sums."""
+    from caldera.stats import weighted_mean_interval
+
+    if not all(k in result for k in WINDOW_KEYS):
+        return {}
+    return {k.removeprefix("window_"): weighted_mean_interval(result[k], result["window_tokens"])
+            for k in WINDOW_KEYS}
