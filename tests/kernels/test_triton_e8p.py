@@ -14,9 +14,9 @@ import torch
 from caldera.kernels.fused import Factors, codes_linear
 from caldera.kernels.tables import codes_matmul_reference, dequantize_codes
 from caldera.nn.compressed_linear import CompressedLinear
+from caldera.synthetic import random_compressed_layer
 from tests.helpers import kernel_close as _close
 from tests.helpers import random_codes as _codes
-from tests.kernels.test_kernels import _layer
 
 CUDA = torch.cuda.is_available()
 DEV = "cuda" if CUDA else "cpu"
@@ -144,7 +144,7 @@ def test_cuda_kernel_at_llama2_7b_shapes(tk, quantizer, n, d, B):
 @needs_cuda
 @pytest.mark.parametrize(("lr_format", "rank"), [("float16", 64), ("quantized", 64), (None, 0)])
 def test_cuda_compressed_linear_takes_triton_and_equals_reference(tk, lr_format, rank):
-    meta, ts = _layer(512, 1024, rank, lr_format, rht=True, bias=True)
+    meta, ts = random_compressed_layer(512, 1024, rank, lr_format)
     fast = CompressedLinear.from_tensors(meta, ts, kernel="kernel").to("cuda")
     ref = CompressedLinear.from_tensors(meta, ts, kernel="reference").to("cuda")
     x = torch.randn(3, 1024, generator=torch.Generator().manual_seed(1)).cuda()
