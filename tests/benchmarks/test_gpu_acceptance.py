@@ -26,12 +26,7 @@ def _module():
 
 GA = _module()
 
-try:
-    import triton  # noqa: F401
-
-    HAS_TRITON = True
-except ImportError:
-    HAS_TRITON = False
+HAS_TRITON = importlib.util.find_spec("triton") is not None
 
 #: stage -> the fields its JSON must carry (beside status, wall_s, cap_s, seconds)
 FIELDS = {

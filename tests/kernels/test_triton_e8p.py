@@ -1,12 +1,11 @@
 """The Triton E8P kernels (caldera.kernels.triton_e8p) against their dequantizing references.
 
-On a CPU they run in Triton's interpreter (``TRITON_INTERPRET=1``, set here before the kernels are defined), and
-skip without ``triton``; the ``gpu``-marked tests run them compiled on a CUDA device at the LLaMa-2 7B shapes.
+On a CPU they run in Triton's interpreter (``TRITON_INTERPRET=1``, set by ``tests/conftest.py`` before Triton
+loads), and skip without ``triton``; the ``gpu``-marked tests run them compiled on a CUDA device at the LLaMa-2 7B
+shapes.
 """
 
 from __future__ import annotations
-
-import os
 
 import pytest
 import torch
@@ -24,8 +23,6 @@ DEV = "cuda" if CUDA else "cpu"
 
 @pytest.fixture(scope="module")
 def tk():
-    if not CUDA:
-        os.environ.setdefault("TRITON_INTERPRET", "1")
     pytest.importorskip("triton")
     from caldera.kernels import triton_e8p
 
