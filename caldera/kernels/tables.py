@@ -107,9 +107,13 @@ def sign_nibble_mask(low: Tensor) -> Tensor:
 
 
 def nibble_decode(codes: Tensor) -> Tensor:
-    """E8P codes (…,) -> float32 (…, 8) by the nibble scheme of :func:`abs_nibbles` (the Triton kernel's decode,
-    in torch; checked against the codebook)."""
+    """E8P codes (…,) -> float32 (…, 8) by the Triton kernel's decode, in torch (checked against the codebook):
+    the nibbles of :func:`abs_nibbles` with the signs XORed in, each nibble ``u`` put in the top mantissa bits of
+    the float16 ``8.0`` (bits ``0x4800 | u << 7``: the float16 ``8 + u``), minus the float16 offset ``8 + 3.5 −
+    h`` (11.25 or 11.75), all in float16 arithmetic."""
     c = codes.to(torch.int64) & 0xFFFF
     packed = abs_nibbles().to(torch.int64)[c >> 8] ^ sign_nibble_mask(c & 255)
-    u = (packed[..., None] >> (4 * torch.arange(8))) & 7
-    return u.to(torch.float32) - NIBBLE_OFFSET + decode_tables().h[c & 255][..., None]
+    u7 = ((packed[..., None] >> (4 * torch.arange(8))) & 7) << 7
+    v = (u7 | 0x4800).to(torch.int16).view(torch.float16)
+    off = (8 + NIBBLE_OFFSET - decode_tables().h[c & 255]).to(torch.float16)
+    return (v - off[..., None]).to(torch.float32)

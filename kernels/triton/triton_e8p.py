@@ -9,9 +9,11 @@ Decode (the scheme of QuIP#'s fast kernel, ``quip-sharp.md`` §7, written fresh 
 high byte indexes a 1 KiB table of packed abs patterns (:func:`caldera.kernels.tables.abs_nibbles`: one int32
 per pattern, coordinate ``t`` in nibble ``t`` as ``u = A_t + 3.5`` ∈ 0..7); its low byte gives the sign flips,
 spread by shifts and masks to ``7`` in each flipped nibble and applied to all 8 coordinates with one XOR (a
-negated coordinate is ``u ^ 7``); coordinate ``t`` is then ``(packed >> 4t) & 7`` converted to float16 plus the
-code's offset ``−3.5 ± ¼``. One 4-byte table read and ~15 integer operations per code, 4 per weight; every value
-is exact in float16. No 8-entry gathers, no dense Q.
+negated coordinate is ``u ^ 7``); coordinate ``t`` is then nibble ``t`` shifted into the top mantissa bits of the
+float16 ``8.0`` (``0x4800 | u << 7`` is the float16 ``8 + u``: no integer-to-float conversion) minus the code's
+float16 offset ``11.5 − h`` (``h = ±¼``). One 4-byte table read and ~15 integer operations per code, then a shift,
+an AND, an OR and a float16 subtraction per weight; every value is exact in float16. No 8-entry gathers, no
+dense Q.
 
 Products (``tl.dot``: tensor-core mma, fp16 in, fp32 accumulate): a program of :func:`e8p_matmul` owns
 ``BLOCK_N`` output rows (and one of ``SPLIT`` slices of the code columns, accumulated with atomics); per step it
@@ -47,8 +49,8 @@ MIN_DOT = 16
 
 @triton.jit
 def _e8p_nibbles(c, abs_ptr):
-    """16-bit codes ``c`` (int32 tile) -> (packed int32: nibble t = u_t with the signs applied, fp16 offset
-    ``−3.5 + h``); weight t = ``((packed >> 4t) & 7) + offset``."""
+    """16-bit codes ``c`` (int32 tile) -> (packed int32: nibble t = u_t with the signs applied, the fp16 offset
+    ``11.5 − h``); weight t = ``fp16(8 + u_t) − offset`` (:func:`_weight`)."""
     s = c & 255
     p = s ^ (s >> 4)
     p = p ^ (p >> 2)
@@ -58,8 +60,25 @@ def _e8p_nibbles(c, abs_ptr):
     m = (m | (m << 6)) & 0x03030303
     m = (m | (m << 3)) & 0x11111111
     packed = tl.load(abs_ptr + ((c >> 8) & 255)) ^ (m * 7)
-    off = (-3.25 - 0.5 * p.to(tl.float32)).to(tl.float16)
+    off = (11.25 + 0.5 * p.to(tl.float32)).to(tl.float16)
     return packed, off
+
+
+@triton.jit
+def _weight(u7, off):
+    """float16 ``8 + u − off`` from ``u7 = u << 7`` (int32, u in 0..7): ``0x4800 | u << 7`` is the float16 ``8 + u``
+    (exponent of 8, u in the mantissa's top bits), so no integer-to-float conversion runs; exact."""
+    return (u7 | 0x4800).to(tl.int16).to(tl.float16, bitcast=True) - off
+
+
+@triton.jit
+def _coord(packed, off, T: tl.constexpr):
+    """Weight ``T`` (0..7) of each code: nibble T of ``packed`` moved to bits 7..9 by one shift."""
+    if 4 * T >= 7:
+        u7 = (packed >> (4 * T - 7)) & 0x380
+    else:
+        u7 = (packed << (7 - 4 * T)) & 0x380
+    return _weight(u7, off)
 
 
 @triton.jit
@@ -99,13 +118,13 @@ def _rows_kernel(
         for t in tl.static_range(8):
             xp = x_ptr + bb[None, :] * stride_x + (cols * 8 + t)[:, None]
             xh = tl.load(xp, mask=xmask, other=0.0)  # (BLOCK_M, BP) float16: x[b, 8j + t]
-            w1 = ((pk1 >> (4 * t)) & 7).to(tl.float16) + of1  # (BLOCK_N, BLOCK_M): Q[rows, 8j + t]
+            w1 = _coord(pk1, of1, t)  # (BLOCK_N, BLOCK_M) float16: Q[rows, 8j + t]
             acc1 = tl.dot(w1, xh, acc1)
             if LO:
                 xl = tl.load(xp + B * stride_x, mask=xmask, other=0.0)
                 acc1l = tl.dot(w1, xl, acc1l)
             if STAGES == 2:
-                w2 = ((pk2 >> (4 * t)) & 7).to(tl.float16) + of2
+                w2 = _coord(pk2, of2, t)
                 acc2 = tl.dot(w2, xh, acc2)
                 if LO:
                     acc2l = tl.dot(w2, xl, acc2l)
@@ -168,7 +187,7 @@ def _cols_kernel(
             pk, of = _e8p_nibbles((c >> 16) & 0xFFFF, abs_ptr)
         else:
             pk, of = _e8p_nibbles(c & 0xFFFF, abs_ptr)
-        w = ((pk[:, :, None] >> (4 * t8)[None, None, :]) & 7).to(tl.float16) + of[:, :, None]
+        w = _weight(((pk[:, :, None] >> (4 * t8)[None, None, :]) & 7) << 7, of[:, :, None])
         w = tl.reshape(w, (BLOCK_K, BLOCK_M * 8))  # M[ks, 8 cols + u], row-major: column 8j + u
         acc1 = tl.dot(th, w, acc1)
         if LO:
@@ -176,7 +195,7 @@ def _cols_kernel(
             acc1 = tl.dot(tl_, w, acc1)
         if STAGES == 2:
             pk2, of2 = _e8p_nibbles(c & 0xFFFF, abs_ptr)
-            w2 = ((pk2[:, :, None] >> (4 * t8)[None, None, :]) & 7).to(tl.float16) + of2[:, :, None]
+            w2 = _weight(((pk2[:, :, None] >> (4 * t8)[None, None, :]) & 7) << 7, of2[:, :, None])
             w2 = tl.reshape(w2, (BLOCK_K, BLOCK_M * 8))
             acc2 = tl.dot(th, w2, acc2)
             if LO:
