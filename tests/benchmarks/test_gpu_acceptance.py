@@ -30,7 +30,8 @@ HAS_TRITON = importlib.util.find_spec("triton") is not None
 
 #: stage -> the fields its JSON must carry (beside status, wall_s, cap_s, seconds)
 FIELDS = {
-    "env": {"python", "torch", "triton", "device", "device_name", "cuda_available", "capability", "memory_gb"},
+    "env": {"python", "torch", "triton", "transformers", "device", "device_name", "cuda_available", "capability",
+            "memory_gb"},
     "compressed_linear": {"shape", "rank", "variants", "checks"},
     "streamed": {"model", "n_windows", "ppl_streamed", "ppl_in_memory", "max_window_nll_diff", "layers_loaded",
                  "streamed_s", "in_memory_s", "checks"},  # fmt: skip
@@ -72,6 +73,7 @@ def test_cpu_mode_runs_every_stage_and_writes_every_field(cpu_run):
         assert st["wall_s"] <= st["cap_s"] and st["seconds"] > 0
         assert all(v is True for v in st.get("checks", {}).values()), (name, st["checks"])
     assert GA.failed_checks(res) == []
+    assert res["stages"]["env"]["torch"] and res["stages"]["env"]["device_name"] == "cpu"
     summary = (out / "summary.md").read_text()
     assert all(f"| {name} | " in summary for name in GA.STAGES)
     assert "every check passed" in summary
@@ -107,12 +109,14 @@ def test_cpu_mode_decode_stage(cpu_run):
         pytest.skip("triton not installed: the decode stage records that it skipped (checked above)")
     d = cpu_run[1]["stages"]["decode"]
     assert {(r["kernel"], r["B"]) for r in d["rows"]} == {
-        (k, B) for k in ("e8p_2bit_fp16_x", "e8p_2bit_fp32_x", "dense_fp16") for B in (1, 4)}
+        (k, B) for k in ("e8p_2bit_fp16_x", "e8p_2bit_fp32_x", "dense_fp16") for B in (1, 4)
+    }
     assert all(r["us"] > 0 and r["share_of_copy_bw"] > 0 for r in d["rows"])
     assert set(d["max_rel_err"]) == {"B1_fp32_x", "B1_fp16_x", "B4_fp32_x", "B4_fp16_x"}
     assert max(d["max_rel_err"].values()) < 1e-4
     assert d["target_met"] is None  # not a GPU: no claim either way
-    assert d["best_cfg"] in [{k: v for k, v in c.items() if k != "us"} for c in d["sweep"]]
+    assert d["best_cfg"] in [{k: v for k, v in c.items() if k not in ("us", "timed_by")} for c in d["sweep"]]
+    assert all(r["timed_by"] == "cpu wall time" for r in d["rows"])
 
 
 def _py(code: str) -> list[str]:
