@@ -13,10 +13,11 @@ run as its own subprocess under a time cap (``CAPS``; a stage also never gets mo
 stage, so what was measured survives a later stage's failure or timeout:
 
 * ``env`` — torch, triton, the device and its memory;
-* ``decode`` — the Triton E8P kernel (:mod:`caldera.kernels.triton_e8p`) at 4096×11008, batch 1 and 4: its
-  error against the dequantizing reference, its time (CUDA graphs, weights cycled past the L2) beside dense
-  float16 ``x Wᵀ``, and its read rate as a share of the measured device-copy bandwidth (the target is 60 %); a
-  small sweep of launch configurations. Without ``triton``: ``"skipped: triton not installed"``;
+* ``decode`` — the Triton E8P kernel (:mod:`caldera.kernels.triton_e8p`; 2-bit E8P and 4-bit E8P-RVQ4 codes) at
+  4096×11008, batch 1 and 4: its error against the dequantizing reference, its time (CUDA graphs, weights cycled
+  past the L2) beside dense float16 ``x Wᵀ``, and its read rate as a share of the measured device-copy bandwidth
+  (the target is 60 %); a small sweep of launch configurations. Without ``triton``: ``"skipped: triton not
+  installed"``;
 * ``compressed_linear`` — :class:`~caldera.nn.compressed_linear.CompressedLinear` (4096×4096, RHT, 16-bit,
   E8P-RVQ4 and no factors) on the device, kernel path against the reference path;
 * ``streamed`` — a layer-streamed perplexity (:mod:`caldera.eval.streamed`) of a tiny random LLaMA saved to disk,
@@ -209,6 +210,8 @@ def stage_decode(a: argparse.Namespace) -> dict[str, Any]:
     res: dict[str, Any] = {"shape": [n, d], "copy_GBps": bw / 1e9, "timing": timing,
                            "target_share": DECODE_TARGET_SHARE, "sweep": [], "rows": [], "max_rel_err": {}}  # fmt: skip
     code_copies = [codes] + [codes.clone() for _ in range(copies - 1)]
+    codes4_cpu = torch.randint(0, 1 << 32, (n, d // 8), generator=g).to(torch.int32)  # E8P-RVQ4: 32 bits per code
+    codes4 = [codes4_cpu.to(dev)] + [codes4_cpu.to(dev) for _ in range(max(1, copies // 2) - 1)]
     Qs = 0.5 * dequantize_codes(codes_cpu.long() & 0xFFFF, "e8p")  # the reference's s ⊙ Q, (n, d) float32
     sc = torch.tensor(0.5, device=dev)  # a device scalar: nothing copied from the host inside a CUDA graph
     x1h = torch.randn(1, d, generator=g).to(dev).half()
@@ -232,6 +235,10 @@ def stage_decode(a: argparse.Namespace) -> dict[str, Any]:
             y = tk.e8p_matmul(xin, codes, sc, **cfg)
             want = xin.float().cpu() @ Qs.T
             res["max_rel_err"][f"B{B}_{name}"] = float((y.cpu() - want).abs().max() / want.abs().max())
+        if B == 1:
+            y4 = tk.e8p_matmul(x.half().to(dev), codes4[0], sc, quantizer="e8p-rvq4", **cfg)
+            want4 = x.half().float() @ (0.5 * dequantize_codes(codes4_cpu.long() & 0xFFFFFFFF, "e8p-rvq4")).T
+            res["max_rel_err"]["B1_fp16_x_e8p_rvq4"] = float((y4.cpu() - want4).abs().max() / want4.abs().max())
         xh, xf = x.half().to(dev), x.to(dev)
         io = B * d * 2 + B * n * 4
         cands = {
@@ -242,6 +249,10 @@ def stage_decode(a: argparse.Namespace) -> dict[str, Any]:
             "e8p_2bit_fp32_x": (
                 [lambda c=c, x=xf: tk.e8p_matmul(x, c, sc, **cfg) for c in code_copies],
                 code_bytes + io,
+            ),
+            "e8p_rvq4_4bit_fp16_x": (
+                [lambda c=c, x=xh: tk.e8p_matmul(x, c, sc, quantizer="e8p-rvq4", **cfg) for c in codes4],
+                n * d // 2 + io,
             ),
             "dense_fp16": ([lambda W=W, x=xh: x @ W.T for W in W16], 2 * n * d + B * d * 2 + B * n * 2),
         }
@@ -287,8 +298,8 @@ def stage_compressed_linear(a: argparse.Namespace) -> dict[str, Any]:
                 y, yr = fast(x), ref(x)
                 row[f"B{B}"] = {
                     "backend": fast.kernel_backend(x), "max_rel_err": float((y - yr).abs().max() / yr.abs().max()),
-                    "kernel_us": _median_seconds(dev, lambda x=x, f=fast: f(x), 3 if a.tiny else 20) * 1e6,
-                    "reference_us": _median_seconds(dev, lambda x=x, f=ref: f(x), 3 if a.tiny else 20) * 1e6,
+                    "kernel_path_us": _median_seconds(dev, lambda x=x, f=fast: f(x), 3 if a.tiny else 20) * 1e6,
+                    "reference_path_us": _median_seconds(dev, lambda x=x, f=ref: f(x), 3 if a.tiny else 20) * 1e6,
                 }  # fmt: skip
         res["variants"][variant] = row
     errs = [r["max_rel_err"] for v in res["variants"].values() for r in v.values()]
@@ -531,8 +542,9 @@ def _key_figures(name: str, st: dict[str, Any]) -> str:
             parts.append(f"{r['kernel']} B{r['B']} {r['us']:.1f} µs ({100 * r['share_of_copy_bw']:.0f} %)")
         return "; ".join(parts) + f"; best {st.get('best_cfg')}"
     if name == "compressed_linear" and "variants" in st:
-        return "; ".join(f"{v}: {r['B1']['backend']} err {r['B1']['max_rel_err']:.1e}, {r['B1']['kernel_us']:.0f} µs"
-                         for v, r in st["variants"].items())  # fmt: skip
+        b1 = {v: r["B1"] for v, r in st["variants"].items()}
+        return "; ".join(f"{v}: {r['backend']} err {r['max_rel_err']:.1e}, {r['kernel_path_us']:.0f} µs (reference "
+                         f"{r['reference_path_us']:.0f} µs)" for v, r in b1.items())  # fmt: skip
     if name == "streamed" and "ppl_streamed" in st:
         return f"ppl {st['ppl_streamed']:.4f} streamed / {st['ppl_in_memory']:.4f} in memory"
     if name == "gpu_tests" and "tests" in st:

@@ -109,10 +109,10 @@ def test_cpu_mode_decode_stage(cpu_run):
         pytest.skip("triton not installed: the decode stage records that it skipped (checked above)")
     d = cpu_run[1]["stages"]["decode"]
     assert {(r["kernel"], r["B"]) for r in d["rows"]} == {
-        (k, B) for k in ("e8p_2bit_fp16_x", "e8p_2bit_fp32_x", "dense_fp16") for B in (1, 4)
+        (k, B) for k in ("e8p_2bit_fp16_x", "e8p_2bit_fp32_x", "e8p_rvq4_4bit_fp16_x", "dense_fp16") for B in (1, 4)
     }
     assert all(r["us"] > 0 and r["share_of_copy_bw"] > 0 for r in d["rows"])
-    assert set(d["max_rel_err"]) == {"B1_fp32_x", "B1_fp16_x", "B4_fp32_x", "B4_fp16_x"}
+    assert set(d["max_rel_err"]) == {"B1_fp32_x", "B1_fp16_x", "B4_fp32_x", "B4_fp16_x", "B1_fp16_x_e8p_rvq4"}
     assert max(d["max_rel_err"].values()) < 1e-4
     assert d["target_met"] is None  # not a GPU: no claim either way
     assert d["best_cfg"] in [{k: v for k, v in c.items() if k not in ("us", "timed_by")} for c in d["sweep"]]
