@@ -365,7 +365,9 @@ def stage_gpu_tests(a: argparse.Namespace) -> dict[str, Any]:
     if not files:
         raise RuntimeError("no test file carries pytest.mark.gpu")
     xml = Path(a.stage_out).with_suffix(".junit.xml")
-    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", *files]
+    # hypothesis' and xdist's plugins are not used by these tests (hypothesis itself still works without its plugin)
+    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
+           "-p", "no:xdist", f"--junitxml={xml}", *files]  # fmt: skip
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     suites = ET.parse(xml).getroot()
     suite = suites if suites.tag == "testsuite" else suites.find("testsuite")
