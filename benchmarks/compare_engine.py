@@ -62,19 +62,26 @@ from caldera.decomposition import HessianContext  # noqa: E402
 from caldera.synthetic import llm_like  # noqa: E402
 
 
-def run(n: int, d: int, outer: int, svd: str | None, seed: int = 0) -> dict:
-    W, H = llm_like(n, d, seed=0)
+def run(n: int, d: int, outer: int, svd: str | None, seed: int = 0, *, device: str = "cpu", rank: int = 256,
+        inner: int = 10) -> dict:
+    """One decomposition of ``llm_like(n, d, seed=0)`` on ``device`` (the ``paper`` preset, 4-bit factors; rank
+    256 and T_in 10 unless given): the timings and errors of the module docstring."""
+    W, H = (t.to(device) for t in llm_like(n, d, seed=0))
     over = {"svd": svd} if svd else {}
     cfg = CalderaConfig.preset(
-        "paper", rank=256, l_bits=4, r_bits=4, outer_iters=outer, inner_iters=10, seed=seed, **over
+        "paper", rank=rank, l_bits=4, r_bits=4, outer_iters=outer, inner_iters=inner, seed=seed, **over
     )
+    sync = torch.cuda.synchronize if W.device.type == "cuda" else (lambda: None)
+    sync()
     t0 = time.perf_counter()
     ctx = HessianContext.prepare(H, rht=cfg.rht, seed=cfg.seed, sigma_reg=cfg.sigma_reg)
+    sync()
     prep = time.perf_counter() - t0
     marks = [time.perf_counter()]
     cpu = [time.process_time()]
 
     def tick(t: int) -> None:
+        sync()
         marks.append(time.perf_counter())
         cpu.append(time.process_time())
 

@@ -59,28 +59,14 @@ def random_compressed(dense: nn.Module, rank: int, kernel: str = "auto", cache: 
     the code values, so this measures the compressed path of any model without compressing it first."""
     from caldera.nn.compressed_linear import CompressedLinear
     from caldera.pipeline.checkpoint import replace_module
+    from caldera.synthetic import random_compressed_layer
 
     model = copy.deepcopy(dense)
-    g = torch.Generator().manual_seed(seed)
     linears = [(n, x) for n, x in model.named_modules() if isinstance(x, nn.Linear) and "lm_head" not in n]
-    for name, lin in linears:
+    for i, (name, lin) in enumerate(linears):
         n, d = lin.weight.shape
-        meta = {
-            "version": 1, "method": "caldera", "in_features": d, "out_features": n, "q_quantizer": "e8p",
-            "q_codes_dtype": "int32", "rht": True, "rank": rank, "ft_rank": 0,
-            "lr_format": "float16" if rank else None, "l_quantizer": None, "r_quantizer": None,
-            "lr_codes_dtype": None, "signs_trainable": False, "bias": False, "ft_dtype": None,
-        }  # fmt: skip
-        sign = lambda k: (torch.randint(0, 2, (k,), generator=g) * 2 - 1).to(torch.int8)
-        ts = {
-            "Q_codes": torch.randint(0, 1 << 16, (n, d // 8), generator=g).to(torch.uint16),
-            "Q_scale": torch.tensor(0.01),
-            "S_U": sign(d),
-            "S_V": sign(n),
-        }
-        if rank:
-            ts["L_16"] = (torch.randn(n, rank, generator=g) / 100).half()
-            ts["R_16"] = (torch.randn(rank, d, generator=g) / 100).half()
+        meta, ts = random_compressed_layer(n, d, rank, "float16" if rank else None, bias=False, seed=seed + i,
+                                           q_scale=0.02, factor_scale=0.01)
         replace_module(model, name, CompressedLinear.from_tensors(meta, ts, kernel=kernel, cache_dequantized=cache))
     return model
 

@@ -67,17 +67,17 @@ def main() -> None:
     codes, c16, x, L, R = setup(n, d, 1)
     sc = torch.tensor(0.5, device=dev)
     best = None
-    configs = list(itertools.product((8, 16, 32), (16, 32, 64), (1, 2, 4), (4, 8), (0, 1)))
-    for bn, bm, sp, nw, dc in configs:
+    configs = list(itertools.product((16, 32, 64), (16, 32, 64), (1, 2, 4), (4, 8)))
+    for bn, bm, sp, nw in configs:
         try:
-            cf = dict(block_n=bn, block_m=bm, split=sp, num_warps=nw, decode=dc)
+            cf = dict(block_n=bn, block_m=bm, split=sp, num_warps=nw)
             ms = per_call(lambda cf=cf: lambda c=c16.clone(): e8p_matmul(x, c, sc, **cf), n * d // 4)
         except Exception as e:  # noqa: BLE001 - a config that fails to compile is skipped and recorded
-            res["sweep"].append({"cfg": [bn, bm, sp, nw, dc], "error": str(e)[:200]})
+            res["sweep"].append({"cfg": [bn, bm, sp, nw], "error": str(e)[:200]})
             continue
-        res["sweep"].append({"cfg": [bn, bm, sp, nw, dc], "ms": ms})
+        res["sweep"].append({"cfg": [bn, bm, sp, nw], "ms": ms})
         if best is None or ms < best[0]:
-            best = (ms, dict(block_n=bn, block_m=bm, split=sp, num_warps=nw, decode=dc))
+            best = (ms, cf)
     print("best config", best, flush=True)
     res["best_cfg"] = best[1]
     cfg = best[1]

@@ -227,11 +227,15 @@ def measure_components(
     repeats: int = 1,
     model_parts: bool = True,
     clock: Callable[[], float] = time.perf_counter,
+    forward_widths: Sequence[int] = (256, 512),
+    forward_tokens: int = 2048,
 ) -> dict[str, Any]:
     """Time every component (module docstring) once per shape on ``device`` with the engine's own functions
     (inputs: :func:`caldera.synthetic.llm_like`, a mid-run state from a one-iteration decomposition), and fit
     the laws. Returns the costs dict (``{"format", "device", "threads", "torch", "points", "components"}``).
-    ``model_parts=False`` skips the decoder-layer forward and the Hessian accumulation (engine only)."""
+    ``model_parts=False`` skips the decoder-layer forward and the Hessian accumulation (engine only); the
+    forward is timed for LLaMA layers of the hidden sizes ``forward_widths`` (multiples of 64) over
+    ``forward_tokens`` tokens in windows of ``min(512, forward_tokens)``."""
     from caldera.config import CalderaConfig
 
     device = torch.device(device)
@@ -243,9 +247,9 @@ def measure_components(
             rows = 4 * n
             points["hessian_accumulate"].append(
                 {"n": rows, "d": d, "k": 0, "s": _accumulate_seconds(device, rows, d, repeats, clock)})
-    for h in (256, 512) if model_parts else ():
-        s, per_token = _forward_seconds(device, h, 2048, 512, repeats, clock)
-        points["forward"].append({"n": 2048, "d": per_token, "k": 0, "s": s})
+    for h in forward_widths if model_parts else ():
+        s, per_token = _forward_seconds(device, h, forward_tokens, min(512, forward_tokens), repeats, clock)
+        points["forward"].append({"n": forward_tokens, "d": per_token, "k": 0, "s": s})
     return {
         "format": FORMAT,
         "device": str(device),

@@ -21,8 +21,10 @@ Modules:
   transposed product ``t L`` from the codes of ``Lᵀ`` (the low-rank factor's layout in ``CompressedLinear``);
   they call the C products of :mod:`caldera.kernels.native` when those built.
 * :mod:`caldera.kernels.triton_e8p` — (source ``kernels/triton/triton_e8p.py`` of the repository; this module is
-  a symlink to it) a Triton kernel fusing E8P decode, the matrix–vector product and the
-  16-bit low-rank part ``L t`` (optional: needs ``triton``; tested on CPU with ``TRITON_INTERPRET=1``).
+  a symlink to it) Triton kernels decoding E8P / E8P-RVQ4 codes through a 1 KiB packed abs table with the signs
+  applied by bit operations, multiplied on tensor cores (``tl.dot``): ``x Qᵀ`` fused with a float16 ``L t``, and
+  the transposed product ``t L`` from the codes of ``Lᵀ`` (optional: needs ``triton``; tested on CPU with
+  ``TRITON_INTERPRET=1``).
 """
 
 from caldera.kernels.tables import E8PDecodeTables, codes_matmul_reference, decode_tables

@@ -4,10 +4,10 @@ Backends (:func:`select_backend`): ``"native"`` on CPU when the C kernels of :mo
 built (``CompressedLinear`` then runs its whole forward, RHTs included, as one prepared C call:
 :func:`fused_layer`), ``"numba"`` on CPU otherwise (:mod:`caldera.kernels.cpu`; Q and
 4-bit RVQ factors read as codes, 16-bit factors converted per call; :func:`codes_linear`), ``"triton"`` on CUDA
-when ``triton`` imports (:mod:`caldera.kernels.triton_e8p`; Q as codes fused with a 16-bit ``L t``; layers with
-quantized factors take the reference path on CUDA), or ``None`` (no kernel: the caller uses its dequantizing
-reference path). No dense ``n × d`` matrix is formed or cached by any backend. Reference: ``h @ Q.T + (h @ R.T)
-@ L.T`` with Q, L, R dequantized (``CompressedLinear``'s reference path; ``tests/kernels/test_kernels.py``).
+when ``triton`` imports (:mod:`caldera.kernels.triton_e8p`; Q as codes fused with a float16 ``L t``; E8P-RVQ4
+factors as three code products: ``t = h Rᵀ``, ``h Qᵀ``, ``+ t L``), or ``None`` (no kernel: the caller uses its
+dequantizing reference path). No dense ``n × d`` matrix is formed or cached by any backend. Reference: ``h @ Q.T +
+(h @ R.T) @ L.T`` with Q, L, R dequantized (``CompressedLinear``'s reference path; ``tests/kernels/test_kernels.py``).
 
 This module is the kernels' one entry point from outside :mod:`caldera.kernels`: the layer
 (:mod:`caldera.nn`) imports the dispatcher, never a backend.
@@ -61,8 +61,8 @@ def select_backend(device: torch.device, q_quantizer: str, lr_quantizer: str | N
         return "native"
     if device.type == "cpu" and numba_available():
         return "numba"
-    if device.type == "cuda" and lr_quantizer is None and triton_available():
-        return "triton"  # quantized factors on CUDA: the reference path (not measured with the kernel)
+    if device.type == "cuda" and triton_available():
+        return "triton"
     return None
 
 
@@ -88,11 +88,16 @@ def codes_linear(h: Tensor, Q_codes: Tensor, Q_scale: Tensor, factors: Factors |
             return codes_matmul_t(t, factors.L_codes, float(factors.L_scale), factors.quantizer, out=y)
         return y.addmm_(h @ factors.R.float().T, factors.L.float().T)
     if backend == "triton":
-        from caldera.kernels.triton_e8p import e8p_matmul
+        from caldera.kernels.triton_e8p import e8p_matmul, e8p_matmul_t
 
         if factors is None:
             return e8p_matmul(h, Q_codes, Q_scale)
         if factors.L_codes is not None:
-            raise ValueError("the triton backend takes 16-bit factors only (select_backend never picks it otherwise)")
-        return e8p_matmul(h, Q_codes, Q_scale, factors.L, h @ factors.R.to(h.dtype).T)
+            t = e8p_matmul(h, factors.R_codes, factors.R_scale, quantizer=factors.quantizer)
+            y = e8p_matmul(h, Q_codes, Q_scale)
+            return e8p_matmul_t(t, factors.L_codes, factors.L_scale, factors.quantizer, out=y)
+        t = h @ factors.R.to(h.dtype).T
+        if factors.L.dtype == torch.float16:  # fused into the Q product (the kernel's mma takes float16)
+            return e8p_matmul(h, Q_codes, Q_scale, factors.L, t)
+        return e8p_matmul(h, Q_codes, Q_scale).addmm_(t.float(), factors.L.float().T)
     raise ValueError(f"backend={backend!r}; accepted: 'numba', 'triton'")

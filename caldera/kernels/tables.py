@@ -71,3 +71,49 @@ def codes_matmul_reference(x: Tensor, codes: Tensor, scale: Tensor | float, quan
     Q = dequantize_codes(codes, quantizer)
     s = torch.as_tensor(scale, dtype=torch.float32).reshape(-1, 1) if torch.is_tensor(scale) else float(scale)
     return x.float() @ (Q * s).T
+
+
+#: the offset of the 3-bit nibbles of :func:`abs_nibbles`: nibble ``u = A + 3.5`` for ``A`` in {−3.5, …, 3.5}
+NIBBLE_OFFSET = 3.5
+
+
+@functools.lru_cache(maxsize=1)
+def abs_nibbles() -> Tensor:
+    """The 1 KiB abs table of the Triton decode: (256,) int32, nibble ``t`` (bits ``4t..4t+2``) of entry ``k``
+    holding ``u = A[k, t] + 3.5`` ∈ {0, …, 7} (``A`` of :func:`decode_tables`; the top bit of each nibble is 0).
+
+    Negating a coordinate is ``u ↦ u ^ 7`` (``7 − u``), so code ``c`` decodes as ``w_t = ((abs_nibbles[c >> 8] ^
+    sign_nibble_mask(c & 255)) >> 4t & 7) − 3.5 + h[c & 255]`` (:func:`nibble_decode`): one 4-byte lookup per
+    code, the signs applied to all 8 coordinates by one XOR."""
+    u = (decode_tables().A + NIBBLE_OFFSET).to(torch.int64)
+    if not bool(((u >= 0) & (u <= 7)).all()):
+        raise AssertionError("E8P abs patterns outside {-3.5, ..., 3.5}")
+    return (u << (4 * torch.arange(8))).sum(1).to(torch.int32)
+
+
+def sign_nibble_mask(low: Tensor) -> Tensor:
+    """int64 XOR masks (same shape as ``low``, the codes' low bytes 0..255): ``7 << 4t`` for each coordinate
+    ``t`` the code negates (bit ``t`` of ``low``, bit 0 XORed with the byte's parity, as :func:`decode_tables`'s
+    ``G``). Bit operations only, as the Triton kernel computes it."""
+    s = low.to(torch.int64) & 255
+    p = s ^ (s >> 4)
+    p = p ^ (p >> 2)
+    p = (p ^ (p >> 1)) & 1
+    m = s ^ p
+    m = (m | (m << 12)) & 0x000F000F
+    m = (m | (m << 6)) & 0x03030303
+    m = (m | (m << 3)) & 0x11111111
+    return m * 7
+
+
+def nibble_decode(codes: Tensor) -> Tensor:
+    """E8P codes (…,) -> float32 (…, 8) by the Triton kernel's decode, in torch (checked against the codebook):
+    the nibbles of :func:`abs_nibbles` with the signs XORed in, each nibble ``u`` put in the top mantissa bits of
+    the float16 ``8.0`` (bits ``0x4800 | u << 7``: the float16 ``8 + u``), minus the float16 offset ``8 + 3.5 −
+    h`` (11.25 or 11.75), all in float16 arithmetic."""
+    c = codes.to(torch.int64) & 0xFFFF
+    packed = abs_nibbles().to(torch.int64)[c >> 8] ^ sign_nibble_mask(c & 255)
+    u7 = ((packed[..., None] >> (4 * torch.arange(8))) & 7) << 7
+    v = (u7 | 0x4800).to(torch.int16).view(torch.float16)
+    off = (8 + NIBBLE_OFFSET - decode_tables().h[c & 255]).to(torch.float16)
+    return (v - off[..., None]).to(torch.float32)
