@@ -44,7 +44,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
-from caldera.atomic import atomic_dir, sha256_file
+from caldera.atomic import atomic_dir, folder_files, sha256_file
 from caldera.nn.compressed_linear import KERNELS, CompressedLinear
 
 FORMAT_VERSION = 2
@@ -217,18 +217,6 @@ def save_compressed(
         **(extra or {}),
     }
     return write_checkpoint(out_dir, tensors, config, tokenizer)
-
-
-def folder_files(folder: Path) -> list[str]:
-    """Relative paths of the files in ``folder`` that a loader could read: everything except hidden paths (a
-    component starting with ``.``: Snakemake's ``.snakemake_timestamp``, huggingface_hub's ``.cache/``), which no
-    transformers or tokenizer loader opens."""
-    out = []
-    for p in sorted(folder.rglob("*")):
-        rel = p.relative_to(folder)
-        if p.is_file() and not any(part.startswith(".") for part in rel.parts):
-            out.append(rel.as_posix())
-    return out
 
 
 def verify_checksums(folder: str | os.PathLike) -> dict[str, str]:
