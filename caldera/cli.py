@@ -313,8 +313,8 @@ def _allocation(args: argparse.Namespace, model: Any, params: dict[str, Any], wo
         except ValueError as e:
             if args.allocation:
                 raise CLIError(f"--allocation {path}: {e}") from None
-    alloc = allocate_model([profile_model(model, args.hessians, args.method, params, progress=not args.quiet)],
-                           args.method, params)
+    alloc = allocate_model([profile_model(model, args.hessians, args.method, params, progress=not args.quiet,
+                                          hessian_expect={"model": args.model})], args.method, params)
     work.mkdir(parents=True, exist_ok=True)
     write_atomic(path, json.dumps(alloc, indent=1, sort_keys=True) + "\n")
     return alloc["overrides"]
@@ -342,6 +342,7 @@ def _compress(args: argparse.Namespace, params: dict[str, Any], layers: list[int
             progress=not args.quiet,
             ft_rank=args.ft_rank,
             overrides=_allocation(args, model, params, work),
+            hessian_expect={"model": args.model},
         )
     except FileNotFoundError as e:
         raise CLIError(str(e)) from None

@@ -56,7 +56,7 @@ from caldera.methods import get_method
 from caldera.metrics import relative_data_aware_error, relative_frobenius_error
 from caldera.nn.compressed_linear import CompressedLinear
 from caldera.pipeline.checkpoint import base_config_dict, tied_keys, write_checkpoint
-from caldera.pipeline.hessians import GROUPS, decoder_layers, layer_file, load_layer_hessians
+from caldera.pipeline.hessians import GROUPS, check_hessian_files, decoder_layers, layer_file, load_layer_hessians
 
 log = logging.getLogger("caldera.pipeline.compress")
 FORMAT = "caldera-layer/1"
@@ -237,6 +237,7 @@ def compress_model(
     replace_stale: bool = False,
     device: torch.device | str | None = None,
     overrides: dict[str, dict[str, Any]] | None = None,
+    hessian_expect: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Compress the decoder layers of ``model`` into per-layer files in ``out_dir`` (module docstring).
 
@@ -250,6 +251,10 @@ def compress_model(
     converted to float32 on ``device`` when its turn comes.
 
     ``replace_stale``: recompute (instead of refusing) layers that were done with another method or config.
+
+    ``hessian_expect``: what this job knows of its Hessians (``model``, ``calibration_sha256``, ``n_tokens``,
+    ``dtype``); every layer's file is checked against it (and the folder's ``hessians.json``), its layer and its
+    shapes before any work (:func:`caldera.pipeline.hessians.check_hessian_files`).
 
     ``method_params``: the method's config object, or a dict for ``get_method(method).make_config`` (a
     ``"preset"`` key selects a preset).
@@ -271,11 +276,7 @@ def compress_model(
     spec.check_shapes(config, matrix_shapes(model, wanted))  # every rank and shape before any work
     per_layer = _layer_overrides(spec, config, model, wanted, overrides)
     hessian_dir = Path(hessian_dir)
-    missing = [x for x in wanted if not layer_file(hessian_dir, x).is_file()]
-    if missing:
-        raise FileNotFoundError(
-            f"no Hessians for layers {missing} in {hessian_dir}; run `caldera hessians` (with these layers) first"
-        )
+    check_hessian_files(hessian_dir, wanted, model, hessian_expect)  # the right files, before any work
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     for orphan in remove_orphans(out_dir):  # temporaries of a killed run (pid gone), never a live job's
