@@ -27,9 +27,9 @@ what the tensors mean (:func:`check_stored_tensors`: ±1 RHT signs, finite posit
 quantizer's range, every tensor of the shape and dtype its module's metadata names; the uncompressed weights in
 one dtype), the shapes implied by the base config, each module's fingerprint (metadata against tensors) and the
 summaries that ``caldera info`` reports (:func:`check_summary`: ``bits`` recomputed from the modules,
-``dense_layers``, ``errors``, ``ft_rank``, the method config's ``rank``). The manifest, fingerprints and checksums
-only prove that nothing changed since they were computed (anyone can recompute them); these checks refuse
-content that no writer produces. A missing manifest or fingerprint is an error; ``verify=False`` is the one,
+``dense_layers``, ``errors``, ``ft_rank``, the method config's ``rank`` and bits). The manifest, fingerprints and
+checksums only prove that nothing changed since they were computed (anyone can recompute them); these checks
+refuse content that no writer produces. A missing manifest or fingerprint is an error; ``verify=False`` is the one,
 explicit opt-out. Only then does it build
 ``AutoModelForCausalLM.from_config(base_config)`` (on the meta device: no random initialization, no hub access),
 swap in the ``CompressedLinear`` modules and assign the stored tensors. Every inconsistency is a ``ValueError``
@@ -53,7 +53,7 @@ from torch import Tensor, nn
 
 from caldera.atomic import atomic_dir, folder_files, sha256_file
 from caldera.bits import average_bits
-from caldera.nn.compressed_linear import KERNELS, CompressedLinear
+from caldera.nn.compressed_linear import KERNELS, CompressedLinear, resolve_quantizer
 from caldera.pipeline.hessians import GROUPS, decoder_layers
 
 FORMAT_VERSION = 2
@@ -494,7 +494,8 @@ def check_summary(cfg: dict[str, Any], model: nn.Module, folder: str | os.PathLi
     """The recorded summaries that tools report (``caldera info``) against the loaded modules: ``bits`` equal to
     :func:`checkpoint_bits`, ``dense_layers`` the decoder layers without a compressed module, ``errors`` one
     finite, non-negative record per compressed module, top-level ``ft_rank`` every module's, and a method
-    config's ``rank`` every module's (methods that choose a rank per matrix excepted)."""
+    config's ``rank`` and ``q_bits`` / ``l_bits`` / ``r_bits`` what every module stores (methods that choose
+    settings per matrix excepted)."""
     folder = Path(folder)
     mods = cfg["modules"]
     if "bits" in cfg:
@@ -531,11 +532,23 @@ def check_summary(cfg: dict[str, Any], model: nn.Module, folder: str | os.PathLi
     if "ft_rank" in cfg and any(m["ft_rank"] != cfg["ft_rank"] for m in mods.values()):
         raise _bad(folder, f"{CONFIG_FILE} ft_rank is {cfg['ft_rank']!r} but its modules have ft_rank "
                    f"{sorted({m['ft_rank'] for m in mods.values()})}")
-    rank = cfg["method_config"].get("rank")
-    if isinstance(rank, int) and not isinstance(rank, bool) and not _rank_per_matrix(cfg["method"]):
+    if _rank_per_matrix(cfg["method"]):
+        return
+    mc = cfg["method_config"]
+    rank = mc.get("rank")
+    if isinstance(rank, int) and not isinstance(rank, bool):
         other = sorted({m["rank"] for m in mods.values()} - {rank})
         if other:
             raise _bad(folder, f"{CONFIG_FILE} method_config.rank is {rank} but its modules have rank {other}")
+    for key, field in (("q_bits", "q_quantizer"), ("l_bits", "l_quantizer"), ("r_bits", "r_quantizer")):
+        for path, m in mods.items():
+            name = m.get(field)
+            if key not in mc or name is None or (key != "q_bits" and m.get("lr_format") != "quantized"):
+                continue  # a float Q or float factors: no quantizer to compare
+            bits = resolve_quantizer(name).bits_per_weight
+            if bits != mc[key]:
+                raise _bad(folder, f"{CONFIG_FILE} method_config.{key} is {mc[key]!r} but modules[{path!r}] stores "
+                           f"{name} codes ({bits:g} bits per weight)")
 
 
 def _rank_per_matrix(method: str) -> bool:

@@ -96,6 +96,12 @@ MUTATIONS = {
                  r"caldera_config\.json bits\.average_bits is 0\.5 but the stored tensors make it 2\.44\d+"),
     "method rank 999": (_edit_config(lambda c: c["method_config"].update(rank=999)),
                         r"caldera_config\.json method_config\.rank is 999 but its modules have rank \[4\]"),
+    "method q_bits 4": (_edit_config(lambda c: c["method_config"].update(q_bits=4)),
+                        r"caldera_config\.json method_config\.q_bits is 4 but modules\['model\.layers\.0\.mlp\."
+                        r"down_proj'\] stores e8p codes \(2 bits per weight\)"),
+    "method l_bits 2": (_edit_config(lambda c: c["method_config"].update(l_bits=2)),
+                        r"caldera_config\.json method_config\.l_bits is 2 but modules\['[\w.]+'\] stores e8p-rvq4 "
+                        r"codes \(4 bits per weight\)"),
     "dense layers": (_edit_config(lambda c: c.update(dense_layers=[1])),
                      r"caldera_config\.json dense_layers is \[1\] but the layers without a compressed module are \[\]"),
     "error NaN": (_edit_config(lambda c: c["errors"][_M].update(error=float("nan"))),
