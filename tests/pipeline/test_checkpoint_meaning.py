@@ -92,6 +92,8 @@ MUTATIONS = {
                           _T + r"\.Q_codes' .*read as codes of dtype 'float32', which is not an integer dtype"),
     "factor codes dtype int8": (_edit_config(lambda c: c["modules"][_M].update(lr_codes_dtype="int8")),
                                 _T + r"\.L_codes' .*invalid codes .*\(int8\).*must lie in \[0, 127\]"),
+    "Q quantizer renamed": (_edit_config(lambda c: c["modules"][_M].update(q_quantizer="e8p-rvq4")),
+                            r"caldera_config\.json bits\.\w+ is .* but the stored tensors make it"),
     "bits 0.5": (_edit_config(lambda c: c["bits"].update(average_bits=0.5)),
                  r"caldera_config\.json bits\.average_bits is 0\.5 but the stored tensors make it 2\.44\d+"),
     "method rank 999": (_edit_config(lambda c: c["method_config"].update(rank=999)),
