@@ -7,17 +7,52 @@ it) is optional: without a C compiler or the Python headers setuptools warns ("b
 failed") and the install still succeeds; caldera then warns once at run time (``NativeKernelWarning``) and uses
 its Numba kernels. No ``-march=native``: the AVX2 variant is chosen at run time, so a wheel runs on any CPU.
 ``-ffp-contract=off`` keeps the scalar code's float arithmetic as written (no fused multiply-adds the source does
-not ask for), whichever compiler builds it.
+not ask for), whichever compiler builds it. Next to the built module goes ``<module file>.sha256``, its sha256:
+``caldera.kernels.native`` checks it before it loads the module, so a truncated or damaged build falls back to
+the Numba kernels with a warning instead of crashing the interpreter.
 """
 
+import hashlib
 import os
 import sys
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
 PTH = "caldera-transformers.pth"
 CPU = "kernels/cpu"
+#: Suffix of the file that records a built module's sha256 (read by caldera.kernels.native before loading it).
+HASH_SUFFIX = ".sha256"
+
+
+def record_hash(path):
+    """Write ``<path>.sha256``: the hex sha256 of the module file ``path`` as it was just built."""
+    with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    with open(path + HASH_SUFFIX, "w") as f:
+        f.write(digest + "\n")
+
+
+class BuildExtWithHash(build_ext):
+    """build_ext, plus the sha256 record of each built module next to it (in ``build_lib``, hence in a wheel, and
+    in the source tree for an in-place or editable build)."""
+
+    def build_extension(self, ext):
+        super().build_extension(ext)  # an optional extension that fails raises here: no record is written
+        record_hash(self.get_ext_fullpath(ext.name))
+
+    def copy_extensions_to_source(self):
+        super().copy_extensions_to_source()
+        build_py = self.get_finalized_command("build_py")
+        for ext in self.extensions:
+            inplace_file, regular_file = self._get_inplace_equivalent(build_py, ext)
+            if os.path.exists(regular_file + HASH_SUFFIX):
+                self.copy_file(regular_file + HASH_SUFFIX, inplace_file + HASH_SUFFIX, level=self.verbose)
+
+    def get_outputs(self):
+        out = super().get_outputs()
+        return out if self.inplace else out + [self.get_ext_fullpath(e.name) + HASH_SUFFIX for e in self.extensions]
 
 
 class BuildPyWithPth(build_py):
@@ -48,4 +83,4 @@ KERNELS = Extension(
     optional=True,
 )
 
-setup(cmdclass={"build_py": BuildPyWithPth}, ext_modules=[KERNELS])
+setup(cmdclass={"build_py": BuildPyWithPth, "build_ext": BuildExtWithHash}, ext_modules=[KERNELS])

@@ -50,6 +50,20 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def folder_files(folder: str | os.PathLike) -> list[str]:
+    """Relative paths of the files in ``folder`` that a loader could read: everything except hidden paths (a
+    component starting with ``.``: Snakemake's ``.snakemake_timestamp``, huggingface_hub's ``.cache/``), which no
+    transformers, tokenizer or datasets loader opens. What a verified folder (a checkpoint, a cached asset) must
+    list."""
+    folder = Path(folder)
+    out = []
+    for p in sorted(folder.rglob("*")):
+        rel = p.relative_to(folder)
+        if p.is_file() and not any(part.startswith(".") for part in rel.parts):
+            out.append(rel.as_posix())
+    return out
+
+
 def tmp_sibling(path: str | os.PathLike) -> Path:
     """A fresh temporary name next to ``path``: ``<name>.tmp-<pid>-<host>-<random>``."""
     path = Path(path)

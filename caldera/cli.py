@@ -167,19 +167,31 @@ def parse_limit(s: str) -> int | float:
 def output_lock(out: Path, what: str) -> Iterator[None]:
     """Hold ``<out>.lock`` (``flock``) while a command writes into ``out``: a second concurrent run refuses
     clearly instead of recomputing the same files. The kernel releases the lock when its holder dies, so a
-    lock file left by a killed run (its pid recorded inside) is simply taken over."""
+    lock file left by a killed run (its pid recorded inside) is simply taken over. The holder deletes the file
+    when it is done (before it unlocks it); a run that opened the file just before that finds its lock on a
+    deleted file and opens the path again."""
     import fcntl
 
     lock = out.with_name(out.name + ".lock")
     lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "a+") as fh:
+    while True:
+        fh = open(lock, "a+")
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             fh.seek(0)
             holder = fh.read().strip() or "?"
+            fh.close()
             raise CLIError(f"{what}: another run (pid {holder}) is writing into {out} (lock {lock}); wait for it "
                            "to finish, or choose another --out") from None
+        try:
+            current = os.stat(lock)
+        except FileNotFoundError:
+            current = None
+        if current is not None and os.path.samestat(current, os.fstat(fh.fileno())):
+            break
+        fh.close()  # the previous holder deleted this file after we opened it: lock the new one
+    with fh:
         fh.seek(0)
         fh.truncate()
         fh.write(f"{os.getpid()}\n")
@@ -187,6 +199,7 @@ def output_lock(out: Path, what: str) -> Iterator[None]:
         try:
             yield
         finally:
+            lock.unlink(missing_ok=True)
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
@@ -300,8 +313,8 @@ def _allocation(args: argparse.Namespace, model: Any, params: dict[str, Any], wo
         except ValueError as e:
             if args.allocation:
                 raise CLIError(f"--allocation {path}: {e}") from None
-    alloc = allocate_model([profile_model(model, args.hessians, args.method, params, progress=not args.quiet)],
-                           args.method, params)
+    alloc = allocate_model([profile_model(model, args.hessians, args.method, params, progress=not args.quiet,
+                                          hessian_expect={"model": args.model})], args.method, params)
     work.mkdir(parents=True, exist_ok=True)
     write_atomic(path, json.dumps(alloc, indent=1, sort_keys=True) + "\n")
     return alloc["overrides"]
@@ -329,6 +342,7 @@ def _compress(args: argparse.Namespace, params: dict[str, Any], layers: list[int
             progress=not args.quiet,
             ft_rank=args.ft_rank,
             overrides=_allocation(args, model, params, work),
+            hessian_expect={"model": args.model},
         )
     except FileNotFoundError as e:
         raise CLIError(str(e)) from None

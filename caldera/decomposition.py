@@ -196,6 +196,7 @@ def caldera_decompose(
     this call only; the returned ``config`` records the arithmetic that ran ("ieee" or "bf16").
     """
     check_W_H(W, H)
+    W, H = W.detach(), H.detach()  # the codes are not differentiable: a W or H that requires grad is read as data
     n, d = W.shape
     check_rank(config.rank, n, d)
     if d % LDL_BLOCK:

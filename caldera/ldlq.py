@@ -22,6 +22,7 @@ from torch import Tensor
 
 from caldera.ldl import block_ldl
 from caldera.quantizers.base import Quantizer, rms
+from caldera.validation import check_values
 
 LDL_BLOCK = 8
 
@@ -154,6 +155,9 @@ def ldlq_quantize(
     """
     n, d = A.shape
     _check_block(quantizer, d)
+    check_values(A, "A")
+    check_values(H, "H")
+    A, H = A.detach(), H.detach()  # codes are not differentiable: inputs that require grad are read as data
     scale = rms(A) / quantizer.opt_scale
     X = A.float() / scale
     if order == "forward":
@@ -176,6 +180,7 @@ def ldlq_quantize(
 def nearest_quantize(A: Tensor, quantizer: Quantizer) -> QuantizedBackbone:
     """Direct nearest-codeword rounding of A / scale (the "No LDLQ" ablation of App. G.1)."""
     quantizer.check_shape(A, "A")
+    check_values(A, "A")
     scale = rms(A) / quantizer.opt_scale
     codes = quantizer.quantize(A.float() / scale)
     return QuantizedBackbone(quantizer.dequantize(codes) * scale, codes, scale)

@@ -27,6 +27,7 @@ from torch import Tensor
 from caldera.metrics import sq_frobenius
 from caldera.quantizers.base import Quantizer, ScaledCodes, dequantize_scaled, quantize_scaled
 from caldera.regression import HessianSqrt, top_k_svd, warm_top_k_svd
+from caldera.validation import check_values
 
 
 @dataclass(frozen=True)
@@ -105,9 +106,11 @@ def lplr_factorize(
         raise ValueError("quant_L and quant_R must both be quantizers or both None (16-bit factors)")
     if sweep not in ("jacobi", "alternating"):
         raise ValueError(f"sweep={sweep!r}; accepted: 'jacobi' (Alg. 2) or 'alternating' (authors)")
-    hs = H if isinstance(H, HessianSqrt) else HessianSqrt.of(H)
-    A = A.float()
-    Y = hs.times_half(A) if Y is None else Y.float()
+    for name, t in (("A", A), ("H", H), ("Y", Y), ("start", start)):
+        check_values(t, name)
+    hs = H if isinstance(H, HessianSqrt) else HessianSqrt.of(H.detach())
+    A = A.detach().float()  # codes are not differentiable: inputs that require grad are read as data
+    Y = hs.times_half(A) if Y is None else Y.detach().float()
     obj = _Objective(Y, hs)
     basis = None
     if svd == "warm":

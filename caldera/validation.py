@@ -12,12 +12,24 @@ def check_finite(x: Tensor, name: str) -> None:
         raise ValueError(f"{name} contains {bad} NaN/Inf entries; clean the input (e.g. reload the weights)")
 
 
+def check_values(x: Tensor | None, name: str) -> None:
+    """``x`` holds values: a tensor on the meta device has a shape and no values (a model built on ``meta``, or
+    read lazily without its weights), so nothing can be computed from it."""
+    if isinstance(x, Tensor) and x.device.type == "meta":
+        raise ValueError(
+            f"{name} is on the meta device: it has a shape {tuple(x.shape)} but no values (a model built with "
+            "device='meta' or whose weights were not loaded); load the weights first (from_pretrained, or "
+            "caldera.pipeline.partial.load_layer_weights)"
+        )
+
+
 def check_matrix(x: Tensor, name: str) -> None:
     if not isinstance(x, Tensor) or x.ndim != 2:
         shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
         raise ValueError(f"{name} must be a 2-D tensor, got {shape}")
     if not x.is_floating_point():
         raise ValueError(f"{name} must be floating point, got {x.dtype}")
+    check_values(x, name)
     check_finite(x, name)
 
 
@@ -28,7 +40,7 @@ def check_W_H(W: Tensor, H: Tensor) -> None:
     d = W.shape[1]
     if H.shape != (d, d):
         raise ValueError(f"H must be (d, d) = ({d}, {d}) to match W of shape {tuple(W.shape)}, got {tuple(H.shape)}")
-    Hd = H.double()
+    Hd = H.detach().double()
     asym = float((Hd - Hd.T).abs().max())
     scale = float(Hd.abs().max()) or 1.0
     if asym > 1e-5 * scale:

@@ -137,6 +137,7 @@ def test_pipeline_end_to_end(tmp_path, monkeypatch, capsys):
     )
     r = _json_out(capsys)
     assert r["computed"] == [1] and r["skipped"] == [0] and r["checkpoint"] == str(ck)
+    assert not (tmp_path / "ck.lock").exists()  # a clean exit leaves no lock file behind
     assert r["bits"]["average_bits"] == 2.0
 
     assert cli.main(["info", str(ck)]) == 0  # a short summary by default
@@ -302,6 +303,7 @@ def test_second_compress_into_one_folder_refuses_and_stale_lock_is_taken_over(tm
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert "another run" not in err and "--model ./nosuch: no such folder" in err  # got past the lock
+    assert not lock.exists()  # the run that took it over deleted it on its way out
 
 
 # ---- issue 20 item 4: command output that makes its point ---------------------------------------------------

@@ -149,3 +149,54 @@ def test_integral_float_bits_get_a_non_contradicting_message(field):
         CalderaConfig(**{field: 4.0})
     with pytest.raises(ValueError, match=rf"{field}=5 is invalid; accepted: one of the integers"):
         CalderaConfig(**{field: 5})
+
+
+# ------------------------------------------------------------------ inputs that require grad or hold no values
+
+
+def _entry_points(problem):
+    """(name, call(W, H)) of the public entry points that take a weight matrix (and a Hessian)."""
+    from caldera.ldlq import ldlq_quantize, nearest_quantize
+    from caldera.lplr import lplr_factorize
+    from caldera.quantizers import get_quantizer, quantize_scaled
+
+    e8p = get_quantizer("e8p")
+    eye = torch.eye(32)
+    return {
+        "caldera_decompose": lambda W, H: caldera_decompose(W, H, CFG).reconstruction(),
+        "ldlq_quantize": lambda W, H: ldlq_quantize(W, H + eye.to(H.device), e8p).codes,
+        "nearest_quantize": lambda W, H: nearest_quantize(W, e8p).codes,
+        "lplr_factorize": lambda W, H: lplr_factorize(W, (H + eye.to(H.device)).double(), 2, e8p, e8p, 1).L,
+        "quantize_scaled": lambda W, H: quantize_scaled(e8p, W).codes,
+        "e8p-rvq4.quantize": lambda W, H: get_quantizer("e8p-rvq4").quantize(W),
+        "identity.quantize": lambda W, H: get_quantizer("identity").quantize(W),
+    }
+
+
+ENTRY_POINTS = ["caldera_decompose", "ldlq_quantize", "nearest_quantize", "lplr_factorize", "quantize_scaled",
+                "e8p-rvq4.quantize", "identity.quantize"]
+
+
+@pytest.mark.parametrize("name", ENTRY_POINTS)
+@pytest.mark.parametrize("which", ["W", "H"])
+def test_inputs_that_require_grad_give_the_same_result(problem, name, which):
+    """A W (or H) with requires_grad=True, e.g. a model's parameter: read as data, the same result as without."""
+    W, H = problem
+    call = _entry_points(problem)[name]
+    W2, H2 = (W.clone().requires_grad_(), H) if which == "W" else (W, H.clone().requires_grad_())
+    assert torch.equal(call(W2, H2), call(W, H))
+
+
+@pytest.mark.parametrize("name", ENTRY_POINTS)
+@pytest.mark.parametrize("which", ["W", "H"])
+def test_meta_inputs_are_a_clear_error(problem, name, which):
+    """A tensor on the meta device (a model built on meta, weights not loaded): a ValueError naming the
+    argument and the fix, not a raw torch error."""
+    W, H = problem
+    call = _entry_points(problem)[name]
+    if which == "H" and name in ("nearest_quantize", "quantize_scaled", "e8p-rvq4.quantize", "identity.quantize"):
+        pytest.skip("takes no Hessian")
+    args = (W.to("meta"), H) if which == "W" else (W, H.to("meta"))
+    with pytest.raises(ValueError, match=r"\w+ is on the meta device: it has a shape \(32, 32\) but no values.*"
+                                         r"load the weights first"):
+        call(*args)

@@ -140,6 +140,13 @@ def step_hessians(run: RunContext, model: str, out_dir: str) -> dict[str, Any]:
     return res
 
 
+def hessian_expect(run: RunContext, model: str) -> dict[str, Any]:
+    """What a job of this run knows of the Hessians :func:`step_hessians` wrote for ``model``: the model's name
+    and the calibration's token count (checked against every layer file before work)."""
+    cal = run.calibration
+    return {"model": model, **({"n_tokens": cal.n_samples * cal.seq_len} if cal is not None else {})}
+
+
 def layer_chunks(run: RunContext, model: str) -> list[list[int]]:
     """Decoder layers to compress (``run.layers`` or all of ``model``'s), split into jobs of
     ``run.layers_per_job``."""
@@ -156,7 +163,8 @@ def step_profile_layers(run: RunContext, v: Variant, hessian_dir: str, chunk: in
     layers, config = layer_chunks(run, v.model)[chunk], run.as_config()
     device = run_device(config)
     mdl = load_layers(config, v.model, layers, device)
-    res = profile_model(mdl, hessian_dir, v.method, v.config, layers=layers, device=device)
+    res = profile_model(mdl, hessian_dir, v.method, v.config, layers=layers, device=device,
+                        hessian_expect=hessian_expect(run, v.model))
     write_json(out, res)
     return res
 
@@ -189,7 +197,8 @@ def step_compress_layers(run: RunContext, v: Variant, hessian_dir: str, chunk: i
     # Snakemake reruns this job exactly when its inputs or declared config changed: layers left from an
     # earlier config are replaced, not refused.
     res = compress_model(mdl, hessian_dir, v.method, v.config, os.path.dirname(out), layers=layers,
-                         progress=True, replace_stale=True, device=device, overrides=overrides)
+                         progress=True, replace_stale=True, device=device, overrides=overrides,
+                         hessian_expect=hessian_expect(run, v.model))
     res = {"layers": layers, "wall_s": res.get("wall_s"), "computed": res.get("computed"),
            "skipped": res.get("skipped")}
     write_json(out, res)

@@ -27,7 +27,10 @@ installed (``pip install -e .`` builds it in place, next to this file; a wheel c
 with the GIL released (so :mod:`caldera.kernels.cpu` splits rows over threads as for Numba). An install without a
 C compiler (or Python headers) still succeeds, as setuptools builds the extension as optional; then, at first use,
 one :class:`NativeKernelWarning` says that the extension was not built and how to build it, and
-:mod:`caldera.kernels.cpu` uses its Numba kernels. ``$CALDERA_NO_NATIVE`` forces that fallback silently.
+:mod:`caldera.kernels.cpu` uses its Numba kernels. ``setup.py`` records the built module's sha256 beside it
+(``<module file>.sha256``); the module is loaded only when its file still has that hash (:func:`build_problem`),
+so a truncated or damaged build takes the same fallback, with its own warning, instead of crashing the
+interpreter when it is loaded. ``$CALDERA_NO_NATIVE`` forces that fallback silently.
 Reference: :func:`caldera.kernels.tables.codes_matmul_reference`.
 """
 
@@ -36,12 +39,15 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib
+import importlib.util
 import os
+import sys
 import warnings
 
 import numpy as np
 import torch
 
+from caldera.atomic import sha256_file
 from caldera.kernels.factors import Factors
 
 #: How to get the extension when it is missing (printed with the warning).
@@ -52,6 +58,10 @@ FIX = (
 )
 
 _P, _I64, _I32, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_float
+#: The extension module's name.
+EXT = "caldera.kernels._caldera_layer"
+#: Suffix of the file ``setup.py`` writes next to the module it built: the module file's sha256.
+HASH_SUFFIX = ".sha256"
 
 
 class MmArgs(ctypes.Structure):
@@ -107,6 +117,21 @@ def mirror_layout() -> dict:
     return {n: {"sizeof": ctypes.sizeof(c), **{f: field(c, f) for f, _ in c._fields_}} for n, c in MIRRORS.items()}
 
 
+def build_problem(path: str) -> str | None:
+    """What is wrong with the module file ``path`` against the sha256 that ``setup.py`` recorded beside it when it
+    built it (``<path>.sha256``): no record, or another sha256 (a truncated, damaged or replaced file, which would
+    crash the interpreter when loaded). None: the file is the one that was built."""
+    record = path + HASH_SUFFIX
+    try:
+        want = open(record).read().strip()
+    except OSError:
+        return f"no build record {record} (setup.py writes it when it builds the module)"
+    got = sha256_file(path)
+    if got != want:
+        return f"its sha256 {got[:12]}… is not the {want[:12]}… recorded when it was built (truncated or damaged)"
+    return None
+
+
 def layout_mismatch(layout: dict) -> str | None:
     """What differs between the C structs' layout (``LAYOUT`` of the extension) and the ctypes mirrors, or None."""
     for name, mine in mirror_layout().items():
@@ -118,11 +143,20 @@ def layout_mismatch(layout: dict) -> str | None:
 @functools.lru_cache(maxsize=1)
 def _ext():
     """The extension module ``caldera.kernels._caldera_layer``; None (with one :class:`NativeKernelWarning`) when it
-    was not built or does not match this package."""
+    was not built, is not the file that was built (:func:`build_problem`, checked before it is loaded) or does not
+    match this package (:func:`layout_mismatch`)."""
     if os.environ.get("CALDERA_NO_NATIVE"):  # the switch forces the Numba fallback, silently
         return None
+    if EXT not in sys.modules:  # verified before it is loaded: a damaged module can crash the interpreter
+        spec = importlib.util.find_spec(EXT)
+        path = getattr(spec, "origin", None)
+        bad = build_problem(path) if path and os.path.isfile(path) else None
+        if bad:
+            _warn(f"the C extension {path} is not the file that was built ({bad}); using the slower Numba kernels. "
+                  f"Rebuild it: {FIX}.")  # fmt: skip
+            return None
     try:
-        ext = importlib.import_module("caldera.kernels._caldera_layer")
+        ext = importlib.import_module(EXT)
     except ImportError as e:
         _warn(f"the C extension caldera.kernels._caldera_layer was not built ({e}); using the slower Numba kernels. "
               f"To build it: {FIX}.")  # fmt: skip

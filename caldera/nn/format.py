@@ -9,6 +9,8 @@ config to name the quantizers that produced its codes. Nothing here runs a forwa
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -109,3 +111,140 @@ def _signs_tensor(s: Tensor) -> Tensor:
     """±1 signs as int8 (exact); anything else (fine-tuned real signs) as float32."""
     s = s.detach().float().cpu()
     return s.to(torch.int8) if bool(((s == 1) | (s == -1)).all()) else s.contiguous()
+
+
+def _integer_dtype(name: object) -> torch.dtype | None:
+    """The integer torch dtype called ``name``, or None."""
+    dt = getattr(torch, name, None) if isinstance(name, str) else None
+    if not isinstance(dt, torch.dtype) or dt.is_floating_point or dt.is_complex or dt == torch.bool:
+        return None
+    return dt
+
+
+def _check_codes(t: Tensor, quantizer: str, rows: int, features: int, codes_dtype: object) -> str | None:
+    """Codes of ``quantizer`` for a (rows, features) matrix, stored in an integer dtype, whose values are codes
+    of that quantizer and fit ``codes_dtype`` (the dtype they were made in)."""
+    q = resolve_quantizer(quantizer)
+    want = (rows, features // q.block_size)
+    if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+        return f"has dtype {_dtype_name(t.dtype)}; {quantizer} codes are stored in an integer dtype"
+    if features % q.block_size or tuple(t.shape) != want:
+        return f"has shape {tuple(t.shape)}; {quantizer} codes of a {rows}x{features} matrix have shape {want}"
+    dt = _integer_dtype(codes_dtype)
+    if dt is None:
+        return f"is read as codes of dtype {codes_dtype!r}, which is not an integer dtype"
+    from caldera.quantizers.e8p import check_codes
+
+    top = torch.iinfo(dt).max + 1 if q.num_codes is None else min(q.num_codes, torch.iinfo(dt).max + 1)
+    try:
+        check_codes(t, f"{quantizer} codes ({codes_dtype})", top)
+    except ValueError as e:
+        return f"holds invalid codes ({e})"
+    return None
+
+
+def _check_scale(t: Tensor) -> str | None:
+    """A float32 scale (scalar, or one per row or block): finite and not negative."""
+    if t.dtype != torch.float32:
+        return f"has dtype {_dtype_name(t.dtype)}; scales are stored as float32"
+    if t.ndim > 2:
+        return f"has shape {tuple(t.shape)}; a scale is a scalar or one per row (or block)"
+    if t.device.type == "meta" or t.numel() == 0:
+        return None
+    if not bool(torch.isfinite(t).all()) or bool((t < 0).any()):
+        return "holds negative or non-finite values; scales are finite and positive"
+    return None
+
+
+def _check_zero_scale(scale: Tensor, codes: Tensor | None, quantizer: str) -> str | None:
+    """A scale is 0 only where the writer quantized zeros (an all-zero matrix, or an all-zero row under a
+    per-row scale): the codes there are all the quantizer's code of 0."""
+    if codes is None or scale.device.type == "meta" or codes.device.type == "meta" or bool((scale != 0).all()):
+        return None
+    q = resolve_quantizer(quantizer)
+    zero_code = int(q.quantize(torch.zeros(1, q.block_size)).reshape(-1)[0])
+    c = codes.to(torch.int64)
+    if scale.ndim == 0:
+        rows = torch.ones(c.shape[0], dtype=torch.bool)
+    elif scale.ndim == 2 and scale.shape == (c.shape[0], 1):
+        rows = scale[:, 0] == 0
+    else:
+        return "is 0 in places; a scale per block is positive"
+    if bool((c[rows] != zero_code).any()):
+        return ("is 0 where the codes are not those of an all-zero matrix (a scale is 0 only for all-zero rows, "
+                "which decode to 0 whatever the codes); scales are positive")
+    return None
+
+
+def stored_tensor_problem(meta: dict, tensors: dict[str, Tensor]) -> tuple[str, str] | None:
+    """``(tensor name, what is wrong)`` for the first stored tensor of a layer (:meth:`CompressedLinear.metadata`
+    plus ``state_dict``) whose dtype, shape or values do not match the scheme its metadata describes (module
+    docstring's table), else None: codes of the named quantizer in its code range and the dtype they were made
+    in, float32 scales finite and positive, ±1 RHT signs (any real value once they are trainable), factors and a
+    float Q of the shapes and dtypes the metadata names. Values are not checked on the meta device."""
+    n, d = int(meta["out_features"]), int(meta["in_features"])
+    k, r = int(meta["rank"]), int(meta["ft_rank"])
+    kq = k - r
+
+    def expect(name: str, shape: tuple[int, ...], dtype: object) -> str | None:
+        t = tensors.get(name)
+        if t is None:
+            return None
+        if tuple(t.shape) != shape:
+            return f"has shape {tuple(t.shape)}; expected {shape} (out_features {n}, in_features {d}, rank {k}, " \
+                   f"ft_rank {r})"
+        if isinstance(dtype, str) and _dtype_name(t.dtype) != dtype:
+            return f"has dtype {_dtype_name(t.dtype)}; the metadata says {dtype}"
+        if dtype == "float" and not t.is_floating_point():
+            return f"has dtype {_dtype_name(t.dtype)}; expected a floating dtype"
+        return None
+
+    checks: list[tuple[str, Any]] = []
+    if meta.get("q_format") in DENSE_Q_FORMATS:
+        checks.append(("Q_dense", lambda: expect("Q_dense", (n, d), meta["q_format"])))
+    else:
+        checks.append(("Q_codes", lambda: _check_codes(tensors["Q_codes"], meta["q_quantizer"], n, d,
+                                                       meta.get("q_codes_dtype"))))
+        checks.append(("Q_scale", lambda: _check_scale(tensors["Q_scale"]) or _check_zero_scale(
+            tensors["Q_scale"], tensors.get("Q_codes"), meta["q_quantizer"])))
+    if meta.get("rht"):
+        for name, size in (("S_U", d), ("S_V", n)):
+            checks.append((name, lambda name=name, size=size: expect(name, (size,), None) or _check_signs(
+                tensors[name], bool(meta.get("signs_trainable")))))
+    fmt = meta.get("lr_format")
+    if kq > 0 and fmt == "quantized":
+        for name, which, feats in (("L", "l_quantizer", n), ("R", "r_quantizer", d)):
+            checks.append((f"{name}_codes", lambda name=name, which=which, feats=feats: _check_codes(
+                tensors[f"{name}_codes"], meta[which], kq, feats, meta.get("lr_codes_dtype"))))
+            checks.append((f"{name}_scale", lambda name=name, which=which: _check_scale(tensors[f"{name}_scale"])
+                           or _check_zero_scale(tensors[f"{name}_scale"], tensors.get(f"{name}_codes"), meta[which])))
+    elif kq > 0:
+        checks.append(("L_16", lambda: expect("L_16", (n, kq), fmt)))
+        checks.append(("R_16", lambda: expect("R_16", (kq, d), fmt)))
+    if r > 0:
+        if meta.get("ft_dtype") not in _FT_DTYPES:
+            return "L_ft", f"is stored with ft_dtype {meta.get('ft_dtype')!r}; accepted: {sorted(_FT_DTYPES)}"
+        checks.append(("L_ft", lambda: expect("L_ft", (n, r), meta["ft_dtype"])))
+        checks.append(("R_ft", lambda: expect("R_ft", (r, d), meta["ft_dtype"])))
+    if meta.get("bias"):
+        checks.append(("bias", lambda: expect("bias", (n,), "float")))
+    for name, check in checks:
+        if name not in tensors:
+            continue  # a missing tensor: CompressedLinear names it
+        problem = check()
+        if problem:
+            return name, problem
+    return None
+
+
+def _check_signs(t: Tensor, trainable: bool) -> str | None:
+    """RHT signs: ±1 (int8, or float32 as :func:`_signs_tensor` may write them); trainable signs: float32, any
+    value (fine-tuning moves them)."""
+    if trainable:
+        return None if t.dtype == torch.float32 else f"has dtype {_dtype_name(t.dtype)}; trainable signs are float32"
+    if t.dtype not in (torch.int8, torch.float32):
+        return f"has dtype {_dtype_name(t.dtype)}; RHT signs are stored as int8 ±1"
+    if t.device.type != "meta" and not bool(((t == 1) | (t == -1)).all()):
+        bad = t[(t != 1) & (t != -1)]
+        return f"holds {bad.numel()} values other than ±1 (e.g. {float(bad[0]):g}); RHT signs are ±1"
+    return None

@@ -28,7 +28,7 @@ from torch import nn
 
 from caldera.methods import get_method
 from caldera.pipeline.compress import LINEARS, _jsonable, layer_matrices
-from caldera.pipeline.hessians import decoder_layers, layer_file, load_layer_hessians
+from caldera.pipeline.hessians import check_hessian_files, decoder_layers, layer_file, load_layer_hessians
 
 PROFILE_FORMAT = "caldera-profiles/1"
 
@@ -40,9 +40,10 @@ def _config_dict(config: Any) -> dict[str, Any]:
 
 def profile_model(model: nn.Module, hessian_dir: str | os.PathLike, method: str, method_params: Any, *,
                   layers: Sequence[int] | None = None, device: torch.device | str | None = None,
-                  progress: bool = True) -> dict[str, Any]:
+                  progress: bool = True, hessian_expect: dict[str, Any] | None = None) -> dict[str, Any]:
     """Stage 1 (module docstring) over decoder ``layers`` (default all) of ``model``, with the Hessians of
-    ``hessian_dir``. Returns ``{"format", "method", "method_config", "layers", "profiles", "wall_s"}``."""
+    ``hessian_dir`` (checked first, as by :func:`caldera.pipeline.compress.compress_model`: ``hessian_expect``).
+    Returns ``{"format", "method", "method_config", "layers", "profiles", "wall_s"}``."""
     from tqdm.auto import tqdm
 
     spec = get_method(method)
@@ -51,9 +52,7 @@ def profile_model(model: nn.Module, hessian_dir: str | os.PathLike, method: str,
     config = spec.make_config(method_params)
     all_layers = decoder_layers(model)
     wanted = list(range(len(all_layers))) if layers is None else sorted({int(x) for x in layers})
-    missing = [li for li in wanted if not layer_file(hessian_dir, li).is_file()]
-    if missing:
-        raise FileNotFoundError(f"no Hessians for layers {missing} in {hessian_dir}; run `caldera hessians` first")
+    check_hessian_files(hessian_dir, wanted, model, hessian_expect)  # the right files, before any work
     dev = torch.device("cpu") if device is None else torch.device(device)
     profiles: dict[str, Any] = {}
     t0 = time.perf_counter()

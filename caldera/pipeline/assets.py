@@ -53,7 +53,7 @@ from typing import Any
 
 import torch
 
-from caldera.atomic import atomic_dir, remove_orphans, sha256_file, write_atomic
+from caldera.atomic import atomic_dir, folder_files, remove_orphans, sha256_file, write_atomic
 from caldera.cache import cache_dir  # noqa: F401 - the asset cache's root, public here as before
 
 log = logging.getLogger("caldera.pipeline.assets")
@@ -231,8 +231,10 @@ def read_marker(target: str | os.PathLike) -> dict[str, Any] | None:
 
 def built_problems(target: str | os.PathLike, *, full: bool = True) -> list[str]:
     """What is wrong with the built folder ``target`` against its marker: missing marker, a marker without file
-    hashes, a missing file, a size that differs (truncation) and, with ``full``, a sha256 that differs (any
-    changed byte). Empty list: every built file is exactly what was built."""
+    hashes, a missing file, a size that differs (truncation), a file the marker does not list (a loader would
+    read it: e.g. a ``special_tokens_map.json`` planted beside a tokenizer; hidden paths excepted,
+    :func:`caldera.atomic.folder_files`) and, with ``full``, a sha256 that differs (any changed byte). Empty list:
+    every file a loader reads is exactly what was built."""
     target = Path(target)
     marker = read_marker(target)
     if marker is None:
@@ -252,6 +254,10 @@ def built_problems(target: str | os.PathLike, *, full: bool = True) -> list[str]
             out.append(f"{p} has {size} bytes, {want} were built (truncated or replaced)")
         elif full and (got := sha256_file(p)) != rec.get("sha256"):
             out.append(f"{p} has sha256 {got[:12]}…, {str(rec.get('sha256'))[:12]}… was built (modified or corrupt)")
+    for rel in folder_files(target):
+        if rel not in files:
+            out.append(f"{target / rel} was not built here (its marker does not list it; a loader would read it): "
+                       "delete it")
     return out
 
 

@@ -23,8 +23,14 @@ The folder is written under a temporary sibling name and renamed into place (:fu
 loader would read it), the config's structure (:func:`check_config`), the content manifest
 (:func:`verify_manifest`, :func:`check_tensor_manifest`: checksums only prove the files are the ones listed, the
 manifest that the tensors, base config and files are the ones written), finite tensors (:func:`check_tensors`),
-the shapes implied by the base config, and each module's fingerprint (metadata against tensors). A missing
-manifest or fingerprint is an error; ``verify=False`` is the one, explicit opt-out. Only then does it build
+what the tensors mean (:func:`check_stored_tensors`: ±1 RHT signs, finite positive scales, codes in their
+quantizer's range, every tensor of the shape and dtype its module's metadata names; the uncompressed weights in
+one dtype), the shapes implied by the base config, each module's fingerprint (metadata against tensors) and the
+summaries that ``caldera info`` reports (:func:`check_summary`: ``bits`` recomputed from the modules,
+``dense_layers``, ``errors``, ``ft_rank``, the method config's ``rank`` and bits). The manifest, fingerprints and
+checksums only prove that nothing changed since they were computed (anyone can recompute them); these checks
+refuse content that no writer produces. A missing manifest or fingerprint is an error; ``verify=False`` is the one,
+explicit opt-out. Only then does it build
 ``AutoModelForCausalLM.from_config(base_config)`` (on the meta device: no random initialization, no hub access),
 swap in the ``CompressedLinear`` modules and assign the stored tensors. Every inconsistency is a ``ValueError``
 naming the checkpoint and the field or file. Format 1 (no config.json, no manifest) is read only by
@@ -36,6 +42,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +51,10 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
-from caldera.atomic import atomic_dir, sha256_file
-from caldera.nn.compressed_linear import KERNELS, CompressedLinear
+from caldera.atomic import atomic_dir, folder_files, sha256_file
+from caldera.bits import average_bits
+from caldera.nn.compressed_linear import KERNELS, CompressedLinear, resolve_quantizer
+from caldera.pipeline.hessians import GROUPS, decoder_layers
 
 FORMAT_VERSION = 2
 #: Format 1 (before ``config.json`` and the content manifest): readable only by ``caldera convert``.
@@ -59,6 +68,56 @@ _RERUN = "re-run `caldera compress` to rebuild the checkpoint"
 _NO_VERIFY = "(to load it anyway, unverified: load_compressed(..., verify=False) / `--no-verify`)"
 #: Relative tolerance of the stored reconstruction fingerprints (float64 sums of float32 values).
 FINGERPRINT_RTOL = 1e-5
+#: The linear layers of a decoder layer that compression replaces, in order.
+LINEARS: tuple[str, ...] = tuple(m for _, members in GROUPS.values() for m in members)
+
+
+def layers_prefix(model: nn.Module) -> str:
+    """State-dict prefix of the decoder layers (``"model.layers"`` for LlamaForCausalLM)."""
+    layers = decoder_layers(model)
+    for name, mod in model.named_modules():
+        if mod is layers:
+            return name
+    raise ValueError("decoder layers not found among the model's modules")
+
+
+def model_linear_shapes(model: nn.Module) -> list[tuple[int, int]]:
+    """(out, in) of the seven linear layers of every decoder layer, in order (dense or compressed)."""
+    return [(lin.out_features, lin.in_features) for layer in decoder_layers(model)
+            for lin in (layer.get_submodule(name) for name in LINEARS)]
+
+
+def matrix_bits(mod: CompressedLinear) -> dict[str, Any]:
+    """What :func:`bits_summary` reads of one compressed matrix: shape, rank, ft_rank, bit widths
+    (:meth:`CompressedLinear.bit_widths`), storage and tensor bits."""
+    return {"shape": [mod.out_features, mod.in_features], "rank": mod.rank, "ft_rank": mod.ft_rank,
+            **mod.bit_widths(), "storage_bits": mod.storage_bits(), "tensor_bits": mod.tensor_bits()}
+
+
+def bits_summary(model: nn.Module, matrices: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Paper average bits over the model's linear shapes + true storage bits over the compressed matrices."""
+    shapes = model_linear_shapes(model)
+    out: dict[str, Any] = {"n_matrices_total": len(shapes), "n_matrices_compressed": len(matrices)}
+    if not matrices:
+        return out
+    # The paper counts fine-tuned components at B_FT = 16 (BF16) bits, whatever dtype holds them here.
+    keys = {(m["b_q"], m["b_lr"], m["rank"], m["ft_rank"]) for m in matrices}
+    if len(keys) == 1:
+        b_q, b_lr, rank, ft_rank = next(iter(keys))
+        out["average_bits"] = average_bits(shapes, b_q, b_lr if rank > ft_rank else None, rank, ft_rank, 16)
+        out.update(b_q=b_q, b_lr=b_lr, rank=rank, ft_rank=ft_rank)
+    else:  # mixed settings: the same formula, matrix by matrix
+        num = sum(
+            m["b_q"] * m["shape"][0] * m["shape"][1]
+            + ((m["rank"] - m["ft_rank"]) * (m["b_lr"] or 0) + m["ft_rank"] * 16) * (m["shape"][0] + m["shape"][1])
+            for m in matrices
+        )
+        out["average_bits"] = num / sum(m["shape"][0] * m["shape"][1] for m in matrices)
+    params = sum(m["shape"][0] * m["shape"][1] for m in matrices)
+    out["storage_bits_per_weight"] = sum(m["storage_bits"] for m in matrices) / params
+    out["tensor_bits_per_weight"] = sum(m["tensor_bits"] for m in matrices) / params
+    out["compressed_params"] = params
+    return out
 
 
 def replace_module(root: nn.Module, path: str, new: nn.Module) -> None:
@@ -202,7 +261,11 @@ def save_compressed(
     tokenizer: Any | None = None,
     extra: dict[str, Any] | None = None,
 ) -> Path:
-    """Save a model whose linear layers were (partly) replaced by :class:`CompressedLinear` modules."""
+    """Save a model whose linear layers were (partly) replaced by :class:`CompressedLinear` modules.
+
+    ``extra``: further keys of ``caldera_config.json``; a ``bits`` summary among them is recomputed from the
+    modules (:func:`checkpoint_bits`: what the tensors store, e.g. after signs were made trainable), as loaders
+    check it against them (:func:`check_summary`)."""
     tied = tied_keys(model)
     tensors = {k: v for k, v in model.state_dict().items() if k not in tied}
     modules = {name: m.metadata() for name, m in model.named_modules() if isinstance(m, CompressedLinear)}
@@ -216,19 +279,9 @@ def save_compressed(
         "tied": tied,
         **(extra or {}),
     }
+    if "bits" in config:
+        config["bits"] = checkpoint_bits(model)
     return write_checkpoint(out_dir, tensors, config, tokenizer)
-
-
-def folder_files(folder: Path) -> list[str]:
-    """Relative paths of the files in ``folder`` that a loader could read: everything except hidden paths (a
-    component starting with ``.``: Snakemake's ``.snakemake_timestamp``, huggingface_hub's ``.cache/``), which no
-    transformers or tokenizer loader opens."""
-    out = []
-    for p in sorted(folder.rglob("*")):
-        rel = p.relative_to(folder)
-        if p.is_file() and not any(part.startswith(".") for part in rel.parts):
-            out.append(rel.as_posix())
-    return out
 
 
 def verify_checksums(folder: str | os.PathLike) -> dict[str, str]:
@@ -401,6 +454,111 @@ def _check_against_model(cfg: dict[str, Any], tensors: dict[str, Tensor], model:
                 f"{k} has shape {tuple(v.shape)} in {MODEL_FILE} but {tuple(params[k].shape)} per base_config "
                 f"(hidden_size {cfg['base_config'].get('hidden_size')!r})",
             )
+    # the uncompressed weights (embeddings, norms, lm_head) were written from one model: one floating dtype
+    weights = dict(model.named_parameters())
+    dense = {k: v.dtype for k, v in tensors.items() if k in weights and v.is_floating_point()}
+    if len(set(dense.values())) > 1:
+        ref = max(dense, key=lambda k: tensors[k].numel())  # the embedding, as a rule
+        odd = sorted(k for k, dt in dense.items() if dt != dense[ref])
+        raise _bad(
+            folder,
+            f"tensor {odd[0]!r} of {MODEL_FILE} is {str(dense[odd[0]]).removeprefix('torch.')} but {ref!r} is "
+            f"{str(dense[ref]).removeprefix('torch.')} (uncompressed weights in {len(set(dense.values()))} dtypes, "
+            f"{len(odd)} like {odd[0]!r}); a model computes in one dtype",
+        )
+
+
+def check_stored_tensors(cfg: dict[str, Any], tensors: dict[str, Tensor], folder: str | os.PathLike) -> None:
+    """Every compressed module's tensors against the scheme its metadata describes
+    (:func:`caldera.nn.format.stored_tensor_problem`: dtypes and shapes; on real tensors also ±1 signs, finite
+    positive scales, codes in their quantizer's range). ``ValueError`` naming the file, the tensor and the
+    problem."""
+    from caldera.nn.format import stored_tensor_problem
+
+    for path, meta in cfg["modules"].items():
+        try:
+            bad = stored_tensor_problem(meta, _module_tensors(tensors, path))
+        except (ValueError, KeyError, TypeError) as e:  # e.g. an unknown quantizer name
+            raise _bad(Path(folder), f"modules[{path!r}] cannot be checked against its tensors ({e})") from None
+        if bad is not None:
+            raise _bad(Path(folder), f"tensor '{path}.{bad[0]}' of {MODEL_FILE} {bad[1]}")
+
+
+def checkpoint_bits(model: nn.Module) -> dict[str, Any]:
+    """The ``bits`` summary of a model with compressed layers (:func:`bits_summary` of
+    its modules): what ``caldera compress`` records and ``caldera info`` reports."""
+    return bits_summary(model, [matrix_bits(m) for m in model.modules() if isinstance(m, CompressedLinear)])
+
+
+def check_summary(cfg: dict[str, Any], model: nn.Module, folder: str | os.PathLike) -> None:
+    """The recorded summaries that tools report (``caldera info``) against the loaded modules: ``bits`` equal to
+    :func:`checkpoint_bits`, ``dense_layers`` the decoder layers without a compressed module, ``errors`` one
+    finite, non-negative record per compressed module, top-level ``ft_rank`` every module's, and a method
+    config's ``rank`` and ``q_bits`` / ``l_bits`` / ``r_bits`` what every module stores (methods that choose
+    settings per matrix excepted)."""
+    folder = Path(folder)
+    mods = cfg["modules"]
+    if "bits" in cfg:
+        want = cfg["bits"]
+        try:
+            got = checkpoint_bits(model)
+        except ValueError as e:  # no decoder layers to count
+            raise _bad(folder, f"{CONFIG_FILE} key 'bits' cannot be checked against the model ({e})") from None
+        if not isinstance(want, dict):
+            raise _bad(folder, f"{CONFIG_FILE} key 'bits' is {want!r}, expected the bits summary")
+        for key in sorted(set(want) | set(got)):
+            a, b = want.get(key), got.get(key)
+            same = a == b or (isinstance(a, (int, float)) and isinstance(b, (int, float))
+                              and not isinstance(a, bool) and math.isclose(a, b, rel_tol=1e-9))
+            if not same:
+                raise _bad(folder, f"{CONFIG_FILE} bits.{key} is {a!r} but the stored tensors make it {b!r}")
+    try:
+        prefix, n_layers = layers_prefix(model), len(decoder_layers(model))
+    except ValueError:
+        return
+    if "dense_layers" in cfg:
+        dense = [li for li in range(n_layers) if not any(p.startswith(f"{prefix}.{li}.") for p in mods)]
+        if cfg["dense_layers"] != dense:
+            raise _bad(folder, f"{CONFIG_FILE} dense_layers is {cfg['dense_layers']!r} but the layers without a "
+                       f"compressed module are {dense}")
+    if "errors" in cfg:
+        errors = cfg["errors"]
+        if not isinstance(errors, dict) or set(errors) != set(mods):
+            raise _bad(folder, f"{CONFIG_FILE} key 'errors' does not hold one record per compressed module")
+        for path, rec in errors.items():
+            e = rec.get("error") if isinstance(rec, dict) else None
+            if isinstance(e, bool) or not isinstance(e, (int, float)) or not math.isfinite(e) or e < 0:
+                raise _bad(folder, f"{CONFIG_FILE} errors[{path!r}].error is {e!r}; expected a finite number >= 0")
+    if "ft_rank" in cfg and any(m["ft_rank"] != cfg["ft_rank"] for m in mods.values()):
+        raise _bad(folder, f"{CONFIG_FILE} ft_rank is {cfg['ft_rank']!r} but its modules have ft_rank "
+                   f"{sorted({m['ft_rank'] for m in mods.values()})}")
+    if _rank_per_matrix(cfg["method"]):
+        return
+    mc = cfg["method_config"]
+    rank = mc.get("rank")
+    if isinstance(rank, int) and not isinstance(rank, bool):
+        other = sorted({m["rank"] for m in mods.values()} - {rank})
+        if other:
+            raise _bad(folder, f"{CONFIG_FILE} method_config.rank is {rank} but its modules have rank {other}")
+    for key, field in (("q_bits", "q_quantizer"), ("l_bits", "l_quantizer"), ("r_bits", "r_quantizer")):
+        for path, m in mods.items():
+            name = m.get(field)
+            if key not in mc or name is None or (key != "q_bits" and m.get("lr_format") != "quantized"):
+                continue  # a float Q or float factors: no quantizer to compare
+            bits = resolve_quantizer(name).bits_per_weight
+            if bits != mc[key]:
+                raise _bad(folder, f"{CONFIG_FILE} method_config.{key} is {mc[key]!r} but modules[{path!r}] stores "
+                           f"{name} codes ({bits:g} bits per weight)")
+
+
+def _rank_per_matrix(method: str) -> bool:
+    """True if ``method`` chooses settings per matrix (a model-level plan) or is not registered here."""
+    from caldera.methods import get_method
+
+    try:
+        return get_method(method).plan is not None
+    except (ValueError, KeyError):
+        return True
 
 
 def materialize(model: nn.Module, dtype: torch.dtype | None = None) -> int:
@@ -481,7 +639,8 @@ def read_checkpoint(
 ) -> tuple[dict[str, Any], dict[str, Tensor]]:
     """``(config, tensors)`` of a checkpoint folder, verified (``verify=True``): checksums and no unlisted file
     (:func:`verify_checksums`), the config's structure (:func:`check_config`), the content manifest
-    (:func:`verify_manifest`, :func:`check_tensor_manifest`) and finite tensors (:func:`check_tensors`).
+    (:func:`verify_manifest`, :func:`check_tensor_manifest`), finite tensors (:func:`check_tensors`) and what
+    the compressed modules' tensors mean (:func:`check_stored_tensors`).
     ``legacy=True`` also reads format 1 (no manifest; its fingerprints are then required), for ``caldera convert``.
     ``verify=False`` (documented opt-out) keeps only the structural checks a load needs not to crash."""
     folder = Path(folder)
@@ -506,6 +665,8 @@ def read_checkpoint(
         if not isinstance(fps, dict) or set(cfg["modules"]) - set(fps):
             raise _bad(folder, "this format-1 checkpoint has no reconstruction fingerprints (key 'fingerprints'), "
                        "so its tensors cannot be checked against its metadata")
+    if verify:
+        check_stored_tensors(cfg, tensors, folder)
     return cfg, tensors
 
 
@@ -665,6 +826,8 @@ def _assemble(
     for path, meta in cfg["modules"].items():
         mod = check_module(folder, path, meta, _module_tensors(tensors, path), fingerprints, **kw)
         replace_module(model, path, mod)
+    if verify and cfg["format_version"] == FORMAT_VERSION:  # format 1: caldera convert recomputes the summary
+        check_summary(cfg, model, folder)
     compressed_keys = {k for k in tensors if any(k.startswith(p + ".") for p in cfg["modules"])}
     rest = {k: v for k, v in tensors.items() if k not in compressed_keys}
     try:

@@ -55,12 +55,20 @@ from caldera.atomic import remove_orphans, save_safetensors_atomic, sha256_file,
 from caldera.methods import get_method
 from caldera.metrics import relative_data_aware_error, relative_frobenius_error
 from caldera.nn.compressed_linear import CompressedLinear
-from caldera.pipeline.checkpoint import base_config_dict, tied_keys, write_checkpoint
-from caldera.pipeline.hessians import GROUPS, decoder_layers, layer_file, load_layer_hessians
+from caldera.pipeline.checkpoint import (  # noqa: F401 - LINEARS .. bits_summary: importable from here as before
+    LINEARS,
+    base_config_dict,
+    bits_summary,
+    layers_prefix,
+    matrix_bits,
+    model_linear_shapes,
+    tied_keys,
+    write_checkpoint,
+)
+from caldera.pipeline.hessians import GROUPS, check_hessian_files, decoder_layers, layer_file, load_layer_hessians
 
 log = logging.getLogger("caldera.pipeline.compress")
 FORMAT = "caldera-layer/1"
-LINEARS: tuple[str, ...] = tuple(m for _, members in GROUPS.values() for m in members)
 
 
 def group_seed(seed: int, layer: int, group: str) -> int:
@@ -72,15 +80,6 @@ def group_seed(seed: int, layer: int, group: str) -> int:
 def layer_paths(out_dir: str | os.PathLike, layer: int) -> tuple[Path, Path]:
     base = Path(out_dir) / f"layer_{layer:03d}"
     return base.with_suffix(".safetensors"), base.with_suffix(".json")
-
-
-def layers_prefix(model: nn.Module) -> str:
-    """State-dict prefix of the decoder layers (``"model.layers"`` for LlamaForCausalLM)."""
-    layers = decoder_layers(model)
-    for name, mod in model.named_modules():
-        if mod is layers:
-            return name
-    raise ValueError("decoder layers not found among the model's modules")
 
 
 def _jsonable(x: Any) -> Any:
@@ -188,13 +187,9 @@ def _decompose_layer(
         mod = CompressedLinear.from_decomposition(dec, bias=bias, ft_rank=ft_rank, ft_dtype=torch.float32)
         W_hat = mod.weight_reconstruction()
         err, frob = _relative_errors(W_hat, W, H)
-        widths = mod.bit_widths()
         matrices[name] = {
-            "shape": list(W.shape),
             "group": g,
             "seed": getattr(cfg, "seed", None),
-            "rank": mod.rank,
-            "ft_rank": mod.ft_rank,
             "error": err,
             "error_reg": float(dec.error),
             "frobenius_error": frob,
@@ -202,9 +197,7 @@ def _decompose_layer(
             "error_trace": _jsonable(dec.error_trace),
             "wall_s": wall,
             "context_wall_s": ctx_s,
-            **widths,
-            "storage_bits": mod.storage_bits(),
-            "tensor_bits": mod.tensor_bits(),
+            **matrix_bits(mod),
             "module": mod.metadata(),
         }
         for k, v in mod.state_dict().items():
@@ -237,6 +230,7 @@ def compress_model(
     replace_stale: bool = False,
     device: torch.device | str | None = None,
     overrides: dict[str, dict[str, Any]] | None = None,
+    hessian_expect: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Compress the decoder layers of ``model`` into per-layer files in ``out_dir`` (module docstring).
 
@@ -250,6 +244,10 @@ def compress_model(
     converted to float32 on ``device`` when its turn comes.
 
     ``replace_stale``: recompute (instead of refusing) layers that were done with another method or config.
+
+    ``hessian_expect``: what this job knows of its Hessians (``model``, ``calibration_sha256``, ``n_tokens``,
+    ``dtype``); every layer's file is checked against it (and the folder's ``hessians.json``), its layer and its
+    shapes before any work (:func:`caldera.pipeline.hessians.check_hessian_files`).
 
     ``method_params``: the method's config object, or a dict for ``get_method(method).make_config`` (a
     ``"preset"`` key selects a preset).
@@ -271,11 +269,7 @@ def compress_model(
     spec.check_shapes(config, matrix_shapes(model, wanted))  # every rank and shape before any work
     per_layer = _layer_overrides(spec, config, model, wanted, overrides)
     hessian_dir = Path(hessian_dir)
-    missing = [x for x in wanted if not layer_file(hessian_dir, x).is_file()]
-    if missing:
-        raise FileNotFoundError(
-            f"no Hessians for layers {missing} in {hessian_dir}; run `caldera hessians` (with these layers) first"
-        )
+    check_hessian_files(hessian_dir, wanted, model, hessian_expect)  # the right files, before any work
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     for orphan in remove_orphans(out_dir):  # temporaries of a killed run (pid gone), never a live job's
@@ -401,39 +395,6 @@ def matrix_shapes(model: nn.Module, layers: Sequence[int] | None = None) -> dict
             if all(s != shape for _, s in seen.get(name, [])):
                 seen.setdefault(name, []).append((li, shape))
     return {(name if len(v) == 1 else f"layer {li} {name}"): s for name, v in seen.items() for li, s in v}
-
-
-def model_linear_shapes(model: nn.Module) -> list[tuple[int, int]]:
-    """(out, in) of the seven linear layers of every decoder layer, in order."""
-    return [tuple(layer.get_submodule(name).weight.shape) for layer in decoder_layers(model) for name in LINEARS]
-
-
-def bits_summary(model: nn.Module, matrices: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Paper average bits over the model's linear shapes + true storage bits over the compressed matrices."""
-    from caldera.bits import average_bits
-
-    shapes = model_linear_shapes(model)
-    out: dict[str, Any] = {"n_matrices_total": len(shapes), "n_matrices_compressed": len(matrices)}
-    if not matrices:
-        return out
-    # The paper counts fine-tuned components at B_FT = 16 (BF16) bits, whatever dtype holds them here.
-    keys = {(m["b_q"], m["b_lr"], m["rank"], m["ft_rank"]) for m in matrices}
-    if len(keys) == 1:
-        b_q, b_lr, rank, ft_rank = next(iter(keys))
-        out["average_bits"] = average_bits(shapes, b_q, b_lr if rank > ft_rank else None, rank, ft_rank, 16)
-        out.update(b_q=b_q, b_lr=b_lr, rank=rank, ft_rank=ft_rank)
-    else:  # mixed settings: the same formula, matrix by matrix
-        num = sum(
-            m["b_q"] * m["shape"][0] * m["shape"][1]
-            + ((m["rank"] - m["ft_rank"]) * (m["b_lr"] or 0) + m["ft_rank"] * 16) * (m["shape"][0] + m["shape"][1])
-            for m in matrices
-        )
-        out["average_bits"] = num / sum(m["shape"][0] * m["shape"][1] for m in matrices)
-    params = sum(m["shape"][0] * m["shape"][1] for m in matrices)
-    out["storage_bits_per_weight"] = sum(m["storage_bits"] for m in matrices) / params
-    out["tensor_bits_per_weight"] = sum(m["tensor_bits"] for m in matrices) / params
-    out["compressed_params"] = params
-    return out
 
 
 def assemble_checkpoint(

@@ -15,6 +15,10 @@ One artifact per layer, ``layer_{l:03d}.safetensors``, holds ``{group}.H`` (d×d
 ``{group}.mu`` (d, float64) and ``{group}.count`` (int64 scalar) for the four groups, plus a JSON metadata
 string (``caldera_hessians``: format, layer, groups, n_tokens, seed, model, dtype, calibration fingerprint, and
 ``tensors_sha256``, the content hash of every tensor, checked whenever the file is read: :func:`tensors_sha256`).
+A file's metadata is checked against its tensors and its name whenever it is read (the layer it says it is, the
+dtype of H, a positive token count every group saw), and a job that reads a folder checks every file it needs
+before any work (:func:`check_hessian_files`): the model, calibration hash, token count and dtype against what
+the job knows and the folder's ``hessians.json``, and each H's shape against the model's layer.
 Unlike the authors' files, H is stored uncentered (no ``μμᵀ`` to add back) and not trace-normalized:
 regularization is the decomposition's job (``caldera.ldl.regularize_hessian``).
 
@@ -36,6 +40,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -50,6 +55,10 @@ from caldera.atomic import save_safetensors_atomic, write_atomic
 
 FORMAT = "caldera-hessians/1"
 META_KEY = "caldera_hessians"
+#: torch dtypes of the safetensors header's dtype names
+SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+              "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+              "U16": torch.uint16, "U32": torch.uint32, "BOOL": torch.bool}
 
 #: Hessian group -> (hooked module path inside a decoder layer, linear layers that read it).
 GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -169,6 +178,13 @@ def _corrupt(path: str | os.PathLike, why: str) -> ValueError:
     )
 
 
+def _mislabelled(path: str | os.PathLike, why: str) -> ValueError:
+    return ValueError(
+        f"Hessian file {path} is not what its name and metadata say ({why}); delete it and rerun `caldera "
+        "hessians` (collection resumes and recomputes only the missing layers)"
+    )
+
+
 def _read(path: str | os.PathLike) -> tuple[dict[str, Tensor], dict[str, Any]]:
     path = Path(path)
     if not path.is_file():
@@ -197,22 +213,54 @@ def _read(path: str | os.PathLike) -> tuple[dict[str, Tensor], dict[str, Any]]:
     return tensors, meta
 
 
-def read_layer_hessians(path: str | os.PathLike) -> tuple[dict[str, dict[str, Tensor]], dict[str, Any]]:
-    """``({group: {"H", "mu", "count"}}, metadata)`` of one per-layer artifact, validated."""
-    tensors, meta = _read(path)
-    groups: dict[str, dict[str, Tensor]] = {}
-    for g in meta.get("groups", []):
-        parts = {k: tensors.get(f"{g}.{k}") for k in ("H", "mu", "count")}
+_LAYER_NAME = re.compile(r"layer_(\d+)\.safetensors")
+#: Metadata of a layer file that must agree with the job reading it (:func:`check_hessian_files`).
+JOB_FIELDS = ("model", "calibration_sha256", "n_tokens", "dtype")
+
+
+def _layer_problem(path: Path, meta: dict[str, Any], shapes: dict[str, tuple[tuple[int, ...], torch.dtype]],
+                   counts: dict[str, int]) -> str | None:
+    """What is wrong with a per-layer file's metadata against its own tensors (shapes and dtypes, the group
+    counts) and its name (``layer_{l:03d}``): the layer it says it is, its groups, the dtype its header names,
+    a positive token count that every group saw. None: consistent."""
+    m = _LAYER_NAME.fullmatch(path.name)
+    if m is not None and meta.get("layer") != int(m.group(1)):
+        return (f"its metadata says it holds layer {meta.get('layer')!r}, its name says layer {int(m.group(1))} "
+                "(a file renamed or copied into another layer's place)")
+    if sorted(meta.get("groups") or []) != sorted(GROUPS):
+        return f"groups {meta.get('groups')!r}; expected {sorted(GROUPS)}"
+    n = meta.get("n_tokens")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        return f"n_tokens {n!r} in its metadata; a Hessian is an average over at least one token"
+    for g in GROUPS:
+        parts = {k: shapes.get(f"{g}.{k}") for k in ("H", "mu", "count")}
         if any(v is None for v in parts.values()):
-            raise _corrupt(path, f"group {g!r} lacks one of H, mu, count")
-        H = parts["H"]
-        if H.ndim != 2 or H.shape[0] != H.shape[1] or parts["mu"].shape != (H.shape[0],):
-            raise _corrupt(
-                path, f"group {g!r} has inconsistent shapes H {tuple(H.shape)}, mu {tuple(parts['mu'].shape)}"
-            )
-        groups[g] = parts  # type: ignore[assignment]
-    if set(groups) != set(GROUPS):
-        raise _corrupt(path, f"groups {sorted(groups)}; expected {sorted(GROUPS)}")
+            return f"group {g!r} lacks one of H, mu, count"
+        (h_shape, h_dtype), (mu_shape, mu_dtype), (c_shape, c_dtype) = parts["H"], parts["mu"], parts["count"]
+        if len(h_shape) != 2 or h_shape[0] != h_shape[1] or mu_shape != (h_shape[0],):
+            return f"group {g!r} has inconsistent shapes H {h_shape}, mu {mu_shape}"
+        if str(h_dtype).removeprefix("torch.") != meta.get("dtype"):
+            return (f"group {g!r} stores H as {str(h_dtype).removeprefix('torch.')} under a header that says "
+                    f"dtype {meta.get('dtype')!r}")
+        if mu_dtype != torch.float64 or c_dtype != torch.int64 or c_shape != ():
+            return f"group {g!r} stores mu as {mu_dtype} and count as {c_dtype} {c_shape}; expected float64, int64 ()"
+        if counts.get(g) != n:
+            return f"group {g!r} counted {counts.get(g)} tokens, its metadata says n_tokens {n}"
+    return None
+
+
+def read_layer_hessians(path: str | os.PathLike) -> tuple[dict[str, dict[str, Tensor]], dict[str, Any]]:
+    """``({group: {"H", "mu", "count"}}, metadata)`` of one per-layer artifact, validated: its content hash, its
+    metadata against its tensors and its name (:func:`_layer_problem`)."""
+    path = Path(path)
+    tensors, meta = _read(path)
+    shapes = {k: (tuple(t.shape), t.dtype) for k, t in tensors.items()}
+    counts = {g: int(tensors[f"{g}.count"]) for g in GROUPS if tensors.get(f"{g}.count") is not None
+              and tensors[f"{g}.count"].numel() == 1}
+    problem = _layer_problem(path, meta, shapes, counts)
+    if problem:
+        raise _mislabelled(path, problem)
+    groups = {g: {k: tensors[f"{g}.{k}"] for k in ("H", "mu", "count")} for g in GROUPS}
     return groups, meta
 
 
@@ -221,6 +269,84 @@ def load_layer_hessians(path: str | os.PathLike) -> dict[str, Tensor]:
     stored, float32 by default). Raises ``ValueError`` naming the file for a corrupt or truncated one."""
     groups, _ = read_layer_hessians(path)
     return {g: parts["H"] for g, parts in groups.items()}
+
+
+def _same_model(a: Any, b: Any) -> bool:
+    """The same model name, or two spellings of one local folder."""
+    if a == b:
+        return True
+    if not (isinstance(a, str) and isinstance(b, str)):
+        return False
+    pa, pb = Path(a).expanduser(), Path(b).expanduser()
+    return pa.is_dir() and pb.is_dir() and pa.resolve() == pb.resolve()
+
+
+def check_hessian_files(hessian_dir: str | os.PathLike, layers: Sequence[int], model: nn.Module,
+                        expect: dict[str, Any] | None = None) -> None:
+    """Before any work: the per-layer files of ``layers`` in ``hessian_dir`` exist (else ``FileNotFoundError``)
+    and are the Hessians this job needs. Each file's metadata against its own tensors and its name
+    (:func:`_layer_problem`: a file renamed into another layer's place, a float16 H under a float32 header, a
+    count of 0), its H shapes against the inputs of ``model``'s linear layers, and the job fields
+    (:data:`JOB_FIELDS`: model, calibration hash, token count, dtype) against ``expect`` (what the caller knows),
+    else against the folder's ``hessians.json`` (the collection's summary), else against the first file. Reads
+    headers and the token counts only (the content hash is checked when each file is loaded). ``ValueError``
+    naming the file, the field and the fix."""
+    hessian_dir = Path(hessian_dir)
+    missing = [li for li in layers if not layer_file(hessian_dir, li).is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"no Hessians for layers {missing} in {hessian_dir}; run `caldera hessians` (with these layers) first"
+        )
+    ref: dict[str, Any] = {}
+    source = ""
+    summary = hessian_dir / "hessians.json"
+    if summary.is_file():
+        try:
+            rec = json.loads(summary.read_text())
+        except ValueError:
+            rec = None
+        if not isinstance(rec, dict):
+            raise ValueError(f"{summary} is not a JSON object; delete it and rerun `caldera hessians`")
+        ref, source = {k: rec.get(k) for k in JOB_FIELDS if k in rec}, str(summary)
+    if expect:
+        ref, source = {**ref, **{k: v for k, v in expect.items() if v is not None}}, "this job"
+    all_layers = decoder_layers(model)
+    for li in layers:
+        path = layer_file(hessian_dir, li)
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                raw = (f.metadata() or {}).get(META_KEY)
+                shapes = {k: (tuple(f.get_slice(k).get_shape()), SAFETENSORS_DTYPES.get(f.get_slice(k).get_dtype()))
+                          for k in f.keys()}
+                counts = {g: int(f.get_tensor(f"{g}.count")) for g in GROUPS
+                          if shapes.get(f"{g}.count", (None,))[0] == ()}
+            meta = json.loads(raw) if raw is not None else None
+        except (SafetensorError, OSError, RuntimeError, ValueError) as e:
+            raise _corrupt(path, f"{type(e).__name__}: {e}") from None
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+            raise _corrupt(path, f"missing or unknown '{META_KEY}' metadata (expected format {FORMAT})")
+        problem = _layer_problem(path, meta, shapes, counts)
+        if problem:
+            raise _mislabelled(path, problem)
+        if not source:
+            ref, source = {k: meta.get(k) for k in JOB_FIELDS}, str(path)
+        for k, want in ref.items():
+            got = meta.get(k)
+            if not (_same_model(got, want) if k == "model" else got == want):
+                raise ValueError(
+                    f"Hessian file {path} has {k} {got!r} but {source} says {want!r}: it was collected for another "
+                    f"model or calibration set (or mislabelled); use the Hessians of this model and calibration "
+                    f"(`caldera hessians --out NEW`), or delete the stray file and rerun `caldera hessians --out "
+                    f"{hessian_dir}`"
+                )
+        for g, (hooked, _) in GROUPS.items():
+            d = all_layers[li].get_submodule(hooked).in_features
+            if shapes[f"{g}.H"][0] != (d, d):
+                raise ValueError(
+                    f"Hessian file {path}: group {g!r} H has shape {shapes[f'{g}.H'][0]}; layer {li}'s {hooked} "
+                    f"takes {d} inputs, so the expected shape is ({d}, {d}): these Hessians belong to another "
+                    "model; collect them for this one with `caldera hessians`"
+                )
 
 
 def layer_artifact_ok(path: str | os.PathLike, fingerprint: str | None = None) -> bool:

@@ -13,11 +13,13 @@ What the quantizer does, in transformers' loading order:
    folder exactly as :func:`~caldera.pipeline.checkpoint.load_compressed` does (checksums, no unlisted file, the
    config's structure, the content manifest, ``config.json`` equal to the recorded base config), then replace
    every compressed ``nn.Linear`` by a :class:`~caldera.nn.compressed_linear.CompressedLinear` shell whose
-   tensors (shapes and dtypes from the safetensors header) are on the meta device;
+   tensors (shapes and dtypes from the safetensors header, checked against each module's metadata and the
+   uncompressed weights' one dtype) are on the meta device;
 2. transformers fills every tensor from ``model.safetensors`` (stored dtypes kept: :meth:`get_new_dtype`);
 3. after (:meth:`_process_model_after_weight_loading`): every tensor of the loaded model against its digest in
-   the manifest (nothing missing, nothing randomly initialised, nothing cast), each module's reconstruction
-   fingerprint, and ``save_pretrained`` bound to the checkpoint writer
+   the manifest (nothing missing, nothing randomly initialised, nothing cast), what the values mean (±1 signs,
+   positive scales, codes in range), each module's reconstruction fingerprint, the recorded summaries
+   (:func:`~caldera.pipeline.checkpoint.check_summary`), and ``save_pretrained`` bound to the checkpoint writer
    (:func:`~caldera.pipeline.checkpoint.attach_checkpoint_config`).
 
 Without the method registered transformers warns "Unknown quantization type" and builds a dense model with
@@ -124,11 +126,13 @@ def _before(quantizer: Any, model: Any, checkpoint_files: Any) -> Any:
         MODEL_FILE,
         _check_against_model,
         check_config,
+        check_stored_tensors,
         read_config,
         replace_module,
         verify_checksums,
         verify_manifest,
     )
+    from caldera.pipeline.hessians import SAFETENSORS_DTYPES
 
     if not checkpoint_files:
         raise ValueError("the caldera quantization method loads a compressed checkpoint folder; none was resolved")
@@ -144,14 +148,12 @@ def _before(quantizer: Any, model: Any, checkpoint_files: Any) -> Any:
     check_config(cfg, folder)
     verify_manifest(cfg, folder)
     with safe_open(str(folder / MODEL_FILE), "pt") as f:
-        dtypes = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I8": torch.int8,
-                  "U8": torch.uint8, "I16": torch.int16, "U16": torch.uint16, "I32": torch.int32,
-                  "U32": torch.uint32, "I64": torch.int64, "BOOL": torch.bool, "F64": torch.float64}
         shells = {}
         for k in f.keys():
             sl = f.get_slice(k)
-            shells[k] = torch.empty(sl.get_shape(), dtype=dtypes[sl.get_dtype()], device="meta")
+            shells[k] = torch.empty(sl.get_shape(), dtype=SAFETENSORS_DTYPES[sl.get_dtype()], device="meta")
     _check_against_model(cfg, shells, model, folder)
+    check_stored_tensors(cfg, shells, folder)  # dtypes and shapes; the values once they are read (_after)
     for path, meta in cfg["modules"].items():
         prefix = path + "."
         own = {k[len(prefix):]: v for k, v in shells.items() if k.startswith(prefix)}
@@ -165,7 +167,14 @@ def _before(quantizer: Any, model: Any, checkpoint_files: Any) -> Any:
 
 
 def _after(quantizer: Any, model: Any) -> Any:
-    from caldera.pipeline.checkpoint import _bad, attach_checkpoint_config, check_fingerprint, check_tensor_manifest
+    from caldera.pipeline.checkpoint import (
+        _bad,
+        attach_checkpoint_config,
+        check_fingerprint,
+        check_stored_tensors,
+        check_summary,
+        check_tensor_manifest,
+    )
 
     cfg, folder = quantizer._cfg, quantizer._folder
     tied = cfg.get("tied", {})
@@ -174,7 +183,9 @@ def _after(quantizer: Any, model: Any) -> Any:
     if on_meta:
         raise _bad(folder, f"tensors {on_meta[:5]} were not loaded")
     check_tensor_manifest(cfg, state, folder)  # what was loaded, bit for bit: nothing missing, initialised or cast
+    check_stored_tensors(cfg, state, folder)  # ±1 signs, positive scales, codes in range
     for path in cfg["modules"]:
         check_fingerprint(folder, path, model.get_submodule(path), cfg["fingerprints"])
+    check_summary(cfg, model, folder)
     attach_checkpoint_config(model, cfg)
     return model

@@ -27,12 +27,15 @@ class Quantizer(ABC):
         block_size: weights per code (8 for the E8 lattice codebooks, 1 for scalar quantizers).
         bits_per_weight: storage cost of a code divided by ``block_size``.
         opt_scale: RMS of the input the codebook is tuned for (E8P: 1.03, QuIP# ``opt_scale``).
+        num_codes: how many integer codes there are (valid codes: ``0 .. num_codes - 1``); None for a quantizer
+            whose codes are not integers (:class:`~caldera.quantizers.scalar.Identity16`: float16 values).
     """
 
     name: str = "abstract"
     block_size: int = 1
     bits_per_weight: float = 0.0
     opt_scale: float = 1.0
+    num_codes: int | None = None
 
     @abstractmethod
     def quantize(self, x: Tensor) -> Tensor:

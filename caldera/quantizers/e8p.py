@@ -62,6 +62,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from caldera.validation import check_values
+
 from .base import Quantizer
 
 # QuIP# get_norm12(): the 29 norm-12 abs patterns, written as 2|x| (3 -> 3/2, 1 -> 1/2), upstream order
@@ -613,6 +615,7 @@ class E8P(Quantizer):
         return self._t.abs_f.clone()
 
     def _flat(self, x: Tensor, arg: str) -> Tensor:
+        check_values(x, arg)
         check_finite(x, arg, MAX_ABS_INPUT)
         self.check_shape(x, arg)
         return x.detach().to(torch.float32).reshape(-1, 8).contiguous()

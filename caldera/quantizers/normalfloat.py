@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from caldera.quantizers.base import Quantizer, ScaledCodes
+from caldera.quantizers.e8p import check_codes
 
 
 @lru_cache(maxsize=None)
@@ -34,6 +35,7 @@ class NormalFloat(Quantizer):
         if not 1 <= bits <= 8 or block < 1:
             raise ValueError(f"NormalFloat(bits={bits!r}, block={block!r}); accepted: bits 1..8, block >= 1")
         self.bits, self.block = bits, block
+        self.num_codes = 1 << bits
         self.name = f"nf-{bits}"
         self.bits_per_weight = float(bits)
 
@@ -42,6 +44,7 @@ class NormalFloat(Quantizer):
         return ((x.float()[..., None] - nf_levels(self.bits, x.device)).abs().argmin(-1)).to(self.code_dtype)
 
     def dequantize(self, codes: Tensor) -> Tensor:
+        check_codes(codes, "codes", self.num_codes)  # a negative code would index from the end
         return nf_levels(self.bits, codes.device)[codes.long()]
 
     def quantize_with_scale(self, x: Tensor) -> ScaledCodes:

@@ -116,6 +116,7 @@ class E81B(Quantizer):
     bits_per_weight = 1.0
     opt_scale = 1.0
     code_dtype = torch.int32
+    num_codes = 256
 
     def __init__(self) -> None:
         self._cb = e81b_codebook()
@@ -135,7 +136,7 @@ class E81B(Quantizer):
         return codes.reshape(*x.shape[:-1], x.shape[-1] // 8)
 
     def dequantize(self, codes: Tensor) -> Tensor:
-        check_codes(codes, "codes", 256)
+        check_codes(codes, "codes", self.num_codes)
         idx = codes.reshape(-1).to(torch.int64)
         flat = _on(idx.device)[0].index_select(0, idx)
         return flat.reshape(*codes.shape[:-1], codes.shape[-1] * 8)
@@ -151,6 +152,11 @@ class _ResidualE8P(Quantizer):
     def __init__(self) -> None:
         self.stage1 = E8P()
         self.stage2: Quantizer = E8P()
+
+    @property
+    def num_codes(self) -> int:  # type: ignore[override]
+        """Codes ``(i1 << stage2_bits) | i2``: ``2**(16 + stage2_bits)`` of them."""
+        return 1 << (16 + self.stage2_bits)
 
     def quantize(self, x: Tensor) -> Tensor:
         """Codes ``(i1 << stage2_bits) | i2``: float ``(..., n)`` -> ``code_dtype`` ``(..., n // 8)``.
@@ -177,7 +183,7 @@ class _ResidualE8P(Quantizer):
 
     def dequantize(self, codes: Tensor) -> Tensor:
         """``q1 + q2 / resid_scale`` (float32 ``(..., 8 m)``) for codes ``(..., m)``."""
-        check_codes(codes, "codes", 1 << (16 + self.stage2_bits))
+        check_codes(codes, "codes", self.num_codes)
         c = codes.to(torch.int64)
         q1 = self.stage1.dequantize(c >> self.stage2_bits)
         q2 = self.stage2.dequantize(c & ((1 << self.stage2_bits) - 1))

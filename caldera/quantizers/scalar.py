@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from .base import Quantizer, ScaledCodes
-from .e8p import check_codes, check_finite
+from .e8p import check_codes, check_finite, check_values
 
 _FLOAT16_MAX = 65504.0
 
@@ -98,7 +98,7 @@ class UniformRTN(Quantizer):
         if not isinstance(per_row, bool):
             raise ValueError(f"per_row={per_row!r}: expected a bool")
         self.per_row = per_row
-        self.levels = 1 << self.bits
+        self.levels = self.num_codes = 1 << self.bits
         self.half = (self.levels - 1) / 2
         self.name = f"uniform-{self.bits}"
         self.bits_per_weight = float(self.bits)
@@ -166,7 +166,7 @@ class DitheredUniform(Quantizer):
             raise ValueError(f"R={R!r}: expected a finite number > 0 (the dynamic range)")
         self.R = float(R)
         self.bits = _check_bits(bits)
-        self.levels = 1 << self.bits
+        self.levels = self.num_codes = 1 << self.bits
         self.delta = 2 * self.R / (self.levels - 1)
         self.name = f"dithered-R{self.R:g}-{self.bits}"
         self.bits_per_weight = float(self.bits)
@@ -224,6 +224,7 @@ class Identity16(Quantizer):
 
     def quantize(self, x: Tensor) -> Tensor:
         """float ``(..., n)`` -> float16 ``(..., n)``."""
+        check_values(x, "x")
         check_finite(x, "x")
         self.check_shape(x, "x")
         if x.numel() and float(x.detach().abs().max()) > _FLOAT16_MAX:

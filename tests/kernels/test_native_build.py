@@ -181,13 +181,14 @@ def _build_ext(tmp_path, **env):
     lib = tmp_path / "lib"
     cmd = [sys.executable, "setup.py", "build_ext", "--build-lib", str(lib), "--build-temp", str(tmp_path / "tmp")]
     r = subprocess.run(cmd, cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=600)
-    return r, sorted((lib / "caldera" / "kernels").glob("_caldera_layer*"))
+    return r, sorted(p for p in (lib / "caldera" / "kernels").glob("_caldera_layer*") if p.suffix != ".sha256")
 
 
 def test_setup_without_a_compiler_succeeds_with_the_build_warning(tmp_path):
     r, built = _build_ext(tmp_path, CC="/nonexistent/cc")
     assert r.returncode == 0, r.stdout + r.stderr
     assert f'building extension "{EXT}" failed' in r.stdout + r.stderr and built == []
+    assert not list((tmp_path / "lib").rglob("*.sha256"))  # no record of a module that was not built
 
 
 @pytest.mark.skipif(not CAN_BUILD, reason="no C compiler or no Python headers")
@@ -196,6 +197,10 @@ def test_setup_builds_a_portable_extension(tmp_path):
     r, built = _build_ext(tmp_path)
     assert r.returncode == 0 and len(built) == 1, r.stdout + r.stderr
     assert "-march" not in r.stdout + r.stderr  # no machine-specific code: the variant is chosen at run time
+    from caldera.atomic import sha256_file
+
+    record = Path(str(built[0]) + native.HASH_SUFFIX)  # the build records the module's sha256 beside it
+    assert record.read_text().strip() == sha256_file(built[0]) and native.build_problem(str(built[0])) is None
     code = (
         "import importlib.util, sys\n"
         f"spec = importlib.util.spec_from_file_location({EXT!r}, {str(built[0])!r})\n"
@@ -242,3 +247,51 @@ def test_a_copy_of_a_prepared_layer_is_prepared_again():
     del layer
     _close(twin(x), codes_matmul_reference(x, twin.Q_codes.long(), 0.5, "e8p"))
     assert not torch.equal(twin(x), y)
+
+
+# The extension module is found where a truncated or damaged copy of the real one lies; whatever the check says, the
+# process must end normally (loading such a file kills the interpreter with SIGBUS, no message).
+DAMAGED_CHILD = r"""
+import importlib.util, sys
+path = sys.argv[1]
+
+
+class Here:
+    @staticmethod
+    def find_spec(name, target=None, *args):
+        return importlib.util.spec_from_file_location(name, path) if name == "caldera.kernels._caldera_layer" else None
+
+
+sys.meta_path.insert(0, Here)
+import torch
+from caldera.kernels import cpu, native
+c = torch.randint(0, 1 << 16, (4, 2)).to(torch.uint16)
+cpu.codes_matmul(torch.randn(3, 16), c, 0.5)
+print("native", native.available())
+"""
+
+
+@pytest.mark.parametrize("size", [20_000, 100_000, None])
+@pytest.mark.parametrize("record", ["as built", "missing"])
+def test_a_damaged_build_is_never_loaded(tmp_path, size, record):
+    """The module's sha256 recorded at build is checked before the module is loaded: a copy truncated to 20 kB
+    (SIGBUS when loaded) or 100 kB (loads, and only the struct layout was checked), or one without its record,
+    gives one NativeKernelWarning saying so and the Numba path; the intact copy with its record loads."""
+    if not native.available():
+        pytest.skip("the C extension is not built")
+    from caldera.atomic import sha256_file
+
+    real = Path(sys.modules[EXT].__file__)
+    copy = tmp_path / real.name
+    copy.write_bytes(real.read_bytes()[:size])
+    if record == "as built":
+        (tmp_path / (real.name + native.HASH_SUFFIX)).write_text(sha256_file(real) + "\n")
+    r = subprocess.run([sys.executable, "-c", DAMAGED_CHILD, str(copy)], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    if size is None and record == "as built":
+        assert r.stdout.split() == ["native", "True"] and "NativeKernelWarning" not in r.stderr
+        return
+    assert r.stdout.split() == ["native", "False"] and r.stderr.count("NativeKernelWarning") == 1
+    why = "truncated or damaged" if record == "as built" else "no build record"
+    assert f"{copy} is not the file that was built" in r.stderr and why in r.stderr and "reinstall" in r.stderr

@@ -432,3 +432,31 @@ def test_cached_folder_without_marker_is_verified_by_path(cache, tmp_path, monke
     (target / assets.MARKER).unlink()  # e.g. an older discard, or a hand-deleted marker
     with pytest.raises(ValueError, match=r"\.complete is missing or unreadable; run `caldera assets`"):
         assets.load_model(target)
+
+
+@pytest.mark.parametrize("planted", [("special_tokens_map.json", {"bos_token": "<unk>"}),
+                                     ("added_tokens.json", {"<planted>": 4096})])
+def test_a_file_planted_beside_the_built_ones_is_refused(cache, tmp_path, monkeypatch, capsys, planted):
+    """A file the marker does not list would be read by the tokenizer loader (it changes the tokenizer), so the
+    folder is refused like a modified file, by name; `caldera assets` rebuilds it without the file; hidden files
+    (no loader reads them) are not loader inputs."""
+    from transformers import AutoTokenizer
+
+    from caldera import cli
+
+    target, builds = _built_model(cache, tmp_path, monkeypatch)
+    before = AutoTokenizer.from_pretrained(str(target), local_files_only=True)
+    name, content = planted
+    (target / name).write_text(json.dumps(content))
+    after = AutoTokenizer.from_pretrained(str(target), local_files_only=True)  # what an unverified load reads
+    assert (after.bos_token, len(after)) != (before.bos_token, len(before))
+    with pytest.raises(ValueError, match=rf"{name} was not built here \(its marker does not list it.*delete it"
+                                         r".*`caldera assets`"):
+        assets.load_model(target)
+    assert not assets.is_complete(target, assets.SMOLLM2_SHA256)
+    n = len(builds)
+    assert cli.main(["assets", "--only", "smollm2"]) == 0
+    assert len(builds) == n + 1 and not (target / name).exists() and assets.verify_built(target) == target
+    (target / ".cache").mkdir()
+    (target / ".cache" / "note").write_text("x")
+    assert assets.verify_built(target) == target

@@ -199,8 +199,13 @@ def test_layers_from_other_hessians_are_recomputed(tmp_path):
     first = C.read_layer_result(tmp_path / "layers", 0)["matrices"]["mlp.up_proj"]["error"]
     collect_hessians(model, torch.randint(0, 128, (4, 16), generator=g), tmp_path / "h2", progress=False)
     (tmp_path / "h2" / "layer_000.safetensors").replace(tmp_path / "h" / "layer_000.safetensors")
+    # one layer of another calibration set among the others: refused before any work
+    with pytest.raises(ValueError, match=r"layer_000\.safetensors has calibration_sha256 '\w+' but .*hessians\.json"):
+        C.compress_model(model, tmp_path / "h", "quip#", {}, tmp_path / "layers", progress=False)
+    for f in ("layer_001.safetensors", "hessians.json"):  # the whole folder recomputed
+        (tmp_path / "h2" / f).replace(tmp_path / "h" / f)
     s = C.compress_model(model, tmp_path / "h", "quip#", {}, tmp_path / "layers", progress=False)
-    assert s["computed"] == [0] and s["skipped"] == [1]
+    assert s["computed"] == [0, 1] and s["skipped"] == []
     assert C.read_layer_result(tmp_path / "layers", 0)["matrices"]["mlp.up_proj"]["error"] != first
 
 

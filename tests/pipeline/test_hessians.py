@@ -260,3 +260,141 @@ def test_layers_streamed_to_cuda_from_a_cpu_model(tmp_path):
             a, b = (load_layer_hessians(layer_file(tmp_path / d, li)) for d in ("cpu", f"s{offload}"))
             for g in a:
                 torch.testing.assert_close(b[g], a[g], rtol=1e-4, atol=1e-5 * float(a[g].abs().max()))
+
+
+# ------------------------------------------------------------ a Hessian file proves which layer and job it is for
+
+
+def _rewrite(path, meta_edit=None, tensors_edit=None, dst=None):
+    """Rewrite a layer file the way the writer writes one (content hash recomputed, metadata sorted JSON), after
+    ``meta_edit(meta)`` / ``tensors_edit(tensors)``; to ``dst`` if given."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    from caldera.atomic import save_safetensors_atomic
+    from caldera.pipeline.hessians import META_KEY, tensors_sha256
+
+    with safe_open(str(path), "pt") as f:
+        meta = json.loads(f.metadata()[META_KEY])
+    tensors = load_file(str(path))
+    if meta_edit:
+        meta_edit(meta)
+    if tensors_edit:
+        tensors_edit(tensors)
+    meta["tensors_sha256"] = tensors_sha256(tensors)
+    save_safetensors_atomic(tensors, dst or path, {META_KEY: json.dumps(meta, sort_keys=True)})
+
+
+def _swap(d):
+    a, b, tmp = layer_file(d, 0), layer_file(d, 1), d / "swap"
+    a.rename(tmp)
+    b.rename(a)
+    tmp.rename(b)
+
+
+def _set_count(n):
+    def go(t):
+        for g in GROUPS:
+            t[f"{g}.count"] = torch.tensor(n, dtype=torch.int64)
+    return go
+
+
+def _wrong_shape(t):
+    t["qkv.H"], t["qkv.mu"] = torch.eye(96), torch.zeros(96, dtype=torch.float64)
+
+
+@pytest.fixture(scope="module")
+def collected(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hess")
+    model = tiny_llama()
+    collect_hessians(model, calib(n=3, t=8), d / "h", progress=False)
+    collect_hessians(model, calib(n=3, t=8, seed=9), d / "other", progress=False)
+    return model, d
+
+
+_L0 = r"layer_000\.safetensors"
+# (mutation of a copy of the folder, what the refusal says); every file rewritten as the writer writes one
+HESSIAN_MUTATIONS = {
+    "two layer files swapped": (_swap, _L0 + r" is not what its name and metadata say \(its metadata says it holds "
+                                       r"layer 1, its name says layer 0"),
+    "model edited": (lambda d: _rewrite(layer_file(d, 0), lambda m: m.update(model="other/model")),
+                     _L0 + r" has model 'other/model' but .*hessians\.json says 'LlamaForCausalLM'"),
+    "calibration hash edited": (lambda d: _rewrite(layer_file(d, 0), lambda m: m.update(calibration_sha256="0" * 16)),
+                                _L0 + r" has calibration_sha256 '0{16}' but .*hessians\.json says"),
+    "n_tokens edited": (lambda d: _rewrite(layer_file(d, 0), lambda m: m.update(n_tokens=999)),
+                        _L0 + r" .*group 'qkv' counted 24 tokens, its metadata says n_tokens 999"),
+    "n_tokens and counts edited": (lambda d: _rewrite(layer_file(d, 0), lambda m: m.update(n_tokens=999),
+                                                      _set_count(999)),
+                                   _L0 + r" has n_tokens 999 but .*hessians\.json says 24"),
+    "count of 0": (lambda d: _rewrite(layer_file(d, 0), lambda m: m.update(n_tokens=0), _set_count(0)),
+                   _L0 + r" .*n_tokens 0 in its metadata; a Hessian is an average over at least one token"),
+    "fp16 under a float32 header": (lambda d: _rewrite(layer_file(d, 0), None, lambda t: t.update(
+        {k: v.half() for k, v in t.items() if k.endswith(".H")})),
+        _L0 + r" .*group '\w+' stores H as float16 under a header that says dtype 'float32'"),
+    "wrong shape": (lambda d: _rewrite(layer_file(d, 0), None, _wrong_shape),
+                    _L0 + r": group 'qkv' H has shape \(96, 96\); layer 0's self_attn\.q_proj takes 64 inputs, so "
+                          r"the expected shape is \(64, 64\)"),
+    "foreign file (other calibration)": (
+        lambda d: layer_file(d, 1).write_bytes(layer_file(d.parent / "other", 1).read_bytes()),
+        r"layer_001\.safetensors has calibration_sha256 '\w+' but .*hessians\.json says"),
+    "foreign file, no summary": (
+        lambda d: (layer_file(d, 1).write_bytes(layer_file(d.parent / "other", 1).read_bytes()),
+                   (d / "hessians.json").unlink()),
+        r"layer_001\.safetensors has calibration_sha256 '\w+' but .*layer_000\.safetensors says"),
+}
+
+
+@pytest.mark.parametrize("case", list(HESSIAN_MUTATIONS))
+def test_wrong_hessians_are_refused_before_work(collected, tmp_path, case):
+    """Each mutation (resealed as the writer seals a file) is refused by compress_model before any layer is
+    compressed (its output folder is not even created), naming the file and what is wrong."""
+    import shutil
+
+    from caldera.pipeline.compress import compress_model
+
+    model, d = collected
+    h = tmp_path / "h"
+    shutil.copytree(d / "h", h)
+    (tmp_path / "other").symlink_to(d / "other")
+    edit, msg = HESSIAN_MUTATIONS[case]
+    edit(h)
+    out = tmp_path / "layers"
+    with pytest.raises(ValueError, match=msg):
+        compress_model(model, h, "quip#", {}, out, progress=False)
+    assert not out.exists()
+
+
+def test_the_job_names_its_model_and_token_count(collected, tmp_path):
+    """What the job knows (hessian_expect) wins over the folder's summary: another model's name or token count is
+    refused; the same model spelled as another path to the same folder is the same model."""
+    from caldera.pipeline.hessians import check_hessian_files
+
+    model, d = collected
+    name = json.loads((d / "h" / "hessians.json").read_text())["model"]
+    check_hessian_files(d / "h", [0, 1], model, {"model": name, "n_tokens": 24})
+    with pytest.raises(ValueError, match=r"layer_000\.safetensors has model '[^']+' but this job says 'llama-7b'"):
+        check_hessian_files(d / "h", [0, 1], model, {"model": "llama-7b"})
+    with pytest.raises(ValueError, match=r"has n_tokens 24 but this job says 4096"):
+        check_hessian_files(d / "h", [0], model, {"n_tokens": 4096})
+    m = tmp_path / "m"
+    m.mkdir()
+    (tmp_path / "link").symlink_to(m)
+    _rewrite(layer_file(d / "h", 0), lambda meta: meta.update(model=str(m)), dst=tmp_path / "layer_000.safetensors")
+    check_hessian_files(tmp_path, [0], model, {"model": str(tmp_path / "link")})
+    with pytest.raises(FileNotFoundError, match=r"no Hessians for layers \[1\]"):
+        check_hessian_files(tmp_path, [0, 1], model)
+
+
+def test_a_swapped_file_is_refused_by_every_reader(collected, tmp_path):
+    """load_layer_hessians itself compares a file's layer with its name (selection, figures and profiling read
+    files one by one), and a rerun of collection recomputes the two swapped layers."""
+    import shutil
+
+    model, d = collected
+    h = tmp_path / "h"
+    shutil.copytree(d / "h", h)
+    _swap(h)
+    with pytest.raises(ValueError, match=r"layer_001\.safetensors is not what its name and metadata say"):
+        load_layer_hessians(layer_file(h, 1))
+    assert collect_hessians(model, calib(n=3, t=8), h, progress=False)["computed"] == [0, 1]
+    load_layer_hessians(layer_file(h, 0))

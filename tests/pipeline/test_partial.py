@@ -27,7 +27,7 @@ def saved(tmp_path_factory):
     model.save_pretrained(root / "sharded", max_shard_size="40KB")
     model.save_pretrained(root / "single")
     ids = torch.randint(0, 128, (4, 16), generator=torch.Generator().manual_seed(0))
-    collect_hessians(model, ids, root / "hess", progress=False)
+    collect_hessians(model, ids, root / "hess", progress=False, model_name="m")  # the run's name for the model
     return model, root
 
 

@@ -175,3 +175,20 @@ def test_identity16() -> None:
         q.quantize(torch.tensor([float("nan")]))
     with pytest.raises(ValueError, match="codes"):
         q.dequantize(torch.zeros(3))
+
+
+@pytest.mark.parametrize("name, n", [("e8p", 1 << 16), ("e8p-rvq4", 1 << 32), ("e8p-rvq3", 1 << 24),
+                                     ("uniform-3", 8), ("nf-4", 16), ("identity", None)])
+def test_num_codes_is_the_code_range_dequantize_accepts(name, n) -> None:
+    """``num_codes`` (what a checkpoint load checks stored codes against) is exactly the range ``dequantize``
+    accepts; a NormalFloat code outside it is refused (a negative index would read a level from the end)."""
+    from caldera.quantizers import get_quantizer
+
+    q = get_quantizer(name)
+    assert q.num_codes == n
+    if n is None:
+        return
+    q.dequantize(torch.full((1, 1), n - 1, dtype=torch.int64))
+    for bad in (-1, n):
+        with pytest.raises(ValueError, match=r"code values must lie in \[0, %d\]" % (n - 1)):
+            q.dequantize(torch.full((1, 1), bad, dtype=torch.int64))
