@@ -106,7 +106,7 @@ def perplexity(
         windows = windows[:max_windows]
     if reference is None:
         return summarize(window_losses(model, windows, batch_size=batch_size, progress=progress), seq_len)
-    from caldera.eval.distribution import DenseReference, WINDOW_KEYS, paired_window_sums, summary
+    from caldera.eval.distribution import WINDOW_KEYS, DenseReference, paired_window_sums, summary
 
     ref = DenseReference.open(reference, windows)
     sums: dict[str, list[torch.Tensor]] = {k: [] for k in WINDOW_KEYS}

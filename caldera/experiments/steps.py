@@ -466,8 +466,15 @@ def step_timings(jobs: list[dict[str, Any]], run: str, out_json: str, out_md: st
         st["span_s"] = st["end"] - st["start"]
         st["from_s"], st["to_s"] = st.pop("start") - t0, st.pop("end") - t0
     total = max((st["to_s"] for st in stages.values()), default=0.0)
+    rules: dict[str, dict[str, Any]] = {}
+    for j in jobs:
+        if "rule" in j:
+            r = rules.setdefault(j["rule"], {"stage": j["stage"], "jobs": 0, "job_s": 0.0, "max_s": 0.0})
+            r["jobs"] += 1
+            r["job_s"] += j["s"]
+            r["max_s"] = max(r["max_s"], j["s"])
     res = {"stages": stages, "span_s": total, "job_s": sum(st["job_s"] for st in stages.values()),
-           "n_jobs": len(jobs)}
+           "n_jobs": len(jobs), **({"rules": rules} if rules else {})}
     write_json(out_json, res)
     if out_md is not None:
         lines = [f"# Run time per stage ({run})", "",
@@ -481,5 +488,12 @@ def step_timings(jobs: list[dict[str, Any]], run: str, out_json: str, out_md: st
                          f"{st['to_s'] / 60:.1f} | {st['job_s'] / 60:.1f} | {st['max_rss_mb'] / 1024:.2f} |")
         lines += ["", f"Whole run (first job start → last job end before this report): {total / 60:.1f} min; "
                   f"{len(jobs)} jobs, {res['job_s'] / 60:.1f} min of job time."]
+        if rules:
+            lines += ["", "Per rule (largest job time first):", "",
+                      "| rule | stage | jobs | job time (min) | mean per job (s) | longest job (s) |",
+                      "|---|---|---|---|---|---|"]
+            for name, r in sorted(rules.items(), key=lambda kv: -kv[1]["job_s"]):
+                lines.append(f"| {name} | {r['stage']} | {r['jobs']} | {r['job_s'] / 60:.1f} | "
+                             f"{r['job_s'] / r['jobs']:.0f} | {r['max_s']:.0f} |")
         write_atomic(out_md, "\n".join(lines) + "\n")
     return res

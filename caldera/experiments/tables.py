@@ -466,7 +466,8 @@ def render(tab: dict[str, Any], caption: str) -> tuple[str, str, str]:
         rows.append(cells)
         csv_rows.append([r["method"], r["paper_model"], r["stand_in"], r["paper_rank"], r["rank"], r["b_lr"],
                          n.get("ppl") if r["variant"] else None, n.get("zeroshot") if r["variant"] else None]
-                        + [x for c in cols for x in (r["paper"].get(c), r["ours"].get(c), *(ci.get(c) or (None, None)))])
+                        + [x for c in cols
+                           for x in (r["paper"].get(c), r["ours"].get(c), *(ci.get(c) or (None, None)))])
     return render_table_texts(caption, head, rows, csv_head, csv_rows, (UNDERSCORE, ARROW),
                               (HASH, PLUS_MINUS, ARROW, UNDERSCORE))
 

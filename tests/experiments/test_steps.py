@@ -38,6 +38,13 @@ def test_step_timings_sums_and_spans_per_stage(tmp_path):
     assert res["span_s"] == 100.0 and res["job_s"] == 46.0 and res["n_jobs"] == 4
     assert json.loads((tmp_path / "t.json").read_text()) == res
     assert (tmp_path / "t.md").read_text().startswith("# Run time per stage (run-x)")
+    assert "rules" not in res  # records without a rule: no per-rule table
+    for j, rule in zip(jobs, ("x", "y", "x", "z")):
+        j["rule"] = rule
+    res = step_timings(jobs, "run-x", str(tmp_path / "t.json"), str(tmp_path / "t.md"))
+    assert res["rules"]["x"] == {"stage": "a", "jobs": 2, "job_s": 40.0, "max_s": 30.0}
+    md = (tmp_path / "t.md").read_text()
+    assert md.index("| x | a | 2 | 0.7 | 20 | 30 |") < md.index("| y | a | 1 | 0.1 | 5 | 5 |")  # largest first
 
 
 @pytest.fixture(scope="module")

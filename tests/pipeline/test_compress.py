@@ -323,17 +323,17 @@ def test_hessian_errors_name_the_file(tmp_path):
 
 
 def _readme_method_source() -> str:
-    """The README's "Adding a compression method" example, exactly as printed."""
+    """The worked example of docs/methods.md ("Adding a compression method"), exactly as printed."""
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "methods.md").read_text()
     section = text[text.index("## Adding a compression method"):]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
 def test_the_readme_method_imports_without_torch(tmp_path):
-    """The README's example module loads without torch (a pinned workflow job unpickles its config first)."""
+    """The documented example module loads without torch (a pinned workflow job unpickles its config first)."""
     import subprocess
     import sys
 
@@ -345,13 +345,13 @@ def test_the_readme_method_imports_without_torch(tmp_path):
 
 
 def test_the_readme_method_compresses_stores_and_evaluates_a_float_q(setup, monkeypatch):
-    """The README's example (a Q without codes) runs as printed: compressed, assembled, reloaded, and the
+    """The documented example (a Q without codes) runs as printed: compressed, assembled, reloaded, and the
     loaded model computes with exactly its Q; its bits are the float32 Q's 32 per weight, not a quantizer's."""
     from caldera.methods import registry
 
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
     ns: dict = {}
-    exec(compile(_readme_method_source(), "README.md", "exec"), ns)
+    exec(compile(_readme_method_source(), "docs/methods.md", "exec"), ns)
     model, root = setup
     s = C.compress_model(model, root / "hess", "my-rounding", {"bits": 4}, root / "mine.layers", progress=False)
     assert s["computed"] == [0, 1]

@@ -45,8 +45,8 @@ def read_benchmarks(bench_dir: Path) -> list[dict]:
             s, rss = float(row["s"]), float(row.get("max_rss", "nan"))
         except (KeyError, ValueError):
             continue
-        out.append({"stage": STAGES.get(path.parent.name, path.parent.name), "s": s, "max_rss_mb": rss,
-                    "end": path.stat().st_mtime})
+        out.append({"stage": STAGES.get(path.parent.name, path.parent.name), "rule": path.parent.name, "s": s,
+                    "max_rss_mb": rss, "end": path.stat().st_mtime})
     return out
 
 
