@@ -13,8 +13,11 @@ The dense side is computed once per model and kept on disk (:class:`DenseReferen
 float16 (``(n_windows, seq_len − 1, vocab)``, one ``.npy`` memory map), plus, exactly, the log-probability of the
 actual token (float32) and the argmax (int64) at every position. A compressed model's evaluation reads it window
 by window in its own forward pass (:func:`caldera.eval.perplexity.perplexity` with ``reference=``). The dense
-log-probabilities are renormalised after the float16 round trip (a log-sum-exp per position), so p is a
-distribution; float16 keeps ln p to 2⁻¹¹ relative, which moves the KL by far less than its window interval.
+log-probabilities are renormalised after the float16 round trip, so p is a distribution: the reference keeps, per
+position, the log-sum-exp c of the float16 values and ``Σ_v p(v) ln p(v)`` of the renormalised p, so that an
+evaluation computes ``KL = Σ p ln p − Σ_v p(v) z(v) + logsumexp(z)`` from the compressed logits z in one
+exponential and one dot product per position. float16 keeps ln p to 2⁻¹¹ relative, which moves the KL by far less
+than its window interval.
 
 Results per window (sums over its positions, so windows can be bootstrapped): ``window_kl``, ``window_dlogp``,
 ``window_top1``; :func:`summary` gives the token-weighted means.
@@ -38,13 +41,20 @@ WINDOW_KEYS = ("window_kl", "window_dlogp", "window_top1")
 class DenseReference:
     """The dense model's next-token distributions on a set of windows (module docstring). ``folder`` holds
     ``logprobs.npy`` (float16, (W, T − 1, V)), ``target.npy`` (float32, (W, T − 1): ln p of the actual token),
-    ``argmax.npy`` (int64, (W, T − 1)) and ``meta.json`` (shape, the windows' token ids' checksum)."""
+    ``argmax.npy`` (int64, (W, T − 1)), ``lse.npy`` (float32, (W, T − 1): log-sum-exp of the float16 log-probabilities),
+    ``negentropy.npy`` (float32, (W, T − 1): Σ p ln p of the renormalised p) and ``meta.json`` (shape, the windows'
+    token ids' checksum)."""
 
     folder: Path
     logprobs: np.ndarray
     target: np.ndarray
     argmax: np.ndarray
+    lse: np.ndarray
+    negentropy: np.ndarray
     meta: dict
+
+    #: the arrays besides ``logprobs.npy``, each (W, T − 1)
+    POSITION_ARRAYS = ("target", "argmax", "lse", "negentropy")
 
     @staticmethod
     def windows_checksum(windows: torch.Tensor) -> str:
@@ -62,22 +72,35 @@ class DenseReference:
             raise FileNotFoundError(f"{folder}: no dense reference here (meta.json missing); the dense model's "
                                     "reference job writes it (caldera.eval.distribution.write_reference)")
         meta = json.loads(meta_path.read_text())
-        ref = cls(folder, np.load(folder / "logprobs.npy", mmap_mode="r"), np.load(folder / "target.npy"),
-                  np.load(folder / "argmax.npy"), meta)
+        missing = [f"{k}.npy" for k in cls.POSITION_ARRAYS if not (folder / f"{k}.npy").exists()]
+        if missing:
+            raise ValueError(f"{folder}: {', '.join(missing)} missing (a reference of an older format, or a partial "
+                             "copy); rebuild the reference")
+        ref = cls(folder, np.load(folder / "logprobs.npy", mmap_mode="r"),
+                  *(np.load(folder / f"{k}.npy") for k in cls.POSITION_ARRAYS), meta)
         w, t, v = meta["shape"]
-        if ref.logprobs.shape != (w, t, v) or ref.target.shape != (w, t) or ref.argmax.shape != (w, t):
+        if ref.logprobs.shape != (w, t, v) or any(getattr(ref, k).shape != (w, t) for k in cls.POSITION_ARRAYS):
             raise ValueError(f"{folder}: arrays do not match meta.json's shape {meta['shape']}; rebuild the reference")
         if windows is not None and cls.windows_checksum(windows) != meta["windows_sha256"]:
             raise ValueError(f"{folder}: made on other windows than these (token checksum differs); rebuild the "
                              "reference with the same eval.ppl settings and tokenizer")
         return ref
 
-    def chunk(self, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(log p (B, T − 1, V) float32 renormalised, ln p(y) (B, T − 1), argmax (B, T − 1))`` of windows
-        ``start:stop``."""
-        lp = torch.from_numpy(np.asarray(self.logprobs[start:stop], dtype=np.float32))
-        lp = lp - torch.logsumexp(lp, dim=-1, keepdim=True)
-        return lp, torch.from_numpy(self.target[start:stop]), torch.from_numpy(self.argmax[start:stop])
+    def chunk(self, start: int, stop: int) -> tuple[torch.Tensor, ...]:
+        """``(p (B, T − 1, V) float32 renormalised, Σ p ln p (B, T − 1), ln p(y) (B, T − 1), argmax (B, T − 1))``
+        of windows ``start:stop``."""
+        p = torch.from_numpy(np.asarray(self.logprobs[start:stop], dtype=np.float32))
+        p.sub_(torch.from_numpy(self.lse[start:stop]).unsqueeze(-1)).exp_()
+        return (p, *(torch.from_numpy(getattr(self, k)[start:stop]) for k in ("negentropy", "target", "argmax")))
+
+
+def renormalised(lp16: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(c, Σ p ln p)`` per position of float16 log-probabilities ``(..., V)``: c their log-sum-exp and p =
+    exp(lp16 − c) the distribution they round to (both float32)."""
+    lp = lp16.float()
+    c = torch.logsumexp(lp, dim=-1, keepdim=True)
+    lp.sub_(c)
+    return c.squeeze(-1), (lp.exp() * lp).sum(dim=-1)
 
 
 def next_token_logprobs(logits: torch.Tensor, batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -92,16 +115,18 @@ def paired_window_sums(logits: torch.Tensor, batch: torch.Tensor, ref: tuple[tor
                        torch.Tensor]) -> dict[str, torch.Tensor]:
     """Per-window sums ``{window_kl, window_dlogp, window_top1}`` (each ``(B,)`` float64) of a compressed model's
     logits ``(B, T, V)`` on ids ``batch`` against the dense reference chunk ``ref`` (:meth:`DenseReference.chunk`
-    of the same windows)."""
-    lp, target_p, argmax_p = (x.to(logits.device) for x in ref)
-    lq, target_q = next_token_logprobs(logits, batch)
-    if lq.shape != lp.shape:
-        raise ValueError(f"the reference holds {tuple(lp.shape)} log-probabilities, the model gives {tuple(lq.shape)}"
+    of the same windows). ``KL = Σ p ln p − Σ p z + logsumexp(z)`` per position (module docstring)."""
+    p, negent_p, target_p, argmax_p = (x.to(logits.device) for x in ref)
+    z = logits[:, :-1].float()
+    if z.shape != p.shape:
+        raise ValueError(f"the reference holds {tuple(p.shape)} log-probabilities, the model gives {tuple(z.shape)}"
                          " (another vocabulary or window length); rebuild the reference")
-    kl = (lp.exp() * (lp - lq)).sum(dim=-1)
+    lse = torch.logsumexp(z, dim=-1)
+    target_q = z.gather(-1, batch[:, 1:].to(z.device).unsqueeze(-1)).squeeze(-1) - lse
+    kl = negent_p - torch.linalg.vecdot(p, z) + lse
     return {"window_kl": kl.sum(dim=1).double().cpu(),
             "window_dlogp": (target_q - target_p).sum(dim=1).double().cpu(),
-            "window_top1": (lq.argmax(dim=-1) == argmax_p).sum(dim=1).double().cpu()}
+            "window_top1": (z.argmax(dim=-1) == argmax_p).sum(dim=1).double().cpu()}
 
 
 @torch.inference_mode()
@@ -122,7 +147,7 @@ def write_reference(model, windows: torch.Tensor, folder: str | os.PathLike, bat
     was_training = model.training
     model.eval()
     w, t = windows.shape
-    lp_out = target = argmax = None
+    lp_out = target = argmax = lse = negent = None
     try:
         with tqdm(total=w, desc="dense reference", unit="win", disable=not progress) as bar:
             for start in range(0, w, batch_size):
@@ -133,8 +158,14 @@ def write_reference(model, windows: torch.Tensor, folder: str | os.PathLike, bat
                     lp_out = open_memmap(tmp / "logprobs.npy", mode="w+", dtype=np.float16, shape=(w, t - 1, v))
                     target = np.zeros((w, t - 1), dtype=np.float32)
                     argmax = np.zeros((w, t - 1), dtype=np.int64)
+                    lse = np.zeros((w, t - 1), dtype=np.float32)
+                    negent = np.zeros((w, t - 1), dtype=np.float32)
                 stop = start + batch.shape[0]
-                lp_out[start:stop] = lp.cpu().numpy().astype(np.float16)
+                lp16 = lp.half()
+                lp_out[start:stop] = lp16.cpu().numpy()
+                c, h = renormalised(lp16)
+                lse[start:stop] = c.cpu().numpy()
+                negent[start:stop] = h.cpu().numpy()
                 target[start:stop] = tp.cpu().numpy()
                 argmax[start:stop] = lp.argmax(dim=-1).cpu().numpy()
                 bar.update(batch.shape[0])
@@ -144,6 +175,8 @@ def write_reference(model, windows: torch.Tensor, folder: str | os.PathLike, bat
     del lp_out
     np.save(tmp / "target.npy", target)
     np.save(tmp / "argmax.npy", argmax)
+    np.save(tmp / "lse.npy", lse)
+    np.save(tmp / "negentropy.npy", negent)
     meta = {"shape": [w, t - 1, int(v)], "windows_sha256": DenseReference.windows_checksum(windows),
             "dtype": "float16"}
     (tmp / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")

@@ -205,30 +205,41 @@ def method_family(v: Variant) -> str:
 
 
 def replicate_variants(config: dict[str, Any], variants: dict[str, Variant]) -> dict[str, list[Variant]]:
-    """``{variant id: [the variant, its replicate for each seed of replicates.seeds, …]}`` for every compressed
-    variant whose id matches a pattern of ``replicates.variants`` (``fnmatch``; ``"*"``: all) and whose method
-    takes a ``seed``: the same method, parameters and rank, compressed again with ``params.seed = s`` (every
-    per-layer seed is derived from it: :func:`caldera.pipeline.compress.group_seed`). Empty without a
-    ``replicates`` block. The realizations are listed in seed order, the variant's own seed first."""
+    """``{variant id: [the variant, its replicate for each of its seeds, …]}`` for every compressed variant whose
+    id matches a pattern of ``replicates.variants`` (``fnmatch``; ``"*"``: all) and whose method takes a ``seed``:
+    the same method, parameters and rank, compressed again with ``params.seed = s`` (every per-layer seed is
+    derived from it: :func:`caldera.pipeline.compress.group_seed`). A pattern is a string (its variants take
+    ``replicates.seeds``) or ``{pattern, seeds}`` (its own seeds); the first pattern a variant matches gives its
+    seeds. Empty without a ``replicates`` block. The realizations are listed in seed order, the variant's own seed
+    first."""
     import fnmatch
 
     rep = config.get("replicates")
-    if not rep or not rep.get("seeds"):
+    if not rep:
         return {}
     out: dict[str, list[Variant]] = {}
     for vid, v in sorted(variants.items()):
         if v.replicate_of is not None or v.config is None or not hasattr(v.config, "seed") or not is_random(v):
             continue
-        if not any(fnmatch.fnmatchcase(vid, pat) for pat in rep.get("variants", [])):
+        seeds = next((s for pat, s in replicate_patterns(rep) if fnmatch.fnmatchcase(vid, pat)), None)
+        if not seeds:
             continue
         reps = [v]
         off = int(config.get("seed_offset") or 0)
-        for i, s in enumerate(rep["seeds"]):
+        for i, s in enumerate(seeds):
             params = {**v.params, "seed": int(s) + off}
             reps.append(Variant(f"{vid}{REPLICATE_SUFFIX}{int(s)}", v.model, v.method, params, v.rank, v.b_lr,
                                 method_config(v.method, params, f"replicates.seeds[{i}]"), replicate_of=vid))
         out[vid] = reps
     return out
+
+
+def replicate_patterns(rep: dict[str, Any]) -> list[tuple[str, list[int]]]:
+    """``[(fnmatch pattern, its seeds)]`` of a ``replicates`` block, in order: a string entry of ``variants``
+    takes ``seeds``, a ``{pattern, seeds}`` entry its own."""
+    default = [int(s) for s in rep.get("seeds", [])]
+    return [(p, default) if isinstance(p, str) else (p["pattern"], [int(s) for s in p["seeds"]])
+            for p in rep.get("variants", [])]
 
 
 def check_replicates(config: dict[str, Any], variants: dict[str, Variant]) -> list[str]:
@@ -240,16 +251,20 @@ def check_replicates(config: dict[str, Any], variants: dict[str, Variant]) -> li
     if not rep:
         return []
     errors = []
-    seeds = [int(s) for s in rep.get("seeds", [])]
-    if len(set(seeds)) != len(seeds):
-        errors.append(f"replicates.seeds: {seeds} repeats a seed; each seed is one more realization")
     seeded = {vid: v for vid, v in variants.items()
               if v.config is not None and hasattr(v.config, "seed") and is_random(v)}
     off = int(config.get("seed_offset") or 0)
-    own = sorted({v.config.seed for v in seeded.values()} & {s + off for s in seeds})
-    if own:
-        errors.append(f"replicates.seeds: {own} is a variant's own seed (methods.*.params.seed); pick other seeds")
-    for i, pat in enumerate(rep.get("variants", [])):
+    keys = ["replicates.seeds"] + [f"replicates.variants[{i}].seeds" for i, p in enumerate(rep.get("variants", []))
+                                   if not isinstance(p, str)]
+    lists = [[int(s) for s in rep.get("seeds", [])]] + [[int(s) for s in p["seeds"]]
+                                                         for p in rep.get("variants", []) if not isinstance(p, str)]
+    for key, seeds in zip(keys, lists):
+        if len(set(seeds)) != len(seeds):
+            errors.append(f"{key}: {seeds} repeats a seed; each seed is one more realization")
+        own = sorted({v.config.seed for v in seeded.values()} & {s + off for s in seeds})
+        if own:
+            errors.append(f"{key}: {own} is a variant's own seed (methods.*.params.seed); pick other seeds")
+    for i, (pat, _) in enumerate(replicate_patterns(rep)):
         if not any(fnmatch.fnmatchcase(vid, pat) for vid in seeded):
             determ = sorted(vid for vid, v in variants.items() if fnmatch.fnmatchcase(vid, pat) and not is_random(v))
             why = (f" ({', '.join(determ)}: deterministic, no realization spread, nothing to replicate; remove the "

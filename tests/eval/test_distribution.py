@@ -60,3 +60,12 @@ def test_a_reference_from_other_windows_or_a_partial_write_is_refused(tmp_path):
     np.save(ref / "target.npy", np.zeros((2, 8), dtype=np.float32))
     with pytest.raises(ValueError, match="do not match"):
         DenseReference.open(ref)
+
+
+def test_a_reference_without_its_renormalisation_arrays_is_refused(tmp_path):
+    dense = tiny_llama(seed=0).eval()
+    windows = torch.randint(0, 128, (2, 9))
+    ref = write_reference(dense, windows, tmp_path / "ref", progress=False)
+    (ref / "negentropy.npy").unlink()
+    with pytest.raises(ValueError, match="negentropy.npy missing"):
+        DenseReference.open(ref)

@@ -378,3 +378,23 @@ def test_a_deterministic_extra_method_is_not_random_and_never_replicated():
     only["replicates"]["variants"] = [rtn[0].id]
     with pytest.raises(ValueError, match="deterministic, no realization spread"):
         checked(only)
+
+
+def test_a_replicates_pattern_with_its_own_seeds_replicates_only_its_variants_with_those_seeds():
+    from caldera.experiments.plan import check_replicates, replicate_variants
+
+    cfg = load("smoke")
+    cfg["replicates"]["variants"] = [{"pattern": "smollm2-quipsharp", "seeds": [7]}, "smollm2-caldera-*"]
+    variants = checked(cfg)
+    reps = replicate_variants(cfg, variants)
+    assert [r.config.seed for r in reps["smollm2-quipsharp"]] == [0, 7]
+    assert all([r.config.seed for r in rs] == [0, 1, 2] for vid, rs in reps.items() if "caldera" in vid)
+    # the first pattern that matches gives the seeds
+    cfg["replicates"]["variants"] = [{"pattern": "smollm2-*", "seeds": [5]}, "smollm2-caldera-*"]
+    assert {tuple(r.config.seed for r in rs) for rs in replicate_variants(cfg, checked(cfg)).values()} == {(0, 5)}
+    # a pattern's own seeds are checked like `seeds`
+    cfg["replicates"]["variants"] = [{"pattern": "smollm2-quipsharp", "seeds": [3, 3]}]
+    assert any("replicates.variants[0].seeds: [3, 3] repeats a seed" in e for e in check_replicates(cfg, variants))
+    cfg["replicates"]["variants"] = [{"pattern": "smollm2-quipsharp", "seeds": [0]}]
+    assert any("replicates.variants[0].seeds: [0] is a variant's own seed" in e
+               for e in check_replicates(cfg, variants))
