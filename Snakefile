@@ -10,7 +10,8 @@ min_version("8.0")
 
 # An explicit --configfile is the whole config; config/mini.yaml is read only when none is given (a `configfile:`
 # directive would deep-merge every --configfile over it, so paper.yaml would run with mini's settings).
-# --config KEY=VALUE still overrides either. The effective settings are printed when the workflow is parsed.
+# --config KEY=VALUE still overrides either. The effective settings are written to results/<name>/settings.json
+# when the workflow is parsed (the log's first line names the file).
 if not workflow.overwrite_configfiles:
     workflow.configfile("config/mini.yaml")
 

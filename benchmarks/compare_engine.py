@@ -1,4 +1,4 @@
-"""Old-vs-new engine timing at the paper's shapes (issue 18, item 1): time per outer iteration and error.
+"""Old-vs-new engine timing at the paper's shapes: time per outer iteration and error.
 
 Usage (one code tree per run; ``CALDERA_ROOT`` picks which ``caldera`` package is imported, by default the
 tree that holds this script)::

@@ -4,7 +4,7 @@
     PYTHONPATH=. python benchmarks/gpu_kernels.py --out gpu_kernels.json
 
 Measures the device's HBM bandwidth (a 1 GiB device-to-device copy: 2 bytes moved per byte copied) and, for
-each (out × in) shape of issue 13 at batch 1 and 4: dense fp32/fp16/bf16 ``x Wᵀ`` (torch), the 2-bit E8P
+each (out × in) shape of LLaMa-2 7B at batch 1 and 4: dense fp32/fp16/bf16 ``x Wᵀ`` (torch), the 2-bit E8P
 kernel alone (QuIP#-style) and E8P + rank-64 16-bit factors (``t = x Rᵀ`` in torch, then the fused kernel).
 Times are kernel times from ``triton.testing.do_bench_cudagraph`` (launch overhead removed by a CUDA graph)
 over enough distinct copies of the weights (≥ 256 MB in all, cycled) that none is served from the 50 MB L2;

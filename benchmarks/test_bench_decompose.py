@@ -1,4 +1,4 @@
-"""Benchmarks of the algorithm's hot paths (issue: core library, deliverable 3).
+"""Benchmarks of the algorithm's hot paths.
 
 * BlockLDLQ of a 4096×4096 matrix (E8P, reverse block order, 128-column lazy buffers);
 * one CALDERA outer iteration on 4096×4096 (rank 256, 4-bit factors, T_in = 10, Hessian update on,

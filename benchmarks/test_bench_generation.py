@@ -1,4 +1,4 @@
-"""End-to-end batch-1 generation on this CPU: the default model dense vs compressed (issue 13's benchmark).
+"""End-to-end batch-1 generation on this CPU: the default model dense vs compressed.
 
 SmolLM2-135M (the offline asset the default run uses) in fp32, dense, and with every linear except ``lm_head``
 as a random-code ``CompressedLinear`` (E8P 2-bit, RHT, rank-8 16-bit factors: conftest ``random_compressed``)

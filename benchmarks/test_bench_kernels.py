@@ -1,4 +1,4 @@
-"""Compressed matrix–vector products on this CPU beside their dense baselines (issue 13's shapes).
+"""Compressed matrix–vector products on this CPU beside their dense baselines (LLaMa-2 7B's matrix shapes).
 
 Groups ``kernels-{n}x{d}-B{B}``: dense fp32 ``x Wᵀ`` (torch), the 2-bit E8P kernel reading codes
 (``caldera.kernels.cpu.codes_matmul``, QuIP#-style Q only; ``e8p_2bit`` = the int8-LUT C kernel where it built,

@@ -1,4 +1,4 @@
-"""CALDERA at LLaMa-2 7B shapes (issue 18, item 5): per component and one decomposition, time, peak memory
+"""CALDERA at LLaMa-2 7B shapes: per component and one decomposition, time, peak memory
 and FLOP floor.
 
 Shapes (n, d) = (out, in): 4096×4096 (q/k/v/o), 11008×4096 (gate/up), 4096×11008 (down). Settings: the

@@ -1,13 +1,4 @@
-"""Command line: ``caldera <command> --help`` for each command.
-
-    caldera assets                                   fetch/convert the offline model and text (once)
-    caldera hessians  --out H                        calibration Hessians, layer by layer (resumable)
-    caldera compress  --hessians H --method caldera --preset paper --param rank=64 --out CKPT
-    caldera eval ppl|zeroshot|throughput --model CKPT
-    caldera info CKPT                                bits, shapes, ranks, per-matrix errors
-    caldera convert OLD --out NEW                    a format-1 checkpoint in the current format
-    caldera lm-eval --model hf --model_args pretrained=CKPT ...   lm-eval's own CLI on the compressed model
-    caldera matrix-report                            matrix-level ablations (caldera.reports.matrix)
+"""Command line: ``caldera <command> --help`` for each command (:data:`EPILOG` lists them with an example each).
 
 ``--model`` accepts ``smollm2`` (the cached SmolLM2-135M from ``caldera assets``), a local Hugging Face
 folder, a compressed checkpoint folder (has ``caldera_config.json``) or, at paper scale, a hub name.
@@ -21,15 +12,31 @@ import json
 import logging
 import math
 import os
-import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from caldera.atomic import write_atomic
+from caldera.pipeline.sources import looks_like_path
 
 DEFAULT_MODEL = "smollm2"
+
+#: the top-level help's epilog: one example per command (plain text: argparse prints it as is)
+EPILOG = """examples (caldera COMMAND --help for each):
+  caldera assets                                     fetch and convert the offline models and text (once)
+  caldera hessians --out H                           calibration Hessians, layer by layer (resumable)
+  caldera compress --hessians H --method caldera --preset paper --param rank=64 --out CKPT
+  caldera eval ppl|zeroshot|throughput --model CKPT  perplexity, zero-shot accuracy, generation speed
+  caldera info CKPT                                  bits, shapes, ranks, per-matrix errors
+  caldera cost --configfile config/mini.yaml --device cpu   predicted job time of a workflow config
+  caldera export CKPT --out DENSE                    the reconstructed dense model (plain transformers)
+  caldera convert OLD --out NEW                      a format-1 checkpoint in the current format
+  caldera lm-eval --model hf --model_args pretrained=CKPT ...   lm-eval's own CLI on the compressed model
+  caldera matrix-report                              matrix-level ablations (caldera.reports.matrix)
+
+--model takes smollm2 or gemma3 (cached by caldera assets), a local Hugging Face folder, a compressed
+checkpoint folder (it has caldera_config.json) or, at paper scale, a hub name."""
 
 
 class CLIError(Exception):
@@ -56,19 +63,6 @@ def is_checkpoint(path: str | Path) -> bool:
     from caldera.pipeline.checkpoint import CONFIG_FILE
 
     return (Path(path) / CONFIG_FILE).is_file()
-
-
-#: A Hugging Face hub id: ``name`` or ``org/name`` (letters, digits, ``._-``); anything else is a local path.
-HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
-
-
-def looks_like_path(name: str) -> bool:
-    """True when ``name`` cannot be a hub id (starts with ``.``, ``~`` or a separator, has two separators, fails
-    :data:`HUB_ID`, or its parent folder exists here): a missing folder of that name is a typo, not a hub id."""
-    if name.startswith((".", "~", os.sep)) or name.count("/") > 1 or (os.sep != "/" and os.sep in name):
-        return True
-    parent = Path(name).parent
-    return not HUB_ID.match(name) or ".." in name or (str(parent) != "." and parent.is_dir())
 
 
 def resolve_model_path(name: str) -> str:
@@ -219,6 +213,27 @@ def _print_json(obj: Any) -> None:
     print(json.dumps(obj, indent=1, sort_keys=True, default=str))
 
 
+def _report(args: argparse.Namespace, result: dict[str, Any], summary: list[str]) -> int:
+    """A command's result on stdout: the JSON with ``--json``, else the ``summary`` lines (nothing with
+    ``--quiet``)."""
+    if getattr(args, "json", False):
+        _print_json(result)
+    elif not getattr(args, "quiet", False):
+        print("\n".join(summary))
+    return 0
+
+
+def quiet_progress() -> None:
+    """No progress bar from any library of this process (tqdm's ``TQDM_DISABLE``, read by every bar created
+    after this; transformers' and huggingface_hub's own switches)."""
+    os.environ["TQDM_DISABLE"] = "1"
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    with contextlib.suppress(ImportError):
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+
+
 # ----------------------------------------------------------------------------------------- commands
 
 
@@ -277,8 +292,9 @@ def cmd_hessians(args: argparse.Namespace) -> int:
         model_name=args.model,
     )
     summary["source"] = args.source
-    _print_json(summary)
-    return 0
+    return _report(args, summary, [f"Hessians in {args.out}: {len(summary['computed'])} layers computed, "
+                                   f"{len(summary['skipped'])} already there ({summary['n_tokens']} calibration "
+                                   f"tokens of {args.source})"])
 
 
 def cmd_compress(args: argparse.Namespace) -> int:
@@ -361,7 +377,7 @@ def _compress(args: argparse.Namespace, params: dict[str, Any], layers: list[int
         except ValueError as e:
             if "not compressed" not in str(e):
                 raise
-            _print_json({**result, "checkpoint": None})
+            _report(args, {**result, "checkpoint": None}, [])
             raise CLIError(
                 f"no checkpoint written: {e}. The layers computed now are kept in {work} (resumable). Compress the "
                 "others into the same --out, pass --allow-partial to build the checkpoint with them dense, or "
@@ -370,8 +386,13 @@ def _compress(args: argparse.Namespace, params: dict[str, Any], layers: list[int
         result["checkpoint"] = str(ck)
         result["dense_layers"] = info["dense_layers"]
         result["bits"] = info["bits"]
-    _print_json(result)
-    return 0
+    bits = result["bits"] if isinstance(result["bits"], dict) else {}
+    avg = bits.get("average_bits")
+    lines = [f"{len(result['computed'])} layers compressed, {len(result['skipped'])} already there ({work})"]
+    if result.get("checkpoint"):
+        lines.append(f"checkpoint {result['checkpoint']}" + (f": {avg:.3f} bits per weight" if avg else "")
+                     + (f", decoder layers kept dense: {result['dense_layers']}" if result["dense_layers"] else ""))
+    return _report(args, result, lines + ["details: `caldera info CKPT` (or --json)"])
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -420,12 +441,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def _emit(args: argparse.Namespace, res: dict[str, Any], summary: list[str], stdout_json: Any = None) -> int:
     """A command's result: the full records to ``--out`` (JSON); on stdout the JSON with ``--json``
     (``stdout_json`` when the full records are too long for a terminal, e.g. per-document rows), else the
-    human ``summary``."""
+    human ``summary`` (nothing with ``--quiet``)."""
     if args.out:
         write_atomic(args.out, json.dumps(res, indent=1, sort_keys=True, default=str) + "\n")
     if args.json:
         _print_json(res if stdout_json is None else stdout_json)
-    else:
+    elif not getattr(args, "quiet", False):
         print("\n".join(summary + ([f"full records: {args.out}"] if args.out else [])))
     return 0
 
@@ -574,7 +595,18 @@ def cmd_cost(args: argparse.Namespace) -> int:
         print(f"# caldera cost --configfile {args.configfile} --device {args.device} --slurm\nset-resources:")
         print(slurm_yaml(slurm_resources(config, costs)))
         return 0
-    print(report(config, load_costs(args.device, args.costs)))
+    costs = load_costs(args.device, args.costs)
+    if args.check:
+        from caldera.experiments.cost import check, check_report
+
+        try:
+            timings = json.loads(Path(args.check).read_text())
+        except (OSError, ValueError) as e:
+            raise CLIError(f"--check {args.check}: not a readable timings.json ({e}); a workflow run writes it in "
+                           "its tables folder") from None
+        print(check_report(check(config, costs, timings)))
+        return 0
+    print(report(config, costs))
     return 0
 
 
@@ -626,7 +658,7 @@ def cmd_lm_eval(rest: list[str]) -> int:
 
 
 def cmd_matrix_report(args: argparse.Namespace, rest: list[str]) -> int:
-    from caldera.reports.matrix import main as report_main  # lazy: the lead engineer's module
+    from caldera.reports.matrix import main as report_main  # lazy: the matrix report imports its plotting stack
 
     return int(report_main(rest) or 0)
 
@@ -678,9 +710,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     ap = _Parser(
         prog="caldera",
-        description=__doc__.splitlines()[0] + " CALDERA: W ≈ Q + LR.",
+        description="Compress, evaluate and inspect models with CALDERA (W ≈ Q + LR).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__,
+        epilog=EPILOG,
     )
     ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     ap.add_argument("--version", action="version", version=f"caldera {__version__}")
@@ -718,7 +750,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--layers", help="subset of decoder layers, e.g. 0,1,2 or 0-5 (default all)")
     p.add_argument("--out", required=True, help="output folder for layer_XXX.safetensors")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress bars and no summary (errors only)")
     p.set_defaults(func=cmd_hessians)
 
     p = sub.add_parser(
@@ -733,7 +766,7 @@ def build_parser() -> argparse.ArgumentParser:
         "caldera compress --hessians H --method caldera --preset paper --param rank=64 --out CKPT",
         "caldera compress --hessians H --method quip# --layers 0-3 --allow-partial --out CKPT  # others dense"))
     p.add_argument("--model", default=DEFAULT_MODEL, help="smollm2 (default), gemma3, a local folder or a hub name")
-    p.add_argument("--hessians", required=True, help="folder written by `caldera hessians`")
+    p.add_argument("--hessians", required=True, help="folder written by caldera hessians")
     p.add_argument("--method", default="caldera", help="registered method (listed below with its parameters)")
     p.add_argument(
         "--param",
@@ -757,45 +790,59 @@ def build_parser() -> argparse.ArgumentParser:
                    "(caldera-rank-per-layer): the allocation.json of an earlier run "
                    "(default: WORK_DIR/allocation.json, "
                    "made there from every decoder layer's Hessians when missing)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print the result (layers, bits, checkpoint) as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress bars and no summary (errors only)")
     p.set_defaults(func=cmd_compress)
 
     p = sub.add_parser(
         "eval",
         help="evaluate: ppl, zeroshot or throughput",
-        description="Evaluate a dense model or a compressed checkpoint. Prints a short summary; --json prints "
-        "the records (zero-shot: without the per-document rows), --out FILE writes all of them.",
+        description="Evaluate a dense model or a compressed checkpoint (caldera eval ppl|zeroshot|throughput "
+        "--help for each). Prints a short summary; --json prints the records (zero-shot: without the "
+        "per-document rows), --out FILE writes all of them, --quiet prints nothing.",
         formatter_class=raw,
         epilog=_example("caldera eval ppl --model CKPT --max-windows 8",
                         "caldera eval zeroshot --model CKPT --tasks caldera_arc_easy --limit 100 --out zs.json",
                         "caldera eval throughput --model CKPT --dense smollm2"),
     )
-    p.add_argument("what", choices=["ppl", "zeroshot", "throughput"])
-    p.add_argument("--model", default=DEFAULT_MODEL, help="checkpoint, smollm2, gemma3, local folder or hub name")
-    p.add_argument("--dense", help="throughput: also measure this dense model in the same run")
-    p.add_argument(
-        "--source",
-        default=EVALUATION_SOURCES[0],
-        help=f"ppl text (default {EVALUATION_SOURCES[0]}; coqa-stories and c4 use the random-window protocol)",
-    )
-    p.add_argument("--seq-len", type=int, default=512, help="ppl window length (default 512)")
-    p.add_argument("--n-windows", type=int, default=64, help="ppl windows for the random-window protocol")
-    p.add_argument("--max-windows", type=int, help="ppl: only the first windows (quick estimate)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--tasks", help="zeroshot: comma-separated tasks (default all five)")
-    p.add_argument("--limit", type=parse_limit, help="zeroshot: documents per task (integer) or a fraction in (0, 1)")
-    p.add_argument("--batch-size", type=int, default=1)
-    p.add_argument("--new-tokens", type=int, default=32, help="throughput: generated tokens per run")
-    p.add_argument("--runs", type=int, default=5, help="throughput: timed runs (median)")
-    p.add_argument("--warmup", type=int, default=1, help="throughput: untimed runs")
-    p.add_argument("--calls", type=int, default=20, help="throughput: model(token) calls per timed block")
-    p.add_argument("--prompt", default="The capital of France is", help="throughput prompt")
-    p.add_argument("--prompt-len", type=int, default=8, help="throughput: prompt tokens kept")
-    p.add_argument("--device", help="e.g. cuda (default: where the model loads, the CPU)")
-    p.add_argument("--threads", type=int, help="torch CPU threads")
-    p.add_argument("--out", help="write the full JSON records here (zero-shot: with every document's result)")
-    p.add_argument("--json", action="store_true", help="print the JSON records instead of the summary")
-    p.add_argument("--quiet", action="store_true")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--model", default=DEFAULT_MODEL, help="checkpoint, smollm2, gemma3, local folder or hub name")
+    common.add_argument("--threads", type=int, help="torch CPU threads")
+    common.add_argument("--out", help="write the full JSON records here (zero-shot: with every document's result)")
+    common.add_argument("--json", action="store_true", help="print the JSON records instead of the summary")
+    common.add_argument("--quiet", action="store_true", help="no progress bars and no summary (errors only)")
+    what = p.add_subparsers(dest="what", required=True, metavar="WHAT", parser_class=_Parser)
+    q = what.add_parser("ppl", parents=[common], help="perplexity with its bootstrap interval",
+                        description="Perplexity of the model: the stream protocol (WikiText-2 style) or random "
+                        "windows (C4 style), with a 95 % bootstrap interval over windows.",
+                        formatter_class=raw, epilog=_example("caldera eval ppl --model CKPT --max-windows 8"))
+    q.add_argument("--source", default=EVALUATION_SOURCES[0],
+                   help=f"text (default {EVALUATION_SOURCES[0]}; coqa-stories and c4 use the random-window protocol)")
+    q.add_argument("--seq-len", type=int, default=512, help="window length (default 512)")
+    q.add_argument("--n-windows", type=int, default=64, help="windows for the random-window protocol")
+    q.add_argument("--max-windows", type=int, help="only the first windows (quick estimate)")
+    q.add_argument("--seed", type=int, default=0, help="random-window protocol: the windows' seed")
+    q.add_argument("--batch-size", type=int, default=1)
+    q = what.add_parser("zeroshot", parents=[common], help="lm-eval zero-shot accuracy with Wilson intervals",
+                        description="Zero-shot accuracy on the shipped lm-eval tasks, with 95 % Wilson intervals; "
+                        "--out keeps every document's result (the claims' paired measures).",
+                        formatter_class=raw, epilog=_example(
+                            "caldera eval zeroshot --model CKPT --tasks caldera_arc_easy --limit 100 --out zs.json"))
+    q.add_argument("--tasks", help="comma-separated tasks (default all five)")
+    q.add_argument("--limit", type=parse_limit, help="documents per task (integer) or a fraction in (0, 1)")
+    q.add_argument("--batch-size", type=int, default=1)
+    q = what.add_parser("throughput", parents=[common], help="batch-1 generation and single-token forward speed",
+                        description="Batch-1 tokens per second: generation with a KV cache and the paper's "
+                        "single-token forward, median of timed runs.",
+                        formatter_class=raw, epilog=_example("caldera eval throughput --model CKPT --dense smollm2"))
+    q.add_argument("--dense", help="also measure this dense model in the same run")
+    q.add_argument("--new-tokens", type=int, default=32, help="generated tokens per run")
+    q.add_argument("--runs", type=int, default=5, help="timed runs (median)")
+    q.add_argument("--warmup", type=int, default=1, help="untimed runs")
+    q.add_argument("--calls", type=int, default=20, help="model(token) calls per timed block")
+    q.add_argument("--prompt", default="The capital of France is", help="prompt text")
+    q.add_argument("--prompt-len", type=int, default=8, help="prompt tokens kept")
+    q.add_argument("--device", help="e.g. cuda (default: where the model loads, the CPU)")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser(
@@ -824,6 +871,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--configfile", required=True, help="workflow config, e.g. config/paper.yaml")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="whose measured costs to use")
     p.add_argument("--costs", help="a costs JSON instead of kernels/measured/costs-<device>.json")
+    p.add_argument("--check", metavar="TIMINGS", help="compare the prediction with a run's timings.json (per rule: "
+                   "predicted vs measured job time, and where the model is off by more than 30 %%)")
     p.add_argument("--slurm", action="store_true",
                    help="print the SLURM profile's set-resources (runtime, mem_mb, gpu) from the predictions")
     p.set_defaults(func=cmd_cost)
@@ -864,7 +913,7 @@ def build_parser() -> argparse.ArgumentParser:
         "matrix-report",
         help="matrix-level ablations (App. G.1) on seeded matrices",
         description="Runs caldera.reports.matrix; arguments after the command go to it "
-        "(`caldera matrix-report -- --help` for its options).",
+        "(caldera matrix-report -- --help for its options).",
         add_help=False,
     )
     p.set_defaults(func=None)
@@ -889,9 +938,13 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     ap = build_parser()
     args = ap.parse_args(argv)
+    if getattr(args, "quiet", False):
+        quiet_progress()
     handler = TqdmLogHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
+    quiet = getattr(args, "quiet", False)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING if quiet else logging.INFO,
+                        handlers=[handler])
     try:
         import torch
 

@@ -11,7 +11,7 @@ and the best iterate by ``‖(Q + LR − W)Xᵀ‖_F`` is returned (lines 5–6)
 replaces H by ``H − M V Vᵀ M ᵀ`` (H = M Mᵀ, ``L R M = U Σ Vᵀ``) in the Q step only; it is skipped while
 L R = 0 (its singular vectors are then arbitrary).
 
-Worked example (2×8 toy, identity Hessian)::
+Worked example (a 16×16 toy, identity Hessian, rank 2)::
 
     >>> import torch
     >>> from caldera import CalderaConfig, caldera_decompose

@@ -39,15 +39,12 @@ class LowRankSolution:
 
 
 #: power iterations of :func:`subspace_svd` from a warm start (``svd="warm"``); columns beyond k it carries. One
-#: (6 products with Y instead of 10: 0.45 → 0.3 s at 4096×4096, rank 256): LPLR's own alternating least squares
-#: refines the subspace after it, and at the paper's settings (4096×4096, rank 256, 4-bit factors, T_out 15, config
-#: seeds 0–2) the decompositions ended at 0.148516 / 0.148253 / 0.148608 against 0.148899 / 0.148600 / 0.148343
-#: with two (kernels/measured/ENGINE.md); none (the previous basis alone) ended 0.2–0.45 % higher on each seed
+#: is enough: LPLR's own alternating least squares refines the subspace after it (the measurements behind this
+#: choice: kernels/measured/ENGINE.md)
 WARM_POWER_ITERS = 1
 WARM_OVERSAMPLE = 16
-#: power iterations of the randomized range finder in the first call of ``svd="warm"`` (no start yet): 10 products
-#: with Y instead of the Gram route's Yᵀ Y and eigensolve (4096×4096, rank 256: first outer iteration 5.3–6.2 →
-#: 3.7–4.1 s, errors within the seeds' spread: kernels/measured/ENGINE.md)
+#: power iterations of the randomized range finder in the first call of ``svd="warm"`` (no start yet), in place of
+#: the Gram route's Yᵀ Y and eigensolve (kernels/measured/ENGINE.md)
 WARM_COLD_POWER_ITERS = 2
 
 

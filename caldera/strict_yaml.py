@@ -10,13 +10,18 @@ import yaml
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that raises on a key given twice in one mapping (safe_load keeps the last one)."""
+    """``yaml.SafeLoader`` that raises on a key given twice in one mapping (safe_load keeps the last one). Keys a
+    merge (``<<: *base``) brings in may be overridden by the mapping's own keys, as YAML defines."""
+
+
+MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    own = [k for k, _ in node.value if k.tag != MERGE_TAG]
     loader.flatten_mapping(node)
     seen: dict[Any, Any] = {}
-    for key_node, _ in node.value:
+    for key_node in own:
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
             first = seen[key]

@@ -1,4 +1,4 @@
-"""Numerical edge cases of caldera_decompose (issue 11 §4): every input gets a correct result or a clear error
+"""Numerical edge cases of caldera_decompose: every input gets a correct result or a clear error
 naming the argument and the fix.
 
 Oracles: the decomposition is exactly equivariant under power-of-two scalings of W (the algorithm scales W by

@@ -1,4 +1,4 @@
-"""The engine runs where its inputs are (issue 18, item 1), checked on a CPU-only machine.
+"""The engine runs where its inputs are, checked on a CPU-only machine.
 
 Inside ``torch.set_default_device("meta")`` every tensor a function creates *without* naming a device lands
 on the meta device, and the first op that mixes it with the CPU inputs (or reads its value) raises. So a

@@ -2,10 +2,9 @@
 
 Every ``import`` and ``from … import`` statement of every module of the package is read with :mod:`ast`,
 wherever it stands: at module level, inside a function or method, under ``if TYPE_CHECKING:``. Imports inside
-functions are how the three cycles of issue 19 stayed hidden (``experiments.claims`` ↔ ``experiments.selection``;
-``experiments.plan`` / ``steps`` / ``tables`` ↔ ``finetune.experiment``; ``kernels.cpu`` → ``kernels.native`` →
-``kernels.fused`` → ``kernels.cpu``): Python only resolves them when the function runs, so nothing fails at
-import time while the modules still depend on each other. Relative imports (``from . import x``,
+functions can hide a cycle (a module-level import one way, a function-level import the other, possibly through
+several modules): Python only resolves them when the function runs, so nothing fails at import time while the
+modules still depend on each other. Relative imports (``from . import x``,
 ``from ..y import z``) are resolved against the importing module's package. ``from pkg import name`` is an edge to
 the submodule ``pkg.name`` when there is one, else to ``pkg`` itself. Importing ``a.b.c`` also runs the
 ``__init__`` of ``a`` and ``a.b``; those implied edges are not counted (every package ``__init__`` would otherwise
@@ -278,8 +277,8 @@ def _write(root: Path, files: dict[str, str]) -> Path:
 
 
 def test_checker_finds_cycles_hidden_in_functions_and_relative_imports(tmp_path):
-    """The shape of issue 19's kernel cycle: a module-level import one way, imports inside functions (one of
-    them relative) the other way."""
+    """A three-module cycle: a module-level import one way, imports inside functions (one of them relative) the
+    other way."""
     pkg = _write(tmp_path, {
         "__init__.py": "",
         "kernels/__init__.py": "",

@@ -213,7 +213,7 @@ def test_lplr_iterations_recover_a_poor_4bit_initialization(sweep):
     """Fig. 4's claim in the regime where it holds robustly: a 4-bit E8P-RVQ initialization far above the rank-k
     floor (seeded LLM-like 256×256, rank 32: init 0.427, 16-bit floor 0.109) is cut by the inner iterations to
     ≤ 0.16 (measured 0.143 jacobi, 0.150 alternating at T_in = 10). On SmolLM2 layer 25 at ranks 8–16 the init
-    is already within 0.02 of the floor and no sweep lowers it (measured 2026-11-23, issue 10)."""
+    is already within 0.02 of the floor and no sweep lowers it (measured 2026-11-23)."""
     from caldera.decomposition import HessianContext
     from caldera.hadamard import RHT, random_signs
     from caldera.quantizers import quantizer_for_bits

@@ -35,7 +35,7 @@ def test_report_writes_markdown_json_and_figure(tmp_path):
 
 
 def test_mp_figure_axes_are_labelled(monkeypatch):
-    """Both panels of theory_mp.png say what their axes are (issue 20 item 4: the y axis had no label)."""
+    """Both panels of theory_mp.png say what their axes are (both axes labelled)."""
     import matplotlib.figure
 
     seen = []

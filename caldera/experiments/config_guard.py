@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -144,20 +145,41 @@ def _describe(e: Any) -> tuple[list[str], list[tuple[tuple, str]]]:
     return [f"{where}: {msg}"], []
 
 
+def whole_float_errors(config: dict[str, Any], schema_file: str | Path | dict[str, Any]) -> list[str]:
+    """Integers written as floats (``layers_per_job: 30.0``) where the schema wants an integer, each as ``path:
+    30.0 is a float; write the integer 30``: JSON Schema counts 30.0 as an integer, and the value would silently
+    become one."""
+    import jsonschema
+
+    base = jsonschema.Draft202012Validator
+    checker = base.TYPE_CHECKER.redefine("integer", lambda _, x: isinstance(x, int) and not isinstance(x, bool))
+    strict = jsonschema.validators.extend(base, type_checker=checker)
+    out = []
+    for err in strict(_schema(schema_file)).iter_errors(config):
+        for e in [err, *err.context]:
+            want = e.validator_value if isinstance(e.validator_value, list) else [e.validator_value]
+            if (e.validator == "type" and "integer" in want and isinstance(e.instance, float)
+                    and e.instance.is_integer()):
+                out.append(f"{key_path(e.absolute_path)}: {e.instance!r} is a float; write the integer "
+                           f"{int(e.instance)}")
+    return sorted(set(out))
+
+
 def schema_errors(config: dict[str, Any], schema_file: str | Path | dict[str, Any]) -> list[str]:
     """Every violation of the workflow's JSON schema, one line each, starting with the key's full path:
 
     * an unknown key: ``methods.caldera.parms: unknown key; did you mean 'params'? (allowed here: ...)``
       (difflib's closest allowed key; the missing key it suggests is then not reported again);
     * a wrong value: ``calibration.seed: expected an integer, got a string 'x'`` / ``expected one of [...]``;
-    * a quoted number: :func:`quoted_number_errors`; anything else: the path and jsonschema's one-line message.
+    * a quoted number: :func:`quoted_number_errors`; a whole number written as a float where an integer is meant:
+      :func:`whole_float_errors`; anything else: the path and jsonschema's one-line message.
 
     Unknown keys come first (a typo is the usual cause of the rest). Empty when ``config`` is valid. The schema's
     defaults are not filled in here (``snakemake.utils.validate`` does that)."""
     import jsonschema
 
     schema = _schema(schema_file)
-    quoted = quoted_number_errors(config, schema)
+    quoted = quoted_number_errors(config, schema) + whole_float_errors(config, schema)
     if quoted:
         return quoted
     unknown: list[str] = []
@@ -225,6 +247,51 @@ def non_finite_error(path: str, value: float) -> str:
     return f"{path}: {value} is not a finite number; write a finite value (e.g. 1.0e-4)"
 
 
+#: the largest seed a config may give (every RNG the suite seeds takes 31 bits: torch, numpy, Python's random)
+MAX_SEED = 2**31 - 1
+
+
+def _seed_errors(node: Any, path: str, out: list[str], offset: int) -> None:
+    """Seeds (keys ``seed`` / ``seeds`` / ``seed_offset`` anywhere) beyond :data:`MAX_SEED`; the compression seeds
+    (``methods``, ``extra_methods``, ``replicates``) once the config's ``seed_offset`` is added to them."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            p = f"{path}.{k}" if path else str(k)
+            vals = v if k == "seeds" and isinstance(v, list) else [v] if k in ("seed", "seed_offset") else None
+            if vals is not None:
+                for x in vals:
+                    compression = p.startswith(("replicates", "methods", "extra_methods"))
+                    added = offset if compression and k != "seed_offset" else 0
+                    if isinstance(x, int) and not isinstance(x, bool) and x + added > MAX_SEED:
+                        out.append(f"{p}: {x} is beyond the largest seed (2**31 − 1 = {MAX_SEED}"
+                                   + (f", with seed_offset {offset} added" if added else "")
+                                   + "); pick a smaller seed")
+            else:
+                _seed_errors(v, p, out, offset)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            _seed_errors(v, f"{path}[{i}]", out, offset)
+
+
+def _writable_errors(config: dict[str, Any]) -> list[str]:
+    """Output folders (``tables_dir``) that cannot be written: the folder, or its nearest existing parent, is not
+    writable here."""
+    out = []
+    for key in ("tables_dir",):
+        if not config.get(key):
+            continue
+        p = Path(config[key]).expanduser().absolute()
+        q = p
+        while not q.exists() and q != q.parent:
+            q = q.parent
+        if not q.is_dir():
+            out.append(f"{key}: {config[key]!r} cannot be a folder ({q} is a file); choose another folder")
+        elif not os.access(q, os.W_OK | os.X_OK):
+            out.append(f"{key}: {config[key]!r} is not writable here ({q} is read-only for this user); choose a "
+                       "folder you can write")
+    return out
+
+
 def _used_models(config: dict[str, Any]) -> list[str]:
     return sorted(set(config["stand_ins"].values()) & set(config["models"]))
 
@@ -290,15 +357,22 @@ def plan_time_errors(config: dict[str, Any]) -> list[str]:
     from caldera.experiments.variants import RHTFT_TABLES, ZERO_SHOT_TABLES
     from caldera.paper_tables import load_reference_table
     from caldera.pipeline.assets import MODEL_ASSETS
+    from caldera.pipeline.sources import looks_like_path
 
     errors: list[str] = []
     _non_finite(config, "", errors)
+    offset = config.get("seed_offset") or 0
+    _seed_errors(config, "", errors, offset if isinstance(offset, int) else 0)
+    errors += _writable_errors(config)
     models = config["models"]
     for m, spec in models.items():
         src = str(spec["source"])
         if src.startswith("asset:") and src.split(":", 1)[1] not in MODEL_ASSETS:
             errors.append(f"models.{m}.source: {src!r} is not an offline asset; accepted: "
                           f"{sorted('asset:' + k for k in MODEL_ASSETS)} (or a hub id / local folder)")  # fmt: skip
+        elif not src.startswith("asset:") and not Path(src).expanduser().is_dir() and looks_like_path(src):
+            errors.append(f"models.{m}.source: {src!r} is no folder here ({Path(src).expanduser().absolute()}) and "
+                          "cannot be a hub id (org/name); check the path")
     local = config.get("local_data")
     if local is not None and not (Path(local) / "text").is_dir():
         # paper_local --out DIR writes DIR/data (this key's folder) beside DIR/models

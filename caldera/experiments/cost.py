@@ -72,18 +72,27 @@ LAWS: dict[str, tuple[tuple[str, Callable[..., float]], ...]] = {
     "forward": (("flops", lambda n, d, k: n * d),),
 }
 
-#: paper figures beside the prediction (issue 18: "34 A10G-hours" to compress LLaMa-2 7B with CALDERA)
+#: paper figures beside the prediction (§5: "34 A10G-hours" to compress LLaMa-2 7B with CALDERA)
 PAPER_GPU_HOURS = {"llama-2-7b": 34.0}
 
-#: zero-shot evaluation tokens per task (documents x choices x mean tokens per request; estimates from the
-#: tasks' validation/test sizes, LLaMa tokenizer)
-ZEROSHOT_TOKENS = {
-    "caldera_winogrande": 1267 * 2 * 30,
-    "caldera_rte": 277 * 2 * 80,
-    "caldera_piqa": 1838 * 2 * 50,
-    "caldera_arc_easy": 2376 * 4 * 40,
-    "caldera_arc_challenge": 1172 * 4 * 45,
+#: zero-shot tasks: (documents of the scored split, choices per document, mean tokens per request); estimates from
+#: the tasks' validation/test sizes, LLaMa tokenizer. ``eval.zeroshot.limit`` caps the documents.
+ZEROSHOT_DOCS = {
+    "caldera_winogrande": (1267, 2, 30),
+    "caldera_rte": (277, 2, 80),
+    "caldera_piqa": (1838, 2, 50),
+    "caldera_arc_easy": (2376, 4, 40),
+    "caldera_arc_challenge": (1172, 4, 45),
 }
+
+
+def zeroshot_tokens(task: str, limit: float | int | None) -> int:
+    """Tokens one evaluation runs forward for ``task`` (:data:`ZEROSHOT_DOCS`) with lm-eval's ``limit`` (a
+    document count, or a fraction of the split below 1; None: every document); 0 for an unknown task."""
+    docs, choices, per = ZEROSHOT_DOCS.get(task if task.startswith("caldera_") else f"caldera_{task}", (0, 0, 0))
+    if limit is not None:
+        docs = min(docs, int(limit * docs) if 0 < limit < 1 else int(limit))
+    return docs * choices * per
 #: tokens of the WikiText-2 test stream (LLaMa tokenizer)
 STREAM_TOKENS = {"wikitext2": 341_469}
 
@@ -458,10 +467,11 @@ def job_memory(rule: str, model_key: str, config: dict[str, Any], *, bytes_per: 
     raise ValueError(f"no memory model for rule {rule!r}")
 
 
-def eval_pass_tokens(config: dict[str, Any]) -> list[int]:
+def eval_pass_tokens(config: dict[str, Any], zeroshot: bool = True) -> list[int]:
     """Tokens of each forward pass of one evaluate job: each perplexity corpus (the WikiText-2 stream or
-    n_windows × seq_len), then the zero-shot tasks together (:data:`ZEROSHOT_TOKENS`, estimates; lm-eval scores
-    every task's requests in one call), if any. A layer-streamed evaluation reads every layer once per pass."""
+    n_windows × seq_len), then, with ``zeroshot``, the zero-shot tasks together (:func:`zeroshot_tokens` at
+    ``eval.zeroshot.limit``; lm-eval scores every task's requests in one call), if any. A layer-streamed
+    evaluation reads every layer once per pass."""
     passes = []
     for spec in config["eval"]["ppl"].values():
         if spec["protocol"] == "stream":
@@ -469,15 +479,15 @@ def eval_pass_tokens(config: dict[str, Any]) -> list[int]:
                               (spec.get("n_windows") or 10**9) * spec["seq_len"]))
         else:
             passes.append(spec["n_windows"] * spec["seq_len"])
-    zs = (config["eval"].get("zeroshot") or {}).get("tasks") or []
-    if zs:
-        passes.append(sum(ZEROSHOT_TOKENS.get(t, 0) for t in zs))
+    zs = config["eval"].get("zeroshot") or {}
+    if zeroshot and zs.get("tasks"):
+        passes.append(sum(zeroshot_tokens(t, zs.get("limit")) for t in zs["tasks"]))
     return passes
 
 
-def eval_tokens(config: dict[str, Any]) -> int:
+def eval_tokens(config: dict[str, Any], zeroshot: bool = True) -> int:
     """Tokens one evaluate job runs forward (every pass of :func:`eval_pass_tokens`)."""
-    return sum(eval_pass_tokens(config))
+    return sum(eval_pass_tokens(config, zeroshot))
 
 
 def stream_seconds(config: dict[str, Any], model_key: str, on_gpu: bool, bytes_per: int = 2) -> float:
@@ -592,12 +602,16 @@ def estimate(config: dict[str, Any], costs: dict[str, Any], device_gb: float | N
     per CALDERA variant its compression hours (the paper's 34 A10G-hours figure is for one such variant).
     ``device_gb``: a job's device memory (default :data:`DEVICE_GB` of the costs' device), which decides whether
     a dense evaluation streams its layers (``stream`` in the evaluate row)."""
-    from caldera.experiments.plan import all_variants, has_model_plan
+    from caldera.experiments.plan import all_variants, has_model_plan, replicate_variants, rhtft_variants
 
     on_gpu = str(costs["device"]).startswith("cuda")
     if device_gb is None:
         device_gb = DEVICE_GB["cuda" if on_gpu else "cpu"]
     variants = all_variants(config)
+    # seed replicates: compressed and evaluated like any variant (perplexity only unless replicates.zeroshot)
+    variants.update({r.id: r for reps in replicate_variants(config, variants).values() for r in reps[1:]})
+    ft_variants = [ft for ft, _ in rhtft_variants(config).values()]  # evaluated, not compressed again
+    replicate_zeroshot = bool((config.get("replicates") or {}).get("zeroshot", False))
     out: dict[str, Any] = {}
     for mkey, m in config["models"].items():
         shape_key = m["shapes"]
@@ -643,15 +657,17 @@ def estimate(config: dict[str, Any], costs: dict[str, Any], device_gb: float | N
                 "layers_per_job", 1))), "s_per_job": per_job, "total_s": sum(profiled),
                 "mem_gb": job_memory("compress_layers", shape_key, config)}
         # evaluate: every variant, dense included (layer-streamed when it does not fit the device)
-        ev_variants = [v for v in variants.values() if v.model == mkey]
-        ev_tok = eval_tokens(config)
+        ev_variants = [v for v in [*variants.values(), *ft_variants] if v.model == mkey]
         T = max(spec["seq_len"] for spec in config["eval"]["ppl"].values())
-        s_eval = n_layers * predict(costs, "forward", ev_tok, forward_flops_per_token(h, f, heads * hd, kv * hd, T))
-        s_eval += predict(costs, "forward", ev_tok, 2 * h * _vocab(shape_key))  # lm_head
+        per_tok_eval = n_layers * forward_flops_per_token(h, f, heads * hd, kv * hd, T) + 2 * h * _vocab(shape_key)
+
+        # the forwards of each variant's evaluate job (lm_head included; replicates: perplexity only)
+        ev_s = [predict(costs, "forward", eval_tokens(config, v.replicate_of is None or replicate_zeroshot),
+                        per_tok_eval) for v in ev_variants]
         stream = any(v.method == "dense" for v in ev_variants) and evaluate_streams(config, shape_key, device_gb)
         extra = stream_seconds(config, shape_key, on_gpu) if stream else 0.0  # the dense job's alone
-        rules["evaluate"] = {"jobs": len(ev_variants), "s_per_job": s_eval + extra, "stream": stream,
-                             "total_s": s_eval * len(ev_variants) + extra,
+        rules["evaluate"] = {"jobs": len(ev_variants), "s_per_job": max(ev_s) + extra,
+                             "stream": stream, "total_s": sum(ev_s) + extra,
                              "mem_gb": evaluate_memory(config, ev_variants, shape_key, device_gb)}
         if mkey == (config.get("figures") or {}).get("model"):
             rules.update(figure_rules(config, costs, shape_key))
@@ -663,34 +679,97 @@ def estimate(config: dict[str, Any], costs: dict[str, Any], device_gb: float | N
     return out
 
 
+def duration(seconds: float) -> str:
+    """A time with the precision it needs: ``45 s``, ``12.3 min``, ``2.41 h``."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.2f} h"
+
+
 def report(config: dict[str, Any], costs: dict[str, Any]) -> str:
     """The text ``caldera cost`` prints."""
     est = estimate(config, costs)
     dev = costs["device"]
     unit = "GPU" if dev.startswith("cuda") else f"CPU ({costs['threads']} threads)"
     lines = [f"Predicted cost of `{config.get('name', '?')}` on {costs.get('device_name', dev)} "
-             f"({unit} job-hours; component costs measured {costs.get('measured_at', '?')}, "
+             f"({unit} job time; component costs measured {costs.get('measured_at', '?')}, "
              f"torch {costs.get('torch', '?')}, {costs['threads']} threads)", ""]
     for mkey, e in est.items():
-        lines.append(f"## {mkey}: {e['hours']:.1f} {unit}-hours in all")
-        lines.append(f"{'rule':<17}{'jobs':>6}{'h per job':>12}{'host GB':>10}{'device GB':>11}{'hours':>10}")
+        lines.append(f"## {mkey}: {duration(e['hours'] * 3600)} of {unit} job time in all")
+        lines.append(f"{'rule':<17}{'jobs':>6}{'per job':>12}{'host GB':>10}{'device GB':>11}{'job time':>12}")
         for rule, r in e["rules"].items():
-            lines.append(f"{rule:<17}{r['jobs']:>6}{r['s_per_job'] / 3600:>12.2f}{r['mem_gb']['host']:>10.1f}"
-                         f"{r['mem_gb']['device']:>11.1f}{r['hours']:>10.1f}"
+            lines.append(f"{rule:<17}{r['jobs']:>6}{duration(r['s_per_job']):>12}{r['mem_gb']['host']:>10.1f}"
+                         f"{r['mem_gb']['device']:>11.1f}{duration(r['hours'] * 3600):>12}"
                          + ("  (dense: layer-streamed)" if r.get("stream") else ""))
         for vid, hrs in e["caldera_variant_hours"].items():
             paper = PAPER_GPU_HOURS.get(mkey)
             beside = f"  (paper: {paper:g} A10G-hours)" if paper and "r256" in vid else ""
-            lines.append(f"  compress {vid}: {hrs:.1f} hours{beside}")
+            lines.append(f"  compress {vid}: {duration(hrs * 3600)}{beside}")
         lines.append("")
-    lines.append("Rules not listed (assemble, tables, plots, fine-tuning, throughput) are not modelled; "
-                 "evaluation counts forwards only (decoding compressed layers on the fly is not included).")
+    lines.append(f"Modelled: {', '.join(MODELLED_RULES)}. Not modelled (no prediction): the other rules (assemble, "
+                 "selection, fine-tuning, throughput, tables, plots) and each job's start-up (interpreter, imports, "
+                 "model load); evaluation counts forwards only (decoding compressed layers on the fly is not "
+                 "included). `caldera cost --check TIMINGS` compares with a run's timings.json.")
     device_gb = DEVICE_GB["cuda" if dev.startswith("cuda") else "cpu"]
     lines.append(f"A dense model over 80 % of a job's device ({device_gb:g} GB; eval.stream_layers) is evaluated "
                  f"layer-streamed: one layer on the device, the hidden states "
                  f"on the host; its time adds one read of the checkpoint per pass at {STREAM_READ_GBPS:g} GB/s"
                  + (f" and the host-device copies of the states at {STREAM_PCIE_GBPS:g} GB/s."
                     if dev.startswith("cuda") else "."))
+    return "\n".join(lines)
+
+
+#: the workflow rules :func:`estimate` predicts
+MODELLED_RULES = ("hessians", "compress_layers", "profile_layers", "evaluate", "ablation_traces", "lplr_traces")
+#: the margin within which a prediction counts as right (the cost issue's target: ±30 %)
+CHECK_MARGIN = 0.30
+
+
+def check(config: dict[str, Any], costs: dict[str, Any], timings: dict[str, Any]) -> dict[str, Any]:
+    """The prediction for ``config`` against a run's measured ``timings`` (its ``timings.json``, with per-rule
+    ``rules``: :func:`caldera.experiments.steps.step_timings`): per rule the predicted and measured jobs and job
+    seconds, their ratio and whether it is within :data:`CHECK_MARGIN`; the rules measured but not modelled; and
+    the totals of both."""
+    if "rules" not in timings:
+        raise ValueError("these timings have no per-rule records (key 'rules'); they come from an older timings "
+                         "rule: rerun the workflow's `timings` rule")
+    pred: dict[str, dict[str, float]] = {}
+    for e in estimate(config, costs).values():
+        for rule, r in e["rules"].items():
+            acc = pred.setdefault(rule, {"jobs": 0, "s": 0.0})
+            acc["jobs"] += r["jobs"]
+            acc["s"] += r["hours"] * 3600
+    rows = []
+    for rule in sorted(set(pred) | {r for r in timings["rules"] if r in MODELLED_RULES}):
+        m = timings["rules"].get(rule, {"jobs": 0, "job_s": 0.0})
+        p = pred.get(rule, {"jobs": 0, "s": 0.0})
+        ratio = p["s"] / m["job_s"] if m["job_s"] > 0 else math.inf
+        rows.append({"rule": rule, "jobs": p["jobs"], "measured_jobs": m["jobs"], "predicted_s": p["s"],
+                     "measured_s": m["job_s"], "ratio": ratio, "within": abs(ratio - 1) <= CHECK_MARGIN})
+    other = {r: v["job_s"] for r, v in timings["rules"].items() if r not in pred and r not in MODELLED_RULES}
+    return {"rules": rows, "not_modelled_s": other,
+            "modelled": {"predicted_s": sum(r["predicted_s"] for r in rows),
+                         "measured_s": sum(r["measured_s"] for r in rows)},
+            "measured_total_s": float(timings.get("job_s", sum(v["job_s"] for v in timings["rules"].values())))}
+
+
+def check_report(res: dict[str, Any]) -> str:
+    """The text ``caldera cost --check`` prints: per rule predicted vs measured, and where the model is off."""
+    lines = [f"{'rule':<17}{'jobs':>10}{'predicted':>12}{'measured':>12}{'ratio':>8}",
+             f"{'':<17}{'pred/meas':>10}"]
+    for r in res["rules"]:
+        flag = "" if r["within"] else f"  off by more than ±{CHECK_MARGIN:.0%}"
+        lines.append(f"{r['rule']:<17}{str(r['jobs']) + '/' + str(r['measured_jobs']):>10}"
+                     f"{duration(r['predicted_s']):>12}{duration(r['measured_s']):>12}{r['ratio']:>8.2f}{flag}")
+    mod = res["modelled"]
+    lines.append(f"{'modelled rules':<27}{duration(mod['predicted_s']):>12}{duration(mod['measured_s']):>12}"
+                 f"{mod['predicted_s'] / mod['measured_s'] if mod['measured_s'] else math.inf:>8.2f}")
+    other = res["not_modelled_s"]
+    parts = ", ".join(f"{k} {duration(v)}" for k, v in sorted(other.items(), key=lambda kv: -kv[1]))
+    lines.append(f"not modelled: {duration(sum(other.values()))} of the run's {duration(res['measured_total_s'])} "
+                 f"job time ({parts})")
     return "\n".join(lines)
 
 

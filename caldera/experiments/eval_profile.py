@@ -1,5 +1,5 @@
 """Where one evaluation job spends its time: ``python -m caldera.experiments.eval_profile --config config/mini.yaml``
-(formerly ``caldera.eval.profile``; it runs the workflow's evaluate step, so it lives beside it).
+(it runs the workflow's evaluate step, so it lives beside it).
 
 Runs :func:`caldera.experiments.steps.step_evaluate` for the dense model of each ``--model`` into a temporary
 folder and reports wall seconds per component: imports, model load, perplexity data (tokenization) and

@@ -258,6 +258,10 @@ def check_replicates(config: dict[str, Any], variants: dict[str, Variant]) -> li
                                    if not isinstance(p, str)]
     lists = [[int(s) for s in rep.get("seeds", [])]] + [[int(s) for s in p["seeds"]]
                                                          for p in rep.get("variants", []) if not isinstance(p, str)]
+    plain = [i for i, p in enumerate(rep.get("variants", [])) if isinstance(p, str)]
+    if plain and not lists[0]:
+        errors.append(f"replicates.seeds: empty, so replicates.variants{plain} would replicate nothing; list at least "
+                      "one seed (or give those patterns their own: {pattern, seeds})")
     for key, seeds in zip(keys, lists):
         if len(set(seeds)) != len(seeds):
             errors.append(f"{key}: {seeds} repeats a seed; each seed is one more realization")

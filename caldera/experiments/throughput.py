@@ -39,7 +39,7 @@ from caldera.experiments.table_render import ARROW, HASH, render_table_texts
 TABLE = "table6_throughput"
 PROTOCOLS = ("single_token", "decode")  # the first one is the paper's (authors' eval_throughput notebook)
 PROTOCOL_LABEL = {"single_token": "single-token forward (paper's protocol)", "decode": "generate, KV cache"}
-#: machine settings that moved from the config's ``throughput:`` block to the profiles (issue 19)
+#: machine settings that moved from the config's ``throughput:`` block to the profiles
 MOVED_TO_PROFILES = {
     "threads": "the timed loops' torch threads are the throughput job's `torch_threads` resource (default 1): "
                "set it in a profile, `set-resources: {throughput: {torch_threads: N}}`",

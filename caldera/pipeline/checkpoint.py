@@ -17,24 +17,28 @@ Layout of a checkpoint folder (format 2)::
     tokenizer files        optional (``tokenizer.save_pretrained``)
     checksums.json         sha256 of every other file
 
+The model files (:data:`MODEL_FILES`: ``model.safetensors``, ``config.json``, ``caldera_config.json``) are what
+the model computes from; any other file (a tokenizer saved later, a ``README.md`` model card, ``.gitattributes``)
+cannot change it and is not refused. ``config.json``'s ``quantization_config`` states the scheme
+(:func:`quantization_scheme`: method, Q and factor bits, ranks, quantizers, decoder layers kept dense), derived
+from ``caldera_config.json`` and verified against it.
+
 The folder is written under a temporary sibling name and renamed into place (:func:`caldera.atomic.atomic_dir`).
-:func:`load_compressed` (and the transformers quantizer) verify before building anything
-(:func:`read_checkpoint`): every checksum, no file in the folder that checksums.json does not list (a tokenizer
-loader would read it), the config's structure (:func:`check_config`), the content manifest
+:func:`load_compressed` (and the transformers quantizer) verify before building anything (:func:`read_checkpoint`):
+every model file's checksum, the config's structure (:func:`check_config`), the content manifest
 (:func:`verify_manifest`, :func:`check_tensor_manifest`: checksums only prove the files are the ones listed, the
-manifest that the tensors, base config and files are the ones written), finite tensors (:func:`check_tensors`),
-what the tensors mean (:func:`check_stored_tensors`: ±1 RHT signs, finite positive scales, codes in their
-quantizer's range, every tensor of the shape and dtype its module's metadata names; the uncompressed weights in
-one dtype), the shapes implied by the base config, each module's fingerprint (metadata against tensors) and the
-summaries that ``caldera info`` reports (:func:`check_summary`: ``bits`` recomputed from the modules,
+manifest that the tensors, base config and config.json are the ones written), finite tensors
+(:func:`check_tensors`), what the tensors mean (:func:`check_stored_tensors`: ±1 RHT signs, finite positive scales,
+codes in their quantizer's range, every tensor of the shape and dtype its module's metadata names; the uncompressed
+weights in one dtype), the shapes implied by the base config, each module's fingerprint (metadata against tensors)
+and the summaries that ``caldera info`` reports (:func:`check_summary`: ``bits`` recomputed from the modules,
 ``dense_layers``, ``errors``, ``ft_rank``, the method config's ``rank`` and bits). The manifest, fingerprints and
-checksums only prove that nothing changed since they were computed (anyone can recompute them); these checks
-refuse content that no writer produces. A missing manifest or fingerprint is an error; ``verify=False`` is the one,
-explicit opt-out. Only then does it build
-``AutoModelForCausalLM.from_config(base_config)`` (on the meta device: no random initialization, no hub access),
-swap in the ``CompressedLinear`` modules and assign the stored tensors. Every inconsistency is a ``ValueError``
-naming the checkpoint and the field or file. Format 1 (no config.json, no manifest) is read only by
-:func:`convert_checkpoint` (``caldera convert``).
+checksums only prove that nothing changed since they were computed (anyone can recompute them); these checks refuse
+content that no writer produces. A missing manifest or fingerprint is an error; ``verify=False`` is the one,
+explicit opt-out. Only then does it build ``AutoModelForCausalLM.from_config(base_config)`` (on the meta device: no
+random initialization, no hub access), swap in the ``CompressedLinear`` modules and assign the stored tensors.
+Every inconsistency is a ``ValueError`` naming the checkpoint and the field or file. Format 1 (no config.json, no
+manifest) is read only by :func:`convert_checkpoint` (``caldera convert``).
 """
 
 from __future__ import annotations
@@ -64,6 +68,8 @@ CONFIG_FILE = "caldera_config.json"
 HF_CONFIG_FILE = "config.json"
 CHECKSUM_FILE = "checksums.json"
 QUANT_METHOD = "caldera"
+#: the files the model is built from: listed, unchanged and consistent, or the load is refused
+MODEL_FILES = (MODEL_FILE, HF_CONFIG_FILE, CONFIG_FILE)
 _RERUN = "re-run `caldera compress` to rebuild the checkpoint"
 _NO_VERIFY = "(to load it anyway, unverified: load_compressed(..., verify=False) / `--no-verify`)"
 #: Relative tolerance of the stored reconstruction fingerprints (float64 sums of float32 values).
@@ -201,10 +207,33 @@ def _plain_json(obj: Any) -> Any:
     return json.loads(json.dumps(obj, default=_json_default))
 
 
-def hf_config_dict(base_config: dict[str, Any], method: str) -> dict[str, Any]:
+def quantization_scheme(config: dict[str, Any]) -> dict[str, Any]:
+    """What a checkpoint's ``caldera_config.json`` (``config``) stores, as ``config.json``'s
+    ``quantization_config`` states it: ``q_bits`` / ``lr_bits`` / ``bits_per_weight`` (its ``bits`` summary, when
+    it has one), ``ranks`` (the distinct ranks of its modules), the quantizers of Q, L and R, ``rht`` and
+    ``dense_layers`` (decoder layers kept uncompressed)."""
+    modules = config.get("modules")
+    mods = [m for m in modules.values() if isinstance(m, dict)] if isinstance(modules, dict) else []
+
+    def distinct(key: str) -> list[Any]:
+        vals = {m[key] for m in mods if isinstance(m.get(key), (bool, int, float, str))}
+        return sorted(vals, key=lambda v: (type(v).__name__, v))
+
+    bits = config.get("bits") if isinstance(config.get("bits"), dict) else {}
+    out: dict[str, Any] = {k: bits[b] for k, b in (("q_bits", "b_q"), ("lr_bits", "b_lr"),
+                                                  ("bits_per_weight", "average_bits")) if b in bits}
+    out.update({"ranks": distinct("rank"), "q_quantizers": distinct("q_quantizer"),
+                "l_quantizers": distinct("l_quantizer"), "r_quantizers": distinct("r_quantizer"),
+                "rht": distinct("rht"), "dense_layers": config.get("dense_layers", [])})
+    return out
+
+
+def hf_config_dict(base_config: dict[str, Any], method: str, config: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``config.json`` of a checkpoint: the base model's config plus ``quantization_config`` naming the
-    ``caldera`` method, so ``AutoModelForCausalLM.from_pretrained`` dispatches to :mod:`caldera.pipeline.hf`."""
-    qc = {"quant_method": QUANT_METHOD, "format_version": FORMAT_VERSION, "method": method}
+    ``caldera`` method (so ``AutoModelForCausalLM.from_pretrained`` dispatches to :mod:`caldera.pipeline.hf`) and
+    stating the scheme of ``config`` (its ``caldera_config.json``: :func:`quantization_scheme`)."""
+    qc = {"quant_method": QUANT_METHOD, "format_version": FORMAT_VERSION, "method": method,
+          **(quantization_scheme(config) if config is not None else {})}
     return {**base_config, "quantization_config": qc}
 
 
@@ -231,7 +260,8 @@ def write_checkpoint(
         # one metadata key: safetensors orders several keys randomly (see caldera.atomic)
         save_file(flat, str(tmp / MODEL_FILE), metadata={"format": "pt"})
         (tmp / HF_CONFIG_FILE).write_text(
-            json.dumps(hf_config_dict(config["base_config"], config["method"]), indent=1, sort_keys=True) + "\n"
+            json.dumps(hf_config_dict(config["base_config"], config["method"], config), indent=1, sort_keys=True)
+            + "\n"
         )
         if tokenizer is not None:
             tokenizer.save_pretrained(str(tmp))
@@ -285,7 +315,8 @@ def save_compressed(
 
 
 def verify_checksums(folder: str | os.PathLike) -> dict[str, str]:
-    """Check every file listed in ``checksums.json``; ``ValueError`` naming the first bad file."""
+    """Check every model file (:data:`MODEL_FILES`) against ``checksums.json``; ``ValueError`` naming the first
+    bad file. Other files are not the model's (:func:`other_file_changes` lists how they differ)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"checkpoint folder {folder} does not exist; run `caldera compress` first")
@@ -296,7 +327,9 @@ def verify_checksums(folder: str | os.PathLike) -> dict[str, str]:
             raise ValueError("incomplete file list")
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"{cpath} is missing or corrupt ({e}); the checkpoint cannot be trusted: {_RERUN}") from None
-    for name, expected in sums.items():
+    # config.json: checked here when listed, and always by the content manifest (format 1 has none)
+    for name in (n for n in MODEL_FILES if n in sums):
+        expected = sums[name]
         p = folder / name
         if not p.is_file():
             raise ValueError(f"checkpoint file {p} is missing; {_RERUN}")
@@ -305,14 +338,19 @@ def verify_checksums(folder: str | os.PathLike) -> dict[str, str]:
             raise ValueError(
                 f"checkpoint file {p} is corrupt or truncated (sha256 {got[:12]}… != {expected[:12]}…); {_RERUN}"
             )
-    unlisted = sorted(name for name in folder_files(folder) if name not in sums and name != CHECKSUM_FILE)
-    if unlisted:  # e.g. a special_tokens_map.json added later: the tokenizer loader would read it unverified
-        raise ValueError(
-            f"checkpoint {folder} holds {unlisted[0]!r}, which {CHECKSUM_FILE} does not list (loaders such as the "
-            f"tokenizer's would read it unverified); delete it (all unlisted: {unlisted[:5]}) or {_RERUN} "
-            f"{_NO_VERIFY}"
-        )
     return sums
+
+
+def other_file_changes(folder: str | os.PathLike, files: dict[str, str]) -> dict[str, list[str]]:
+    """How the files of ``folder`` besides the model files and ``checksums.json`` differ from ``files`` (name →
+    sha256, as written): ``{"added", "changed", "missing"}``, each sorted (empty lists: as written)."""
+    folder = Path(folder)
+    skip = set(MODEL_FILES) | {CHECKSUM_FILE}
+    present = {n for n in folder_files(folder) if n not in skip}
+    listed = {n: h for n, h in files.items() if n not in skip}
+    return {"added": sorted(present - set(listed)),
+            "changed": sorted(n for n in present & set(listed) if sha256_file(folder / n) != listed[n]),
+            "missing": sorted(set(listed) - present)}
 
 
 def read_config(folder: str | os.PathLike) -> dict[str, Any]:
@@ -576,9 +614,9 @@ def materialize(model: nn.Module, dtype: torch.dtype | None = None) -> int:
 
 def verify_manifest(cfg: dict[str, Any], folder: str | os.PathLike) -> None:
     """The content manifest of a format-2 config (passed :func:`check_config`) against the folder: the base
-    config's digest, every other file the loader reads (tokenizer files, ``config.json``: listed and unchanged,
-    none unlisted) and ``config.json`` itself (the base config plus the ``caldera`` quantization config, nothing
-    else: ``from_pretrained`` builds the model from it). ``ValueError`` naming the file or key and the fix."""
+    config's digest, ``config.json`` listed and unchanged, and its content: the base config plus the ``caldera``
+    quantization config with the scheme of ``caldera_config.json`` (:func:`hf_config_dict`), nothing else
+    (``from_pretrained`` builds the model from it). ``ValueError`` naming the file or key and the fix."""
     folder = Path(folder)
     man = cfg.get("manifest")
     if not isinstance(man, dict) or not all(isinstance(man.get(k), dict) for k in ("tensors", "files")):
@@ -592,26 +630,21 @@ def verify_manifest(cfg: dict[str, Any], folder: str | os.PathLike) -> None:
             f"model it builds would not be the one compressed",
         )
     files = man["files"]
-    for name in (HF_CONFIG_FILE,):
-        if name not in files:
-            raise _bad(folder, f"manifest.files does not list {name} {_NO_VERIFY}")
-    present = {name for name in folder_files(folder) if name not in (CONFIG_FILE, CHECKSUM_FILE, MODEL_FILE)}
-    for name in sorted(present | set(files)):
-        if name not in files:
-            raise _bad(folder, f"{name} is not in manifest.files of {CONFIG_FILE}: it would be read unverified; "
-                       "delete it")
-        if name not in present:
-            raise _bad(folder, f"{name}, listed in manifest.files, is missing")
-        if sha256_file(folder / name) != files[name]:
-            raise _bad(folder, f"{name} differs from the file recorded in manifest.files")
+    if HF_CONFIG_FILE not in files:
+        raise _bad(folder, f"manifest.files does not list {HF_CONFIG_FILE} {_NO_VERIFY}")
+    if not (folder / HF_CONFIG_FILE).is_file():
+        raise _bad(folder, f"{HF_CONFIG_FILE}, listed in manifest.files, is missing")
+    if sha256_file(folder / HF_CONFIG_FILE) != files[HF_CONFIG_FILE]:
+        raise _bad(folder, f"{HF_CONFIG_FILE} differs from the file recorded in manifest.files")
     try:
         hf = json.loads((folder / HF_CONFIG_FILE).read_text())
     except (OSError, ValueError) as e:
         raise _bad(folder, f"{HF_CONFIG_FILE} is not valid JSON ({e})") from None
-    want = hf_config_dict(cfg["base_config"], cfg["method"])
+    want = hf_config_dict(cfg["base_config"], cfg["method"], cfg)
     if not isinstance(hf, dict) or hf != want:
         diff = sorted(k for k in set(hf) | set(want) if hf.get(k) != want.get(k)) if isinstance(hf, dict) else []
-        raise _bad(folder, f"{HF_CONFIG_FILE} does not match base_config of {CONFIG_FILE} (keys {diff[:5]})")
+        raise _bad(folder, f"{HF_CONFIG_FILE} does not match {CONFIG_FILE} (its base_config and quantization scheme; "
+                           f"keys {diff[:5]})")
 
 
 def check_tensor_manifest(cfg: dict[str, Any], tensors: dict[str, Tensor], folder: str | os.PathLike) -> None:
@@ -809,6 +842,14 @@ def load_compressed(
     if load_tokenizer and any((folder / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")):
         from transformers import AutoTokenizer
 
+        if verify:
+            diff = {k: v for k, v in other_file_changes(folder, cfg["manifest"]["files"]).items() if v}
+            if diff:
+                import warnings
+
+                warnings.warn(f"checkpoint {folder}: the files beside the model are not the ones written with it "
+                              f"({'; '.join(f'{k}: {v[:5]}' for k, v in diff.items())}); the model is verified, the "
+                              "tokenizer is loaded from the folder as it is now", stacklevel=2)
         tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     return model, tokenizer
 

@@ -46,16 +46,19 @@ def _classes() -> tuple[type, type]:
     from transformers.utils.quantization_config import QuantizationConfigMixin
 
     class CalderaQuantizationConfig(QuantizationConfigMixin):
-        """``quantization_config`` of a caldera checkpoint's ``config.json`` (everything else about the
-        compression lives in ``caldera_config.json``, read and verified by the quantizer)."""
+        """``quantization_config`` of a caldera checkpoint's ``config.json``: the method and its scheme
+        (:func:`~caldera.pipeline.checkpoint.quantization_scheme`: bits, ranks, quantizers, layers kept dense);
+        the per-module metadata lives in ``caldera_config.json``, read and verified by the quantizer."""
 
         def __init__(self, format_version: int = FORMAT_VERSION, method: str | None = None, **kwargs: Any):
             self.quant_method = QUANT_METHOD
             self.format_version = format_version
             self.method = method
+            self.scheme = {k: v for k, v in kwargs.items() if k != "quant_method"}
 
         def to_dict(self) -> dict[str, Any]:
-            return {"quant_method": QUANT_METHOD, "format_version": self.format_version, "method": self.method}
+            return {"quant_method": QUANT_METHOD, "format_version": self.format_version, "method": self.method,
+                    **self.scheme}
 
     class CalderaHfQuantizer(HfQuantizer):
         """Loads a pre-compressed caldera checkpoint (module docstring); it cannot quantize a dense model (use

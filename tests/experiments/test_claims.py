@@ -469,7 +469,7 @@ def test_spread_report_puts_the_zero_shot_seed_spread_beside_the_documents():
     assert "| quip | 0/1/2 | 10 |" in md
 
 
-# ---- issue 20: an extra method against CALDERA and QuIP# at the nearest bits ----------------------------------
+# ---- an extra method against CALDERA and QuIP# at the nearest bits ----------------------------------
 
 
 def _extra_table(extra_ppl):

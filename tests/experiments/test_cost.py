@@ -169,7 +169,7 @@ def test_a_per_matrix_rank_method_adds_its_profile_jobs_to_the_estimate():
 
 
 def test_70b_evaluate_streams_and_fits_a_gpu_and_the_slurm_profile():
-    """Issue 18: dense LLaMa-2 70B (138 GB in fp16) is over 80 % of an 80 GB GPU, so its evaluation streams its
+    """Dense LLaMa-2 70B (138 GB in fp16) is over 80 % of an 80 GB GPU, so its evaluation streams its
     layers: one layer + embeddings/head + one window on the device, the hidden states of the largest pass (256
     C4 windows x 4096 tokens x 8192 x 2 bytes = 17.2 GB) + one layer on the host. The whole-model numbers come
     back with stream_layers: never, and a 7B model never streams."""
@@ -209,3 +209,66 @@ def test_eval_pass_tokens_are_the_corpora_then_zero_shot():
     passes = C.eval_pass_tokens(cfg)
     assert passes[:2] == [C.STREAM_TOKENS["wikitext2"], 256 * 4096] and len(passes) == 3
     assert sum(passes) == C.eval_tokens(cfg)
+
+
+def test_zero_shot_tokens_follow_the_limit_and_every_job_of_the_run_is_counted():
+    """eval.zeroshot.limit caps the documents; seed replicates are compressed and evaluated (perplexity only),
+    RHT-fine-tuned variants evaluated: the job counts are the workflow's."""
+    from caldera.experiments.plan import all_variants, replicate_variants, rhtft_variants
+
+    assert C.zeroshot_tokens("caldera_arc_easy", None) == 2376 * 4 * 40
+    assert C.zeroshot_tokens("caldera_arc_easy", 8) == 8 * 4 * 40 and C.zeroshot_tokens("arc_easy", 0.5) == 1188 * 160
+    cfg = C.load_workflow_config("config/mini.yaml")
+    passes = C.eval_pass_tokens(cfg)
+    assert passes[-1] == sum(C.zeroshot_tokens(t, 8) for t in cfg["eval"]["zeroshot"]["tasks"]) < 20_000
+    assert C.eval_pass_tokens(cfg, zeroshot=False) == passes[:-1]
+    est = C.estimate(cfg, _fake_costs())
+    variants = all_variants(cfg)
+    reps = replicate_variants(cfg, variants)
+    for m in cfg["models"]:
+        own = [v for v in variants.values() if v.model == m]
+        n_rep = sum(len(r) - 1 for vid, r in reps.items() if variants[vid].model == m)
+        n_ft = sum(ft.model == m for ft, _ in rhtft_variants(cfg).values())
+        assert n_rep > 0
+        rules = est[m]["rules"]
+        assert rules["evaluate"]["jobs"] == len(own) + n_rep + n_ft
+        assert rules["compress_layers"]["jobs"] == sum(v.method != "dense" for v in own) + n_rep
+        # a replicate's evaluation is perplexity only: the rule's total is below jobs x the longest job
+        assert rules["evaluate"]["hours"] * 3600 < rules["evaluate"]["jobs"] * rules["evaluate"]["s_per_job"]
+
+
+def test_check_compares_each_rule_with_a_runs_timings_and_names_the_rules_that_are_off(tmp_path, capsys):
+    from caldera.cli import main
+
+    cfg = C.load_workflow_config("config/smoke.yaml")
+    costs = _fake_costs()
+    est = C.estimate(cfg, costs)
+    pred = {r: sum(e["rules"][r]["hours"] * 3600 for e in est.values() if r in e["rules"])
+            for r in ("hessians", "compress_layers", "evaluate")}
+    timings = {"job_s": 5000.0, "rules": {
+        "hessians": {"jobs": 1, "job_s": pred["hessians"] * 1.2},
+        "compress_layers": {"jobs": 3, "job_s": pred["compress_layers"] * 3},
+        "evaluate": {"jobs": 9, "job_s": pred["evaluate"] / 0.8},
+        "make_table": {"jobs": 5, "job_s": 20.0}}}
+    res = C.check(cfg, costs, timings)
+    by = {r["rule"]: r for r in res["rules"]}
+    assert by["hessians"]["within"] and by["evaluate"]["within"] and not by["compress_layers"]["within"]
+    assert by["compress_layers"]["ratio"] == pytest.approx(1 / 3) and by["evaluate"]["ratio"] == pytest.approx(0.8)
+    assert res["not_modelled_s"] == {"make_table": 20.0}
+    line = next(ln for ln in C.check_report(res).splitlines() if ln.startswith("compress_layers"))
+    assert line.endswith("off by more than ±30%") and "0.33" in line
+    cp, tp = tmp_path / "costs.json", tmp_path / "timings.json"
+    cp.write_text(json.dumps(costs))
+    tp.write_text(json.dumps(timings))
+    assert main(["cost", "--configfile", "config/smoke.yaml", "--costs", str(cp), "--check", str(tp)]) == 0
+    out = capsys.readouterr().out
+    assert "modelled rules" in out and "not modelled: 20 s" in out
+    tp.write_text(json.dumps({"job_s": 1.0}))
+    with pytest.raises(ValueError, match="no per-rule records"):
+        C.check(cfg, costs, json.loads(tp.read_text()))
+
+
+@pytest.mark.parametrize("s, text", [(0.4, "0 s"), (45, "45 s"), (150, "2.5 min"), (5400, "90.0 min"),
+                                     (9000, "2.50 h")])
+def test_durations_are_printed_with_the_precision_they_need(s, text):
+    assert C.duration(s) == text

@@ -1,4 +1,4 @@
-"""Figures 3 and 4 make their point (issue 20 item 4): one legend serving every panel and kept off the data,
+"""Figures 3 and 4 make their point: one legend serving every panel and kept off the data,
 integer iteration ticks, titles naming the model and the paper's rank. Plotted from synthetic JSON."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""Figure files are byte-identical across reruns (issue 21 item 5): no creation date in the PDF."""
+"""Figure files are byte-identical across reruns: no creation date in the PDF."""
 
 import time
 

@@ -98,7 +98,7 @@ BAD = {
     "replicate-seed-is-own-seed": ("replicates.seeds", [0, 1], "is a variant's own seed"),
     "replicate-seed-repeated": ("replicates.seeds", [1, 1], "seeds"),
     "replicate-pattern-matches-nothing": ("replicates.variants", ["gemma3-*"], "matches no random compressed variant"),
-    # issue 21 item 4: refused at plan time, each naming its key and the fix
+    # refused at plan time, each naming its key and the fix
     "selection-candidate-typo": ("selection.candidates.Q-first", {"update_ordr": "Q-first"},
                                  "selection.candidates.Q-first.update_ordr: unknown parameter of method 'caldera'; "
                                  "did you mean 'update_order'?"),
@@ -131,7 +131,7 @@ BAD = {
                         "extra_methods[0] (rtn-2bit): method 'rtn': bits='2' is a string; bits takes a number: "
                         "write it without quotes (e.g. bits: 2)"),
     "bits-string-caldera": ("methods.caldera.params.q_bits", "2", "q_bits='2' is a string"),
-    # issue 20: every rank and size against every matrix shape of the model, at plan time
+    # every rank and size against every matrix shape of the model, at plan time
     "extra-rank-too-large": ("extra_methods", [{"name": "lq", "method": "loftq", "params": {"rank": 200}}],
                              "extra_methods[0] (lq), variant smollm2-lq (models.smollm2, shapes smollm2-135m): "
                              "method 'loftq' cannot "
@@ -141,6 +141,15 @@ BAD = {
                                     "q_proj 576×576: d=576 is not a multiple of block=100"),
     "bool-string": ("methods.caldera.params.hessian_update", "false", "hessian_update='false' is a string; "
                     "hessian_update takes true or false"),
+    "seed-beyond-31-bits": ("calibration.seed", 2**70, "calibration.seed: 1180591620717411303424 is beyond the "
+                            "largest seed (2**31 − 1 = 2147483647); pick a smaller seed"),
+    "seed-offset-pushes-a-seed-beyond": ("seed_offset", 2**31 - 2, "replicates.seeds: 2 is beyond the largest seed "
+                                         "(2**31 − 1 = 2147483647, with seed_offset 2147483646 added)"),
+    "source-folder-missing": ("models.smollm2.source", "./no/such/model", "models.smollm2.source: './no/such/model' "
+                              "is no folder here"),
+    "tables-dir-under-a-file": ("tables_dir", str(ROOT / "README.md" / "tables"), "tables_dir: "),
+    "replicates-without-seeds": ("replicates.seeds", [], "replicates.seeds: empty, so replicates.variants[0, 1] "
+                                 "would replicate nothing"),
 }
 
 
@@ -158,7 +167,21 @@ def test_quoted_numbers_are_named_before_the_schema_message(path, value, words):
     assert words in "\n".join(quoted_number_errors(cfg, SCHEMA))
 
 
-# issue 20: a schema error is one line per problem, the offending key's full path first (jsonschema's own
+@pytest.mark.parametrize("path, value, words", [
+    ("layers_per_job", 30.0, "layers_per_job: 30.0 is a float; write the integer 30"),
+    ("layers", [0.0, 1.0], "layers[0]: 0.0 is a float; write the integer 0"),
+    ("calibration.n_samples", 8.0, "calibration.n_samples: 8.0 is a float; write the integer 8"),
+])
+def test_whole_numbers_written_as_floats_are_named_where_integers_are_meant(path, value, words):
+    from caldera.experiments.config_guard import schema_errors
+
+    cfg = yaml.safe_load((ROOT / "config/smoke.yaml").read_text())
+    assert schema_errors(cfg, SCHEMA) == []
+    _set(cfg, path, value)
+    assert words in "\n".join(schema_errors(cfg, SCHEMA))
+
+
+# a schema error is one line per problem, the offending key's full path first (jsonschema's own
 # error prints the whole schema and config: 561 lines for one top-level typo in `snakemake -n`)
 @pytest.mark.parametrize("path, value, first", [
     # (key, value, the first error line); value RENAME: the existing key (the path's last word + "s") is renamed

@@ -177,7 +177,7 @@ def test_schema_and_settings_accept_the_same_keys():
 
 
 def test_defaults_are_the_values_the_workflow_used():
-    """The effective defaults of the default run, unchanged (formerly spread over the schema, the throughput
+    """The effective defaults of the default run, unchanged (from the schema, the throughput
     module's DEFAULTS dict and `.get(key, default)` calls)."""
     tp = ThroughputSettings.from_block(None)
     assert tp.as_block() == {"runs": 5, "warmup": 1, "new_tokens": 16, "calls": 8, "kernel": "auto",

@@ -1,4 +1,4 @@
-"""The C kernels' extension (issue 19): built by setup.py as an optional setuptools extension, loaded by import,
+"""The C kernels' extension: built by setup.py as an optional setuptools extension, loaded by import,
 one NativeKernelWarning with the fix and the Numba path when it is missing, portable variants chosen at run time.
 
 Tests that switch the extension off clear ``native._ext``'s cache before and after, so the rest of the suite gets

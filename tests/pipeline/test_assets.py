@@ -394,7 +394,7 @@ def test_task_file_truncated_on_a_line_boundary_is_refused(tmp_path, monkeypatch
 
 
 def test_failed_repair_leaves_the_asset_marked_bad(cache, tmp_path, monkeypatch, capsys):
-    """Issue 21 item 3: a corrupt asset whose repair fails (registry unreachable) is refused by name and by folder
+    """A corrupt asset whose repair fails (registry unreachable) is refused by name and by folder
     path alike, and `caldera assets` says so in one line, until a repair succeeds."""
     from caldera import cli
 

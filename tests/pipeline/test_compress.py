@@ -280,7 +280,7 @@ def test_orphaned_temporaries_are_removed_by_the_next_run(setup):
 
 
 def test_an_all_zero_matrix_does_not_stop_the_model(setup):
-    """A dead (all-zero) linear used to raise ZeroDivisionError in caldera_decompose and end the whole
+    """A dead (all-zero) linear must not raise ZeroDivisionError in caldera_decompose and end the whole
     compression; it is now stored exactly (Ŵ = 0, error 0) and the rest of the layer is unaffected."""
     model, root = setup
     zeroed = tiny_llama()
@@ -298,7 +298,7 @@ def test_an_all_zero_matrix_does_not_stop_the_model(setup):
 
 
 def test_hessian_errors_name_the_file(tmp_path):
-    """Issue 21 item 3: a corrupt Hessian file, and a well-formed (hashed) one the decomposition cannot use,
+    """A corrupt Hessian file, and a well-formed (hashed) one the decomposition cannot use,
     both give an error naming the file."""
     from safetensors import safe_open
     from safetensors.torch import load_file, save_file

@@ -160,7 +160,7 @@ def _flip(path, tensor, byte, bit):
 
 @pytest.mark.parametrize("byte, bit, what", [(0, 0, "low mantissa bit"), (3, 6, "exponent bit")])
 def test_flipped_bit_is_an_error_naming_the_file_and_recomputed(tmp_path, byte, bit, what):
-    """Issue 21 item 3: a flipped bit, even one that leaves every value finite and plausible, never loads."""
+    """A flipped bit, even one that leaves every value finite and plausible, never loads."""
     model, ids = tiny_llama(), calib(n=3, t=8)
     collect_hessians(model, ids, tmp_path, progress=False)
     p = layer_file(tmp_path, 1)

@@ -225,3 +225,77 @@ def test_hub_id_loads_from_the_hub_cache(saved, tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     got = torch.load(out)
     assert torch.equal(got["lc"], _logits(model)) and torch.equal(got["hf"], _logits(model))
+
+
+def _both_loaders_match(folder, model):
+    from transformers import AutoModelForCausalLM
+
+    assert torch.equal(_logits(AutoModelForCausalLM.from_pretrained(str(folder))), _logits(model))
+    assert torch.equal(_logits(load_compressed(folder)[0]), _logits(model))
+
+
+def test_the_usual_hugging_face_save_patterns_reload_with_identical_logits(saved, tmp_path):
+    """model.save_pretrained then the tokenizer's own save_pretrained, a README.md model card, .gitattributes:
+    files that cannot change the model's computation load with both loaders and give the same logits."""
+    from transformers import AutoModelForCausalLM
+
+    model, path = saved
+    hf = AutoModelForCausalLM.from_pretrained(str(path))
+    out = tmp_path / "usual"
+    hf.save_pretrained(out)
+    word_tokenizer().save_pretrained(out)
+    (out / "README.md").write_text("---\nlibrary_name: transformers\ntags: [caldera]\n---\n# A compressed model\n")
+    (out / ".gitattributes").write_text("*.safetensors filter=lfs diff=lfs merge=lfs -text\n")
+    with pytest.warns(UserWarning, match=r"added: \['README\.md', 'tokenizer\.json', 'tokenizer_config\.json'\]"):
+        _both_loaders_match(out, model)  # the tokenizer saved after the model is named, not refused
+
+
+def test_the_folder_push_to_hub_uploads_reloads_with_identical_logits(saved, tmp_path, monkeypatch):
+    """model.push_to_hub as transformers runs it (save_pretrained into an empty folder, then the model card),
+    with the hub calls replaced by a copy of the folder it would upload."""
+    import shutil
+    import types
+
+    import transformers.utils.hub as hub
+    from huggingface_hub import ModelCard
+    from transformers import AutoModelForCausalLM
+
+    model, path = saved
+    hf = AutoModelForCausalLM.from_pretrained(str(path))
+    monkeypatch.setattr(hub, "hf_api", lambda: types.SimpleNamespace(
+        create_repo=lambda repo_id, **kw: types.SimpleNamespace(repo_id=repo_id)))
+    monkeypatch.setattr(hub, "create_and_tag_model_card", lambda repo_id, tags=None, **kw: ModelCard(
+        "---\nlibrary_name: transformers\n---\n# " + repo_id + "\n"))
+    uploaded = tmp_path / "uploaded"
+    monkeypatch.setattr(hf, "_upload_modified_files", lambda folder, repo_id, **kw: shutil.copytree(folder, uploaded))
+    hf.push_to_hub("org/tiny-caldera")
+    assert {"README.md", MODEL_FILE, CONFIG_FILE, CHECKSUM_FILE, "config.json"} <= {p.name for p in uploaded.iterdir()}
+    _both_loaders_match(uploaded, model)
+
+
+def test_quantization_config_states_the_scheme_and_is_verified(saved, tmp_path):
+    """config.json's quantization_config says what caldera_config.json stores (method, bits, ranks, quantizers,
+    layers kept dense); an edited scheme, resealed, is refused."""
+    from transformers import AutoModelForCausalLM
+
+    from caldera.atomic import sha256_file
+
+    model, path = saved
+    qc = json.loads((path / "config.json").read_text())["quantization_config"]
+    cfg = json.loads((path / CONFIG_FILE).read_text())
+    assert qc["method"] == "quip#" and qc["q_bits"] == cfg["bits"]["b_q"] and qc["dense_layers"] == []
+    assert qc["ranks"] == sorted({m["rank"] for m in cfg["modules"].values()})
+    assert qc["q_quantizers"] == sorted({m["q_quantizer"] for m in cfg["modules"].values()})
+    hf = AutoModelForCausalLM.from_pretrained(str(path))
+    assert hf.config.quantization_config.to_dict() == qc
+    ck = _copy(path, tmp_path / "ck")
+    hc = json.loads((ck / "config.json").read_text())
+    hc["quantization_config"]["ranks"] = [999]
+    (ck / "config.json").write_text(json.dumps(hc))
+    c = json.loads((ck / CONFIG_FILE).read_text())
+    c["manifest"]["files"]["config.json"] = sha256_file(ck / "config.json")
+    (ck / CONFIG_FILE).write_text(json.dumps(c))
+    _rechecksum(ck)
+    with pytest.raises(ValueError, match=r"config\.json does not match caldera_config\.json \(its base_config and "
+                       r"quantization scheme; keys \['quantization_config'\]\)"):
+        load_compressed(ck)

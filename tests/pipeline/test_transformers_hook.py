@@ -1,4 +1,4 @@
-"""caldera-transformers.pth (issue 20): a process that never imports caldera, such as lm-eval's own CLI
+"""caldera-transformers.pth: a process that never imports caldera, such as lm-eval's own CLI
 (`lm_eval --model hf --model_args pretrained=CKPT`), loads a compressed checkpoint as the compressed model.
 
 Before the hook, lm-eval 0.4.13 stopped with "ValueError: Unknown quantization type, got caldera - supported types

@@ -1,4 +1,4 @@
-"""Issue 19: no rule of the workflow holds a `lambda`; its helpers are named functions in workflow/rules/common.smk."""
+"""No rule of the workflow holds a `lambda`; its helpers are named functions in workflow/rules/common.smk."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def test_the_scan_finds_a_rule_lambda():
 
 
 def test_the_scan_flags_the_old_lora_rules():
-    """The rules before issue 19 (commit 84a42d4) had four lambdas in lora.smk."""
+    """A rule file with lambdas (as lora.smk once had four) is found."""
     old = subprocess.run(["git", "show", "84a42d4:workflow/rules/lora.smk"], cwd=ROOT, capture_output=True, text=True)
     if old.returncode != 0:
         pytest.skip("commit 84a42d4 not in this checkout")

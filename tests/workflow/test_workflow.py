@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -51,8 +52,6 @@ def test_dry_run_builds_the_dag(cfg, tmp_path):
 
 def _job(dry_run: str, rule: str, output: str) -> str:
     """The block of one job of rule ``rule`` writing ``output`` in a dry run's printout."""
-    import re
-
     blocks = [b for b in re.split(r"^(?:local)?rule ", dry_run, flags=re.M) if b.startswith(f"{rule}:") and output in b]
     assert len(blocks) == 1, (rule, output, len(blocks))
     return blocks[0]
@@ -64,10 +63,11 @@ def copy_workflow(dst: Path) -> None:
         (shutil.copytree if src.is_dir() else shutil.copy)(src, dst / item)
 
 
-def printed_settings(out: str) -> dict:
-    """The effective settings the workflow prints when it is parsed (a JSON object after the header line)."""
-    text = out[out.index("effective settings:\n") + len("effective settings:\n"):]
-    return json.loads(text[: text.index("\n}\n") + 2])
+def printed_settings(out: str, root: Path) -> dict:
+    """The effective settings the workflow writes when it is parsed (the file its one-line header names)."""
+    m = re.search(r"^CALDERA workflow \S+ \(config [^)]*\): .*effective settings in (\S+)$", out, flags=re.M)
+    assert m, out[:2000]
+    return json.loads((root / m.group(1)).read_text())
 
 
 @pytest.mark.parametrize("cfg", ["paper", "mini-full"])
@@ -81,7 +81,8 @@ def test_explicit_configfile_is_the_whole_config(cfg, tmp_path):
     copy_workflow(tmp_path)
     r = run(["-n", "--cores", "1", "--configfile", f"config/{cfg}.yaml"], tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
-    got = printed_settings(r.stderr)
+    got = printed_settings(r.stderr, tmp_path)
+    assert '"calibration": {' not in r.stderr  # the settings go to the file, not the log
     own = yaml.safe_load((ROOT / f"config/{cfg}.yaml").read_text())
     validate(own, str(ROOT / "workflow/schemas/config.schema.yaml"))
     want = json.loads(json.dumps(effective_settings(own, check_config(own)), default=str))
@@ -97,7 +98,7 @@ def test_explicit_configfile_is_the_whole_config(cfg, tmp_path):
     (("  n_samples: 8\n", "  n_samples: 8\n  n_samples: 9\n"), "duplicate key 'n_samples'"),  # strict re-read
     (("lr: 1.0e-4", "lr: .nan"), "lora_ft.tasks.wiki.lr: nan is not a finite number"),
     (("bits: 4\n", 'bits: "4"\n'), "selection.bits: '4' is a quoted number; write it without quotes (bits: 4)"),
-    # issue 20: a rank some matrix cannot take is found by the dry run, naming method, rank, matrix and shape
+    # a rank some matrix cannot take is found by the dry run, naming method, rank, matrix and shape
     (("method: rtn, params: {bits: 2}}", "method: loftq, params: {rank: 200}}"),
      "method 'loftq' cannot compress 2 matrices: k_proj 192×576: rank=200 is too large"),
 ])
@@ -116,7 +117,7 @@ def test_bad_config_fails_the_dry_run(edit, words, tmp_path):
     ("exclusive: true", ["throughput.exclusive: no longer a config key", "set-threads: {throughput: N}"]),
 ])
 def test_machine_settings_in_a_config_are_refused_saying_where_they_moved(key, words, tmp_path):
-    """issue 19: throughput.threads / throughput.exclusive moved to the profiles; a config that still sets one
+    """throughput.threads / throughput.exclusive moved to the profiles; a config that still sets one
     fails the dry run with a message naming the profile setting (not the schema's bare "unknown key")."""
     copy_workflow(tmp_path)
     text = (tmp_path / "config/smoke.yaml").read_text()
@@ -130,7 +131,7 @@ def test_machine_settings_in_a_config_are_refused_saying_where_they_moved(key, w
 
 @pytest.mark.parametrize("cores", [2, 4])
 def test_throughput_jobs_reserve_every_core_by_default(cores, tmp_path):
-    """issue 19: by default each Table 6 job takes every core of the run (nothing runs beside its timed loops)
+    """By default each Table 6 job takes every core of the run (nothing runs beside its timed loops)
     and pins 1 torch thread; a profile's set-threads / set-resources change both."""
     copy_workflow(tmp_path)
     r = run(["-n", "--cores", str(cores), "--configfile", "config/smoke.yaml"], tmp_path)
@@ -145,7 +146,7 @@ def test_throughput_jobs_reserve_every_core_by_default(cores, tmp_path):
 
 
 def test_config_typo_is_reported_in_a_few_lines_key_first(tmp_path):
-    """issue 20: one typo in a config is a short dry-run error whose message starts with the key's full path and
+    """One typo in a config is a short dry-run error whose message starts with the key's full path and
     the closest allowed key (before: jsonschema's dump of the whole schema and config, 561 lines)."""
     copy_workflow(tmp_path)
     text = (tmp_path / "config/smoke.yaml").read_text()
@@ -180,9 +181,10 @@ def test_smoke_workflow_end_to_end(tmp_path):
                  "figure4.png", "theory.md", "claims.md", "table3_llama2_rhtft.md", "table6_throughput.csv",
                  "timings.md"):
         assert (out / name).stat().st_size > 0, name
-    timings = json.loads((tmp_path / "results/smoke/timings.json").read_text())
+    timings = json.loads((out / "timings.json").read_text())  # beside timings.md: one run writes both
     assert {"calibration (Hessians)", "compression", "evaluation", "figures"} <= set(timings["stages"])
-    assert timings["span_s"] > 0 and timings["n_jobs"] >= 10
+    assert timings["span_s"] > 0 and timings["n_jobs"] >= 10 and "evaluate" in timings["rules"]
+    assert f"; {timings['n_jobs']} jobs, " in (out / "timings.md").read_text()  # the same run's two files
     claims = json.loads((out / "claims.json").read_text())
     from caldera.experiments.claims import VERDICTS  # holds / fails / inconclusive / not testable / pending
 

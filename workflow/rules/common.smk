@@ -7,6 +7,7 @@ from types import SimpleNamespace
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
+from caldera.atomic import write_atomic
 from caldera.experiments.config_guard import check_config_files, schema_errors
 from caldera.experiments.figures import figure3_jobs
 from caldera.experiments.loraft import Table5Plan, lora_inputs
@@ -39,7 +40,7 @@ try:
     check_config_files(CONFIG_FILES)  # re-read strictly: Snakemake's loader lets a repeated key's last value win
 except ValueError as e:
     raise WorkflowError(f"config: {e}") from None
-# machine settings that moved to the profiles (issue 19): said before the schema's bare "unknown key"
+# machine settings that moved to the profiles: said before the schema's bare "unknown key"
 _moved = moved_settings(config)
 if _moved:
     raise WorkflowError("\n".join(_moved) + f"\n(config {', '.join(map(str, CONFIG_FILES))}: remove the key; "
@@ -65,8 +66,8 @@ RUN_CONTEXT = RunContext.from_config(config)
 RUN = config["name"]
 RES = f"results/{RUN}"
 TABLES_DIR = config["tables_dir"]
-print(f"CALDERA workflow, config {', '.join(map(str, CONFIG_FILES))}; effective settings:\n"
-      + json.dumps(effective_settings(config, VARIANTS), indent=1, sort_keys=True, default=str), file=sys.stderr)
+# the effective settings (every default filled in) of the configured variants: written to a file below
+_settings_text = json.dumps(effective_settings(config, VARIANTS), indent=1, sort_keys=True, default=str) + "\n"
 # seed replicates (config `replicates`): the same variants compressed again with other seeds, evaluated like any
 REPLICATES = replicate_variants(config, VARIANTS)
 VARIANTS.update({r.id: r for reps in REPLICATES.values() for r in reps[1:]})
@@ -75,6 +76,14 @@ COMPRESSED = sorted(v for v, spec in VARIANTS.items() if spec.method != "dense")
 FT_VARIANTS = rhtft_variants(config)
 VARIANTS.update({k: ft for k, (ft, _) in FT_VARIANTS.items()})
 PENDING = pending_tables(config)
+# the log opens with what the run does; the effective settings (every default filled in) go to a file
+SETTINGS_FILE = Path(RES) / "settings.json"
+if not SETTINGS_FILE.is_file() or SETTINGS_FILE.read_text() != _settings_text:
+    write_atomic(SETTINGS_FILE, _settings_text)
+print(f"CALDERA workflow {RUN} (config {', '.join(map(str, CONFIG_FILES))}): {len(config['models'])} models, "
+      f"{len(COMPRESSED)} compressed variants ({sum(len(r) - 1 for r in REPLICATES.values())} of them seed "
+      f"replicates), {len(FT_VARIANTS)} RHT-fine-tuned; tables in {TABLES_DIR}/; effective settings in "
+      f"{SETTINGS_FILE}", file=sys.stderr)
 FIG_MODEL = SETTINGS.figures.model
 SELECTION = SETTINGS.selection
 # stand-ins swept by the selection rule, plus the figures' model for the Figure 3 comparisons it re-runs
@@ -292,7 +301,7 @@ def get_final_targets():
         + get_pending_table_targets()
         + get_figure_targets()
         + get_throughput_targets()  # Table 6 (throughput.smk)
-        + [f"{TABLES_DIR}/theory.md", f"{TABLES_DIR}/claims.md", f"{RES}/timings.json", f"{TABLES_DIR}/timings.md"]
+        + [f"{TABLES_DIR}/theory.md", f"{TABLES_DIR}/claims.md", f"{TABLES_DIR}/timings.json", f"{TABLES_DIR}/timings.md"]
     )
 
 

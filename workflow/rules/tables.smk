@@ -205,7 +205,7 @@ rule timings:
     input:
         get_all_logs_inputs(),
     output:
-        json=f"{RES}/timings.json",
+        json=f"{TABLES_DIR}/timings.json",
         md=report(f"{TABLES_DIR}/timings.md", category="Timings"),
     log:
         f"{RES}/logs/timings.log",
