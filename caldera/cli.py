@@ -444,11 +444,8 @@ def _emit(args: argparse.Namespace, res: dict[str, Any], summary: list[str], std
     human ``summary`` (nothing with ``--quiet``)."""
     if args.out:
         write_atomic(args.out, json.dumps(res, indent=1, sort_keys=True, default=str) + "\n")
-    if args.json:
-        _print_json(res if stdout_json is None else stdout_json)
-    elif not getattr(args, "quiet", False):
-        print("\n".join(summary + ([f"full records: {args.out}"] if args.out else [])))
-    return 0
+    return _report(args, res if stdout_json is None else stdout_json,
+                   summary + ([f"full records: {args.out}"] if args.out else []))
 
 
 def ppl_summary(res: dict[str, Any]) -> list[str]:
