@@ -87,11 +87,11 @@ class DenseReference:
         return ref
 
     def chunk(self, start: int, stop: int) -> tuple[torch.Tensor, ...]:
-        """``(p (B, T − 1, V) float32 renormalised, Σ p ln p (B, T − 1), ln p(y) (B, T − 1), argmax (B, T − 1))``
-        of windows ``start:stop``."""
-        p = torch.from_numpy(np.asarray(self.logprobs[start:stop], dtype=np.float32))
-        p.sub_(torch.from_numpy(self.lse[start:stop]).unsqueeze(-1)).exp_()
-        return (p, *(torch.from_numpy(getattr(self, k)[start:stop]) for k in ("negentropy", "target", "argmax")))
+        """``(ln p̃ (B, T − 1, V) float16 as stored, c (B, T − 1), Σ p ln p (B, T − 1), ln p(y) (B, T − 1),
+        argmax (B, T − 1))`` of windows ``start:stop``, with p = exp(ln p̃ − c) the renormalised distribution
+        (:func:`renormalised`). The float16 array is the memory map's, read as :func:`paired_window_sums` uses it."""
+        return (torch.from_numpy(np.asarray(self.logprobs[start:stop])),
+                *(torch.from_numpy(getattr(self, k)[start:stop]) for k in ("lse", "negentropy", "target", "argmax")))
 
 
 def renormalised(lp16: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -111,22 +111,51 @@ def next_token_logprobs(logits: torch.Tensor, batch: torch.Tensor) -> tuple[torc
     return lq, lq.gather(-1, y).squeeze(-1)
 
 
-def paired_window_sums(logits: torch.Tensor, batch: torch.Tensor, ref: tuple[torch.Tensor, torch.Tensor,
-                       torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Per-window sums ``{window_kl, window_dlogp, window_top1}`` (each ``(B,)`` float64) of a compressed model's
-    logits ``(B, T, V)`` on ids ``batch`` against the dense reference chunk ``ref`` (:meth:`DenseReference.chunk`
-    of the same windows). ``KL = Σ p ln p − Σ p z + logsumexp(z)`` per position (module docstring)."""
-    p, negent_p, target_p, argmax_p = (x.to(logits.device) for x in ref)
-    z = logits[:, :-1].float()
-    if z.shape != p.shape:
-        raise ValueError(f"the reference holds {tuple(p.shape)} log-probabilities, the model gives {tuple(z.shape)}"
-                         " (another vocabulary or window length); rebuild the reference")
-    lse = torch.logsumexp(z, dim=-1)
-    target_q = z.gather(-1, batch[:, 1:].to(z.device).unsqueeze(-1)).squeeze(-1) - lse
-    kl = negent_p - torch.linalg.vecdot(p, z) + lse
+#: float32 elements of one block of positions in :func:`paired_window_sums` on a CPU (8 MB: the block's
+#: conversions, exponentials and reductions stay in the caches, and its buffer is reused across blocks)
+CPU_BLOCK_ELEMENTS = 1 << 21
+
+
+def paired_window_sums(logits: torch.Tensor, batch: torch.Tensor, ref: tuple[torch.Tensor, ...]
+                       ) -> dict[str, torch.Tensor]:
+    """Per-window sums ``{window_kl, window_dlogp, window_top1}`` and the mean next-token loss ``loss`` (each
+    ``(B,)`` float64 on the CPU) of a compressed model's logits ``(B, T, V)`` on ids ``batch`` against the dense
+    reference chunk ``ref`` (:meth:`DenseReference.chunk` of the same windows).
+
+    Per position, with z the logits and p = exp(ln p̃ − c) the reference: ``KL = Σ p ln p − Σ p z +
+    logsumexp(z)`` (module docstring), ``Δ ln p = (z_y − logsumexp(z)) − ln p(y)``, top-1 ``argmax z =
+    argmax p`` and the loss ``logsumexp(z) − z_y``, the cross-entropy :func:`caldera.eval.perplexity.batch_losses`
+    computes. The positions are taken in blocks (on a CPU of :data:`CPU_BLOCK_ELEMENTS`, on other devices a
+    window at a time): each block's p is made in one reused buffer and every reduction reads the block while it
+    is in the caches."""
+    lp16, c, negent_p, target_p, argmax_p = ref
+    B, T, V = logits.shape
+    if tuple(lp16.shape) != (B, T - 1, V):
+        raise ValueError(f"the reference holds {tuple(lp16.shape)} log-probabilities, the model gives "
+                         f"{(B, T - 1, V)} (another vocabulary or window length); rebuild the reference")
+    dev = logits.device
+    rows = max(1, CPU_BLOCK_ELEMENTS // V) if dev.type == "cpu" else T - 1
+    buf = torch.empty(min(rows, T - 1), V, dtype=torch.float32, device=dev)
+    pz = torch.empty(B, T - 1, dtype=torch.float32, device=dev)
+    lse = torch.empty_like(pz)
+    top = torch.empty(B, T - 1, dtype=torch.long, device=dev)
+    for b in range(B):
+        for s in range(0, T - 1, rows):
+            e = min(s + rows, T - 1)
+            p = buf[: e - s]
+            p.copy_(lp16[b, s:e])
+            p.sub_(c[b, s:e].to(dev).unsqueeze(-1)).exp_()
+            z = logits[b, s:e].float()
+            pz[b, s:e] = torch.linalg.vecdot(p, z)
+            lse[b, s:e] = torch.logsumexp(z, dim=-1)
+            top[b, s:e] = z.argmax(dim=-1)
+    z_y = logits[:, :-1].gather(-1, batch[:, 1:].to(dev).unsqueeze(-1)).squeeze(-1).float()
+    target_q = z_y - lse
+    kl = negent_p.to(dev) - pz + lse
     return {"window_kl": kl.sum(dim=1).double().cpu(),
-            "window_dlogp": (target_q - target_p).sum(dim=1).double().cpu(),
-            "window_top1": (z.argmax(dim=-1) == argmax_p).sum(dim=1).double().cpu()}
+            "window_dlogp": (target_q - target_p.to(dev)).sum(dim=1).double().cpu(),
+            "window_top1": (top == argmax_p.to(dev)).sum(dim=1).double().cpu(),
+            "loss": (-target_q).mean(dim=1).double().cpu()}
 
 
 @torch.inference_mode()

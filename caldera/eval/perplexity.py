@@ -61,7 +61,8 @@ def window_losses(
 ) -> torch.Tensor:
     """Mean next-token cross-entropy of every window, ``(n_windows,)`` float64 on the CPU. ``on_logits(start,
     logits, batch)``, when given, sees every batch's logits ``(B, T, V)`` (windows ``start:start + B``) in the
-    same forward pass."""
+    same forward pass; when it returns the batch's mean losses ``(B,)`` (computed in its own pass over the
+    logits, as :func:`batch_losses` would) they are used instead of a second pass."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     device = next(model.parameters()).device
@@ -73,9 +74,8 @@ def window_losses(
             for start in range(0, windows.shape[0], batch_size):
                 batch = windows[start : start + batch_size].to(device)
                 logits = model(input_ids=batch, use_cache=False).logits
-                out.append(batch_losses(logits, batch))
-                if on_logits is not None:
-                    on_logits(start, logits, batch)
+                loss = on_logits(start, logits, batch) if on_logits is not None else None
+                out.append(batch_losses(logits, batch) if loss is None else loss)
                 bar.update(batch.shape[0])
     finally:
         model.train(was_training)
@@ -111,9 +111,11 @@ def perplexity(
     ref = DenseReference.open(reference, windows)
     sums: dict[str, list[torch.Tensor]] = {k: [] for k in WINDOW_KEYS}
 
-    def paired(start: int, logits: torch.Tensor, batch: torch.Tensor) -> None:
-        for k, x in paired_window_sums(logits, batch, ref.chunk(start, start + batch.shape[0])).items():
-            sums[k].append(x)
+    def paired(start: int, logits: torch.Tensor, batch: torch.Tensor) -> torch.Tensor:
+        res = paired_window_sums(logits, batch, ref.chunk(start, start + batch.shape[0]))
+        for k in WINDOW_KEYS:
+            sums[k].append(res[k])
+        return res["loss"]
 
     res = summarize(window_losses(model, windows, batch_size=batch_size, progress=progress, on_logits=paired),
                     seq_len)

@@ -467,13 +467,15 @@ def job_memory(rule: str, model_key: str, config: dict[str, Any], *, bytes_per: 
     raise ValueError(f"no memory model for rule {rule!r}")
 
 
-def eval_pass_tokens(config: dict[str, Any], zeroshot: bool = True) -> list[int]:
+def eval_pass_tokens(config: dict[str, Any], zeroshot: bool = True, corpora: list[str] | None = None) -> list[int]:
     """Tokens of each forward pass of one evaluate job: each perplexity corpus (the WikiText-2 stream or
-    n_windows × seq_len), then, with ``zeroshot``, the zero-shot tasks together (:func:`zeroshot_tokens` at
-    ``eval.zeroshot.limit``; lm-eval scores every task's requests in one call), if any. A layer-streamed
-    evaluation reads every layer once per pass."""
+    n_windows × seq_len; only those of ``corpora`` when given), then, with ``zeroshot``, the zero-shot tasks
+    together (:func:`zeroshot_tokens` at ``eval.zeroshot.limit``; lm-eval scores every task's requests in one
+    call), if any. A layer-streamed evaluation reads every layer once per pass."""
     passes = []
-    for spec in config["eval"]["ppl"].values():
+    for name, spec in config["eval"]["ppl"].items():
+        if corpora is not None and name not in corpora:
+            continue
         if spec["protocol"] == "stream":
             passes.append(min(STREAM_TOKENS.get(spec["source"], 341_469),
                               (spec.get("n_windows") or 10**9) * spec["seq_len"]))
@@ -485,9 +487,9 @@ def eval_pass_tokens(config: dict[str, Any], zeroshot: bool = True) -> list[int]
     return passes
 
 
-def eval_tokens(config: dict[str, Any], zeroshot: bool = True) -> int:
+def eval_tokens(config: dict[str, Any], zeroshot: bool = True, corpora: list[str] | None = None) -> int:
     """Tokens one evaluate job runs forward (every pass of :func:`eval_pass_tokens`)."""
-    return sum(eval_pass_tokens(config, zeroshot))
+    return sum(eval_pass_tokens(config, zeroshot, corpora))
 
 
 def stream_seconds(config: dict[str, Any], model_key: str, on_gpu: bool, bytes_per: int = 2) -> float:
@@ -539,7 +541,7 @@ def figure_rules(config: dict[str, Any], costs: dict[str, Any], shape_key: str) 
 
 
 #: rules that run the engine or a model forward: a GPU each on a cluster
-GPU_RULES = ("hessians", "compress_layers", "evaluate", "ablation_traces", "lplr_traces")
+GPU_RULES = ("hessians", "compress_layers", "compress_variant", "evaluate", "ablation_traces", "lplr_traces")
 
 
 def slurm_resources(config: dict[str, Any], costs: dict[str, Any] | None, *, margin: float = 1.5,
@@ -612,6 +614,7 @@ def estimate(config: dict[str, Any], costs: dict[str, Any], device_gb: float | N
     variants.update({r.id: r for reps in replicate_variants(config, variants).values() for r in reps[1:]})
     ft_variants = [ft for ft, _ in rhtft_variants(config).values()]  # evaluated, not compressed again
     replicate_zeroshot = bool((config.get("replicates") or {}).get("zeroshot", False))
+    replicate_corpora = (config.get("replicates") or {}).get("corpora")
     out: dict[str, Any] = {}
     for mkey, m in config["models"].items():
         shape_key = m["shapes"]
@@ -626,7 +629,8 @@ def estimate(config: dict[str, Any], costs: dict[str, Any], device_gb: float | N
         s = len(layers) * (predict(costs, "forward", tokens, per_tok)
                            + sum(predict(costs, "hessian_accumulate", tokens, d) for d in groups.values()))
         rules["hessians"] = {"jobs": 1, "s_per_job": s, "mem_gb": job_memory("hessians", shape_key, config)}
-        # compress_layers: per variant, one job per chunk of layers_per_job layers
+        # compress_layers (compress_variant when the layers are one chunk): per variant, a job per chunk of
+        # layers_per_job layers
         per_variant: dict[str, float] = {}
         jobs = 0
         total_s = 0.0
@@ -649,8 +653,10 @@ def estimate(config: dict[str, Any], costs: dict[str, Any], device_gb: float | N
             total_s += s_layer * len(layers)
             worst = max(worst, s_layer * k)
         if jobs:
-            rules["compress_layers"] = {"jobs": jobs, "s_per_job": worst, "total_s": total_s,
-                                        "mem_gb": job_memory("compress_layers", shape_key, config)}
+            # layers of one chunk: rule compress_variant compresses and assembles a variant in one job
+            name = "compress_variant" if int(config.get("layers_per_job", 1)) >= len(layers) else "compress_layers"
+            rules[name] = {"jobs": jobs, "s_per_job": worst, "total_s": total_s,
+                           "mem_gb": job_memory("compress_layers", shape_key, config)}
         if profiled:
             per_job = max(profiled) * min(int(config.get("layers_per_job", 1)), len(layers)) / len(layers)
             rules["profile_layers"] = {"jobs": len(profiled) * math.ceil(len(layers) / int(config.get(
@@ -662,7 +668,8 @@ def estimate(config: dict[str, Any], costs: dict[str, Any], device_gb: float | N
         per_tok_eval = n_layers * forward_flops_per_token(h, f, heads * hd, kv * hd, T) + 2 * h * _vocab(shape_key)
 
         # the forwards of each variant's evaluate job (lm_head included; replicates: perplexity only)
-        ev_s = [predict(costs, "forward", eval_tokens(config, v.replicate_of is None or replicate_zeroshot),
+        ev_s = [predict(costs, "forward", eval_tokens(config, v.replicate_of is None or replicate_zeroshot,
+                                                      None if v.replicate_of is None else replicate_corpora),
                         per_tok_eval) for v in ev_variants]
         stream = any(v.method == "dense" for v in ev_variants) and evaluate_streams(config, shape_key, device_gb)
         extra = stream_seconds(config, shape_key, on_gpu) if stream else 0.0  # the dense job's alone
@@ -722,7 +729,8 @@ def report(config: dict[str, Any], costs: dict[str, Any]) -> str:
 
 
 #: the workflow rules :func:`estimate` predicts
-MODELLED_RULES = ("hessians", "compress_layers", "profile_layers", "evaluate", "ablation_traces", "lplr_traces")
+MODELLED_RULES = ("hessians", "compress_layers", "compress_variant", "profile_layers", "evaluate", "ablation_traces",
+                  "lplr_traces")
 #: the margin within which a prediction counts as right (the cost issue's target: ±30 %)
 CHECK_MARGIN = 0.30
 

@@ -244,7 +244,8 @@ def replicate_patterns(rep: dict[str, Any]) -> list[tuple[str, list[int]]]:
 
 def check_replicates(config: dict[str, Any], variants: dict[str, Variant]) -> list[str]:
     """Problems of the ``replicates`` block, each naming its key: seeds that repeat or equal a variant's own
-    seed (that realization exists already), and patterns that match no compressed, seeded variant."""
+    seed (that realization exists already), patterns that match no compressed, seeded variant, and corpora that
+    are not perplexity corpora of the run."""
     import fnmatch
 
     rep = config.get("replicates")
@@ -268,6 +269,10 @@ def check_replicates(config: dict[str, Any], variants: dict[str, Variant]) -> li
         own = sorted({v.config.seed for v in seeded.values()} & {s + off for s in seeds})
         if own:
             errors.append(f"{key}: {own} is a variant's own seed (methods.*.params.seed); pick other seeds")
+    unknown = [c for c in rep.get("corpora") or [] if c not in (config.get("eval") or {}).get("ppl", {})]
+    if unknown:
+        errors.append(f"replicates.corpora: {unknown} not a perplexity corpus of this run; the corpora are the keys "
+                      f"of eval.ppl: {sorted((config.get('eval') or {}).get('ppl', {}))}")
     for i, (pat, _) in enumerate(replicate_patterns(rep)):
         if not any(fnmatch.fnmatchcase(vid, pat) for vid in seeded):
             determ = sorted(vid for vid, v in variants.items() if fnmatch.fnmatchcase(vid, pat) and not is_random(v))

@@ -205,6 +205,20 @@ def step_compress_layers(run: RunContext, v: Variant, hessian_dir: str, chunk: i
     return res
 
 
+def step_compress_variant(run: RunContext, v: Variant, hessian_dir: str, layer_dir: str, out_dir: str,
+                          allocation: str | None = None) -> dict[str, Any]:
+    """The whole of a variant whose decoder layers are one chunk of :func:`layer_chunks`, in one job: its per-layer
+    files in ``layer_dir`` (:func:`step_compress_layers`, resumable: layers already there are kept), then its
+    checkpoint in ``out_dir`` (:func:`step_assemble`). Returns the checkpoint's summary. One process instead of
+    two saves a job's start-up (interpreter, imports, the model's skeleton), which is most of an assembly's time
+    at the stand-ins' size."""
+    if len(layer_chunks(run, v.model)) != 1:
+        raise ValueError(f"variant {v.id}: its layers are {len(layer_chunks(run, v.model))} chunks; "
+                         "step_compress_variant takes a variant of one chunk (layers_per_job >= its layers)")
+    step_compress_layers(run, v, hessian_dir, 0, os.path.join(layer_dir, "chunk.json"), allocation)
+    return step_assemble(run, v, [layer_dir], out_dir)
+
+
 def step_assemble(run: RunContext, v: Variant, layer_dir: str | list[str], out_dir: str) -> dict[str, Any]:
     """The checkpoint of variant ``v`` in ``out_dir`` from the per-layer files in ``layer_dir`` (a folder or the
     list of the chunk jobs' folders); returns its summary."""
@@ -409,12 +423,15 @@ def step_reference(settings: EvalSettings, run: RunContext, model: str, out: str
 
 def step_evaluate(settings: EvalSettings, run: RunContext, v: Variant, checkpoint: str | None,
                   ppl_outs: dict[str, str], zeroshot_out: str, replicate_zeroshot: bool = False, *,
-                  budget_bytes: int | None = None, reference: str | None = None) -> dict[str, Any]:
+                  budget_bytes: int | None = None, reference: str | None = None,
+                  replicate_corpora: list[str] | None = None) -> dict[str, Any]:
     """Every evaluation of one variant in one job (the model is loaded once; ``run``: its model's entry, the
     device and dtype) with ``settings``: perplexity on each corpus of ``ppl_outs`` (:func:`eval_ppl`), then
     zero-shot (:func:`eval_zeroshot`). A seed replicate (``v.replicate_of``) is scored on perplexity only unless
     ``replicate_zeroshot`` (config ``replicates.zeroshot``) is true: its zero-shot file then records that it was
-    skipped (no results), so the tables use the seeds that have them.
+    skipped (no results), so the tables use the seeds that have them. Likewise a replicate is scored only on the
+    perplexity corpora of ``replicate_corpora`` (config ``replicates.corpora``; None: all): the file of any other
+    corpus records that it was skipped.
 
     A dense variant too large for the device (``settings.stream_layers``, :func:`streams`; ``budget_bytes``:
     the memory it may fill, default the device's free memory) is evaluated layer-streamed: its decoder layers
@@ -435,7 +452,13 @@ def step_evaluate(settings: EvalSettings, run: RunContext, v: Variant, checkpoin
         stream = {"loader": lazy, "offload": device.type != "cpu"}
     else:
         mdl, tok = load_variant(config, v, checkpoint, reconstructed=settings.weights == "reconstructed")
-    ppl = eval_ppl(settings, v, mdl, tok, ppl_outs, reference=reference, **stream)
+    skip = [c for c in ppl_outs if v.replicate_of is not None and replicate_corpora is not None
+            and c not in replicate_corpora]
+    for c in skip:
+        write_json(ppl_outs[c], {"variant": v.id, "corpus": c, "skipped": "seed replicate scored on the corpora of "
+                                 f"replicates.corpora ({', '.join(replicate_corpora or [])}) only"})
+    ppl = eval_ppl(settings, v, mdl, tok, {c: o for c, o in ppl_outs.items() if c not in skip}, reference=reference,
+                   **stream)
     if v.replicate_of is not None and not replicate_zeroshot:
         res = {"variant": v.id, "skipped": "seed replicate scored on perplexity only (replicates.zeroshot: false)",
                "results": {"tasks": {}}}

@@ -198,14 +198,14 @@ def measured_row(results_dir: Path, run: RunContext, table: str, row: dict[str, 
     reps = replicates or [v]
     samples = [variant_samples(results_dir, r.id) for r in reps]
     random = is_random(v)
-    seeds = {"ppl": 1, "zeroshot": 1}
+    seeds = {"ppl": 1, "c4": 1, "zeroshot": 1}  # realizations behind each value ("ppl": Wiki2's)
     for corpus in ("wiki", "c4"):
         r = _load(results_dir / "eval" / v.id / f"ppl_{corpus}.json")
         stack = _seed_stack(samples, "ppl", corpus) if len(reps) > 1 else None
         if stack is not None and len(stack["seeds"]) > 1:
             ci = stats.seeded_perplexity(stack["window_nll"], stack["window_tokens"], random=random)
             out[f"{corpus}_ppl"], out[f"{corpus}_ppl_ci"] = ci["estimate"], [ci["lo"], ci["hi"]]
-            seeds["ppl"] = len(stack["seeds"])
+            seeds["ppl" if corpus == "wiki" else corpus] = len(stack["seeds"])
             continue
         out[f"{corpus}_ppl"] = None if r is None else r["ppl"]
         out[f"{corpus}_ppl_ci"] = None if r is None else _ppl_interval(r)
@@ -457,7 +457,9 @@ def render(tab: dict[str, Any], caption: str) -> tuple[str, str, str]:
     rows, csv_rows = [], []
     for r in tab["rows"]:
         n = r.get("seeds") or {}
-        seeds = f"{n['ppl']} / {n['zeroshot']}" if r["variant"] and n.get("ppl") else "—"
+        # C4 named apart when it has fewer realizations (replicates.corpora: replicates scored on Wiki2 only)
+        ppl_seeds = str(n.get("ppl")) if n.get("c4", n.get("ppl")) == n.get("ppl") else f"{n['ppl']} (C4 {n['c4']})"
+        seeds = f"{ppl_seeds} / {n['zeroshot']}" if r["variant"] and n.get("ppl") else "—"
         model = (r["paper_model"] if r["variant"] else f"{r['paper_model']} ({r['stand_in']})") if one else \
             f"{r['paper_model']} → {r['stand_in']}"
         cells = [r["method"], model, f"{r['paper_rank']} → {r['rank']}", str(r["b_lr"]), seeds]

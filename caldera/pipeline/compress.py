@@ -144,12 +144,13 @@ def load_layer_tensors(out_dir: str | os.PathLike, layer: int) -> dict[str, Tens
 
 
 def _relative_errors(W_hat: Tensor, W: Tensor, H: Tensor) -> tuple[float, float]:
-    """(data-aware, Frobenius) relative errors of Ŵ; for an all-zero W (0/0) they are 0 when Ŵ = 0 too (an
-    exact reconstruction, as :func:`caldera.decomposition.caldera_decompose` returns) and inf otherwise."""
+    """(data-aware, Frobenius) relative errors of Ŵ, as recorded per matrix (the data-aware one's two matrix
+    products in float32, its sums in float64). For an all-zero W (0/0) they are 0 when Ŵ = 0 too (an exact
+    reconstruction, as :func:`caldera.decomposition.caldera_decompose` returns) and inf otherwise."""
     if not bool(W.any()):
         e = 0.0 if not bool(W_hat.any()) else float("inf")
         return e, e
-    return relative_data_aware_error(W_hat, W, H), relative_frobenius_error(W_hat, W)
+    return relative_data_aware_error(W_hat, W, H, product=torch.float32), relative_frobenius_error(W_hat, W)
 
 
 def layer_matrices(layer: nn.Module, li: int, H_groups: dict[str, Tensor], spec, config,

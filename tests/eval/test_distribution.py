@@ -25,7 +25,12 @@ def _oracle(dense, comp, windows):
     return kl, dlogp, top1
 
 
-def test_paired_metrics_match_a_direct_computation(tmp_path):
+@pytest.mark.parametrize("block_rows", [None, 3])
+def test_paired_metrics_match_a_direct_computation(tmp_path, monkeypatch, block_rows):
+    if block_rows is not None:  # blocks of 3 positions: 16 positions per window end in a partial block
+        import caldera.eval.distribution as D
+
+        monkeypatch.setattr(D, "CPU_BLOCK_ELEMENTS", 3 * 128)
     torch.manual_seed(0)
     dense, comp = tiny_llama(seed=0).eval(), tiny_llama(seed=0).eval()
     with torch.no_grad():  # the "compressed" model: the dense one with noisy weights
@@ -43,6 +48,9 @@ def test_paired_metrics_match_a_direct_computation(tmp_path):
     # Δ ln p sums to the perplexity ratio's log: mean Δ ln p = nll_dense − nll_comp
     plain = perplexity(dense, windows, 17, progress=False)
     assert res["dlogp"]["estimate"] == pytest.approx(plain["nll"] - res["nll"], abs=1e-5)
+    # the loss taken in the paired pass is the cross-entropy a plain evaluation computes
+    alone = perplexity(comp, windows, 17, batch_size=3, progress=False)
+    assert res["window_nll"] == pytest.approx(alone["window_nll"], rel=1e-6)
     # the dense model against itself: KL 0 (to float16 rounding), all top-1 agree
     same = perplexity(dense, windows, 17, progress=False, reference=ref)
     assert max(same["window_kl"]) < 1e-3 and same["window_top1"] == [16.0] * 5

@@ -354,6 +354,7 @@ def test_a_beside_method_gets_a_row_right_after_each_matching_caldera_row_at_its
     from caldera.experiments.plan import has_model_plan, table_rows
 
     cfg = load("mini")
+    cfg["extra_methods"][0]["beside"] = ["smollm2-caldera-r16-lr4", "gemma3-caldera-r24-lr4"]
     for table, uniform in (("table1_llama2_zeroshot", "smollm2-caldera-r16-lr4"),
                            ("table2_llama3_zeroshot", "gemma3-caldera-r24-lr4"),
                            ("table7_mistral", "smollm2-caldera-r16-lr4")):
@@ -421,3 +422,12 @@ def test_a_replicates_pattern_with_its_own_seeds_replicates_only_its_variants_wi
     cfg["replicates"]["variants"] = [{"pattern": "smollm2-quipsharp", "seeds": [0]}]
     assert any("replicates.variants[0].seeds: [0] is a variant's own seed" in e
                for e in check_replicates(cfg, variants))
+
+
+def test_replicate_corpora_must_be_perplexity_corpora_of_the_run():
+    cfg = load("smoke")
+    cfg["replicates"]["corpora"] = ["wiki", "c5"]
+    with pytest.raises(ValueError, match=r"replicates.corpora: \['c5'\] not a perplexity corpus.*eval.ppl"):
+        checked(cfg)
+    cfg["replicates"]["corpora"] = ["wiki"]
+    checked(cfg)

@@ -323,8 +323,7 @@ JOB_SETTINGS = {
     "hessians": {"run": "RunContext"},
     "profile_layers": {"run": "RunContext", "variant": "Variant"},
     "allocate": {"variant": "Variant"},
-    "compress_layers": {"run": "RunContext", "variant": "Variant"},
-    "assemble_checkpoint": {"run": "RunContext", "variant": "Variant"},
+    "compress_variant": {"run": "RunContext", "variant": "Variant"},
     "evaluate": {"settings": "EvalSettings", "run": "RunContext"},
     "throughput": {"settings": "ThroughputSettings", "run": "RunContext"},
     "lora_finetune": {"settings": "LoraFtSettings", "eval_settings": "EvalSettings", "run": "RunContext"},
@@ -357,7 +356,7 @@ sys.exit(main())
 """
 
 
-@pytest.mark.parametrize("cfg", ["smoke", "mini"])
+@pytest.mark.parametrize("cfg", ["smoke", "mini", "mini-full"])
 def test_jobs_receive_their_blocks_settings_object(cfg, tmp_path):
     """In a dry run, each job that reads a typed block gets that block's settings object as a param (not a
     dict, not the whole config), and its script hands it to the step function."""
@@ -374,8 +373,11 @@ def test_jobs_receive_their_blocks_settings_object(cfg, tmp_path):
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     seen = json.loads(out.read_text())
     want = dict(JOB_SETTINGS)
-    if cfg == "mini":
+    if cfg in ("mini", "mini-full"):
         want["rht_finetune"] = {"settings": "RhtFtSettings", "run": "RunContext"}
+    if cfg == "mini-full":  # layers in chunks of 10: a job per chunk, then the assembly
+        del want["compress_variant"]
+        want["compress_layers"] = want["assemble_checkpoint"] = {"run": "RunContext", "variant": "Variant"}
     if cfg == "smoke":  # its other tables are pending
         want["pending_table"] = {"reason": "str"}
     for rule, params in want.items():

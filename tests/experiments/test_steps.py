@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from caldera.experiments.steps import run_device
+from tests.eval.test_zeroshot import prepared  # noqa: F401  (the fixture task data)
 
 
 def test_run_device():
@@ -123,3 +124,37 @@ def test_lean_is_the_default_off_the_cpu_and_auto_takes_the_models_dtype(tmp_pat
     mdl, _ = load_compressed_for(str(path), "meta", dtype="auto")
     assert _fp32_dense_tensors(mdl) == [] and mdl.model.norm.weight.device.type == "meta"
     assert mdl.model.norm.weight.dtype == torch.bfloat16
+
+
+@pytest.mark.usefixtures("prepared")
+def test_a_replicate_is_scored_only_on_the_corpora_its_claims_read(tmp_path, monkeypatch):
+    """``replicates.corpora``: a seed replicate's other corpora get a file that says they were skipped (no
+    windows, so the tables stack only the seeds that have them); the variant itself is scored on every corpus."""
+    import json
+
+    import caldera.pipeline.text as text
+    from caldera.experiments import steps
+    from caldera.experiments.plan import Variant
+    from caldera.experiments.settings import EvalSettings, RunContext
+    from caldera.experiments.tables import variant_samples
+    from tests.helpers import tiny_llama
+    from tests.pipeline.test_checkpoint import word_tokenizer
+
+    src = tmp_path / "m"
+    tiny_llama(0).save_pretrained(src)
+    word_tokenizer().save_pretrained(src)
+    stream = torch.randint(0, 128, (1, 3 * 16), generator=torch.Generator().manual_seed(2))
+    monkeypatch.setattr(text, "perplexity_stream", lambda tok, source: stream)
+    spec = {"source": "wikitext2", "protocol": "stream", "seq_len": 16}
+    settings = EvalSettings.from_block({"ppl": {"wiki": spec, "c4": spec}, "zeroshot": {"tasks": ["caldera_piqa"]}})
+    run = RunContext(name="t", device="cpu", dtype="auto", models={"m": {"source": str(src)}})
+    for vid, rep in [("m-dense", None), ("m-dense-seed1", "m-dense")]:
+        v = Variant(id=vid, model="m", method="dense", replicate_of=rep)
+        out = tmp_path / "eval" / vid
+        steps.step_evaluate(settings, run, v, None, {c: str(out / f"ppl_{c}.json") for c in ("wiki", "c4")},
+                            str(out / "zeroshot.json"), replicate_corpora=["wiki"])
+    wiki, c4 = (json.loads((tmp_path / f"eval/m-dense-seed1/ppl_{c}.json").read_text()) for c in ("wiki", "c4"))
+    assert wiki["n_windows"] == 3 and "skipped" not in wiki
+    assert "replicates.corpora" in c4["skipped"] and "window_nll" not in c4
+    assert set(variant_samples(tmp_path, "m-dense-seed1")["ppl"]) == {"wiki"}
+    assert set(variant_samples(tmp_path, "m-dense")["ppl"]) == {"wiki", "c4"}

@@ -123,7 +123,7 @@ def test_a_replicated_row_prints_the_geometric_mean_across_seeds_with_the_combin
     tab = write_table(str(tmp_path), TablePlan.from_config(config, "table7_mistral"), out["md"], out["tex"], out["csv"],
                       out["json"])
     row = next(r for r in tab["rows"] if r["variant"] == "smollm2-quipsharp")
-    assert row["seeds"] == {"ppl": S, "zeroshot": 1}
+    assert row["seeds"] == {"ppl": S, "c4": S, "zeroshot": 1}
     geo = math.exp(np.mean([sum(n) / 2044 for n in nlls]))  # geometric mean of the S perplexities
     assert row["ours"]["wiki2_ppl"] == __import__("pytest").approx(geo)
     ci = stats.seeded_perplexity(nlls, tok)
@@ -135,6 +135,15 @@ def test_a_replicated_row_prints_the_geometric_mean_across_seeds_with_the_combin
     saved = json.loads(Path(out["json"]).read_text())
     assert saved["realizations"]["smollm2-quipsharp"]["seeds"] == list(range(S))
     assert len(saved["seed_samples"]["smollm2-quipsharp"]) == S
+    # replicates scored on Wiki2 only (replicates.corpora): C4 is the variant's own realization, and says so
+    for r in reps[1:]:
+        (tmp_path / "eval" / r.id / "ppl_c4.json").write_text(json.dumps({"skipped": "replicates.corpora"}))
+    tab = write_table(str(tmp_path), TablePlan.from_config(config, "table7_mistral"), out["md"], out["tex"], out["csv"],
+                      out["json"])
+    row = next(r for r in tab["rows"] if r["variant"] == "smollm2-quipsharp")
+    assert row["seeds"] == {"ppl": S, "c4": 1, "zeroshot": 1}
+    assert row["ours"]["c4_ppl"] == __import__("pytest").approx(math.exp(sum(nlls[0]) / 2044))
+    assert f"| {S} (C4 1) / 1 |" in Path(out["md"]).read_text()
 
 
 def test_times_dense_column_beside_the_papers_ratio():

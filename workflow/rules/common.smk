@@ -1,5 +1,6 @@
 import dataclasses
 import json
+import re
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -72,6 +73,16 @@ _settings_text = json.dumps(effective_settings(config, VARIANTS), indent=1, sort
 REPLICATES = replicate_variants(config, VARIANTS)
 VARIANTS.update({r.id: r for reps in REPLICATES.values() for r in reps[1:]})
 COMPRESSED = sorted(v for v, spec in VARIANTS.items() if spec.method != "dense")
+# a variant whose layers are one chunk is compressed and assembled in one job (rule compress_variant); the others
+# get a compress_layers job per chunk and an assemble_checkpoint job (workflow/rules/compress.smk)
+ONE_CHUNK = [v for v in COMPRESSED if len(layer_chunks(RUN_CONTEXT, VARIANTS[v].model)) == 1]
+
+
+def id_pattern(ids):
+    """A wildcard constraint matching exactly these ids (none: a pattern that matches nothing)."""
+    return "|".join(re.escape(i) for i in sorted(ids)) or "(?!)"
+
+
 # RHT-FT models (Tables 3-4): made by rule rht_finetune from their base variant, then evaluated like any variant
 FT_VARIANTS = rhtft_variants(config)
 VARIANTS.update({k: ft for k, (ft, _) in FT_VARIANTS.items()})
@@ -148,7 +159,7 @@ def variant_spec(wildcards):
 
 def eval_spec(wildcards):
     v = VARIANTS[wildcards.variant]
-    rep = replicate_zeroshot(wildcards) if v.replicate_of else None
+    rep = (replicate_zeroshot(wildcards), replicate_corpora(wildcards)) if v.replicate_of else None
     return declared(variant_spec(wildcards), SETTINGS.eval.as_block(), rep)
 
 
@@ -156,6 +167,13 @@ def replicate_zeroshot(wildcards):
     """Rule evaluate's `replicate_zeroshot` param: whether a seed replicate is scored on zero-shot too (config
     `replicates.zeroshot`)."""
     return bool((config.get("replicates") or {}).get("zeroshot", False))
+
+
+def replicate_corpora(wildcards):
+    """Rule evaluate's `replicate_corpora` param: the perplexity corpora a seed replicate is scored on (config
+    `replicates.corpora`; None: every corpus)."""
+    corpora = (config.get("replicates") or {}).get("corpora")
+    return None if corpora is None else list(corpora)
 
 
 def compress_spec(wildcards):

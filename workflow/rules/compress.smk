@@ -1,12 +1,43 @@
 # One job per (variant, chunk of `layers_per_job` decoder layers): with layers_per_job = 1 (paper scale) the
 # compression fans out across GPUs or cluster nodes one layer per job. Each job's folder holds its layers'
-# files (layer_NNN.safetensors + layer_NNN.json) and chunk.json.
+# files (layer_NNN.safetensors + layer_NNN.json) and chunk.json. A variant whose layers fit one chunk is
+# compressed and assembled by one job (rule compress_variant), in the same folders.
+rule compress_variant:
+    # a variant of one chunk: its per-layer files (kept in chunks/000 across a failed or killed job, so a rerun
+    # resumes from them) and its checkpoint, in one job
+    input:
+        hessians=get_hessian_dir,
+        allocation=get_allocation,
+    output:
+        checkpoint=directory(f"{RES}/compressed/{{variant}}/checkpoint"),
+        summary=f"{RES}/compressed/{{variant}}/summary.json",
+    wildcard_constraints:
+        variant=id_pattern(ONE_CHUNK),
+    benchmark:
+        f"{RES}/benchmarks/compress_variant/{{variant}}.tsv"
+    log:
+        f"{RES}/logs/compress/{{variant}}/compress.log",
+    params:
+        spec=variant_spec,
+        variant=get_variant,
+        run=get_variant_run,
+        layers=lambda wc: f"{RES}/compressed/{wc.variant}/chunks/000",
+    resources:
+        gpu=0,  # as compress_layers
+    conda:
+        "../envs/caldera.yaml"
+    script:
+        "../scripts/compress_variant.py"
+
+
 rule compress_layers:
     input:
         hessians=get_hessian_dir,
         allocation=get_allocation,  # a method that chooses settings per matrix (rule allocate); else none
     output:
         layers=directory(f"{RES}/compressed/{{variant}}/chunks/{{chunk}}"),
+    wildcard_constraints:
+        variant=id_pattern(set(COMPRESSED) - set(ONE_CHUNK)),
     benchmark:
         f"{RES}/benchmarks/compress_layers/{{variant}}_{{chunk}}.tsv"
     log:
@@ -29,6 +60,8 @@ rule assemble_checkpoint:
     output:
         checkpoint=directory(f"{RES}/compressed/{{variant}}/checkpoint"),
         summary=f"{RES}/compressed/{{variant}}/summary.json",
+    wildcard_constraints:
+        variant=id_pattern(set(COMPRESSED) - set(ONE_CHUNK)),
     benchmark:
         f"{RES}/benchmarks/assemble_checkpoint/{{variant}}.tsv"
     log:

@@ -39,6 +39,7 @@ rule evaluate:
         settings=SETTINGS.eval,
         run=get_variant_run,
         replicate_zeroshot=replicate_zeroshot,
+        replicate_corpora=replicate_corpora,
     resources:
         gpu=1,
     conda:

@@ -14,8 +14,8 @@ import sys
 #: every code LDLQ rounds after it): the Hessians, the decompositions and the sweeps over them. They run under the
 #: config's ``numerics`` (caldera.numerics); every other job (evaluation, fine-tuning, throughput) keeps the
 #: machine's own code paths: its last-bit differences are not amplified, and Table 6 times the machine's own kernels.
-PINNED_RULES = frozenset({"hessians", "selection", "profile_layers", "compress_layers", "ablation_traces",
-                          "lplr_traces"})
+PINNED_RULES = frozenset({"hessians", "selection", "profile_layers", "compress_layers", "compress_variant",
+                          "ablation_traces", "lplr_traces"})
 
 
 def numerics_mode(config: dict, rule: str) -> str:

@@ -8,6 +8,7 @@ from caldera_job import job
 STAGES = {
     "assets": "assets",
     "hessians": "calibration (Hessians)",
+    "compress_variant": "compression",
     "compress_layers": "compression",
     "assemble_checkpoint": "compression",
     "profile_layers": "compression",
