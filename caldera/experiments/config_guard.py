@@ -17,6 +17,7 @@ import difflib
 import math
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -350,6 +351,18 @@ def _figure_rank_errors(config: dict[str, Any]) -> list[str]:
                               f"factors): {e}; use paper ranks a {fc['paper_model']} matrix can have")  # fmt: skip
                 break
     return errors
+
+
+def device_errors(config: dict[str, Any], *, local: bool, cuda_devices: Callable[[], int]) -> list[str]:
+    """``device: cuda`` when the jobs run on this machine (``local``: no cluster executor) and it has no CUDA
+    device (``cuda_devices()``: how many it has; called only when the config asks for one). A cluster run is not
+    checked: its jobs run on other machines than the one that plans them."""
+    dev = str(config.get("device", "auto"))
+    if not local or not dev.startswith("cuda") or cuda_devices() > 0:
+        return []
+    return [f"device: {dev!r}, but this machine has no CUDA device (torch.cuda.is_available() is false) and the "
+            "jobs run here; use device: auto (the GPU when there is one, else the CPU) or cpu, or run through a "
+            "cluster profile (--profile workflow/profiles/slurm)"]
 
 
 def plan_time_errors(config: dict[str, Any]) -> list[str]:

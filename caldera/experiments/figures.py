@@ -304,9 +304,11 @@ def plot_rank_allocation(allocations: dict[str, dict[str, Any]], out_png: str, o
         ax.set_xlabel("decoder layer")
         cfg = alloc["method_config"]
         label = model_labels.get(vid.split("-", 1)[0], vid) if model_labels else vid
+        # an allocation the CLI wrote states its profiling seconds; the workflow's keeps them in its timing file
+        took = f" (profiling {alloc['profile_wall_s']:.0f} s)" if "profile_wall_s" in alloc else ""
         ax.set_title(f"{vid} — {label}: uniform k = {cfg['rank']} at B_LR = {cfg['l_bits']} shared out, ranks "
-                     f"{cfg['min_rank']}…{cfg['max_rank_factor']}·k in steps of {cfg['rank_multiple']} (profiling "
-                     f"{alloc['profile_wall_s']:.0f} s)", fontsize=8)
+                     f"{cfg['min_rank']}…{cfg['max_rank_factor']}·k in steps of {cfg['rank_multiple']}{took}",
+                     fontsize=8)
         fig.colorbar(im, ax=ax, label="rank k_i", shrink=0.9)
     fig.suptitle("Rank per matrix at the bits of uniform rank (caldera-rank-per-layer), chosen on calibration data",
                  fontsize=10)

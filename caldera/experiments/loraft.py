@@ -227,7 +227,7 @@ def step_lora_finetune(settings: LoraFtSettings, eval_settings: EvalSettings, ru
     state (resume) and the best fine-tuned model (checkpoint format, plus ``head.safetensors`` for the
     classification head) go to ``work_dir``."""
     from caldera.atomic import save_safetensors_atomic
-    from caldera.experiments.steps import load_dense, run_device, write_json
+    from caldera.experiments.steps import load_dense, run_device, write_result
     from caldera.pipeline.checkpoint import load_compressed, save_compressed
 
     t0 = time.perf_counter()
@@ -275,10 +275,11 @@ def step_lora_finetune(settings: LoraFtSettings, eval_settings: EvalSettings, ru
     out = {"row": row_id, "task": task, "variant": row.variant.id, "ft_rank": row.ft_rank,
            "rank": row.variant.rank, "avg_bits": row.avg_bits, "hyper": asdict(hyper), "settings": task_block,
            "data": sizes, "history": res["history"], "best_step": res["best_step"], "final_step": res["final_step"],
-           "best": best, "final": final, "train_s": t_train, "train_cpu_s": c_train,
-           "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time()}
-    write_json(out_json, out)
-    return out
+           "best": best, "final": final}
+    seconds = {"train_s": t_train, "train_cpu_s": c_train, "wall_s": time.perf_counter() - t0,
+               "cpu_s": time.process_time()}
+    write_result(out_json, out, seconds)
+    return {**out, **seconds}
 
 
 # ------------------------------------------------------------------------------------------------ table
@@ -359,8 +360,7 @@ def build_table5(results_dir: str | Path, plan: Table5Plan) -> dict[str, Any]:
             res = json.loads(p.read_text()) if p.exists() else None
             entry[task] = None if res is None else {
                 "best": res["best"], "final": res["final"], "best_step": res["best_step"],
-                "final_step": res["final_step"], "train_s": res["train_s"], "wall_s": res["wall_s"],
-                "data": res["data"]}
+                "final_step": res["final_step"], "data": res["data"]}
             entry[f"{task}_no_ft"] = _baseline(results_dir, r.variant.id, task)
             entry[f"{task}_dense"] = _baseline(results_dir, dense, task)
         rows.append(entry)

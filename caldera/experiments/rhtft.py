@@ -34,7 +34,7 @@ def step_rht_finetune(settings: RhtFtSettings, run: RunContext, source: str, v: 
     checkpoint to ``out_dir`` (:func:`caldera.pipeline.checkpoint.save_compressed`, the base checkpoint's method
     and method config, plus an ``rht_ft`` record) and the summary (history, best epoch, wall time) to
     ``summary_out``. ``state_path``: per-epoch resume state (:func:`caldera.finetune.rht.rht_finetune`)."""
-    from caldera.experiments.steps import load_dense, run_device, write_json
+    from caldera.experiments.steps import load_dense, run_device, write_result
     from caldera.finetune.rht import rht_finetune
     from caldera.pipeline.checkpoint import load_compressed, read_config, save_compressed
 
@@ -50,12 +50,15 @@ def step_rht_finetune(settings: RhtFtSettings, run: RunContext, source: str, v: 
     res = rht_finetune(student, teacher, train.to(device), held.to(device), cfg, state_path=state_path)
     record = {"config": settings.training(), "source": source,
               "n_train": int(train.shape[0]), "n_heldout": int(held.shape[0]), "base_checkpoint": str(checkpoint),
-              "best_epoch": res["best_epoch"], "history": res["history"]}
+              "best_epoch": res["best_epoch"],
+              # the seconds of each epoch go to the timing file: the checkpoint and summary hold no clock reading
+              "history": [{k: x for k, x in h.items() if k != "wall_s"} for h in res["history"]]}
     base_cfg = read_config(checkpoint)
     save_compressed(student.cpu(), out_dir, method=base_cfg["method"], method_config=base_cfg["method_config"],
                     tokenizer=tok, extra={"rht_ft": record})
     summary = {"variant": v.id, **record, "heldout_kl_before": res["heldout_kl_before"],
                "heldout_kl_best": res["heldout_kl_best"], "n_sign_params": res["n_params"],
-               "resumed_from": res["resumed_from"], "wall_s": time.perf_counter() - t0}
-    write_json(summary_out, summary)
+               "resumed_from": res["resumed_from"]}
+    write_result(summary_out, summary, {"wall_s": time.perf_counter() - t0,
+                                        "epoch_wall_s": [h.get("wall_s") for h in res["history"]]})
     return summary

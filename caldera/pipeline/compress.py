@@ -82,6 +82,13 @@ def layer_paths(out_dir: str | os.PathLike, layer: int) -> tuple[Path, Path]:
     return base.with_suffix(".safetensors"), base.with_suffix(".json")
 
 
+def layer_timing_path(out_dir: str | os.PathLike, layer: int) -> Path:
+    """``layer_NNN.timing.json``: the layer's wall-clock record (seconds per matrix and in all, when it finished),
+    kept out of ``layer_NNN.json`` so that a rerun writes that file, and everything built from it, byte for byte.
+    Nothing reads it to decide anything."""
+    return Path(out_dir) / f"layer_{layer:03d}.timing.json"
+
+
 def _jsonable(x: Any) -> Any:
     return json.loads(
         json.dumps(x, default=lambda o: str(o).removeprefix("torch.") if isinstance(o, torch.dtype) else repr(o))
@@ -131,7 +138,7 @@ def read_layer_result(
 
 def discard_layer(out_dir: str | os.PathLike, layer: int) -> None:
     """Delete a layer's files, the JSON first (so no half-deleted layer is ever taken as done)."""
-    for path in reversed(layer_paths(out_dir, layer)):
+    for path in (*reversed(layer_paths(out_dir, layer)), layer_timing_path(out_dir, layer)):
         path.unlink(missing_ok=True)
 
 
@@ -174,9 +181,12 @@ def layer_matrices(layer: nn.Module, li: int, H_groups: dict[str, Tensor], spec,
 def _decompose_layer(
     layer: nn.Module, li: int, H_groups: dict[str, Tensor], spec, config, *, ft_rank: int, progress_cb=None,
     device: torch.device | str = "cpu", overrides: dict[str, dict[str, Any]] | None = None,
-) -> tuple[dict[str, Tensor], dict[str, Any]]:
+) -> tuple[dict[str, Tensor], dict[str, Any], dict[str, dict[str, float]]]:
+    """``(tensors, per-matrix records, per-matrix seconds)`` of decoder layer ``li``: the layer file's tensors and
+    metadata, and the wall-clock record that goes to :func:`layer_timing_path` instead."""
     tensors: dict[str, Tensor] = {}
     matrices: dict[str, Any] = {}
+    timing: dict[str, dict[str, float]] = {}
     for name, g, W, H, cfg, ctx, ctx_s in layer_matrices(layer, li, H_groups, spec, config, device):
         lin = layer.get_submodule(name)
         if overrides and name in overrides:
@@ -196,11 +206,10 @@ def _decompose_layer(
             "frobenius_error": frob,
             "best_iter": dec.best_iter,
             "error_trace": _jsonable(dec.error_trace),
-            "wall_s": wall,
-            "context_wall_s": ctx_s,
             **matrix_bits(mod),
             "module": mod.metadata(),
         }
+        timing[name] = {"wall_s": wall, "context_wall_s": ctx_s}
         for k, v in mod.state_dict().items():
             tensors[f"{name}.{k}"] = v.detach().cpu().contiguous()
         log.info(
@@ -215,7 +224,7 @@ def _decompose_layer(
         )
         if progress_cb is not None:
             progress_cb(f"L{li} {name.split('.')[-1]} err={err:.4f}")
-    return tensors, matrices
+    return tensors, matrices, timing
 
 
 def compress_model(
@@ -253,8 +262,8 @@ def compress_model(
     ``method_params``: the method's config object, or a dict for ``get_method(method).make_config`` (a
     ``"preset"`` key selects a preset).
     Returns ``{"method", "method_config", "computed", "skipped", "matrices", "bits", "wall_s"}`` where
-    ``matrices`` maps ``"<layer>.<linear>"`` to its error, wall time and bits, over every layer that is done
-    (computed now or before).
+    ``matrices`` maps ``"<layer>.<linear>"`` to its error and bits, over every layer that is done (computed now or
+    before), and ``wall_s`` is this call's time (each layer's own is in :func:`layer_timing_path`).
     """
     from tqdm.auto import tqdm
 
@@ -305,7 +314,7 @@ def compress_model(
 
         try:
             with torch.no_grad():
-                tensors, matrices = _decompose_layer(
+                tensors, matrices, timing = _decompose_layer(
                     all_layers[li], li, H_groups, spec, config, ft_rank=ft_rank, progress_cb=tick,
                     device=torch.device("cpu") if device is None else torch.device(device),
                     overrides=per_layer.get(li),
@@ -324,11 +333,13 @@ def compress_model(
             "hessian_file": str(layer_file(hessian_dir, li)),
             "hessian_sha256": h_sha,
             **({"overrides": per_layer[li]} if li in per_layer else {}),
-            "wall_s": time.perf_counter() - t0,
-            "finished_at": time.time(),
             "matrices": matrices,
             "sha256": sha256_file(st),
         }
+        # the timing first: a layer is done when its JSON exists, and its timing is then never missing
+        write_atomic(layer_timing_path(out_dir, li), json.dumps(
+            {"layer": li, "wall_s": time.perf_counter() - t0, "finished_at": time.time(), "matrices": timing},
+            indent=1, sort_keys=True) + "\n")
         write_atomic(js, json.dumps(info, indent=1, sort_keys=True) + "\n")
         results[li] = info
         computed.append(li)
@@ -340,7 +351,7 @@ def compress_model(
         "computed": computed,
         "skipped": skipped,
         "matrices": {
-            k: {f: v[f] for f in ("shape", "error", "error_reg", "wall_s", "storage_bits", "rank")}
+            k: {f: v[f] for f in ("shape", "error", "error_reg", "storage_bits", "rank")}
             for k, v in flat.items()
         },
         "bits": bits_summary(model, [m for info in results.values() for m in info["matrices"].values()]),
@@ -452,7 +463,7 @@ def assemble_checkpoint(
         for name, m in info["matrices"].items():
             modules[f"{prefix}.{li}.{name}"] = m["module"]
             errors[f"{prefix}.{li}.{name}"] = {
-                f: m[f] for f in ("error", "error_reg", "frobenius_error", "wall_s", "best_iter", "storage_bits")
+                f: m[f] for f in ("error", "error_reg", "frobenius_error", "best_iter", "storage_bits")
             }
             matrices.append(m)
     unread = sorted(k for k, v in tensors.items() if v.device.type == "meta")

@@ -201,7 +201,7 @@ def test_step_evaluate_auto_streams_only_a_model_over_the_budget(tmp_path, monke
         out = tmp_path / f"{name}.json"
         steps.step_evaluate(settings, run, v, None, {"wiki": str(out)}, str(tmp_path / f"{name}-zs.json"),
                             budget_bytes=budget)
-        outs[name] = {k: x for k, x in json.loads(out.read_text()).items() if k != "wall_s"}
+        outs[name] = json.loads(out.read_text())  # no clock reading in it: the two paths write the same file
         assert len(opened) == (name == "streamed")
     assert opened[0].stats["loaded"] == [0, 1, 2]
     assert outs["memory"] == outs["streamed"] and outs["memory"]["n_windows"] == 4

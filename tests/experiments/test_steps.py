@@ -155,6 +155,10 @@ def test_a_replicate_is_scored_only_on_the_corpora_its_claims_read(tmp_path, mon
                             str(out / "zeroshot.json"), replicate_corpora=["wiki"])
     wiki, c4 = (json.loads((tmp_path / f"eval/m-dense-seed1/ppl_{c}.json").read_text()) for c in ("wiki", "c4"))
     assert wiki["n_windows"] == 3 and "skipped" not in wiki
+    # the clock reading is beside the result, not in it: a rerun rewrites the result byte for byte
+    assert "wall_s" not in wiki
+    assert json.loads(steps.timing_path(tmp_path / "eval/m-dense-seed1/ppl_wiki.json").read_text())["wall_s"] > 0
+    assert steps.timing_path(tmp_path / "eval/m/ppl_wiki.json").name == "ppl_wiki.timing.json"
     assert "replicates.corpora" in c4["skipped"] and "window_nll" not in c4
     assert set(variant_samples(tmp_path, "m-dense-seed1")["ppl"]) == {"wiki"}
     assert set(variant_samples(tmp_path, "m-dense")["ppl"]) == {"wiki", "c4"}

@@ -45,15 +45,18 @@ def test_caldera_resumable_and_assembled(setup, caplog):
     assert s0["computed"] == [0] and s0["skipped"] == []
     assert sum("rel. data-aware error" in r.getMessage() for r in caplog.records) == 7
     before = _mtimes(ld)
-    assert set(before) == {"layer_000.safetensors", "layer_000.json"}
+    assert set(before) == {"layer_000.safetensors", "layer_000.json", "layer_000.timing.json"}
     s1 = C.compress_model(model, root / "hess", "caldera", CALDERA, ld, progress=False)
     assert s1["computed"] == [1] and s1["skipped"] == [0]
     after = _mtimes(ld)
     assert all(after[k] == v for k, v in before.items())  # layer 0 was not rewritten
 
     info = json.loads((ld / "layer_001.json").read_text())
-    for m in info["matrices"].values():
-        assert 0 < m["error"] < 1 and m["wall_s"] > 0 and m["rank"] == 4 and m["error_trace"]
+    timing = json.loads(C.layer_timing_path(ld, 1).read_text())
+    assert set(timing["matrices"]) == set(info["matrices"]) and timing["wall_s"] > 0
+    for name, m in info["matrices"].items():
+        assert 0 < m["error"] < 1 and m["rank"] == 4 and m["error_trace"] and "wall_s" not in m
+        assert timing["matrices"][name]["wall_s"] > 0
     # one HessianContext per group: q/k/v share S_U (and so do gate/up); groups and layers differ
     t = C.load_layer_tensors(ld, 1)
     assert torch.equal(t["self_attn.q_proj.S_U"], t["self_attn.k_proj.S_U"])
@@ -129,7 +132,7 @@ def test_crash_leaves_nothing_trusted(setup, monkeypatch):
     with pytest.raises(RuntimeError, match="simulated crash"):
         C.compress_model(model, root / "hess", "quip#", {}, ld, progress=False)
     monkeypatch.undo()
-    assert sorted(p.name for p in ld.iterdir()) == ["layer_000.json", "layer_000.safetensors"]
+    assert sorted(p.name for p in ld.iterdir()) == ["layer_000.json", "layer_000.safetensors", "layer_000.timing.json"]
     assert C.read_layer_result(ld, 1) is None
 
     # a safetensors file without its JSON, or a JSON whose checksum does not match, is redone
@@ -230,8 +233,8 @@ def test_assembled_from_one_folder_per_job_equals_one_folder(setup):
 
 
 def test_rerun_is_byte_identical_file_by_file(setup):
-    """Per-layer safetensors files (not only the final checkpoint) are reproducible: one metadata key, so the
-    header does not depend on safetensors' per-process random map order."""
+    """Per-layer files (not only the final checkpoint) are reproducible: the safetensors have one metadata key, so
+    the header does not depend on safetensors' per-process random map order, and the JSON holds no clock reading."""
     from safetensors import safe_open
 
     model, root = setup
@@ -243,16 +246,11 @@ def test_rerun_is_byte_identical_file_by_file(setup):
         assert a.read_bytes() == b.read_bytes()
         with safe_open(str(a), "pt") as f:
             assert f.metadata() == {"caldera_layer": json.dumps({"format": C.FORMAT, "layer": li})}
-    # the JSON differs only by its timings
-    strip = ("wall_s", "finished_at", "context_wall_s")
-
-    def untimed(x):
-        if isinstance(x, dict):
-            return {k: untimed(v) for k, v in x.items() if k not in strip}
-        return x
-
-    ja, jb = (json.loads(C.layer_paths(ld, 0)[1].read_text()) for ld in runs)
-    assert untimed(ja) == untimed(jb) and ja["wall_s"] != jb["wall_s"]
+        # the JSON too: the clock readings are in the timing file beside it
+        ja, jb = (C.layer_paths(ld, li)[1] for ld in runs)
+        assert ja.read_bytes() == jb.read_bytes() and b"wall_s" not in ja.read_bytes()
+        ta, tb = (json.loads(C.layer_timing_path(ld, li).read_text()) for ld in runs)
+        assert ta["finished_at"] != tb["finished_at"]
 
 
 def test_orphaned_temporaries_are_removed_by_the_next_run(setup):
@@ -276,7 +274,7 @@ def test_orphaned_temporaries_are_removed_by_the_next_run(setup):
     C.compress_model(model, root / "hess", "rtn", {"bits": 4}, ld, layers=[0], progress=False)
     assert not any(p.exists() for p in orphans) and live.exists()
     os.unlink(live)
-    assert sorted(p.name for p in ld.iterdir()) == ["layer_000.json", "layer_000.safetensors"]
+    assert sorted(p.name for p in ld.iterdir()) == ["layer_000.json", "layer_000.safetensors", "layer_000.timing.json"]
 
 
 def test_an_all_zero_matrix_does_not_stop_the_model(setup):

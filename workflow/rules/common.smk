@@ -9,7 +9,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from caldera.atomic import write_atomic
-from caldera.experiments.config_guard import check_config_files, schema_errors
+from caldera.experiments.config_guard import check_config_files, device_errors, schema_errors
 from caldera.experiments.figures import figure3_jobs
 from caldera.experiments.loraft import Table5Plan, lora_inputs
 from caldera.experiments.plan import (
@@ -53,6 +53,17 @@ if _errors:
     raise WorkflowError("\n".join(_errors) + f"\n(config {', '.join(map(str, CONFIG_FILES))}: "
                         "workflow/schemas/config.schema.yaml and config/README.md list the keys)")
 validate(config, "../schemas/config.schema.yaml")  # fills the top-level defaults (the typed blocks': SETTINGS)
+
+
+def _cuda_devices():
+    import torch  # only when the config asks for CUDA
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+_errors = device_errors(config, local=workflow.local_exec, cuda_devices=_cuda_devices)
+if _errors:
+    raise WorkflowError("\n".join(_errors) + f"\n(config {', '.join(map(str, CONFIG_FILES))})")
 try:
     VARIANTS = check_config(config)  # every method config built through the registry: fails here, not in a job
 except ValueError as e:
@@ -179,6 +190,12 @@ def replicate_corpora(wildcards):
 def compress_spec(wildcards):
     v = VARIANTS[wildcards.variant]
     return declared(variant_spec(wildcards), layer_chunks(RUN_CONTEXT, v.model)[int(wildcards.chunk)])
+
+
+def get_variant_layer_dir(wildcards):
+    """Rule compress_variant's `layers` param: the per-layer folder of a variant of one chunk (its chunk 000, where
+    compress_layers would write it)."""
+    return f"{RES}/compressed/{wildcards.variant}/chunks/000"
 
 
 def get_chunk_dirs(wildcards):

@@ -21,7 +21,7 @@ rule compress_variant:
         spec=variant_spec,
         variant=get_variant,
         run=get_variant_run,
-        layers=lambda wc: f"{RES}/compressed/{wc.variant}/chunks/000",
+        layers=get_variant_layer_dir,
     resources:
         gpu=0,  # as compress_layers
     conda:
