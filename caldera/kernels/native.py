@@ -123,7 +123,8 @@ def build_problem(path: str) -> str | None:
     crash the interpreter when loaded). None: the file is the one that was built."""
     record = path + HASH_SUFFIX
     try:
-        want = open(record).read().strip()
+        with open(record) as f:  # closed here: a handle left to the garbage collector warns (ResourceWarning)
+            want = f.read().strip()
     except OSError:
         return f"no build record {record} (setup.py writes it when it builds the module)"
     got = sha256_file(path)

@@ -629,3 +629,23 @@ def test_materialize_in_a_16_bit_dtype(saved):
     for name in LINEARS:
         a, b = (m.model.layers[1].get_submodule(name).weight for m in (ref, half))
         assert b.dtype == torch.float16 and torch.equal(b, a.half())
+
+
+@pytest.mark.parametrize("vocab", [16, -1])  # -1: the small model cannot be built, the full one is
+def test_non_persistent_buffers_come_from_a_small_vocabulary_model_with_the_same_values(monkeypatch, vocab):
+    """Gemma-3's embed_scale and rotary frequencies, restored on load from a model built with a tiny vocabulary
+    (or, when that fails, the full model): the values a full build gives."""
+    from transformers import AutoModelForCausalLM
+
+    import caldera.pipeline.checkpoint as CK
+    from tests.helpers import tiny_gemma3
+
+    monkeypatch.setattr(CK, "REFERENCE_VOCAB", vocab)
+    config = tiny_gemma3(0, vocab_size=256).config
+    full = dict(AutoModelForCausalLM.from_config(config).named_buffers())
+    with torch.device("meta"):
+        wanted = dict(AutoModelForCausalLM.from_config(config).named_buffers())
+    assert "model.embed_tokens.embed_scale" in wanted
+    got = CK._reference_buffers(config, wanted)
+    assert set(got) == set(wanted) and all(torch.equal(got[n], full[n]) for n in wanted)
+    assert config.vocab_size == 256  # the caller's config is not altered
