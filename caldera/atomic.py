@@ -41,6 +41,13 @@ _HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
 _TMP_RE = re.compile(r"\.tmp-(?P<pid>\d+)(?:-(?P<host>[0-9a-f]{8})-[0-9a-f]+)?$")
 
 
+def timing_path(path: str | os.PathLike) -> Path:
+    """``<name>.timing.json`` beside the result file ``<name>.json``: where the wall-clock seconds of the step that
+    wrote it go, so that the result itself holds no clock reading."""
+    p = Path(path)
+    return p.with_name(f"{p.name.removesuffix('.json')}.timing.json")
+
+
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     """Hex sha256 of a file, read in 1 MiB chunks."""
     h = hashlib.sha256()

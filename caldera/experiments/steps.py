@@ -14,19 +14,13 @@ from typing import Any
 
 import torch
 
-from caldera.atomic import write_atomic
+from caldera.atomic import timing_path, write_atomic
 from caldera.experiments.plan import Variant
 from caldera.experiments.settings import EvalSettings, RunContext
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
     write_atomic(path, json.dumps(obj, indent=1, sort_keys=True, default=str))
-
-
-def timing_path(path: str | os.PathLike) -> Path:
-    """``<name>.timing.json`` beside the result file ``<name>.json``: where a step's wall-clock seconds go."""
-    p = Path(path)
-    return p.with_name(f"{p.name.removesuffix('.json')}.timing.json")
 
 
 def write_result(path: str | os.PathLike, obj: Any, seconds: dict[str, float]) -> None:

@@ -51,7 +51,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import Tensor, nn
 
-from caldera.atomic import remove_orphans, save_safetensors_atomic, sha256_file, write_atomic
+from caldera.atomic import remove_orphans, save_safetensors_atomic, sha256_file, timing_path, write_atomic
 from caldera.methods import get_method
 from caldera.metrics import relative_data_aware_error, relative_frobenius_error
 from caldera.nn.compressed_linear import CompressedLinear
@@ -86,7 +86,7 @@ def layer_timing_path(out_dir: str | os.PathLike, layer: int) -> Path:
     """``layer_NNN.timing.json``: the layer's wall-clock record (seconds per matrix and in all, when it finished),
     kept out of ``layer_NNN.json`` so that a rerun writes that file, and everything built from it, byte for byte.
     Nothing reads it to decide anything."""
-    return Path(out_dir) / f"layer_{layer:03d}.timing.json"
+    return timing_path(layer_paths(out_dir, layer)[1])
 
 
 def _jsonable(x: Any) -> Any:
