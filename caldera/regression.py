@@ -201,37 +201,47 @@ def rank_constrained_regression(X: Tensor, Y: Tensor, k: int, rcond: float | Non
 
 @dataclass(frozen=True)
 class HessianSqrt:
-    """A square root of a positive-definite H (float64): ``half`` = M with ``H = M Mᵀ``, ``inv_half`` = M⁻¹.
+    """A square root of a positive-definite H (float64): ``half`` = M with ``H = M Mᵀ``; products with M⁻¹.
 
     ``‖(A − Z) Xᵀ‖² = ‖(A − Z) M‖²`` for H = XᵀX (App. C.4); computed once per Hessian and shared. App. C.4
     writes M = U Λ^{1/2} (H = U Λ Uᵀ), but every square root differs from that one by an orthogonal factor
     on the right (M = U Λ^{1/2} Oᵀ), which changes neither ‖· M‖ nor the singular values of A M, so
     ``trunc_k(A M) M⁻¹`` is the same optimum for all of them. ``of`` takes the Cholesky factor: one
-    triangular factorization and inverse instead of a symmetric eigendecomposition (~20× cheaper for
-    d = 2048 here); ``eigen`` gives App. C.4's literal U Λ^{1/2}.
+    triangular factorization instead of a symmetric eigendecomposition (~20× cheaper for d = 2048 here), and
+    ``A M⁻¹`` is a triangular solve against M (k right-hand sides: O(k d²), where forming M⁻¹ is O(d³));
+    ``eigen`` gives App. C.4's literal U Λ^{1/2} with its explicit inverse ``Λ^{-1/2} Uᵀ``.
     """
 
     half: Tensor
-    inv_half: Tensor
-    lower: bool = False  # both factors lower triangular (``of``): products skip the zeros (caldera.triangular)
+    inverse: Tensor | None = None  # M⁻¹ (d, d) float64 when M is not triangular; None: solves against ``half``
+    lower: bool = False  # ``half`` lower triangular (``of``): products skip the zeros (caldera.triangular)
+
+    def __post_init__(self) -> None:
+        if (self.inverse is None) != self.lower:
+            raise ValueError("HessianSqrt: a lower-triangular `half` is inverted by solves (inverse=None); "
+                             "any other square root needs its explicit `inverse`")
 
     def times_half(self, A: Tensor) -> Tensor:
         """``A @ half`` in float32 for A (m, d) float32: half the flops when the factor is triangular."""
         return matmul_lower(A, self.half32) if self.lower else A @ self.half32
 
     def times_inv_half(self, A: Tensor) -> Tensor:
-        """``A @ inv_half`` in float32 for A (m, d) float32 (triangular-aware like :meth:`times_half`)."""
-        return matmul_lower(A, self.inv_half32) if self.lower else A @ self.inv_half32
+        """``A @ M⁻¹`` in float32 for A (m, d) float32: a float32 triangular solve ``X M = A`` when M is the
+        Cholesky factor, else a product with the stored inverse."""
+        if self.lower:
+            return torch.linalg.solve_triangular(self.half32, A, upper=False, left=False)
+        return A @ self.inverse.float()
+
+    def solve_right(self, B: Tensor) -> Tensor:
+        """``B @ M⁻¹`` in float64 for B (m, d) float64."""
+        if self.lower:
+            return torch.linalg.solve_triangular(self.half, B, upper=False, left=False)
+        return B @ self.inverse
 
     @functools.cached_property
     def half32(self) -> Tensor:
-        """``half`` in float32 (the LPLR and error matmuls' operand), converted once per factor pair."""
+        """``half`` in float32 (the LPLR and error matmuls' operand), converted once per factor."""
         return self.half.float()
-
-    @functools.cached_property
-    def inv_half32(self) -> Tensor:
-        """``inv_half`` in float32, converted once per factor pair."""
-        return self.inv_half.float()
 
     @classmethod
     def of(cls, H: Tensor) -> "HessianSqrt":
@@ -245,12 +255,11 @@ class HessianSqrt:
     @classmethod
     def of_cholesky(cls, M: Tensor) -> "HessianSqrt":
         """From H's lower Cholesky factor M (d, d) float64, already computed by the caller."""
-        eye = torch.eye(M.shape[0], dtype=torch.float64, device=M.device)
-        return cls(M, torch.linalg.solve_triangular(M, eye, upper=False), lower=True)
+        return cls(M, None, lower=True)
 
     @classmethod
     def eigen(cls, H: Tensor) -> "HessianSqrt":
-        """App. C.4's factors: ``half = U Λ^{1/2}``, ``inv_half = Λ^{-1/2} Uᵀ`` (H = U Λ Uᵀ)."""
+        """App. C.4's factors: ``half = U Λ^{1/2}``, inverse ``Λ^{-1/2} Uᵀ`` (H = U Λ Uᵀ)."""
         lam, U = torch.linalg.eigh(H.double())
         if float(lam[0]) <= 0:
             raise ValueError(f"H is not positive definite (λ_min = {float(lam[0]):.3g}); regularize it first")
@@ -274,7 +283,7 @@ def rank_constrained_regression_pd(
     Y = A.double() @ hs.half
     Uk, Sk, Vk = top_k_svd(Y, k, method=svd, generator=generator)
     L = Uk
-    R = (Sk[:, None] * Vk.T) @ hs.inv_half
+    R = hs.solve_right(Sk[:, None] * Vk.T)
     if svd == "exact":
         value = float(Y.pow(2).sum() - Sk.pow(2).sum())
     else:

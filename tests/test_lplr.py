@@ -253,7 +253,7 @@ def _lplr_without_reuse(A, H, k, q, iters, sweep):
     Y = A @ hs.half32
     obj = _Objective(Y, hs)
     Uk, Sk, Vk = top_k_svd(Y, k)
-    R, R_sc = _quantize(q, (Sk[:, None] * Vk.T) @ hs.inv_half32)
+    R, R_sc = _quantize(q, hs.times_inv_half(Sk[:, None] * Vk.T))
     _, G, AHRt = obj.for_R(R)
     Lt, L_sc = _quantize(q, _solve_spd(G, AHRt).T)
     L = Lt.T

@@ -77,7 +77,10 @@ def test_hessian_sqrt():
     _, H = llm_like(4, 16, seed=1)
     hs = HessianSqrt.of(H)
     assert torch.allclose(hs.half @ hs.half.T, H, atol=1e-12)
-    assert torch.allclose(hs.half @ hs.inv_half, torch.eye(16, dtype=H.dtype), atol=1e-9)
+    eye = torch.eye(16, dtype=H.dtype)
+    assert torch.allclose(hs.half @ hs.solve_right(eye), eye, atol=1e-9)
+    with pytest.raises(ValueError, match="explicit `inverse`"):
+        HessianSqrt(hs.half, None, lower=False)
     with pytest.raises(ValueError, match="positive definite"):
         HessianSqrt.of(-torch.eye(3))
 

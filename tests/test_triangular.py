@@ -62,5 +62,7 @@ def test_hessian_sqrt_products_use_the_factor_they_name():
     A = torch.randn(9, 256, generator=g)
     for hs in (HessianSqrt.of(H), HessianSqrt.eigen(H)):
         assert torch.allclose(hs.times_half(A).double(), A.double() @ hs.half, rtol=1e-4, atol=1e-4)
-        assert torch.allclose(hs.times_inv_half(A).double(), A.double() @ hs.inv_half, rtol=1e-4, atol=1e-3)
+        M_inv = torch.linalg.inv(hs.half)  # the explicit inverse: the oracle of the solves
+        assert torch.allclose(hs.times_inv_half(A).double(), A.double() @ M_inv, rtol=1e-4, atol=1e-3)
+        assert torch.allclose(hs.solve_right(A.double()), A.double() @ M_inv, rtol=1e-9, atol=1e-9)
     assert HessianSqrt.of(H).lower and not HessianSqrt.eigen(H).lower

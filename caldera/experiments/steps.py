@@ -235,7 +235,7 @@ def step_assemble(run: RunContext, v: Variant, layer_dir: str | list[str], out_d
     list of the chunk jobs' folders); returns its summary."""
     from caldera.pipeline.compress import LINEARS, assemble_checkpoint, layer_paths
     from caldera.pipeline.hessians import decoder_layers
-    from caldera.pipeline.partial import LazyLayers
+    from caldera.pipeline.partial import LazyLayers, local_folder
 
     # everything but the linear layers the per-layer files replace, in float32 as load_dense gave it (the
     # checkpoint's uncompressed tensors are unchanged); a compressed layer's dense weights are never read
@@ -246,7 +246,8 @@ def step_assemble(run: RunContext, v: Variant, layer_dir: str | list[str], out_d
         done = any(layer_paths(d, li)[1].is_file() for d in dirs)
         lazy.load(li, skip=LINEARS if done else ())
     mdl = lazy.model
-    tok = load_tokenizer(config, v.model)
+    # a local model's tokenizer files are copied as they are; a hub model's tokenizer is loaded and saved
+    tok = local_folder(model_source(config, v.model)) or load_tokenizer(config, v.model)
     _, summary = assemble_checkpoint(mdl, layer_dir, out_dir, v.method, v.config, tokenizer=tok,
                                      allow_partial=run.layers is not None)
     return summary

@@ -46,6 +46,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -272,18 +273,47 @@ def is_complete(target: str | os.PathLike, sha256: str) -> bool:
     )
 
 
+#: folders this process has fully verified: resolved path → :func:`_fingerprint` at that verification
+_VERIFIED: dict[str, tuple] = {}
+_SETTLED_NS = 2_000_000_000
+
+
+def _fingerprint(target: Path) -> tuple:
+    """Every file's (name, size, inode, mtime, ctime) in ``target`` (marker included, hidden files too): any write,
+    replacement, rename or new file changes it."""
+    out = []
+    for p in sorted(target.rglob("*")):
+        if p.is_file():
+            st = p.stat()
+            out.append((str(p.relative_to(target)), st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns))
+    return tuple(out)
+
+
 def verify_built(target: str | os.PathLike) -> Path:
     """Return ``target`` if every file it was built with has its recorded sha256 and size; else ``ValueError``
-    naming the first bad file and the repair (``caldera assets``)."""
-    bad = Path(target) / BAD_MARKER
+    naming the first bad file and the repair (``caldera assets``). A folder this process already verified in full
+    is not hashed again while no file in it has been written, replaced, renamed or added since (a job reads a
+    model's folder several times: its config, weight map, weights and tokenizer)."""
+    target = Path(target)
+    bad = target / BAD_MARKER
     if bad.exists():
         first = (bad.read_text(errors="replace").splitlines() or ["?"])[0]
         raise ValueError(f"cached asset {target} failed verification and was not repaired ({first}); {_REPAIR}")
+    key = str(target.resolve())
+    before = _fingerprint(target)
+    if _VERIFIED.get(key) == before:
+        return target
     problems = built_problems(target)
     if problems:
+        _VERIFIED.pop(key, None)
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise ValueError(f"cached asset {target} failed verification: {problems[0]}{more}; {_REPAIR}")
-    return Path(target)
+    # remembered only when nothing changed while it was hashed and no file is younger than the clock's coarse
+    # tick: a rewrite within the same tick as the build leaves mtime and ctime unchanged (git's "racily clean")
+    settled = time.time_ns() - _SETTLED_NS
+    if _fingerprint(target) == before and all(f[3] < settled and f[4] < settled for f in before):
+        _VERIFIED[key] = before
+    return target
 
 
 def discard_if_corrupt(target: str | os.PathLike) -> list[str]:

@@ -70,6 +70,10 @@ CHECKSUM_FILE = "checksums.json"
 QUANT_METHOD = "caldera"
 #: the files the model is built from: listed, unchanged and consistent, or the load is refused
 MODEL_FILES = (MODEL_FILE, HF_CONFIG_FILE, CONFIG_FILE)
+#: the files a tokenizer is saved as and loaded from (``save_pretrained`` / ``from_pretrained``)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "tokenizer.model", "vocab.json", "merges.txt", "vocab.txt", "chat_template.jinja",
+                   "chat_template.json")
 _RERUN = "re-run `caldera compress` to rebuild the checkpoint"
 _NO_VERIFY = "(to load it anyway, unverified: load_compressed(..., verify=False) / `--no-verify`)"
 #: Relative tolerance of the stored reconstruction fingerprints (float64 sums of float32 values).
@@ -245,6 +249,9 @@ def write_checkpoint(
 ) -> Path:
     """Write ``tensors`` + ``config`` (+ tokenizer) + checksums to ``out_dir`` atomically (:func:`atomic_dir`).
 
+    ``tokenizer``: a tokenizer (saved with ``save_pretrained``) or the folder it was loaded from (its
+    :data:`TOKENIZER_FILES` copied byte for byte: a 262k-entry tokenizer takes seconds to load).
+
     ``config["modules"]`` maps module paths to :meth:`CompressedLinear.metadata`; the reconstruction
     fingerprint of every module (:func:`weight_fingerprint`) is added as ``config["fingerprints"]`` and the
     content manifest as ``config["manifest"]``: the sha256 of every tensor (:func:`tensor_digest`), of the base
@@ -263,7 +270,13 @@ def write_checkpoint(
             json.dumps(hf_config_dict(config["base_config"], config["method"], config), indent=1, sort_keys=True)
             + "\n"
         )
-        if tokenizer is not None:
+        if isinstance(tokenizer, (str, os.PathLike)):
+            copied = [f for f in TOKENIZER_FILES if (Path(tokenizer) / f).is_file()]
+            if not copied:
+                raise ValueError(f"{tokenizer} holds no tokenizer file ({', '.join(TOKENIZER_FILES)})")
+            for name in copied:
+                (tmp / name).write_bytes((Path(tokenizer) / name).read_bytes())
+        elif tokenizer is not None:
             tokenizer.save_pretrained(str(tmp))
         files = {
             p.relative_to(tmp).as_posix(): sha256_file(p)
@@ -703,12 +716,12 @@ def read_checkpoint(
     return cfg, tensors
 
 
-#: vocabulary of the small model :func:`_reference_buffers` builds first (its non-persistent buffers do not depend on
+#: vocabulary of the small model :func:`reference_buffers` builds first (its non-persistent buffers do not depend on
 #: the vocabulary; a full Gemma-3 270M, 262,144 entries, takes ~8 s to build and initialise on one CPU thread)
 REFERENCE_VOCAB = 16
 
 
-def _reference_buffers(config: Any, wanted: dict[str, Tensor]) -> dict[str, Tensor]:
+def reference_buffers(config: Any, wanted: dict[str, Tensor]) -> dict[str, Tensor]:
     """Values of the non-persistent buffers ``wanted`` (name -> the meta tensor) of a model of ``config``, from a
     model built on the CPU: first one with a :data:`REFERENCE_VOCAB`-entry vocabulary (embedding and LM head are
     the bulk of a small model's parameters), else, when that one lacks a buffer, gives it another shape or dtype,
@@ -918,7 +931,7 @@ def _assemble(
                 replace_module(model, mpath, type(mod)(config=config))
     meta_buffers = {n: b for n, b in model.named_buffers() if b.device.type == "meta"}
     if meta_buffers:
-        reference = _reference_buffers(config, meta_buffers)
+        reference = reference_buffers(config, meta_buffers)
         for name in meta_buffers:
             owner, _, attr = name.rpartition(".")
             model.get_submodule(owner).register_buffer(attr, reference[name].clone(), persistent=False)

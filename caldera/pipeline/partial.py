@@ -189,14 +189,15 @@ class LazyLayers:
     def _rebuild_buffers(self, names: list[str]) -> None:
         import copy
 
-        from transformers import AutoModelForCausalLM
+        from caldera.pipeline.checkpoint import reference_buffers
 
         cfg = copy.deepcopy(self.model.config)
         cfg.num_hidden_layers = 1
         if isinstance(getattr(cfg, "layer_types", None), list):
             cfg.layer_types = cfg.layer_types[:1]
+        wanted = dict(self.model.named_buffers())
         with torch.device("cpu"):
-            ref = dict(AutoModelForCausalLM.from_config(cfg).named_buffers())
+            ref = reference_buffers(cfg, {n: wanted[n] for n in names})
         for name in names:
             owner, _, attr = name.rpartition(".")
             self.model.get_submodule(owner).register_buffer(attr, ref[name].to(self.device), persistent=False)

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -337,6 +338,47 @@ def test_flipped_byte_is_refused_at_load_and_repaired_by_caldera_assets(cache, t
     assets.load_model(target)
     assert cli.main(["assets", "--only", "smollm2"]) == 0  # intact now: nothing rebuilt
     assert len(builds) == n + 1 and "(rebuilt)" not in capsys.readouterr().out
+
+
+def test_a_verified_folder_is_hashed_again_only_after_a_change(cache, tmp_path, monkeypatch):
+    """Verified once per process while nothing in the folder changes; a same-size rewrite whose mtime is set back
+    (ctime still moves) and a planted file are both seen at the next call."""
+    target, _ = _built_model(cache, tmp_path, monkeypatch)
+    monkeypatch.setattr(assets, "_SETTLED_NS", 0)  # the files were written just now: trust them at once here
+    hashed = []
+    real = assets.sha256_file
+    monkeypatch.setattr(assets, "sha256_file", lambda p: hashed.append(Path(p).name) or real(p))
+    assets.verify_built(target)
+    n = len(hashed)
+    assert n >= 1 and "model.safetensors" in hashed
+    assert assets.verify_built(target) == target and len(hashed) == n  # unchanged: no second hash
+    st = target / "model.safetensors"
+    old = st.stat()
+    data = bytearray(st.read_bytes())
+    data[-5] ^= 0x40
+    time.sleep(0.01)
+    st.write_bytes(bytes(data))
+    os.utime(st, ns=(old.st_atime_ns, old.st_mtime_ns))  # same size, same mtime: only ctime and the bytes differ
+    with pytest.raises(ValueError, match=r"model\.safetensors has sha256 .*modified or corrupt"):
+        assets.verify_built(target)
+    st.write_bytes(bytes(data[:-5]) + bytes([data[-5] ^ 0x40]) + bytes(data[-4:]))  # the built bytes again
+    assets.verify_built(target)
+    (target / "added_tokens.json").write_text("{}")
+    with pytest.raises(ValueError, match="added_tokens.json was not built here"):
+        assets.verify_built(target)
+
+
+def test_a_just_written_folder_is_not_remembered(cache, tmp_path, monkeypatch):
+    """Files younger than the clock's coarse tick are hashed on every call (a rewrite within the tick keeps mtime)."""
+    target, _ = _built_model(cache, tmp_path, monkeypatch)
+    monkeypatch.setattr(assets, "_SETTLED_NS", 3600 * 10**9)
+    hashed = []
+    real = assets.sha256_file
+    monkeypatch.setattr(assets, "sha256_file", lambda p: hashed.append(p) or real(p))
+    assets.verify_built(target)
+    n = len(hashed)
+    assets.verify_built(target)
+    assert len(hashed) == 2 * n
 
 
 def test_truncated_file_is_incomplete_and_rebuilt(cache, tmp_path, monkeypatch):

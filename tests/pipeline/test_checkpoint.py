@@ -97,6 +97,31 @@ def saved(tmp_path_factory):
     return model, path
 
 
+def test_a_tokenizer_folder_is_copied_and_loads_as_the_saved_tokenizer(saved, tmp_path):
+    """``tokenizer=<folder>``: its tokenizer files byte for byte, listed in the manifest, and the tokenizer
+    loaded from the checkpoint encodes as the one ``save_pretrained`` wrote; a folder without one is refused."""
+    model, path = saved
+    src = tmp_path / "src"
+    word_tokenizer().save_pretrained(src)
+    (src / "config.json").write_text("{}")  # not a tokenizer file: not copied
+    cfg = json.loads((path / CONFIG_FILE).read_text())
+    ck = save_compressed(model, tmp_path / "ck", method="quip#", method_config=cfg["method_config"], tokenizer=src)
+    tok_files = sorted(p.name for p in src.iterdir() if p.name != "config.json")
+    assert tok_files and all((ck / f).read_bytes() == (src / f).read_bytes() for f in tok_files)
+    assert json.loads((ck / "config.json").read_text()) != {}
+    manifest = json.loads((ck / CONFIG_FILE).read_text())["manifest"]["files"]
+    assert set(tok_files) <= set(manifest)
+    _, tok = load_compressed(ck)
+    _, tok_saved = load_compressed(path)
+    text = "w3 w17 w99 zz w5"
+    assert tok(text)["input_ids"] == tok_saved(text)["input_ids"] == word_tokenizer()(text)["input_ids"]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="holds no tokenizer file"):
+        save_compressed(model, tmp_path / "ck2", method="quip#", method_config=cfg["method_config"],
+                        tokenizer=tmp_path / "empty")
+    assert not (tmp_path / "ck2").exists()
+
+
 def test_layout(saved):
     model, path = saved
     files = {p.name for p in path.iterdir()}
@@ -646,6 +671,6 @@ def test_non_persistent_buffers_come_from_a_small_vocabulary_model_with_the_same
     with torch.device("meta"):
         wanted = dict(AutoModelForCausalLM.from_config(config).named_buffers())
     assert "model.embed_tokens.embed_scale" in wanted
-    got = CK._reference_buffers(config, wanted)
+    got = CK.reference_buffers(config, wanted)
     assert set(got) == set(wanted) and all(torch.equal(got[n], full[n]) for n in wanted)
     assert config.vocab_size == 256  # the caller's config is not altered
