@@ -35,6 +35,16 @@ MAX_POSITIONS = {
     "mistral-7b": 32768,
 }
 
+#: UTF-8 bytes of each offline text source's documents joined with ``"\n\n"`` (the sha256-pinned OLMo evaluation
+#: asset, :data:`caldera.pipeline.text.TEXT_SOURCES`; measured with ``caldera.pipeline.text.load_documents``). A
+#: token covers at least one byte apart from a BOS or separator token, so a source holds at most about this many
+#: tokens: a request beyond it could only re-read the same text.
+SOURCE_BYTES = {
+    "lambada-books": 1_690_557,
+    "wiki-squad": 636_652,
+    "coqa-stories": 749_575,
+}
+
 
 def check_config_files(paths: list[str | Path]) -> None:
     """Re-read each config file strictly (duplicate keys); raises ``ValueError`` naming the file and key."""
@@ -422,7 +432,44 @@ def plan_time_errors(config: dict[str, Any]) -> list[str]:
             if isinstance(n, int) and n > lim:
                 errors.append(f"{key}: {n} tokens is longer than models.{lim_model} takes ({lim} positions); "
                               f"use at most {lim}")  # fmt: skip
+    errors += _size_errors(config, limits)
     if config.get("selection"):
         errors += _selection_errors(config)
     errors += _figure_rank_errors(config)
+    return errors
+
+
+def _size_errors(config: dict[str, Any], limits: dict[str, int]) -> list[str]:
+    """Token counts beyond what the data holds (:data:`SOURCE_BYTES`: calibration rows, RHT-FT sequences,
+    perplexity windows) or what the models take (:data:`MAX_POSITIONS`: the throughput prompt plus its generated
+    tokens)."""
+    errors: list[str] = []
+
+    def request(key: str, count: Any, seq_len: Any, source: Any, what: str) -> None:
+        held = SOURCE_BYTES.get(source) if isinstance(source, str) else None
+        if held is None or not isinstance(count, int) or not isinstance(seq_len, int) or seq_len < 2:
+            return
+        if count * (seq_len - 1) > held:
+            most = max(1, held // (seq_len - 1))
+            errors.append(f"{key}: {count} {what} of {seq_len} tokens is more text than source {source!r} holds "
+                          f"({held:,} bytes, at most ~{held:,} tokens); use at most {most} (the job counts the "
+                          "exact tokens)")
+
+    cal = config["calibration"]
+    request("calibration.n_samples", cal.get("n_samples"), cal.get("seq_len"), cal.get("source"), "sequences")
+    ft = config.get("rht_ft")
+    if ft:
+        request("rht_ft.n_samples", ft.get("n_samples"), ft.get("seq_len"), cal.get("source"), "sequences")
+    for c, spec in config["eval"]["ppl"].items():
+        request(f"eval.ppl.{c}.n_windows", spec.get("n_windows"), spec.get("seq_len"), spec.get("source"),
+                "windows")
+    tp = config.get("throughput")
+    if tp and limits:
+        lim_model = min(limits, key=limits.get)
+        new = tp.get("new_tokens")
+        prompt_tokens = 1 + len(str(tp.get("prompt", "The capital of France is")).encode())  # ≥ the prompt's ids
+        if isinstance(new, int) and prompt_tokens + new > limits[lim_model]:
+            errors.append(f"throughput.new_tokens: {new} generated tokens after the prompt (up to {prompt_tokens} "
+                          f"tokens) exceed the {limits[lim_model]} positions models.{lim_model} takes; use at most "
+                          f"{limits[lim_model] - prompt_tokens}")
     return errors

@@ -9,7 +9,8 @@ functions (:func:`caldera.experiments.tables.build_table`, :func:`caldera.experi
     python -m caldera.experiments.rerun CONFIG.yaml RESULTS_DIR OUT_DIR [--overlay OVERLAY.yaml] [--tables …]
 
 writes ``OUT_DIR/claims.json``, ``claims.md`` and ``spread.md`` (and, with ``--write-tables``, each table's
-md/tex/csv/json as rule ``make_table`` writes them); compare with
+md/tex/csv/json as rule ``make_table`` writes them). ``--targets`` prints instead the evaluation files those tables
+read (every row variant and its seed replicates), the Snakemake targets of such a partial run. Compare with
 ``python -m caldera.experiments.coverage COMMITTED/claims.json OUT_DIR/claims.json``.
 """
 
@@ -38,6 +39,23 @@ def rerun_claims(config: dict[str, Any], results_dir: str, tables: tuple[str, ..
     return claims, md
 
 
+def eval_targets(config: dict[str, Any], results_dir: str, tables: tuple[str, ...] = DEFAULT_TABLES) -> list[str]:
+    """``<results_dir>/eval/<variant>/ppl_wiki.json`` of every variant the ``tables``' rows read (each row variant,
+    an RHT-FT row's base, and their seed replicates), sorted: asking Snakemake for them runs the compressions and
+    evaluations those tables' claims need, and nothing else."""
+    from caldera.experiments.tables import TablePlan
+
+    ids: set[str] = set()
+    for t in tables:
+        plan = TablePlan.from_config(config, t)
+        for r in plan.rows:
+            for v in (r.get("variant"), r.get("base")):
+                if v is not None:
+                    ids.add(v.id)
+                    ids.update(x.id for x in plan.replicates.get(v.id, []))
+    return [f"{results_dir}/eval/{i}/ppl_wiki.json" for i in sorted(ids)]
+
+
 def render(claims: list[dict[str, Any]], title: str) -> str:
     from caldera.experiments.claims import claims_table
 
@@ -55,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tables", nargs="+", default=list(DEFAULT_TABLES))
     ap.add_argument("--write-tables", action="store_true",
                     help="also write each table's .md/.tex/.csv/.json into OUT (as rule make_table does)")
+    ap.add_argument("--targets", action="store_true",
+                    help="print the evaluation files the tables read (the partial run's Snakemake targets) and stop")
     ap.add_argument("--schema", default="workflow/schemas/config.schema.yaml",
                     help="the workflow's config schema (defaults filled from it when the file exists)")
     a = ap.parse_args(argv)
@@ -68,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         from snakemake.utils import validate
 
         validate(config, str(schema))
+    if a.targets:
+        print(" ".join(eval_targets(config, a.results, tuple(a.tables))))
+        return 0
     claims, spread = rerun_claims(config, a.results, tuple(a.tables))
     from caldera.atomic import write_atomic
     from caldera.experiments.claims import jsonable

@@ -14,16 +14,18 @@ an evaluation result: the only inputs are the dense weights, the calibration Hes
 Selection rule (:func:`select`): per candidate, the geometric mean over matrices × ranks of its error divided by
 QuIP#'s on the same matrix (the plain 2-bit QuIP# row of the tables), averaged in log space over the stand-ins
 (each stand-in weighs the same). Candidates within ``tie_tolerance`` (relative) of the lowest score are tied and
-the one with the fewest seconds per matrix wins. A larger T_out/T_in (``long_iters``) is measured on fewer
-matrices and reported (what more iterations buy, at what cost) but is never selectable: it is outside the
-default's time budget.
+the one listed first in ``selection.candidates`` wins (no clock reading decides: a rerun selects the same). A
+larger T_out/T_in (``long_iters``) is measured on fewer matrices and reported (what more iterations buy) but is
+never selectable: it is outside the default's time budget.
 
 :func:`ablation_comparisons` re-runs the Figure 3 comparisons (App. G.1: 4-bit vs 16-bit factors, no LDLQ,
 16-bit CALDERA vs QuIP# + LR, LPLR's inner iterations) on the figure's own matrices with the selected
 configuration's update order, Hessian update and best-iterate tracking, so that a failing ablation claim can say
 whether its failure survives the configuration choice (:func:`configuration_notes`).
 
-Outputs: ``selection.json`` (every measurement, the scores, the selected configuration) and ``selection.md``.
+Outputs: ``selection.json`` (every measurement, the scores, the selected configuration) and ``selection.md``,
+which hold no clock reading (a rerun writes them byte for byte); the seconds of every decomposition and of the
+job go to ``selection.timing.json`` beside them.
 """
 
 from __future__ import annotations
@@ -186,23 +188,29 @@ def sweep_model(
 
 
 def _slim(m: dict[str, Any]) -> dict[str, Any]:
+    """What a record keeps of :func:`measure_matrix`: the errors and (moved to the timing file by
+    :func:`split_timing`) the seconds."""
     return {k: m[k] for k in ("error", "error_reg", "seconds", "cpu_s")}
+
+
+#: the keys of a measurement record that are clock readings
+TIMING_KEYS = ("seconds", "cpu_s")
+
+
+def split_timing(records: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, float]]]:
+    """``(records without clock readings, their clock readings in the same order)``."""
+    return ([{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in records],
+            [{k: r[k] for k in TIMING_KEYS if k in r} for r in records])
 
 
 def _geo(xs: Sequence[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
-def _cost(records: Sequence[dict[str, Any]]) -> float:
-    """Mean CPU seconds per decomposition (one torch thread: the work, whatever else runs on the machine);
-    wall seconds for records without a CPU time."""
-    return sum(r.get("cpu_s", r["seconds"]) for r in records) / len(records)
-
-
 def summarize(records: Sequence[dict[str, Any]], iters: Sequence[int]) -> dict[str, dict[str, Any]]:
-    """Per candidate at T_out/T_in = ``iters``: per model and rank, the geo-mean ratio to QuIP#, the number of
-    matrices where CALDERA < QuIP#, seconds per matrix; and the score (log-mean over models of the per-model
-    geo-mean ratio, exponentiated)."""
+    """Per candidate at T_out/T_in = ``iters`` (in the order the records list them): per model and rank, the
+    geo-mean ratio to QuIP# and the number of matrices where CALDERA < QuIP#; and the score (log-mean over models
+    of the per-model geo-mean ratio, exponentiated)."""
     out: dict[str, dict[str, Any]] = {}
     rows = [r for r in records if r["candidate"] != "quip#" and r["iters"] == list(iters)]
     for cand in dict.fromkeys(r["candidate"] for r in rows):
@@ -214,29 +222,25 @@ def summarize(records: Sequence[dict[str, Any]], iters: Sequence[int]) -> dict[s
             for rank in sorted({r["rank"] for r in mm}):
                 rr = [r for r in mm if r["rank"] == rank]
                 per_rank[str(rank)] = {"geo_ratio": _geo([r["ratio"] for r in rr]),
-                                       "below_quip": sum(r["ratio"] < 1 for r in rr), "n": len(rr),
-                                       "s_per_matrix": _cost(rr)}
+                                       "below_quip": sum(r["ratio"] < 1 for r in rr), "n": len(rr)}
             per_model[model] = {"geo_ratio": _geo([r["ratio"] for r in mm]),
                                 "geo_error": _geo([r["error"] for r in mm]),
-                                "below_quip": sum(r["ratio"] < 1 for r in mm), "n": len(mm),
-                                "s_per_matrix": _cost(mm), "ranks": per_rank}
-        out[cand] = {"score": _geo([pm["geo_ratio"] for pm in per_model.values()]),
-                     "s_per_matrix": _geo([pm["s_per_matrix"] for pm in per_model.values()]),
-                     "models": per_model}
+                                "below_quip": sum(r["ratio"] < 1 for r in mm), "n": len(mm), "ranks": per_rank}
+        out[cand] = {"score": _geo([pm["geo_ratio"] for pm in per_model.values()]), "models": per_model}
     return out
 
 
 def select(summary: Mapping[str, Mapping[str, Any]], tie_tolerance: float) -> tuple[str, list[str]]:
     """The candidate with the lowest score (calibration error / QuIP#'s, geo-mean); candidates whose score is
-    within ``tie_tolerance`` (relative) of the lowest are tied and the fewest seconds per matrix wins.
-    Returns ``(selected, tied)``."""
+    within ``tie_tolerance`` (relative) of the lowest are tied and the first of them in ``summary``'s order (the
+    order of ``selection.candidates``) wins. Returns ``(selected, tied)``."""
     if not summary:
         raise ValueError("selection: no candidate was measured; check selection.candidates")
     if not 0 <= tie_tolerance < 1:
         raise ValueError(f"selection.tie_tolerance={tie_tolerance!r}; accepted: a float in [0, 1)")
     best = min(s["score"] for s in summary.values())
     tied = [c for c, s in summary.items() if s["score"] <= best * (1 + tie_tolerance)]
-    return min(tied, key=lambda c: (summary[c]["s_per_matrix"], summary[c]["score"])), tied
+    return tied[0], tied
 
 
 def _final(trace: Sequence[dict[str, Any]]) -> float:
@@ -369,7 +373,7 @@ def step_selection(plan: SelectionPlan, hessian_dirs: Mapping[str, str], out_jso
     every stand-in of ``selection.layers`` (``hessian_dirs``: model → folder of its calibration Hessians), select,
     re-measure the Figure 3 comparisons under the selected configuration, and write ``out_json`` and
     ``out_md``."""
-    from caldera.experiments.steps import write_json
+    from caldera.experiments.steps import write_result
 
     settings = plan.settings
     sel = settings.as_block()  # what selection.json records: the block with its defaults
@@ -388,8 +392,9 @@ def step_selection(plan: SelectionPlan, hessian_dirs: Mapping[str, str], out_jso
         "criterion": "calibration data-aware error sqrt(tr(ΔHΔᵀ)/tr(WHWᵀ)), raw calibration H, "
                      "geo-mean of the ratio to QuIP#'s over matrices x ranks, log-mean over stand-ins; "
                      "one selection per factor precision B_LR",
-        "selection": sel, "by_bits": {}, "seconds": seconds,
+        "selection": sel, "by_bits": {},
     }
+    records, clock = split_timing(records)
     for b in selection_bits(sel):
         mine = [r for r in records if r.get("bits") in (b, None)]  # QuIP# (bits None) is every B_LR's reference
         summary = summarize(mine, sel["iters"])
@@ -409,11 +414,15 @@ def step_selection(plan: SelectionPlan, hessian_dirs: Mapping[str, str], out_jso
         full = {b: spec.make_config(dict(sec["selected"]["params"])).to_dict() for b, sec in res["by_bits"].items()}
         res["ablations"] = ablation_comparisons(plan.run, plan.figures, full, hessian_dirs[fig_model])
         seconds["ablations"], cpu["ablations"] = time.perf_counter() - t1, time.process_time() - c1
-    res["wall_s"] = time.perf_counter() - t0
-    res["cpu_s"] = cpu
-    write_json(out_json, res)
+    keyed = [{**{k: r[k] for k in RECORD_KEY if k in r}, **c} for r, c in zip(records, clock, strict=True)]
+    timing = {"seconds": seconds, "cpu_s": cpu, "wall_s": time.perf_counter() - t0, "records": keyed}
+    write_result(out_json, res, timing)
     write_atomic(out_md, to_markdown(res))
     return res
+
+
+#: what identifies a measurement record (its clock readings are listed under these keys in the timing file)
+RECORD_KEY = ("model", "layer", "matrix", "candidate", "bits", "rank", "iters")
 
 
 def _iters_label(iters: Sequence[int]) -> str:
@@ -427,8 +436,7 @@ def _section_lines(b: str, sec: Mapping[str, Any], models: Sequence[str]) -> lis
     lines = [f"## {b}-bit factors", ""]
     ranks = {m: sorted({int(k) for s in summary.values() for k in s["models"].get(m, {}).get("ranks", {})})
              for m in models}
-    head = ["candidate", "score"] + [f"{m} k={k}: ratio · CALDERA < QuIP#" for m in models for k in ranks[m]] \
-        + [f"{m} s/matrix" for m in models]
+    head = ["candidate", "score"] + [f"{m} k={k}: ratio · CALDERA < QuIP#" for m in models for k in ranks[m]]
     lines += ["### " + _iters_label(sel["iters"]) + " (the default's budget; selectable)", "",
               "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for cand, s in sorted(summary.items()):
@@ -437,10 +445,9 @@ def _section_lines(b: str, sec: Mapping[str, Any], models: Sequence[str]) -> lis
             for k in ranks[m]:
                 pr = s["models"].get(m, {}).get("ranks", {}).get(str(k))
                 cells.append(f"{pr['geo_ratio']:.3f} · {pr['below_quip']} of {pr['n']}" if pr else "—")
-        cells += [f"{s['models'][m]['s_per_matrix']:.2f}" if m in s["models"] else "—" for m in models]
         lines.append("| " + " | ".join(cells) + " |")
     tied = [c for c in sec["selected"]["tied"] if c != chosen]
-    lines += ["", f"Selected: **{chosen}**" + (f" (tied with {', '.join(tied)}; the cheapest)" if tied else "")
+    lines += ["", f"Selected: **{chosen}**" + (f" (tied with {', '.join(tied)}; listed first)" if tied else "")
               + f". The {b}-bit-factor CALDERA rows' parameters (with `rank` and the factor bits from each table row): "
               "`{" + ", ".join(f"{k}: {v if isinstance(v, str) else json.dumps(v)}"
                                for k, v in sorted(sec["selected"]["params"].items())) + "}`"
@@ -452,7 +459,7 @@ def _section_lines(b: str, sec: Mapping[str, Any], models: Sequence[str]) -> lis
                   "", f"First {long['layers']} layer(s) of each stand-in, matrices {', '.join(long['matrices'])}, "
                   "the largest rank. Same matrices at the budget's T for comparison.", "",
                   "| candidate | " + " | ".join(f"{m}: ratio ({_iters_label(long['iters'])}) · ratio "
-                                                f"({_iters_label(sel['iters'])}) · s/matrix" for m in models) + " |",
+                                                f"({_iters_label(sel['iters'])})" for m in models) + " |",
                   "|---|" + "---|" * len(models)]
         for cand in sorted(sec["long_summary"]):
             cells = [cand]
@@ -462,8 +469,8 @@ def _section_lines(b: str, sec: Mapping[str, Any], models: Sequence[str]) -> lis
                 keys = {(r["layer"], r["matrix"], r["rank"]) for r in lr}
                 sr = [r for r in sec["records"] if r["candidate"] == cand and r["model"] == m
                       and r["iters"] == list(sel["iters"]) and (r["layer"], r["matrix"], r["rank"]) in keys]
-                cells.append(f"{_geo([r['ratio'] for r in lr]):.3f} · {_geo([r['ratio'] for r in sr]):.3f} · "
-                             f"{_cost(lr):.2f}" if lr else "—")
+                cells.append(f"{_geo([r['ratio'] for r in lr]):.3f} · {_geo([r['ratio'] for r in sr]):.3f}"
+                             if lr else "—")
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     return lines
@@ -471,7 +478,7 @@ def _section_lines(b: str, sec: Mapping[str, Any], models: Sequence[str]) -> lis
 
 def to_markdown(res: Mapping[str, Any]) -> str:
     """selection.md: one section per factor precision B_LR (``res["by_bits"]``; a result of one B_LR written
-    before per-B_LR selection has its section at the top level), the Figure 3 comparisons, the job time."""
+    before per-B_LR selection has its section at the top level) and the Figure 3 comparisons."""
     from caldera.experiments.figures import LINEARS
 
     sel = res["selection"]
@@ -492,8 +499,8 @@ def to_markdown(res: Mapping[str, Any]) -> str:
         "log-mean over the stand-ins; the lowest score is selected ("
         + (f"scores within {tol:.1%} of it are tied" if (tol := float(sel["tie_tolerance"])) else
            "only an equal score ties")
-        + " and the fewest CPU seconds per matrix wins a tie). s/matrix: CPU seconds of one decomposition "
-        "(one thread).", "",
+        + " and the candidate listed first wins a tie). The seconds of every decomposition: "
+        "`selection.timing.json` beside the run's `selection.json`.", "",
     ]
     for b, sec in sections.items():
         lines += _section_lines(b, sec, models)
@@ -506,9 +513,6 @@ def to_markdown(res: Mapping[str, Any]) -> str:
                   "| claim | verdict | numbers |", "|---|---|---|"]
         lines += [f"| {c['claim']} | **{c['verdict']}** | {c['numbers']} |" for c in ab["claims"]]
         lines.append("")
-    lines.append("Job time (wall · CPU): " + ", ".join(f"{k} {v / 60:.1f} · {res['cpu_s'][k] / 60:.1f} min"
-                                                      for k, v in sorted(res["seconds"].items()))
-                 + f"; total wall {res['wall_s'] / 60:.1f} min, CPU {sum(res['cpu_s'].values()) / 60:.1f} min.")
     return "\n".join(lines) + "\n"
 
 

