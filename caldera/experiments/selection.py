@@ -120,6 +120,8 @@ def measure_matrix(
 ) -> dict[str, Any]:
     """One decomposition of W (n, d) with the registered ``method``: its calibration data-aware error with the
     raw H (d, d) (as the compression logs record it), the regularized-H error and trace, and its seconds."""
+    import torch
+
     from caldera.methods import get_method
     from caldera.metrics import relative_data_aware_error
 
@@ -128,7 +130,9 @@ def measure_matrix(
     t0, c0 = time.perf_counter(), time.process_time()
     dec = spec.fn(W, H, cfg, context=context)
     seconds, cpu_s = time.perf_counter() - t0, time.process_time() - c0
-    return {"error": relative_data_aware_error(dec.reconstruction(), W, H.double()), "error_reg": float(dec.error),
+    # float32 products, float64 differences and sums: what the compression jobs record (caldera.pipeline.compress)
+    err = relative_data_aware_error(dec.reconstruction(), W, H.double(), product=torch.float32)
+    return {"error": err, "error_reg": float(dec.error),
             "seconds": seconds, "cpu_s": cpu_s, "trace": dec.error_trace}
 
 

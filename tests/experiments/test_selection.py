@@ -125,7 +125,7 @@ def test_measured_error_is_the_raw_calibration_data_aware_error():
     W_hat = spec.fn(W, H, spec.make_config({})).reconstruction().double()
     D = W_hat - W.double()  # oracle: ‖(Ŵ − W)Xᵀ‖_F / ‖WXᵀ‖_F straight from the samples
     want = float((D @ X.T).norm() / (W.double() @ X.T).norm())
-    assert m["error"] == pytest.approx(want, rel=1e-9)
+    assert m["error"] == pytest.approx(want, rel=1e-6)  # float32 products, as the compression jobs record it
     assert m["error"] != pytest.approx(m["error_reg"], rel=1e-6)  # the regularized-H error is another number
 
 
