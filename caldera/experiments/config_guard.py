@@ -45,6 +45,9 @@ SOURCE_BYTES = {
     "coqa-stories": 749_575,
 }
 
+#: ``throughput.prompt`` when the config names none (:class:`caldera.experiments.settings.ThroughputSettings`)
+DEFAULT_PROMPT = "The capital of France is"
+
 
 def check_config_files(paths: list[str | Path]) -> None:
     """Re-read each config file strictly (duplicate keys); raises ``ValueError`` naming the file and key."""
@@ -419,8 +422,8 @@ def plan_time_errors(config: dict[str, Any]) -> list[str]:
                           f"would all be dropped); accepted: {have}, or null for every row")  # fmt: skip
     limits = {m: MAX_POSITIONS[models[m]["shapes"]] for m in _used_models(config)
               if models[m]["shapes"] in MAX_POSITIONS}  # fmt: skip
-    if limits:
-        lim_model = min(limits, key=limits.get)
+    lim_model = min(limits, key=limits.get) if limits else None  # the model with the fewest positions
+    if lim_model is not None:
         lim = limits[lim_model]
         lengths = {"calibration.seq_len": config["calibration"]["seq_len"]}
         lengths.update({f"eval.ppl.{c}.seq_len": s["seq_len"] for c, s in config["eval"]["ppl"].items()})
@@ -432,17 +435,17 @@ def plan_time_errors(config: dict[str, Any]) -> list[str]:
             if isinstance(n, int) and n > lim:
                 errors.append(f"{key}: {n} tokens is longer than models.{lim_model} takes ({lim} positions); "
                               f"use at most {lim}")  # fmt: skip
-    errors += _size_errors(config, limits)
+    errors += _size_errors(config, lim_model, limits.get(lim_model))
     if config.get("selection"):
         errors += _selection_errors(config)
     errors += _figure_rank_errors(config)
     return errors
 
 
-def _size_errors(config: dict[str, Any], limits: dict[str, int]) -> list[str]:
+def _size_errors(config: dict[str, Any], lim_model: str | None, lim: int | None) -> list[str]:
     """Token counts beyond what the data holds (:data:`SOURCE_BYTES`: calibration rows, RHT-FT sequences,
-    perplexity windows) or what the models take (:data:`MAX_POSITIONS`: the throughput prompt plus its generated
-    tokens)."""
+    perplexity windows) or what the models take (``lim`` positions of ``lim_model``, the run's model with the fewest
+    :data:`MAX_POSITIONS`; None: unknown): the throughput prompt plus its generated tokens."""
     errors: list[str] = []
 
     def request(key: str, count: Any, seq_len: Any, source: Any, what: str) -> None:
@@ -464,12 +467,11 @@ def _size_errors(config: dict[str, Any], limits: dict[str, int]) -> list[str]:
         request(f"eval.ppl.{c}.n_windows", spec.get("n_windows"), spec.get("seq_len"), spec.get("source"),
                 "windows")
     tp = config.get("throughput")
-    if tp and limits:
-        lim_model = min(limits, key=limits.get)
+    if tp and lim is not None:
         new = tp.get("new_tokens")
-        prompt_tokens = 1 + len(str(tp.get("prompt", "The capital of France is")).encode())  # ≥ the prompt's ids
-        if isinstance(new, int) and prompt_tokens + new > limits[lim_model]:
+        prompt_tokens = 1 + len(str(tp.get("prompt", DEFAULT_PROMPT)).encode())  # at least the prompt's token ids
+        if isinstance(new, int) and prompt_tokens + new > lim:
             errors.append(f"throughput.new_tokens: {new} generated tokens after the prompt (up to {prompt_tokens} "
-                          f"tokens) exceed the {limits[lim_model]} positions models.{lim_model} takes; use at most "
-                          f"{limits[lim_model] - prompt_tokens}")
+                          f"tokens) exceed the {lim} positions models.{lim_model} takes; use at most "
+                          f"{lim - prompt_tokens}")
     return errors

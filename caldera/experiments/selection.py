@@ -199,6 +199,8 @@ def _slim(m: dict[str, Any]) -> dict[str, Any]:
 
 #: the keys of a measurement record that are clock readings
 TIMING_KEYS = ("seconds", "cpu_s")
+#: what identifies a measurement record (its clock readings are listed under these keys in the timing file)
+RECORD_KEY = ("model", "layer", "matrix", "candidate", "bits", "rank", "iters")
 
 
 def split_timing(records: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, float]]]:
@@ -423,10 +425,6 @@ def step_selection(plan: SelectionPlan, hessian_dirs: Mapping[str, str], out_jso
     write_result(out_json, res, timing)
     write_atomic(out_md, to_markdown(res))
     return res
-
-
-#: what identifies a measurement record (its clock readings are listed under these keys in the timing file)
-RECORD_KEY = ("model", "layer", "matrix", "candidate", "bits", "rank", "iters")
 
 
 def _iters_label(iters: Sequence[int]) -> str:

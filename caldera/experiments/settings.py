@@ -24,7 +24,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
-from caldera.experiments.config_guard import did_you_mean, non_finite_error
+from caldera.experiments.config_guard import DEFAULT_PROMPT, did_you_mean, non_finite_error
 
 LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -239,7 +239,7 @@ class ThroughputSettings(Settings):
     calls: int = setting(8, integer(1))  # single-token protocol: forwards per repeat
     kernel: str = setting("auto", one_of("auto", "kernel", "reference"))  # CompressedLinear path
     dtype: str = setting("float32", one_of("float32", "float16", "bfloat16"))  # activations and dense layers
-    prompt: str = setting("The capital of France is", text)
+    prompt: str = setting(DEFAULT_PROMPT, text)
 
 
 # ---------------------------------------------------------------------------------------------- rht_ft
