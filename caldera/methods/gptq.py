@@ -92,7 +92,7 @@ def gptq(W: Tensor, H: Tensor, config: GPTQConfig, context=None) -> Decompositio
     Q = Q[:, torch.argsort(perm)]
     codes = _codes(Q, scale, config.bits).to(torch.int32)
     Q = Q.float()
-    err = relative_data_aware_error(Q, W.float(), regularize_hessian(H))
+    err = relative_data_aware_error(Q, W.float(), regularize_hessian(H), product=torch.float32)
     return Decomposition(method="gptq", Q=Q, L=None, R=None, Q_codes=codes, Q_scale=scale.float(),
                          error_trace=[{"outer": 0, "step": "Q", "error": err}], error=err, best_iter=0,
                          config=asdict(config), q_quantizer=f"uniform-{config.bits}")

@@ -82,7 +82,8 @@ def loftq(W: Tensor, H: Tensor, config: LoftQConfig, context=None) -> Decomposit
         s = S[: config.rank].sqrt()
         L, R = (U[:, : config.rank] * s).half().float(), (s[:, None] * Vh[: config.rank]).half().float()
         res = W - L @ R
-        trace.append({"outer": t, "step": "LR", "error": relative_data_aware_error(Q + L @ R, W, H_eval)})
+        trace.append({"outer": t, "step": "LR", "error": relative_data_aware_error(Q + L @ R, W, H_eval,
+                                                                                        product=torch.float32)})
     return Decomposition(method="loftq", Q=Q, L=L, R=R, Q_codes=sc.codes, Q_scale=sc.scale, error_trace=trace,
                          error=trace[-1]["error"], best_iter=config.iters - 1, config=asdict(config),
                          q_quantizer=nf.name)

@@ -81,7 +81,7 @@ def quip_sharp(W: torch.Tensor, H: torch.Tensor, config: QuipSharpConfig, contex
         s = (R.norm(dim=1) / L.norm(dim=0).clamp_min(1e-12)).sqrt()  # equal column/row scale
         L, R = (L * s).half().float(), (R / s[:, None]).half().float()
     W_hat_r = Qb.Q if L is None else Qb.Q + L @ R
-    err = relative_data_aware_error(W_hat_r, Wr, Hr)
+    err = relative_data_aware_error(W_hat_r, Wr, Hr, product=torch.float32)
     name = "quip#" if r == 0 else "quip#-lr"
     return Decomposition(
         method=name, Q=Qb.Q, L=L, R=R, Q_codes=Qb.codes, Q_scale=Qb.scale, rht=rht,

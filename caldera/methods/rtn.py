@@ -25,6 +25,8 @@ class RTNConfig:
 
 @register_method("rtn", RTNConfig)
 def rtn(W: torch.Tensor, H: torch.Tensor, config: RTNConfig, context=None) -> Decomposition:
+    import torch
+
     from caldera.decomposition import Decomposition
     from caldera.ldl import regularize_hessian
     from caldera.metrics import relative_data_aware_error
@@ -35,7 +37,7 @@ def rtn(W: torch.Tensor, H: torch.Tensor, config: RTNConfig, context=None) -> De
     q = UniformRTN(config.bits, per_row=config.per_row)
     sc = q.quantize_with_scale(W.float())
     Q = q.dequantize_with_scale(sc)
-    err = relative_data_aware_error(Q, W.float(), regularize_hessian(H))
+    err = relative_data_aware_error(Q, W.float(), regularize_hessian(H), product=torch.float32)
     return Decomposition(
         method="rtn", Q=Q, L=None, R=None, Q_codes=sc.codes, Q_scale=sc.scale,
         error_trace=[{"outer": 0, "step": "Q", "error": err}], error=err, best_iter=0, config=asdict(config),
