@@ -541,7 +541,8 @@ def figure_rules(config: dict[str, Any], costs: dict[str, Any], shape_key: str) 
 
 
 #: rules that run the engine or a model forward: a GPU each on a cluster
-GPU_RULES = ("hessians", "compress_layers", "compress_variant", "evaluate", "ablation_traces", "lplr_traces")
+GPU_RULES = ("hessians", "compress_layers", "compress_variant", "evaluate", "replicate", "ablation_traces",
+             "lplr_traces")
 
 
 def slurm_resources(config: dict[str, Any], costs: dict[str, Any] | None, *, margin: float = 1.5,
@@ -636,6 +637,8 @@ def estimate(config: dict[str, Any], costs: dict[str, Any], device_gb: float | N
         total_s = 0.0
         worst = 0.0
         profiled: list[float] = []  # a model-level method's profile jobs: one LDLQ and a full SVD per matrix
+        one_chunk = int(config.get("layers_per_job", 1)) >= len(layers)
+        replicate_s: dict[str, float] = {}  # rule replicate: a seed replicate of one chunk, compressed and evaluated
         for v in variants.values():
             if v.model != mkey or v.method == "dense":
                 continue
@@ -648,13 +651,16 @@ def estimate(config: dict[str, Any], costs: dict[str, Any], device_gb: float | N
             s_layer = sum(predict(costs, "prepare", 0, d, 0) for d in groups.values()) + sum(
                 method_matrix_seconds(costs, v.method, cfg, n, d) for n, d in shapes)
             per_variant[v.id] = s_layer * len(layers)
+            if one_chunk and v.replicate_of is not None:
+                replicate_s[v.id] = s_layer * len(layers)
+                continue
             k = int(config.get("layers_per_job", 1))
             jobs += math.ceil(len(layers) / k)
             total_s += s_layer * len(layers)
             worst = max(worst, s_layer * k)
         if jobs:
             # layers of one chunk: rule compress_variant compresses and assembles a variant in one job
-            name = "compress_variant" if int(config.get("layers_per_job", 1)) >= len(layers) else "compress_layers"
+            name = "compress_variant" if one_chunk else "compress_layers"
             rules[name] = {"jobs": jobs, "s_per_job": worst, "total_s": total_s,
                            "mem_gb": job_memory("compress_layers", shape_key, config)}
         if profiled:
@@ -668,14 +674,21 @@ def estimate(config: dict[str, Any], costs: dict[str, Any], device_gb: float | N
         per_tok_eval = n_layers * forward_flops_per_token(h, f, heads * hd, kv * hd, T) + 2 * h * _vocab(shape_key)
 
         # the forwards of each variant's evaluate job (lm_head included; replicates: perplexity only)
-        ev_s = [predict(costs, "forward", eval_tokens(config, v.replicate_of is None or replicate_zeroshot,
-                                                      None if v.replicate_of is None else replicate_corpora),
-                        per_tok_eval) for v in ev_variants]
+        ev_s = {v.id: predict(costs, "forward", eval_tokens(config, v.replicate_of is None or replicate_zeroshot,
+                                                            None if v.replicate_of is None else replicate_corpora),
+                              per_tok_eval) for v in ev_variants}
         stream = any(v.method == "dense" for v in ev_variants) and evaluate_streams(config, shape_key, device_gb)
         extra = stream_seconds(config, shape_key, on_gpu) if stream else 0.0  # the dense job's alone
-        rules["evaluate"] = {"jobs": len(ev_variants), "s_per_job": max(ev_s) + extra,
-                             "stream": stream, "total_s": sum(ev_s) + extra,
-                             "mem_gb": evaluate_memory(config, ev_variants, shape_key, device_gb)}
+        own = [v for v in ev_variants if v.id not in replicate_s]
+        rules["evaluate"] = {"jobs": len(own), "s_per_job": max(ev_s[v.id] for v in own) + extra,
+                             "stream": stream, "total_s": sum(ev_s[v.id] for v in own) + extra,
+                             "mem_gb": evaluate_memory(config, own, shape_key, device_gb)}
+        if replicate_s:
+            both = {vid: s + ev_s[vid] for vid, s in replicate_s.items()}
+            ev_mem = evaluate_memory(config, [variants[vid] for vid in both], shape_key, device_gb)
+            comp_mem = job_memory("compress_layers", shape_key, config)
+            rules["replicate"] = {"jobs": len(both), "s_per_job": max(both.values()), "total_s": sum(both.values()),
+                                  "mem_gb": {k: max(ev_mem[k], comp_mem[k]) for k in ("host", "device")}}
         if mkey == (config.get("figures") or {}).get("model"):
             rules.update(figure_rules(config, costs, shape_key))
         for r in rules.values():
@@ -729,8 +742,8 @@ def report(config: dict[str, Any], costs: dict[str, Any]) -> str:
 
 
 #: the workflow rules :func:`estimate` predicts
-MODELLED_RULES = ("hessians", "compress_layers", "compress_variant", "profile_layers", "evaluate", "ablation_traces",
-                  "lplr_traces")
+MODELLED_RULES = ("hessians", "compress_layers", "compress_variant", "profile_layers", "evaluate", "replicate",
+                  "ablation_traces", "lplr_traces")
 #: the margin within which a prediction counts as right (the cost issue's target: ±30 %)
 CHECK_MARGIN = 0.30
 

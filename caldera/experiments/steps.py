@@ -479,6 +479,21 @@ def step_evaluate(settings: EvalSettings, run: RunContext, v: Variant, checkpoin
     return {"ppl": ppl, "zeroshot": eval_zeroshot(settings, v, mdl, tok, zeroshot_out, **stream)}
 
 
+def step_replicate(run: RunContext, settings: EvalSettings, v: Variant, hessian_dir: str, layer_dir: str,
+                   out_dir: str, summary_out: str, ppl_outs: dict[str, str], zeroshot_out: str,
+                   replicate_zeroshot: bool = False, *, allocation: str | None = None, reference: str | None = None,
+                   replicate_corpora: list[str] | None = None) -> dict[str, Any]:
+    """One seed realization of a variant of one chunk, in one job: its compression and checkpoint
+    (:func:`step_compress_variant`, summary written to ``summary_out``), then the evaluation of that checkpoint
+    as stored (:func:`step_evaluate`, read back from ``out_dir``). The two steps' results are those of the two
+    separate jobs; one process saves the second job's start-up (interpreter, imports, the model classes)."""
+    summary = step_compress_variant(run, v, hessian_dir, layer_dir, out_dir, allocation)
+    write_json(summary_out, summary)
+    ev = step_evaluate(settings, run, v, out_dir, ppl_outs, zeroshot_out, replicate_zeroshot, reference=reference,
+                       replicate_corpora=replicate_corpora)
+    return {"summary": summary, **ev}
+
+
 def step_timings(jobs: list[dict[str, Any]], run: str, out_json: str, out_md: str | None = None) -> dict[str, Any]:
     """Per workflow stage: number of jobs, summed job seconds, the stage's span on the wall clock (first job
     start to last job end) and the peak memory of a job; plus the whole run's span.

@@ -125,6 +125,9 @@ def test_slurm_profile_memory_and_gpus_come_from_caldera_cost():
             assert want[rule]["gpu"] == 1 and profile[rule]["mem_mb"] == want[rule]["mem_mb"], rule
     # a variant of one chunk (compress_variant) needs what its compress_layers job would
     assert profile["compress_variant"] == profile["compress_layers"]
+    # a seed replicate of one chunk (replicate) needs what its evaluate job would, and more time
+    assert profile["replicate"]["mem_mb"] == profile["evaluate"]["mem_mb"]
+    assert profile["replicate"]["runtime"] >= profile["evaluate"]["runtime"]
     # 70B: one layer per compression job fits far below a node (the whole model never loads there)
     assert want["compress_layers"]["mem_mb"] < 32000
 
@@ -236,10 +239,24 @@ def test_zero_shot_tokens_follow_the_limit_and_every_job_of_the_run_is_counted()
         n_ft = sum(ft.model == m for ft, _ in rhtft_variants(cfg).values())
         assert n_rep > 0
         rules = est[m]["rules"]
-        assert rules["evaluate"]["jobs"] == len(own) + n_rep + n_ft
-        # layers_per_job 30: each variant is one compress_variant job (compression and assembly)
+        assert rules["evaluate"]["jobs"] == len(own) + n_ft
+        # layers_per_job 30: each variant is one compress_variant job (compression and assembly), each seed
+        # replicate one replicate job (compression, assembly and evaluation)
         assert "compress_layers" not in rules
-        assert rules["compress_variant"]["jobs"] == sum(v.method != "dense" for v in own) + n_rep
+        assert rules["compress_variant"]["jobs"] == sum(v.method != "dense" for v in own)
+        assert rules["replicate"]["jobs"] == n_rep
+        # a replicate job costs its compression (its primary's: same method and rank) and its evaluation
+        compressions = est[m]["caldera_variant_hours"]
+        primaries = [vid for vid in reps if variants[vid].model == m and vid in compressions]
+        assert rules["replicate"]["s_per_job"] > max(compressions[p] for p in primaries) * 3600
+    # the same config in chunks of layers: the replicates are compress_layers jobs and evaluate jobs again
+    est = C.estimate({**cfg, "layers_per_job": 1}, _fake_costs())
+    for m in cfg["models"]:
+        n_rep = sum(len(r) - 1 for vid, r in reps.items() if variants[vid].model == m)
+        own = [v for v in variants.values() if v.model == m]
+        n_ft = sum(ft.model == m for ft, _ in rhtft_variants(cfg).values())
+        rules = est[m]["rules"]
+        assert "replicate" not in rules and rules["evaluate"]["jobs"] == len(own) + n_rep + n_ft
         # a replicate's evaluation is perplexity only: the rule's total is below jobs x the longest job
         assert rules["evaluate"]["hours"] * 3600 < rules["evaluate"]["jobs"] * rules["evaluate"]["s_per_job"]
 

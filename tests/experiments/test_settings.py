@@ -325,6 +325,7 @@ JOB_SETTINGS = {
     "allocate": {"variant": "Variant"},
     "compress_variant": {"run": "RunContext", "variant": "Variant"},
     "evaluate": {"settings": "EvalSettings", "run": "RunContext"},
+    "replicate": {"settings": "EvalSettings", "run": "RunContext", "variant": "Variant"},
     "throughput": {"settings": "ThroughputSettings", "run": "RunContext"},
     "lora_finetune": {"settings": "LoraFtSettings", "eval_settings": "EvalSettings", "run": "RunContext"},
     "selection": {"plan": "SelectionPlan"},
@@ -375,8 +376,8 @@ def test_jobs_receive_their_blocks_settings_object(cfg, tmp_path):
     want = dict(JOB_SETTINGS)
     if cfg in ("mini", "mini-full"):
         want["rht_finetune"] = {"settings": "RhtFtSettings", "run": "RunContext"}
-    if cfg == "mini-full":  # layers in chunks of 10: a job per chunk, then the assembly
-        del want["compress_variant"]
+    if cfg == "mini-full":  # layers in chunks of 10: a job per chunk, then the assembly; replicates evaluated apart
+        del want["compress_variant"], want["replicate"]
         want["compress_layers"] = want["assemble_checkpoint"] = {"run": "RunContext", "variant": "Variant"}
     if cfg == "smoke":  # its other tables are pending
         want["pending_table"] = {"reason": "str"}

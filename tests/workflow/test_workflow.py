@@ -40,6 +40,12 @@ def test_dry_run_builds_the_dag(cfg, tmp_path):
     # assembled by one job; more chunks get a job each and an assembly
     one_chunk = cfg in ("mini-core", "mini", "smoke")
     assert ("rule compress_variant:" in r.stdout) == one_chunk, r.stdout
+    # a seed replicate of one chunk is compressed and evaluated by one job (rule replicate), never by evaluate
+    replicates = {ln.split("/")[-2] for ln in r.stdout.splitlines() if "/eval/" in ln and "-seed" in ln}
+    assert ("rule replicate:" in r.stdout) == (one_chunk and bool(replicates)), r.stdout
+    if one_chunk:
+        evaluate_jobs = r.stdout.split("rule evaluate:")[1:]
+        assert not any("-seed" in job.split("rule ")[0].split("output:")[1].split("\n")[0] for job in evaluate_jobs)
     assert ("rule compress_layers:" in r.stdout) != one_chunk and ("rule assemble_checkpoint:" in r.stdout) != one_chunk
     if cfg in ("mini", "mini-full", "paper"):  # Tables 3-4 fine-tune their rows, then evaluate them
         assert "rht_finetune" in r.stdout and "+rhtft" in r.stdout
@@ -249,6 +255,8 @@ def test_smoke_workflow_end_to_end(tmp_path):
     assert rules.get("evaluate", 0) >= 4 and rules.get("make_table") == 1, rules
     compression = {"hessians", "compress_variant", "compress_layers", "assemble_checkpoint", "ablation_traces"}
     assert not compression & set(rules)
+    # a seed replicate's job evaluates too: it reruns, its compression resumed from its per-layer files
+    assert rules.get("replicate", 0) >= 1, rules
 
 
 def job_stats(out: str) -> dict[str, int]:

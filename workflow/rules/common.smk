@@ -87,6 +87,8 @@ COMPRESSED = sorted(v for v, spec in VARIANTS.items() if spec.method != "dense")
 # a variant whose layers are one chunk is compressed and assembled in one job (rule compress_variant); the others
 # get a compress_layers job per chunk and an assemble_checkpoint job (workflow/rules/compress.smk)
 ONE_CHUNK = [v for v in COMPRESSED if len(layer_chunks(RUN_CONTEXT, VARIANTS[v].model)) == 1]
+# a seed replicate of one chunk is compressed and evaluated in one job (rule replicate, compress.smk)
+REPLICATE_JOBS = [v for v in ONE_CHUNK if VARIANTS[v].replicate_of is not None]
 
 
 def id_pattern(ids):
@@ -185,6 +187,19 @@ def replicate_corpora(wildcards):
     `replicates.corpora`; None: every corpus)."""
     corpora = (config.get("replicates") or {}).get("corpora")
     return None if corpora is None else list(corpora)
+
+
+def replicate_spec(wildcards):
+    """Rule replicate's declared configuration: its compression's and its evaluation's."""
+    return declared(variant_spec(wildcards), eval_spec(wildcards))
+
+
+def get_replicate_input(wildcards):
+    """Rule replicate's inputs: its compression's (the Hessians, an allocation) and its evaluation's (the dense
+    reference)."""
+    out = {"hessians": get_hessian_dir(wildcards), "allocation": get_allocation(wildcards)}
+    out.update({k: v for k, v in get_eval_input(wildcards).items() if k != "checkpoint"})
+    return out
 
 
 def compress_spec(wildcards):

@@ -1,7 +1,8 @@
 # One job per (variant, chunk of `layers_per_job` decoder layers): with layers_per_job = 1 (paper scale) the
 # compression fans out across GPUs or cluster nodes one layer per job. Each job's folder holds its layers'
 # files (layer_NNN.safetensors + layer_NNN.json) and chunk.json. A variant whose layers fit one chunk is
-# compressed and assembled by one job (rule compress_variant), in the same folders.
+# compressed and assembled by one job (rule compress_variant), in the same folders; a seed replicate of such a
+# variant is compressed, assembled and evaluated by one job (rule replicate).
 rule compress_variant:
     # a variant of one chunk: its per-layer files (kept in chunks/000 across a failed or killed job, so a rerun
     # resumes from them) and its checkpoint, in one job
@@ -12,7 +13,7 @@ rule compress_variant:
         checkpoint=directory(f"{RES}/compressed/{{variant}}/checkpoint"),
         summary=f"{RES}/compressed/{{variant}}/summary.json",
     wildcard_constraints:
-        variant=id_pattern(ONE_CHUNK),
+        variant=id_pattern(set(ONE_CHUNK) - set(REPLICATE_JOBS)),
     benchmark:
         f"{RES}/benchmarks/compress_variant/{{variant}}.tsv"
     log:
@@ -28,6 +29,38 @@ rule compress_variant:
         "../envs/caldera.yaml"
     script:
         "../scripts/compress_variant.py"
+
+
+rule replicate:
+    # a seed replicate of a variant of one chunk: what compress_variant and evaluate do for it, in one process (the
+    # checkpoint is written, then read back and evaluated as stored); its per-layer files stay in chunks/000
+    input:
+        unpack(get_replicate_input),
+    output:
+        checkpoint=directory(f"{RES}/compressed/{{variant}}/checkpoint"),
+        summary=f"{RES}/compressed/{{variant}}/summary.json",
+        ppl=[f"{RES}/eval/{{variant}}/ppl_{c}.json" for c in SETTINGS.eval.ppl],
+        zeroshot=f"{RES}/eval/{{variant}}/zeroshot.json",
+    wildcard_constraints:
+        variant=id_pattern(REPLICATE_JOBS),
+    benchmark:
+        f"{RES}/benchmarks/replicate/{{variant}}.tsv"
+    log:
+        f"{RES}/logs/replicate/{{variant}}.log",
+    params:
+        spec=replicate_spec,
+        variant=get_variant,
+        settings=SETTINGS.eval,
+        run=get_variant_run,
+        layers=get_variant_layer_dir,
+        replicate_zeroshot=replicate_zeroshot,
+        replicate_corpora=replicate_corpora,
+    resources:
+        gpu=1,  # as evaluate (the compression runs on config `device` too)
+    conda:
+        "../envs/caldera.yaml"
+    script:
+        "../scripts/replicate.py"
 
 
 rule compress_layers:

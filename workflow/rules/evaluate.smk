@@ -29,6 +29,8 @@ rule evaluate:
     output:
         ppl=[f"{RES}/eval/{{variant}}/ppl_{c}.json" for c in SETTINGS.eval.ppl],
         zeroshot=f"{RES}/eval/{{variant}}/zeroshot.json",
+    wildcard_constraints:
+        variant=id_pattern(set(VARIANTS) - set(REPLICATE_JOBS)),  # rule replicate evaluates those
     benchmark:
         f"{RES}/benchmarks/evaluate/{{variant}}.tsv"
     log:

@@ -14,8 +14,10 @@ import sys
 #: every code LDLQ rounds after it): the Hessians, the decompositions and the sweeps over them. They run under the
 #: config's ``numerics`` (caldera.numerics); every other job (evaluation, fine-tuning, throughput) keeps the
 #: machine's own code paths: its last-bit differences are not amplified, and Table 6 times the machine's own kernels.
+#: A seed replicate's job (rule replicate) compresses and then evaluates under the pin: its evaluation takes the
+#: pinned code paths (on a CPU without AVX-512 they are its own).
 PINNED_RULES = frozenset({"hessians", "selection", "profile_layers", "compress_layers", "compress_variant",
-                          "ablation_traces", "lplr_traces"})
+                          "replicate", "ablation_traces", "lplr_traces"})
 
 
 def numerics_mode(config: dict, rule: str) -> str:

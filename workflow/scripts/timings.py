@@ -14,6 +14,7 @@ STAGES = {
     "profile_layers": "compression",
     "allocate": "compression",
     "evaluate": "evaluation",
+    "replicate": "seed replicates (compression + evaluation)",
     "dense_reference": "evaluation",
     "weight_spectra": "figures",
     "ablation_traces": "figures",
