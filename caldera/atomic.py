@@ -16,6 +16,9 @@ A rerun must never trust a half-written file, and a file on disk must be what it
 * :func:`save_safetensors_atomic` writes reproducible bytes: the safetensors header serializes its metadata
   dict in a per-process random order, so metadata is restricted to one key (a JSON string with sorted keys).
 * :func:`sha256_file` is the package's only file hash.
+* :func:`write_json` / :func:`read_json` are the JSON results' writer and reader; :func:`write_result` puts a
+  step's wall-clock seconds in a :func:`timing_path` file beside its result, so the result's bytes never hold a
+  clock reading.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import hashlib
+import json
 import os
 import re
 import secrets
@@ -232,3 +236,21 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     _fsync_dir(path.parent)
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    """``obj`` as indented, key-sorted JSON to ``path``, atomically (:func:`write_atomic`)."""
+    write_atomic(path, json.dumps(obj, indent=1, sort_keys=True, default=str))
+
+
+def write_result(path: str | os.PathLike, obj: Any, seconds: dict[str, float]) -> None:
+    """``obj`` to ``path`` and the step's wall-clock ``seconds`` to :func:`timing_path` beside it. A result file
+    holds no clock reading, so a rerun writes it (and everything the later rules build from it) byte for byte;
+    nothing reads the timing file to decide anything (the run's job times are Snakemake's benchmark files)."""
+    write_json(timing_path(path), seconds)
+    write_json(path, obj)
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """The JSON value in ``path``."""
+    return json.loads(Path(path).read_text())

@@ -124,3 +124,21 @@ def test_sha256_file_is_hashlib(tmp_path):
     data = os.urandom(3 * (1 << 20) + 17)  # more than one chunk
     (tmp_path / "f").write_bytes(data)
     assert sha256_file(tmp_path / "f") == hashlib.sha256(data).hexdigest()
+
+
+def test_write_json_is_key_sorted_and_leaves_no_temporary(tmp_path):
+    path = tmp_path / "r.json"
+    atomic.write_json(path, {"b": 1, "a": {"d": [1, 2], "c": None}, "p": tmp_path})
+    assert path.read_text() == ('{\n "a": {\n  "c": null,\n  "d": [\n   1,\n   2\n  ]\n },\n "b": 1,\n "p": "'
+                                f'{tmp_path}"\n}}')
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+    assert atomic.read_json(path) == {"a": {"c": None, "d": [1, 2]}, "b": 1, "p": str(tmp_path)}
+
+
+def test_write_result_keeps_the_clock_out_of_the_result(tmp_path):
+    path = tmp_path / "ppl_wiki.json"
+    atomic.write_result(path, {"ppl": 12.5}, {"wall_s": 3.25})
+    atomic.write_result(path, {"ppl": 12.5}, {"wall_s": 9.0})  # a rerun: the result's bytes do not move
+    assert atomic.read_json(path) == {"ppl": 12.5}
+    assert atomic.read_json(atomic.timing_path(path)) == {"wall_s": 9.0}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ppl_wiki.json", "ppl_wiki.timing.json"]

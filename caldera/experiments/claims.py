@@ -665,7 +665,7 @@ def write_claims(fig3_json: str, fig4_json: str, table_jsons: list[str], out_md:
     selected configuration then says whether the failure survives that choice
     (:func:`caldera.experiments.selection.configuration_notes`). ``throughput_json``: Table 6's JSON (its
     ordering claims, :func:`caldera.experiments.throughput.throughput_claims`)."""
-    from caldera.experiments.steps import write_json
+    from caldera.atomic import write_json
 
     fig3 = json.loads(Path(fig3_json).read_text())
     fig4 = json.loads(Path(fig4_json).read_text())

@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
-from caldera.atomic import atomic_path
+from caldera.atomic import atomic_path, read_json, write_json
 from caldera.experiments.settings import FiguresSettings, RunContext
-from caldera.experiments.steps import load_layers, read_json, run_device, write_json
+from caldera.experiments.steps import load_layers, run_device
 from caldera.pipeline.hessians import GROUPS, decoder_layers
 
 #: short name (``q_proj``) -> path inside a decoder layer (``self_attn.q_proj``), in the paper's order q..down

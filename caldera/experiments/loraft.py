@@ -226,8 +226,8 @@ def step_lora_finetune(settings: LoraFtSettings, eval_settings: EvalSettings, ru
     results), the held-out history, the data splits, the hyper-parameters and the wall times. The training
     state (resume) and the best fine-tuned model (checkpoint format, plus ``head.safetensors`` for the
     classification head) go to ``work_dir``."""
-    from caldera.atomic import save_safetensors_atomic
-    from caldera.experiments.steps import load_dense, run_device, write_result
+    from caldera.atomic import save_safetensors_atomic, write_result
+    from caldera.experiments.steps import load_dense, run_device
     from caldera.pipeline.checkpoint import load_compressed, save_compressed
 
     t0 = time.perf_counter()

@@ -92,9 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         print(" ".join(eval_targets(config, a.results, tuple(a.tables))))
         return 0
     claims, spread = rerun_claims(config, a.results, tuple(a.tables))
-    from caldera.atomic import write_atomic
+    from caldera.atomic import write_atomic, write_json
     from caldera.experiments.claims import jsonable
-    from caldera.experiments.steps import write_json
 
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

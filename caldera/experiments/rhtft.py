@@ -34,7 +34,8 @@ def step_rht_finetune(settings: RhtFtSettings, run: RunContext, source: str, v: 
     checkpoint to ``out_dir`` (:func:`caldera.pipeline.checkpoint.save_compressed`, the base checkpoint's method
     and method config, plus an ``rht_ft`` record) and the summary (history, best epoch, wall time) to
     ``summary_out``. ``state_path``: per-epoch resume state (:func:`caldera.finetune.rht.rht_finetune`)."""
-    from caldera.experiments.steps import load_dense, run_device, write_result
+    from caldera.atomic import write_result
+    from caldera.experiments.steps import load_dense, run_device
     from caldera.finetune.rht import rht_finetune
     from caldera.pipeline.checkpoint import load_compressed, read_config, save_compressed
 

@@ -379,7 +379,7 @@ def step_selection(plan: SelectionPlan, hessian_dirs: Mapping[str, str], out_jso
     every stand-in of ``selection.layers`` (``hessian_dirs``: model → folder of its calibration Hessians), select,
     re-measure the Figure 3 comparisons under the selected configuration, and write ``out_json`` and
     ``out_md``."""
-    from caldera.experiments.steps import write_result
+    from caldera.atomic import write_result
 
     settings = plan.settings
     sel = settings.as_block()  # what selection.json records: the block with its defaults

@@ -14,25 +14,9 @@ from typing import Any
 
 import torch
 
-from caldera.atomic import timing_path, write_atomic
+from caldera.atomic import read_json, timing_path, write_atomic, write_json, write_result
 from caldera.experiments.plan import Variant
 from caldera.experiments.settings import EvalSettings, RunContext
-
-
-def write_json(path: str | os.PathLike, obj: Any) -> None:
-    write_atomic(path, json.dumps(obj, indent=1, sort_keys=True, default=str))
-
-
-def write_result(path: str | os.PathLike, obj: Any, seconds: dict[str, float]) -> None:
-    """``obj`` to ``path`` and the step's wall-clock ``seconds`` to :func:`timing_path` beside it. A result file
-    holds no clock reading, so a rerun writes it (and everything the later rules build from it) byte for byte;
-    nothing reads the timing file to decide anything (the run's job times are Snakemake's benchmark files)."""
-    write_json(timing_path(path), seconds)
-    write_json(path, obj)
-
-
-def read_json(path: str | os.PathLike) -> Any:
-    return json.loads(Path(path).read_text())
 
 
 def model_source(config: dict[str, Any], model: str) -> str:

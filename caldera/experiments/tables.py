@@ -478,7 +478,7 @@ def write_table_files(tab: dict[str, Any] | None, caption: str, rendered: tuple[
                       out_tex: str, out_csv: str, out_json: str | None) -> None:
     """A table's four files, each written atomically: the rendered (md, tex, csv) texts and the JSON of ``tab``
     with its caption (what the claims and the report read; ``out_json`` None: no JSON, as a pending table)."""
-    from caldera.experiments.steps import write_json
+    from caldera.atomic import write_json
 
     for path, text in zip((out_md, out_tex, out_csv), rendered):
         write_atomic(path, text)

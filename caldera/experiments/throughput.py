@@ -151,7 +151,8 @@ def step_throughput(settings: ThroughputSettings, run: RunContext, v: Variant, c
     figures to ``out``."""
     import torch
 
-    from caldera.experiments.steps import load_dense, model_source, run_device, write_json
+    from caldera.atomic import write_json
+    from caldera.experiments.steps import load_dense, model_source, run_device
 
     s, config = settings, run.as_config()
     torch.set_num_threads(int(torch_threads))
