@@ -7,8 +7,7 @@ stores ``W ≈ unrotate(Q + L R)`` as codes and computes from them.
   names that decode them.
 * :mod:`caldera.nn.dispatch` — the choice of kernel (:mod:`caldera.kernels`) and the calls into it.
 
-Whole models (compression, checkpoints, Hugging Face loading) are :mod:`caldera.pipeline`'s; the old module path
-``caldera.pipeline.compressed_linear`` still imports the same names.
+Whole models (compression, checkpoints, Hugging Face loading) are :mod:`caldera.pipeline`'s.
 """
 
 from caldera.nn.compressed_linear import CompressedLinear

@@ -59,8 +59,8 @@ def _caldera_checkpoint(folder, config_dtype=None):
     import dataclasses
 
     from caldera.methods import get_method
+    from caldera.nn.compressed_linear import CompressedLinear
     from caldera.pipeline.checkpoint import replace_module, save_compressed
-    from caldera.pipeline.compressed_linear import CompressedLinear
     from caldera.pipeline.hessians import decoder_layers
     from tests.helpers import tiny_llama
 
@@ -80,7 +80,7 @@ def _caldera_checkpoint(folder, config_dtype=None):
 
 def _fp32_dense_tensors(model):
     """float32 tensors of at least one compressed layer's size: parameters, buffers and dequantized caches."""
-    from caldera.pipeline.compressed_linear import CompressedLinear
+    from caldera.nn.compressed_linear import CompressedLinear
 
     big = 64 * 64
     found = [n for n, t in list(model.named_parameters()) + list(model.named_buffers())

@@ -153,15 +153,6 @@ def test_forward_on_cuda_matches_cpu(decs, kind):
     torch.testing.assert_close(gpu(x.cuda()).cpu(), ref, rtol=1e-4, atol=1e-5 * float(ref.abs().max()))
 
 
-def test_old_module_path_imports_the_same_layer():
-    """``caldera.pipeline.compressed_linear`` (the layer's home before :mod:`caldera.nn`) still imports its names."""
-    import caldera.nn
-    from caldera.pipeline import compressed_linear as old
-
-    for name in caldera.nn.__all__:
-        assert getattr(old, name) is getattr(caldera.nn, name), name
-
-
 @pytest.mark.parametrize("half", [False, True])
 def test_a_float_q_without_codes_is_stored_as_is_and_counted_at_its_width(WH, decs, half):
     """A method whose Q fits no quantizer (Q_codes None) is stored as Q_dense: float16 when exact (16 bits per
