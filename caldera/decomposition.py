@@ -83,7 +83,10 @@ class Decomposition:
     """Result of any matrix-level method: Ŵ = unrotate(Q + L R).
 
     Q: (n, d) float32, dequantized, in the RHT basis when ``rht`` is set. L: (n, k), R: (k, d) or None.
-    Q_codes: (n, d // b) integer codes with ``Q = Q_scale · dequantize(Q_codes)``; L_codes are codes of Lᵀ.
+    Q_codes: (n, d // b) integer codes of the quantizer named ``q_quantizer`` with ``Q = quantizer.decode(Q_codes,
+    Q_scale, Q_extras)`` (by default ``Q_scale · dequantize(Q_codes)``); ``Q_scale`` float32 of a shape the quantizer
+    declares (``scale_shapes``: () or (n, 1) unless it scales groups), ``Q_extras`` the further tensors it declares
+    (``stored_extras``, e.g. a codebook of this matrix) or None. L_codes are codes of Lᵀ.
     error_trace: one dict per sub-step: {"outer", "step", "error", ["lplr_errors"]}; errors are the
     relative data-aware error ‖(Ŵ − W)Xᵀ‖/‖WXᵀ‖ with the regularized H.
     """
@@ -102,6 +105,7 @@ class Decomposition:
     best_iter: int = -1
     config: dict[str, Any] = field(default_factory=dict)
     q_quantizer: str | None = None  # registry name of the quantizer that produced Q_codes (caldera.quantizers)
+    Q_extras: dict[str, Tensor] | None = None  # tensors the quantizer stores beside codes and scale (stored_extras)
 
     @property
     def rank(self) -> int:

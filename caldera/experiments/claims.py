@@ -32,6 +32,8 @@ from caldera.atomic import write_atomic
 from caldera.experiments.claim_definitions import ABLATION_CLAIMS, LPLR_CLAIM
 from caldera.experiments.plan import RHTFT_TABLES
 from caldera.experiments.tables import (  # noqa: F401
+    EXTRA_LABEL,
+    Q_DENSE_LABEL,
     _bits_label,
     _paired,
     kl_difference,
@@ -68,8 +70,10 @@ def _bits(r: dict[str, Any]) -> str:
 #: seeds. A window-only interval that already straddles no-difference is decided inconclusive instead: the seed
 #: part only widens it (:func:`seeds_verdict`).
 NEEDS_SEEDS = "needs replicates (one realization, no pooled spread)"
+#: an ``extra_methods`` row whose Q is stored as floats: no compressed row sits at its bits
+NOT_COMPARED = "not compared (Q stored dense)"
 VERDICTS = ("holds", "fails", "inconclusive", NEEDS_SEEDS, "not testable at this scale",
-            "pending (its issue has not landed)")
+            "pending (its issue has not landed)", NOT_COMPARED)
 CORPUS = "wiki"  # the tables' "Wiki2" column: the perplexity the paper's ranking claims are about
 
 
@@ -295,7 +299,7 @@ def table_claims(tables: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     return list(found.values())
 
 
-EXTRA_SUFFIX = " (ours only)"  # the method label of an ``extra_methods`` row (caldera.experiments.tables)
+EXTRA_SUFFIX = EXTRA_LABEL  # the method label of an ``extra_methods`` row (caldera.experiments.tables)
 
 
 def extra_method_claims(tables: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -312,6 +316,21 @@ def extra_method_claims(tables: dict[str, dict[str, Any]]) -> list[dict[str, Any
         by_variant = {r["variant"]: r for r in rows}
         for x in (r for r in rows if r["method"].endswith(EXTRA_SUFFIX)):
             label, xb = x["method"].removesuffix(EXTRA_SUFFIX), x["ours"]["avg_bits"]
+            if x.get("q_dense"):  # a float Q: a 2-bit row is no comparison at "the nearest bits"
+                key = (x["variant"], None)
+                if key not in found:
+                    tables_of[key] = []
+                    sb = x["ours"].get("storage_bits")
+                    found[key] = {"claim": f"{label.removesuffix(Q_DENSE_LABEL)} against CALDERA and QuIP# at the "
+                                  "nearest bits", "source": "", "verdict": NOT_COMPARED, "sdd": "—",
+                                  "numbers": f"its Q is stored as floats, not codes ({xb:.2f} bits per weight by "
+                                  "the App. E.5 formula" + (f", {sb:.2f} as stored" if sb is not None else "")
+                                  + "): no compressed row of this run is at its bits; return Q_codes with a "
+                                  "quantizer (docs/methods.md) to compare it", "intervals": []}
+                if name not in tables_of[key]:
+                    tables_of[key].append(name)
+                    found[key]["source"] = f"{', '.join(tables_of[key])} (extra_methods)"
+                continue
             for family in ("CALDERA", "QuIP#"):
                 cands = [r for r in rows if r["method"].startswith(family) and r["stand_in"] == x["stand_in"]]
                 beside = by_variant.get(x.get("beside")) if family == "CALDERA" else None

@@ -119,6 +119,24 @@ def variant_samples(results_dir: Path, variant: str) -> dict[str, Any]:
     return out
 
 
+#: the method label of an ``extra_methods`` row, and the note of one whose Q is stored as floats, not codes
+EXTRA_LABEL = " (ours only)"
+Q_DENSE_LABEL = ", Q stored dense"
+
+
+def stored_scheme(bits: dict[str, Any]) -> dict[str, Any]:
+    """Rank, B_LR and whether Q is stored as floats, from a compression's ``bits`` summary (:func:`variant_bits`):
+    ``rank`` the matrices' common rank ("per matrix" where they differ, "—" without a summary of them), ``b_lr`` the
+    factors' stored width ("—" without factors), ``q_dense`` true when any matrix keeps Q as a float tensor."""
+    if "rank" not in bits and "n_matrices_compressed" not in bits:
+        return {"rank": "—", "b_lr": "—", "q_dense": False}
+    rank = bits.get("rank", "per matrix")
+    b_lr = _bits_label(bits.get("b_lr")) if rank != 0 else "—"
+    dense = bits.get("dense_q_matrices")
+    return {"rank": rank, "b_lr": b_lr,
+            "q_dense": bool(dense) if dense is not None else float(bits.get("b_q") or 0) >= 16}
+
+
 def variant_bits(results_dir: Path, v: Any) -> dict[str, Any]:
     """The ``bits`` of a compressed variant's ``compressed/<id>/summary.json`` (:func:`caldera.pipeline.compress.
     bits_summary`: ``average_bits`` = the paper's formula, ``storage_bits_per_weight`` = codes, scales and signs as
@@ -283,17 +301,27 @@ def build_table(results_dir: str | os.PathLike, plan: TablePlan) -> dict[str, An
                 meas["wiki2_ppl_no_ft"], meas["wiki2_ppl_no_ft_ci"] = before["wiki_ppl"], before["wiki_ppl_ci"]
                 extra = {"base_variant": base.id,
                          "rht_ft": _load(results_dir / "rhtft" / base.id / "rhtft.json")}
-        label = (ref["method_printed"] if ref else f"{row['label']} (ours only)")
+        rank, b_lr = (v.rank if v else "—"), _bits_label((ref or {}).get("b_lr") if ref or not row.get("beside")
+                                                      else v.b_lr)
+        label = ref["method_printed"] if ref else row["label"]
         if row.get("beside"):  # an extra method's row beside the uniform-rank CALDERA row it is compared with
             extra["beside"] = row["beside"]
+        elif not ref and v is not None:  # an extra method's row: its rank and bits are what its compression stored
+            own = stored_scheme(variant_bits(results_dir, v))
+            rank, b_lr = own["rank"], own["b_lr"]
+            if own["q_dense"]:
+                extra["q_dense"] = True
+                label += Q_DENSE_LABEL
+        if not ref:
+            label += EXTRA_LABEL
         rows.append({
             **extra,
             "method": label,
             "paper_model": ref["model"] if ref else "—",
             "stand_in": run.models[v.model]["label"] if v else row.get("pending", "not run here"),
             "paper_rank": ref["rank"] if ref else "—",
-            "rank": v.rank if v else "—",
-            "b_lr": _bits_label((ref or {}).get("b_lr") if ref or not row.get("beside") else v.b_lr),
+            "rank": rank,
+            "b_lr": b_lr,
             "variant": v.id if v else None,
             "paper": {c: (ref or {}).get(c) for c in cols + list(DISTRIBUTION_COLUMNS.values())},
             "ours": {c: meas.get(c) for c in cols + list(DISTRIBUTION_COLUMNS.values())},

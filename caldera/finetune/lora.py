@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from caldera.nn.compressed_linear import CompressedLinear, narrow_codes, resolve_quantizer
+from caldera.nn.compressed_linear import CompressedLinear, narrow_codes, q_extra_names, resolve_quantizer
 
 # ----------------------------------------------------------------------------------------------- re-split
 
@@ -84,7 +84,7 @@ def resplit_top_r(module: CompressedLinear, ft_rank: int, ft_dtype: torch.dtype 
     meta = module.metadata()
     meta["ft_rank"] = int(ft_rank)
     meta["ft_dtype"] = str(ft_dtype).removeprefix("torch.") if ft_rank else None
-    keep = ("Q_codes", "Q_scale", "Q_dense", "S_U", "S_V", "bias")
+    keep = ("Q_codes", "Q_scale", "Q_dense", "S_U", "S_V", "bias", *q_extra_names(module.metadata()))
     tensors = {name: t.detach().clone() for name, t in module.state_dict().items() if name in keep}
     if ft_rank:
         tensors["L_ft"] = Lt.to(ft_dtype).contiguous()

@@ -6,7 +6,11 @@ Stored (``state_dict``, all tensors, no pickle):
 name            shape / dtype                        meaning
 ==============  ===================================  ===================================================
 ``Q_codes``     (n, d/b) smallest lossless int dtype  the backbone's integer codes, exactly (E8P: uint16)
-``Q_scale``     () or (n, 1) float32                 ``Q = Q_scale · quantizer.dequantize(Q_codes)``
+``Q_scale``     () or (n, 1) float32                 ``Q = Q_scale · quantizer.dequantize(Q_codes)``; a
+                                                     quantizer may declare another shape (per group)
+``Q_<extra>``   as the quantizer declares            further tensors of the quantizer's storage declaration
+                                                     (``stored_extras``: a per-matrix codebook, say);
+                                                     ``Q = quantizer.decode(Q_codes, Q_scale, extras)``
 ``Q_dense``     (n, d) float16 or float32             instead of codes/scale: a method without Q codes (a
                                                      float Q), counted at 16 / 32 bits per weight
 ``S_U``         (d,) int8 ±1 (float32 if trainable)  input-side RHT signs (absent without RHT)
@@ -81,6 +85,7 @@ from caldera.nn.format import (  # noqa: F401 - the storage helpers, importable 
     _signs_tensor,
     dequantize,
     narrow_codes,
+    q_extra_names,
     quantizer_name_for_bits,
     resolve_quantizer,
 )
@@ -105,7 +110,8 @@ class CompressedLinear(nn.Module):
         self.out_features = int(meta["out_features"])
         self.cache_dequantized = cache_dequantized
         n, d = self.out_features, self.in_features
-        need = ["Q_dense"] if meta.get("q_format") in DENSE_Q_FORMATS else ["Q_codes", "Q_scale"]
+        need = ["Q_dense"] if meta.get("q_format") in DENSE_Q_FORMATS else ["Q_codes", "Q_scale",
+                                                                             *q_extra_names(meta)]
         if meta["rht"]:
             need += ["S_U", "S_V"]
         k_q = int(meta["rank"]) - int(meta["ft_rank"])
@@ -187,6 +193,7 @@ class CompressedLinear(nn.Module):
             codes = narrow_codes(dec.Q_codes.detach().cpu())
             q_scale = dec.Q_scale.detach().float().cpu().clone()
             tensors = {"Q_codes": codes, "Q_scale": q_scale}
+            tensors.update(_declared_extras(dec, qname, n, d))
             q_codes_dtype = _dtype_name(dec.Q_codes.dtype)
         meta: dict[str, Any] = {
             "version": META_VERSION,
@@ -209,7 +216,7 @@ class CompressedLinear(nn.Module):
         if dense_q:
             meta["q_format"] = _dtype_name(tensors["Q_dense"].dtype)
         elif check:
-            Q = dequantize(qname, codes, q_scale, meta["q_codes_dtype"])
+            Q = dequantize(qname, codes, q_scale, meta["q_codes_dtype"], _extras_of(tensors))
             if not _close(Q, dec.Q):
                 raise ValueError(
                     f"Q_codes decoded with quantizer {qname!r} do not reproduce dec.Q (max |diff| "
@@ -328,7 +335,8 @@ class CompressedLinear(nn.Module):
         c = self._Q_cache
         if c is not None and c.device == self.Q_codes.device and c.dtype == torch.float32:
             return c
-        Q = dequantize(self.meta["q_quantizer"], self.Q_codes, self.Q_scale, self.meta["q_codes_dtype"])
+        extras = {name[2:]: getattr(self, name) for name in q_extra_names(self.meta)}
+        Q = dequantize(self.meta["q_quantizer"], self.Q_codes, self.Q_scale, self.meta["q_codes_dtype"], extras)
         if self.cache_dequantized:
             self._Q_cache = Q
         return Q
@@ -475,8 +483,8 @@ class CompressedLinear(nn.Module):
 
     def storage_bits(self) -> int:
         """Bits to store this layer: codes + scales + packed (1-bit) signs, via
-        :func:`caldera.bits.storage_bits`, plus the trainable ``L_ft``/``R_ft`` at their dtype's width (and
-        32-bit signs when they are trainable)."""
+        :func:`caldera.bits.storage_bits`, plus the Q quantizer's declared extras at their dtype's width, the
+        trainable ``L_ft``/``R_ft`` at their dtype's width (and 32-bit signs when they are trainable)."""
         from caldera.bits import storage_bits
 
         n, d, r = self.out_features, self.in_features, self.ft_rank
@@ -495,7 +503,9 @@ class CompressedLinear(nn.Module):
             sign_bits=sign_bits,
             num_scales=num_scales,
         )
-        return bits + r * (n + d) * int(w["b_ft"])
+        extras = sum(getattr(self, name).numel() * getattr(self, name).element_size() * 8
+                     for name in q_extra_names(self.meta))
+        return bits + extras + r * (n + d) * int(w["b_ft"])
 
     def tensor_bits(self) -> int:
         """Bits of the tensors actually stored (``state_dict`` payload, e.g. int8 signs, uint16 codes)."""
@@ -509,3 +519,32 @@ class CompressedLinear(nn.Module):
             f"{lr}, "
             f"ft_rank={m['ft_rank']}, rht={m['rht']}"
         )
+
+
+def _declared_extras(dec: Decomposition, qname: str, n: int, d: int) -> dict[str, Tensor]:
+    """``{"Q_<name>": tensor}`` of ``dec.Q_extras``, checked against what quantizer ``qname`` declares for an n×d
+    matrix (``stored_extras``: the same names, shapes and dtypes) and its scale against ``scale_shapes``."""
+    q = resolve_quantizer(qname)
+    shapes = [tuple(int(x) for x in sh) for sh in q.scale_shapes(n, d)]
+    if tuple(dec.Q_scale.shape) not in shapes:
+        raise ValueError(f"the {dec.method!r} decomposition's Q_scale has shape {tuple(dec.Q_scale.shape)}; "
+                         f"quantizer {qname!r} stores scales of an {n}x{d} matrix with shape "
+                         f"{' or '.join(map(str, shapes))} (Quantizer.scale_shapes)")
+    declared = q.stored_extras(n, d)
+    given = dict(dec.Q_extras or {})
+    if set(given) != set(declared):
+        raise ValueError(f"the {dec.method!r} decomposition's Q_extras are {sorted(given)}; quantizer {qname!r} "
+                         f"declares {sorted(declared)} (Quantizer.stored_extras)")
+    out = {}
+    for name, (shape, dt) in declared.items():
+        t = given[name]
+        if tuple(t.shape) != tuple(int(x) for x in shape) or t.dtype != dt:
+            raise ValueError(f"the {dec.method!r} decomposition's Q_extras[{name!r}] is {tuple(t.shape)} "
+                             f"{_dtype_name(t.dtype)}; quantizer {qname!r} declares {tuple(shape)} {_dtype_name(dt)}")
+        out[f"Q_{name}"] = t.detach().cpu().clone().contiguous()
+    return out
+
+
+def _extras_of(tensors: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The quantizer's extras among a layer's tensors, keyed by their declared names (``Q_`` removed)."""
+    return {k[2:]: v for k, v in tensors.items() if k.startswith("Q_") and k not in ("Q_codes", "Q_scale", "Q_dense")}

@@ -51,10 +51,27 @@ def narrow_codes(codes: Tensor) -> Tensor:
 
 
 def resolve_quantizer(name: str) -> Quantizer:
-    """Quantizer instance for a registry name (``caldera.quantizers.get_quantizer``)."""
+    """Quantizer instance for a registry name (``caldera.quantizers.get_quantizer``). A name this package does
+    not know is looked up again after the registered methods are imported (this package's and those of the
+    ``caldera.methods`` entry points), whose modules register their own quantizers."""
     from caldera.quantizers import get_quantizer
 
-    return get_quantizer(name)
+    try:
+        return get_quantizer(name)
+    except ValueError:
+        from caldera.methods import registered_methods
+
+        registered_methods(strict=False)
+        return get_quantizer(name)
+
+
+def q_extra_names(meta: dict, quantizer: Quantizer | None = None) -> list[str]:
+    """State-dict names (``Q_<name>``) of the tensors the layer's Q quantizer stores beside codes and scale
+    (:meth:`~caldera.quantizers.base.Quantizer.stored_extras`); none for a float Q."""
+    if meta.get("q_format") in DENSE_Q_FORMATS or not meta.get("q_quantizer"):
+        return []
+    q = quantizer or resolve_quantizer(meta["q_quantizer"])
+    return [f"Q_{k}" for k in q.stored_extras(int(meta["out_features"]), int(meta["in_features"]))]
 
 
 def quantizer_name_for_bits(bits: int) -> str:
@@ -63,16 +80,13 @@ def quantizer_name_for_bits(bits: int) -> str:
     return quantizer_for_bits(int(bits)).name
 
 
-def dequantize(name: str, codes: Tensor, scale: Tensor, codes_dtype: str | None = None) -> Tensor:
-    """``scale · quantizer(name).dequantize(codes)`` as float32 (codes restored to ``codes_dtype`` first)."""
+def dequantize(name: str, codes: Tensor, scale: Tensor, codes_dtype: str | None = None,
+               extras: dict[str, Tensor] | None = None) -> Tensor:
+    """The float32 matrix ``quantizer(name).decode(codes, scale, extras)`` (by default ``scale · dequantize(codes)``;
+    codes restored to ``codes_dtype`` first; ``extras`` keyed by the quantizer's own names, without ``Q_``)."""
     q = resolve_quantizer(name)
     c = codes.to(_dtype(codes_dtype)) if codes_dtype else codes
-    deq = getattr(q, "dequantize_with_scale", None)
-    if deq is not None and scale.ndim > 0:
-        from caldera.quantizers.base import ScaledCodes
-
-        return deq(ScaledCodes(c, scale.float())).float()
-    return q.dequantize(c).float() * scale.float()
+    return q.decode(c, scale.float(), extras or {}).float()
 
 
 def _infer_q_quantizer(dec: Decomposition) -> str:
@@ -143,12 +157,15 @@ def _check_codes(t: Tensor, quantizer: str, rows: int, features: int, codes_dtyp
     return None
 
 
-def _check_scale(t: Tensor) -> str | None:
-    """A float32 scale (scalar, or one per row or block): finite and not negative."""
+def _check_scale(t: Tensor, quantizer: str, rows: int, features: int) -> str | None:
+    """A float32 scale of a shape the quantizer declares for a (rows, features) matrix (``scale_shapes``):
+    finite and not negative."""
     if t.dtype != torch.float32:
         return f"has dtype {_dtype_name(t.dtype)}; scales are stored as float32"
-    if t.ndim > 2:
-        return f"has shape {tuple(t.shape)}; a scale is a scalar or one per row (or block)"
+    shapes = [tuple(int(x) for x in sh) for sh in resolve_quantizer(quantizer).scale_shapes(rows, features)]
+    if tuple(t.shape) not in shapes:
+        return (f"has shape {tuple(t.shape)}; {quantizer} scales of a {rows}x{features} matrix have shape "
+                f"{' or '.join(map(str, shapes))}")
     if t.device.type == "meta" or t.numel() == 0:
         return None
     if not bool(torch.isfinite(t).all()) or bool((t < 0).any()):
@@ -180,7 +197,8 @@ def stored_tensor_problem(meta: dict, tensors: dict[str, Tensor]) -> tuple[str, 
     """``(tensor name, what is wrong)`` for the first stored tensor of a layer (:meth:`CompressedLinear.metadata`
     plus ``state_dict``) whose dtype, shape or values do not match the scheme its metadata describes (module
     docstring's table), else None: codes of the named quantizer in its code range and the dtype they were made
-    in, float32 scales finite and positive, ±1 RHT signs (any real value once they are trainable), factors and a
+    in, float32 scales of a shape the quantizer declares, finite and positive, the quantizer's declared extras of
+    their shape and dtype, ±1 RHT signs (any real value once they are trainable), factors and a
     float Q of the shapes and dtypes the metadata names. Values are not checked on the meta device."""
     n, d = int(meta["out_features"]), int(meta["in_features"])
     k, r = int(meta["rank"]), int(meta["ft_rank"])
@@ -205,8 +223,11 @@ def stored_tensor_problem(meta: dict, tensors: dict[str, Tensor]) -> tuple[str, 
     else:
         checks.append(("Q_codes", lambda: _check_codes(tensors["Q_codes"], meta["q_quantizer"], n, d,
                                                        meta.get("q_codes_dtype"))))
-        checks.append(("Q_scale", lambda: _check_scale(tensors["Q_scale"]) or _check_zero_scale(
-            tensors["Q_scale"], tensors.get("Q_codes"), meta["q_quantizer"])))
+        checks.append(("Q_scale", lambda: _check_scale(tensors["Q_scale"], meta["q_quantizer"], n, d)
+                       or _check_zero_scale(tensors["Q_scale"], tensors.get("Q_codes"), meta["q_quantizer"])))
+        for ex, (shape, dt) in resolve_quantizer(meta["q_quantizer"]).stored_extras(n, d).items():
+            checks.append((f"Q_{ex}", lambda ex=ex, shape=shape, dt=dt: expect(
+                f"Q_{ex}", tuple(int(x) for x in shape), _dtype_name(dt))))
     if meta.get("rht"):
         for name, size in (("S_U", d), ("S_V", n)):
             checks.append((name, lambda name=name, size=size: expect(name, (size,), None) or _check_signs(
@@ -216,8 +237,9 @@ def stored_tensor_problem(meta: dict, tensors: dict[str, Tensor]) -> tuple[str, 
         for name, which, feats in (("L", "l_quantizer", n), ("R", "r_quantizer", d)):
             checks.append((f"{name}_codes", lambda name=name, which=which, feats=feats: _check_codes(
                 tensors[f"{name}_codes"], meta[which], kq, feats, meta.get("lr_codes_dtype"))))
-            checks.append((f"{name}_scale", lambda name=name, which=which: _check_scale(tensors[f"{name}_scale"])
-                           or _check_zero_scale(tensors[f"{name}_scale"], tensors.get(f"{name}_codes"), meta[which])))
+            checks.append((f"{name}_scale", lambda name=name, which=which, feats=feats: _check_scale(
+                tensors[f"{name}_scale"], meta[which], kq, feats)
+                or _check_zero_scale(tensors[f"{name}_scale"], tensors.get(f"{name}_codes"), meta[which])))
     elif kq > 0:
         checks.append(("L_16", lambda: expect("L_16", (n, kq), fmt)))
         checks.append(("R_16", lambda: expect("R_16", (kq, d), fmt)))

@@ -99,9 +99,10 @@ def model_linear_shapes(model: nn.Module) -> list[tuple[int, int]]:
 
 def matrix_bits(mod: CompressedLinear) -> dict[str, Any]:
     """What :func:`bits_summary` reads of one compressed matrix: shape, rank, ft_rank, bit widths
-    (:meth:`CompressedLinear.bit_widths`), storage and tensor bits."""
+    (:meth:`CompressedLinear.bit_widths`), whether Q is stored as floats (``dense_q``), storage and tensor bits."""
     return {"shape": [mod.out_features, mod.in_features], "rank": mod.rank, "ft_rank": mod.ft_rank,
-            **mod.bit_widths(), "storage_bits": mod.storage_bits(), "tensor_bits": mod.tensor_bits()}
+            **mod.bit_widths(), "dense_q": mod.dense_q, "storage_bits": mod.storage_bits(),
+            "tensor_bits": mod.tensor_bits()}
 
 
 def bits_summary(model: nn.Module, matrices: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -110,6 +111,7 @@ def bits_summary(model: nn.Module, matrices: Sequence[dict[str, Any]]) -> dict[s
     out: dict[str, Any] = {"n_matrices_total": len(shapes), "n_matrices_compressed": len(matrices)}
     if not matrices:
         return out
+    out["dense_q_matrices"] = sum(bool(m.get("dense_q")) for m in matrices)
     # The paper counts fine-tuned components at B_FT = 16 (BF16) bits, whatever dtype holds them here.
     keys = {(m["b_q"], m["b_lr"], m["rank"], m["ft_rank"]) for m in matrices}
     if len(keys) == 1:

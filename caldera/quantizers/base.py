@@ -8,15 +8,25 @@ for whole matrices (one scalar scale per matrix, as QuIP# and the CALDERA author
 Shapes: ``x`` is ``(..., n)`` float32 with ``n % block_size == 0``; codes are ``(..., n // block_size)``
 integer tensors (the dtype is the quantizer's ``code_dtype``). ``dequantize(quantize(x))`` has ``x``'s
 shape and is float32.
+
+**Storage declaration.** What a checkpoint keeps of one (rows, features) matrix quantized by a quantizer is
+declared by the quantizer: its codes (``bits_per_weight`` each weight), a float32 scale of one of the shapes
+:meth:`Quantizer.scale_shapes` accepts (one per matrix or one per row by default; one per group of weights for
+a group quantizer), and any tensors :meth:`Quantizer.stored_extras` names (a per-matrix codebook, say).
+:meth:`Quantizer.decode` rebuilds the matrix from exactly those tensors; the loader checks each against the
+declaration and the bit count (``CompressedLinear.storage_bits``) counts each as stored.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-from torch import Tensor
+if TYPE_CHECKING:  # torch is imported where it is used: a method's module subclasses Quantizer torch-free
+    import torch
+    from torch import Tensor
 
 
 class Quantizer(ABC):
@@ -49,6 +59,22 @@ class Quantizer(ABC):
         """``dequantize(quantize(x))``; subclasses may provide a faster fused path."""
         return self.dequantize(self.quantize(x))
 
+    def scale_shapes(self, rows: int, features: int) -> tuple[tuple[int, ...], ...]:
+        """The shapes a stored float32 scale of a (rows, features) matrix's codes may have: one per matrix ``()``
+        or one per row ``(rows, 1)``. A quantizer with a scale per group of weights returns that shape alone."""
+        return ((), (rows, 1))
+
+    def stored_extras(self, rows: int, features: int) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        """Tensors stored beside the codes and the scale of a (rows, features) matrix, which :meth:`decode`
+        reads: ``{name: (shape, dtype)}`` (a codebook of the matrix's own, say). None by default."""
+        return {}
+
+    def decode(self, codes: Tensor, scale: Tensor, extras: Mapping[str, Tensor] | None = None) -> Tensor:
+        """The float32 (rows, features) matrix from its stored tensors: ``codes`` (rows, features // block_size),
+        ``scale`` of a shape of :meth:`scale_shapes` and the tensors of :meth:`stored_extras`. By default
+        ``scale · dequantize(codes)`` (a scale per row broadcast along its row)."""
+        return self.dequantize(codes).float() * scale.float()
+
     def check_shape(self, x: Tensor, arg: str = "x") -> None:
         if x.ndim == 0 or x.shape[-1] % self.block_size != 0:
             raise ValueError(
@@ -67,6 +93,8 @@ class ScaledCodes:
 
 def rms(x: Tensor) -> Tensor:
     """Root mean square of all entries, as a float32 scalar tensor (0 maps to 1 to avoid 0/0)."""
+    import torch
+
     r = x.float().pow(2).mean().sqrt()
     return torch.where(r > 0, r, torch.ones_like(r))
 

@@ -57,3 +57,10 @@ class NormalFloat(Quantizer):
 
     def dequantize_with_scale(self, sc: ScaledCodes) -> Tensor:
         return self.dequantize(sc.codes) * sc.scale.repeat_interleave(self.block, dim=-1)
+
+    def scale_shapes(self, rows: int, features: int) -> tuple[tuple[int, ...], ...]:
+        """One absmax scale per block of ``block`` weights along a row: (rows, features // block)."""
+        return ((rows, features // self.block),)
+
+    def decode(self, codes: Tensor, scale: Tensor, extras=None) -> Tensor:
+        return self.dequantize_with_scale(ScaledCodes(codes, scale.float())).float()

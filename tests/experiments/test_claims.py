@@ -500,6 +500,26 @@ def test_an_extra_method_is_compared_with_caldera_and_quip_at_the_nearest_bits()
     assert cal["intervals"] and cal["intervals"][0]["kind"] == "ppl ratio"
 
 
+def test_an_extra_method_storing_a_float_q_is_not_compared_at_the_nearest_bits():
+    """A row whose Q is stored as floats (32 bits by the formula) is never set against the 2-bit rows: one entry per
+    variant says why, naming every table it is in, and no nearest-bits claim is made for it."""
+    from caldera.experiments.claims import NOT_COMPARED, VERDICTS, extra_method_claims
+
+    def table():
+        tab = _extra_table(36.0)
+        x = next(r for r in tab["rows"] if r["variant"] == "rtn3")
+        x.update(method="rtn-3bit, Q stored dense (ours only)", q_dense=True)
+        x["ours"].update(avg_bits=32.37, storage_bits=32.0)
+        return tab
+
+    claims = extra_method_claims({"table1_llama2_zeroshot": table(), "table7_mistral": table()})
+    assert len(claims) == 1 and NOT_COMPARED in VERDICTS
+    c = claims[0]
+    assert c["verdict"] == NOT_COMPARED and c["claim"] == "rtn-3bit against CALDERA and QuIP# at the nearest bits"
+    assert c["source"] == "table1_llama2_zeroshot, table7_mistral (extra_methods)"
+    assert "32.37 bits per weight by the App. E.5 formula, 32.00 as stored" in c["numbers"]
+
+
 def test_a_pair_in_several_rows_of_a_table_names_the_table_once_and_no_paper_model():
     """One stand-in variant fills the 7B, 13B and 70B rows of Table 1, and an extra method's row stands beside each
     (``extra_methods[].beside``): one claim, its source naming each table once, labelled by the variant, not by

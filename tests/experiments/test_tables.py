@@ -225,6 +225,39 @@ def test_every_method_shows_its_bits_formula_and_storage(tmp_path):
     assert variant_bits(tmp_path, base)["storage_bits_per_weight"] == 2.5
 
 
+def test_an_extra_methods_rank_and_bits_come_from_what_its_compression_stored(tmp_path):
+    """An extra method's row prints the rank and B_LR its checkpoint stores (not the Variant's defaults, "— → 0"
+    and "—"), "per matrix" where the ranks differ, and says when its Q is stored as floats."""
+    import json
+    from pathlib import Path
+
+    import yaml
+
+    from caldera.experiments.plan import table_rows
+    from caldera.experiments.tables import TablePlan, build_table
+
+    config = yaml.safe_load(Path("config/mini.yaml").read_text())
+    config["extra_methods"] = [{"name": "group", "method": "rtn", "params": {"bits": 3}},
+                               {"name": "float-q", "method": "rtn", "params": {"bits": 4}},
+                               {"name": "mixed", "method": "rtn", "params": {"bits": 2}}]
+    rows = {r.get("label"): r["variant"] for r in table_rows(config, "table7_mistral") if r.get("label")}
+    summaries = {"group": {"average_bits": 3.2, "storage_bits_per_weight": 3.7, "b_q": 3.0, "b_lr": 16.0, "rank": 8,
+                           "n_matrices_compressed": 210, "dense_q_matrices": 0},
+                 "float-q": {"average_bits": 32.0, "storage_bits_per_weight": 32.0, "b_q": 32.0, "b_lr": None,
+                             "rank": 0, "n_matrices_compressed": 210, "dense_q_matrices": 210},
+                 "mixed": {"average_bits": 2.3, "storage_bits_per_weight": 2.4, "n_matrices_compressed": 210,
+                           "dense_q_matrices": 0}}
+    for label, bits in summaries.items():
+        (tmp_path / "compressed" / rows[label].id).mkdir(parents=True)
+        (tmp_path / "compressed" / rows[label].id / "summary.json").write_text(json.dumps({"bits": bits}))
+    tab = build_table(str(tmp_path), TablePlan.from_config(config, "table7_mistral"))
+    got = {r["variant"]: r for r in tab["rows"] if r["variant"]}
+    g, f, m = (got[rows[k].id] for k in ("group", "float-q", "mixed"))
+    assert (g["method"], g["rank"], g["b_lr"], g.get("q_dense")) == ("group (ours only)", 8, 16, None)
+    assert (f["method"], f["rank"], f["b_lr"], f["q_dense"]) == ("float-q, Q stored dense (ours only)", 0, "—", True)
+    assert (m["rank"], m["b_lr"]) == ("per matrix", "—")
+
+
 def test_distribution_columns_average_the_seeds_and_give_top1_in_percent():
     from caldera.experiments.tables import distribution_cells
 

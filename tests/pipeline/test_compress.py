@@ -320,26 +320,76 @@ def test_hessian_errors_name_the_file(tmp_path):
         C.compress_model(model, tmp_path / "h", "caldera", CALDERA, tmp_path / "b", layers=[0], progress=False)
 
 
-def _readme_method_source() -> str:
-    """The worked example of docs/methods.md ("Adding a compression method"), exactly as printed."""
+def _docs_example(heading: str = "## Adding a compression method") -> str:
+    """The first Python block under ``heading`` in docs/methods.md, exactly as printed."""
     import re
     from pathlib import Path
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "methods.md").read_text()
-    section = text[text.index("## Adding a compression method"):]
+    section = text[text.index(heading):]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
-def test_the_readme_method_imports_without_torch(tmp_path):
-    """The documented example module loads without torch (a pinned workflow job unpickles its config first)."""
+def _readme_method_source() -> str:
+    """The worked example of docs/methods.md ("Adding a compression method")."""
+    return _docs_example()
+
+
+GROUP_EXAMPLE = "## A method with its own storage: scales per group"
+
+
+@pytest.mark.parametrize("heading", ["## Adding a compression method", GROUP_EXAMPLE])
+def test_the_documented_methods_import_without_torch(tmp_path, heading):
+    """Each documented example module loads without torch (a pinned workflow job unpickles its config first),
+    the per-group one with its quantizer class and registration."""
     import subprocess
     import sys
 
-    (tmp_path / "my_rounding.py").write_text(_readme_method_source())
-    code = "import sys; import my_rounding; print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')[:3])"
+    (tmp_path / "example_method.py").write_text(_docs_example(heading))
+    code = ("import sys; import example_method; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')[:3])")
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                        env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)})
     assert r.returncode == 0 and r.stdout.strip() == "[]", (r.stdout, r.stderr)
+
+
+def test_the_per_group_method_stores_its_codes_and_scales_and_counts_them(setup, monkeypatch):
+    """The per-group example of docs/methods.md, as printed: its checkpoint holds uint8 codes, one float32 scale
+    per group of 64 and float16 factors (no dense Q); the loaded model computes with exactly its Q + L R; the
+    bits are counted from what is stored: 3 per weight, 32 per scale of 64 weights, 16 per factor entry."""
+    from caldera import quantizers
+    from caldera.methods import registry
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(quantizers, "_REGISTERED", dict(quantizers._REGISTERED))
+    ns: dict = {}
+    exec(compile(_docs_example(GROUP_EXAMPLE), "docs/methods.md", "exec"), ns)
+    model, root = setup
+    s = C.compress_model(model, root / "hess", "group-rtn3-lr", {}, root / "group.layers", progress=False)
+    shapes = [(lin.out_features, lin.in_features) for layer in decoder_layers(model)
+              for lin in (layer.get_submodule(n) for n in C.LINEARS)]
+    params = sum(n * d for n, d in shapes)
+    want = sum(3 * n * d + 32 * n * d // 64 + 16 * 8 * (n + d) for n, d in shapes) / params
+    assert s["bits"]["storage_bits_per_weight"] == pytest.approx(want, rel=1e-12)
+    assert s["bits"]["b_q"] == 3 and s["bits"]["b_lr"] == 16 and s["bits"]["rank"] == 8
+    assert s["bits"]["average_bits"] == pytest.approx(average_bits(shapes, 3, 16, 8))
+    path, _ = C.assemble_checkpoint(model, root / "group.layers", root / "group.ckpt", "group-rtn3-lr", {})
+    loaded, _ = load_compressed(path)
+    ref = tiny_llama()
+    cfg = ns["GroupRTNConfig"]()
+    for li in range(2):
+        for name in C.LINEARS:
+            mod = loaded.model.layers[li].get_submodule(name)
+            n, d = mod.out_features, mod.in_features
+            assert mod.meta["q_quantizer"] == "group-rtn3-g64" and not mod.dense_q
+            assert mod.Q_codes.dtype == torch.uint8 and mod.Q_scale.shape == (n, d // 64)
+            assert mod.L_16.dtype == torch.float16 and mod.L_16.shape == (n, 8)
+            lin = ref.model.layers[li].get_submodule(name)
+            dec = ns["group_rtn3_lr"](lin.weight.data.float(), None, cfg)
+            lin.weight.data = dec.reconstruction()
+    ids = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids).logits, ref(ids).logits, rtol=1e-4, atol=1e-4)
 
 
 def test_the_readme_method_compresses_stores_and_evaluates_a_float_q(setup, monkeypatch):

@@ -177,3 +177,146 @@ def test_a_float_q_without_codes_is_stored_as_is_and_counted_at_its_width(WH, de
     assert mod.storage_bits() == b * N * D + 16 * k * (N + D) + (N + D)  # no scale; packed signs
     again = CompressedLinear.from_tensors(mod.metadata(), mod.state_dict())
     torch.testing.assert_close(again(_x(4)), mod(_x(4)), rtol=0, atol=0)
+
+
+# ------------------------------------------------------------------------- a quantizer's storage declaration
+
+def _codebook_quantizer():
+    """2-bit codes into a codebook of four float16 levels held per matrix (a stored extra)."""
+    from caldera.quantizers.base import Quantizer
+
+    class Codebook2(Quantizer):
+        name = "test-codebook2"
+        block_size = 1
+        bits_per_weight = 2.0
+        num_codes = 4
+
+        def quantize(self, x):
+            raise NotImplementedError  # the method below picks the codes against its own levels
+
+        def dequantize(self, codes):
+            raise NotImplementedError  # needs the matrix's codebook: decode reads it
+
+        def stored_extras(self, rows, features):
+            return {"codebook": ((4,), torch.float16)}
+
+        def decode(self, codes, scale, extras=None):
+            return extras["codebook"].float()[codes.long()] * scale
+
+    return Codebook2()
+
+
+@pytest.fixture
+def codebook(monkeypatch, WH):
+    """The codebook quantizer registered for one test, and a decomposition of W stored with it."""
+    from caldera import quantizers
+    from caldera.decomposition import Decomposition
+
+    monkeypatch.setattr(quantizers, "_REGISTERED", dict(quantizers._REGISTERED))
+    q = quantizers.register_quantizer(_codebook_quantizer())
+    W = WH[0].float()
+    levels = torch.quantile(W.flatten(), torch.tensor([0.1, 0.4, 0.6, 0.9])).half()
+    codes = (W[..., None] - levels.float()).abs().argmin(-1).to(torch.uint8)
+    dec = Decomposition(method="codebook", Q=levels.float()[codes.long()], L=None, R=None, Q_codes=codes,
+                        Q_scale=torch.tensor(1.0), q_quantizer=q.name, Q_extras={"codebook": levels})
+    return q, dec
+
+
+def test_a_codebook_of_the_matrix_is_stored_decoded_and_counted(codebook):
+    q, dec = codebook
+    mod = CompressedLinear.from_decomposition(dec)
+    sd = mod.state_dict()
+    assert set(sd) == {"Q_codes", "Q_scale", "Q_codebook"}
+    assert sd["Q_codebook"].dtype == torch.float16 and torch.equal(sd["Q_codebook"], dec.Q_extras["codebook"])
+    assert mod.storage_bits() == 2 * N * D + 32 + 4 * 16  # codes, one scale, the codebook as stored
+    torch.testing.assert_close(mod.weight_reconstruction(), dec.Q, rtol=0, atol=0)
+    again = CompressedLinear.from_tensors(mod.metadata(), {k: v.clone() for k, v in sd.items()})
+    x = _x(3, seed=4)
+    torch.testing.assert_close(again(x), mod(x), rtol=0, atol=0)
+    moved = {k: v.clone() for k, v in sd.items()}
+    moved["Q_codebook"] = moved["Q_codebook"].flip(0)  # another codebook decodes to another weight
+    assert not torch.equal(CompressedLinear.from_tensors(mod.metadata(), moved).weight_reconstruction(), dec.Q)
+
+
+def test_a_codebook_layer_missing_or_mistyping_its_extra_is_refused(codebook):
+    import dataclasses
+
+    from caldera.nn.format import stored_tensor_problem
+
+    q, dec = codebook
+    with pytest.raises(ValueError, match=r"Q_extras are \[\]; quantizer 'test-codebook2' declares \['codebook'\]"):
+        CompressedLinear.from_decomposition(dataclasses.replace(dec, Q_extras=None))
+    with pytest.raises(ValueError, match=r"Q_extras\['codebook'\] is \(4,\) float32; .* declares \(4,\) float16"):
+        CompressedLinear.from_decomposition(dataclasses.replace(dec, Q_extras={"codebook": dec.Q_extras[
+            "codebook"].float()}))
+    mod = CompressedLinear.from_decomposition(dec)
+    sd = {k: v.clone() for k, v in mod.state_dict().items()}
+    with pytest.raises(ValueError, match=r"missing tensors \['Q_codebook'\]"):
+        CompressedLinear.from_tensors(mod.metadata(), {k: v for k, v in sd.items() if k != "Q_codebook"})
+    bad = {**sd, "Q_codebook": sd["Q_codebook"].float()}
+    assert stored_tensor_problem(mod.metadata(), bad) == ("Q_codebook", "has dtype float32; the metadata says float16")
+
+
+def test_a_scale_of_a_shape_the_quantizer_does_not_declare_is_refused(decs):
+    """uniform-4 codes take one scale per matrix or per row: an (n, d) scale (one per weight) is refused when
+    stored and when loaded, naming the accepted shapes."""
+    import dataclasses
+
+    from caldera.nn.format import stored_tensor_problem
+
+    dec = decs["rtn"]
+    with pytest.raises(ValueError, match=r"Q_scale has shape \(32, 64\); quantizer 'uniform-4' stores scales of "
+                                         r"an 32x64 matrix with shape \(\) or \(32, 1\)"):
+        CompressedLinear.from_decomposition(dataclasses.replace(dec, Q_scale=torch.ones(N, D)))
+    mod = CompressedLinear.from_decomposition(dec)
+    sd = {k: v.clone() for k, v in mod.state_dict().items()}
+    sd["Q_scale"] = torch.ones(N, D)
+    assert stored_tensor_problem(mod.metadata(), sd) == (
+        "Q_scale", "has shape (32, 64); uniform-4 scales of a 32x64 matrix have shape () or (32, 1)")
+
+
+def test_register_quantizer_refuses_taken_names_and_bad_declarations(monkeypatch):
+    from caldera import quantizers
+    from caldera.quantizers.base import Quantizer
+
+    monkeypatch.setattr(quantizers, "_REGISTERED", dict(quantizers._REGISTERED))
+    q = quantizers.register_quantizer(_codebook_quantizer())
+    assert quantizers.get_quantizer("test-codebook2") is q and "test-codebook2" in quantizers.registered_quantizers()
+    with pytest.raises(ValueError, match="the name 'test-codebook2' is taken"):
+        quantizers.register_quantizer(_codebook_quantizer())
+    builtin = _codebook_quantizer()
+    builtin.name = "uniform-3"
+    with pytest.raises(ValueError, match="the name 'uniform-3' is taken"):
+        quantizers.register_quantizer(builtin)
+    clash = _codebook_quantizer()
+    clash.name = "test-codebook2b"
+    clash.stored_extras = lambda rows, features: {"scale": ((1,), torch.float32)}
+    with pytest.raises(ValueError, match="declares an extra tensor 'scale'"):
+        quantizers.register_quantizer(clash)
+    with pytest.raises(ValueError, match="expected a caldera.quantizers.Quantizer instance"):
+        quantizers.register_quantizer("test")
+    with pytest.raises(ValueError, match=r"unknown quantizer.*registered: test-codebook2"):
+        quantizers.get_quantizer("test-codebook3")
+    assert issubclass(type(q), Quantizer)
+
+
+def test_a_quantizer_registered_by_a_method_module_is_found_when_a_checkpoint_names_it(monkeypatch):
+    """The loader resolves a quantizer name this package does not know after importing the registered methods
+    (whose modules register their quantizers), once; a name nobody registers stays an error."""
+    from caldera import quantizers
+    from caldera.nn.format import resolve_quantizer
+
+    monkeypatch.setattr(quantizers, "_REGISTERED", dict(quantizers._REGISTERED))
+    calls = []
+
+    def import_methods(strict=True):
+        calls.append(strict)
+        if "test-codebook2" not in quantizers._REGISTERED:
+            quantizers.register_quantizer(_codebook_quantizer())
+        return []
+
+    monkeypatch.setattr("caldera.methods.registered_methods", import_methods)
+    assert resolve_quantizer("test-codebook2").name == "test-codebook2" and calls == [False]
+    assert resolve_quantizer("test-codebook2").name == "test-codebook2" and calls == [False]  # known now
+    with pytest.raises(ValueError, match="unknown quantizer"):
+        resolve_quantizer("nobody-registers-this")
