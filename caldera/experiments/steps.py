@@ -482,8 +482,9 @@ def step_timings(jobs: list[dict[str, Any]], run: str, out_json: str, out_md: st
     """Per workflow stage: number of jobs, summed job seconds, the stage's span on the wall clock (first job
     start to last job end) and the peak memory of a job; plus the whole run's span.
 
-    ``jobs``: one record per finished job, ``{"stage", "s" (wall seconds), "max_rss_mb", "end" (epoch s)}``
-    (the workflow reads them from its benchmark files); ``run``: the run's name, for the report's title.
+    ``jobs``: one record per finished job, ``{"stage", "s" (wall seconds), "max_rss_mb", "end" (epoch s)}`` and
+    ``"rule"`` / ``"job"`` (:func:`caldera.experiments.job_costs.read_benchmarks`; named jobs are listed in the
+    JSON too); ``run``: the run's name, for the report's title.
     """
     stages: dict[str, dict[str, Any]] = {}
     for j in jobs:
@@ -509,6 +510,9 @@ def step_timings(jobs: list[dict[str, Any]], run: str, out_json: str, out_md: st
             r["max_s"] = max(r["max_s"], j["s"])
     res = {"stages": stages, "span_s": total, "job_s": sum(st["job_s"] for st in stages.values()),
            "n_jobs": len(jobs), **({"rules": rules} if rules else {})}
+    if jobs and all("job" in j and "rule" in j for j in jobs):  # per job: what `caldera cost --check` compares
+        res["jobs"] = [{"rule": j["rule"], "job": j["job"], "s": j["s"]}
+                       for j in sorted(jobs, key=lambda j: (j["rule"], j["job"]))]
     write_json(out_json, res)
     if out_md is not None:
         lines = [f"# Run time per stage ({run})", "",
