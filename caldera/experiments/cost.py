@@ -732,6 +732,10 @@ def report(config: dict[str, Any], costs: dict[str, Any]) -> str:
                  "selection, fine-tuning, throughput, tables, plots) and each job's start-up (interpreter, imports, "
                  "model load); evaluation counts forwards only (decoding compressed layers on the fly is not "
                  "included). `caldera cost --check TIMINGS` compares with a run's timings.json.")
+    for mkey, m in config["models"].items():  # per model: what its shapes need of the measurements
+        cov = coverage({**config, "models": {mkey: m}}, costs)
+        lines.append(f"{mkey}: components measured at its shapes or beyond: {', '.join(cov['measured']) or 'none'}; "
+                     f"extrapolated by their laws: {'; '.join(cov['extrapolated']) or 'none'}.")
     device_gb = DEVICE_GB["cuda" if dev.startswith("cuda") else "cpu"]
     lines.append(f"A dense model over 80 % of a job's device ({device_gb:g} GB; eval.stream_layers) is evaluated "
                  f"layer-streamed: one layer on the device, the hidden states "
@@ -739,6 +743,36 @@ def report(config: dict[str, Any], costs: dict[str, Any]) -> str:
                  + (f" and the host-device copies of the states at {STREAM_PCIE_GBPS:g} GB/s."
                     if dev.startswith("cuda") else "."))
     return "\n".join(lines)
+
+
+def coverage(config: dict[str, Any], costs: dict[str, Any]) -> dict[str, list[str]]:
+    """Which components' measurements reach this config's shapes (``"measured"``) and which the laws carry beyond
+    their largest measured point (``"extrapolated"``, each with the measured and the needed size): the engine
+    components by the matrices' n·d, ``hessian_accumulate`` by d, ``forward`` by the FLOPs per token of a
+    decoder layer."""
+    shapes = [sh for m in config["models"].values() for sh in shapes_of(m["shapes"])[0]]
+    need_nd = max(n * d for n, d in shapes)
+    need_d = max(d for _, d in shapes)
+    flops = 0.0
+    T = max(spec["seq_len"] for spec in config["eval"]["ppl"].values())
+    for m in config["models"].values():
+        _, (h, f, heads, kv, hd), _ = shapes_of(m["shapes"])
+        flops = max(flops, forward_flops_per_token(h, f, heads * hd, kv * hd, T))
+    out: dict[str, list[str]] = {"measured": [], "extrapolated": []}
+    for name, pts in sorted((costs.get("points") or {}).items()):
+        if not pts:
+            continue
+        if name == "forward":
+            have, need, unit = max(p["d"] for p in pts), flops, "FLOP/token"
+        elif name == "hessian_accumulate":
+            have, need, unit = max(p["d"] for p in pts), need_d, "d"
+        else:
+            have, need, unit = max(p["n"] * p["d"] for p in pts), need_nd, "n·d"
+        if have >= need:
+            out["measured"].append(name)
+        else:
+            out["extrapolated"].append(f"{name} (measured to {unit} {have:.3g}, this config {need:.3g})")
+    return out
 
 
 #: the workflow rules :func:`estimate` predicts

@@ -291,12 +291,24 @@ def rhtft_work(config: dict[str, Any]) -> dict[str, float]:
 
 
 def lora_work(config: dict[str, Any], task: str) -> dict[str, float]:
-    """A LoRA job's training tokens (epochs × sequences × block, 3× for the backward pass) and its held-out
-    evaluation tokens (each of the checkpoints, plus the final model)."""
+    """A LoRA job's training tokens (epochs × sequences × block, 3× for the backward pass) and its evaluation tokens:
+    the held-out set at each checkpoint and at the end, and the best and the final model on the task's evaluation
+    data (the language-modelling task: the Wiki2 windows of ``eval.ppl``; a classification task: its documents
+    at ``eval.zeroshot.limit``, one block each)."""
+    from caldera.experiments.cost import ZEROSHOT_DOCS
+    from caldera.experiments.loraft import LM_TASK
+
     t = config["lora_ft"]["tasks"][task]
     n_ck = int(config["lora_ft"]["n_checkpoints"])
-    return {"train": 3 * int(t["epochs"]) * int(t["n_train"]) * int(t["block_size"]),
-            "eval": (n_ck + 1) * int(t["n_heldout"]) * int(t["block_size"])}
+    block = int(t["block_size"])
+    if task == LM_TASK:
+        final = corpus_tokens(config, LM_TASK)
+    else:
+        limit = (config["eval"].get("zeroshot") or {}).get("limit")
+        docs = ZEROSHOT_DOCS.get(f"caldera_{task}", (0, 0, 0))[0]
+        final = (min(docs, int(limit)) if limit else docs) * block
+    return {"train": 3 * int(t["epochs"]) * int(t["n_train"]) * block,
+            "eval": (n_ck + 1) * int(t["n_heldout"]) * block + 2 * final}
 
 
 def selection_units(config: dict[str, Any], costs: dict[str, Any]) -> float:
@@ -482,10 +494,10 @@ def calibrate(results_dir: str | Path, config: dict[str, Any], costs: dict[str, 
             w = lora_work(config, task)
             train.setdefault(task, []).append(t["train_s"] / w["train"])
             rest.append((w["eval"], j["s"] - t["train_s"]))
-        # the rest of a job: fixed + eval tokens × rate, least squares over the tasks' different evaluation sizes
-        fixed, eval_rate = _line(rest)
-        prof.update(lora_train_token_s={k: _median(v) for k, v in sorted(train.items())},
-                    lora_fixed_s=fixed, lora_eval_token_s=eval_rate)
+        # the rest of a job: its start-up and model load (as a compression job's) + its evaluations
+        fixed = prof.get("compress_fixed_s", 0.0)
+        prof.update(lora_train_token_s={k: _median(v) for k, v in sorted(train.items())}, lora_fixed_s=fixed,
+                    lora_eval_token_s=max(_median(((s - fixed) / w for w, s in rest if w), 0.0), 0.0))
     # the engine outside compression: the selection sweep (start-up, per swept layer its Hessians and contexts,
     # the decompositions by their law) and the figure traces (start-up + the law at the compression's scale)
     other: dict[str, Any] = {}
@@ -528,20 +540,6 @@ def calibrate(results_dir: str | Path, config: dict[str, Any], costs: dict[str, 
             "calibrated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "costs_measured_at": costs.get("measured_at"), "models": models, "engine": other,
             "constants": constants}
-
-
-def _line(points: list[tuple[float, float]]) -> tuple[float, float]:
-    """``(a, b)`` of ``y ≈ a + b x`` by least squares with both ≥ 0 (one distinct x: ``a`` = the mean)."""
-    if not points:
-        return 0.0, 0.0
-    xs = {x for x, _ in points}
-    if len(xs) < 2:
-        return statistics.mean(y for _, y in points), 0.0
-    mx = statistics.mean(x for x, _ in points)
-    my = statistics.mean(y for _, y in points)
-    b = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
-    b = max(b, 0.0)
-    return max(my - b * mx, 0.0), b
 
 
 # ------------------------------------------------------------------------------------------ prediction
@@ -812,3 +810,24 @@ def check_report(res: dict[str, Any]) -> str:
         if res[key]:
             lines.append(f"{what}: {len(res[key])} ({', '.join(res[key][:6])}{', …' if len(res[key]) > 6 else ''})")
     return "\n".join(lines)
+
+
+def plan_line(config: dict[str, Any], cores: int | None, device: str = "cpu") -> str | None:
+    """One line for the start of a run's log: its predicted job time and wall time on ``cores`` jobs side by side
+    (:func:`predict` with this machine type's profile), or None when no profile prices this config."""
+    from caldera.experiments.cost import load_costs
+
+    try:
+        profile = load_profile(device)
+        costs = load_costs(device)
+    except (OSError, ValueError):
+        return None
+    if profile is None or covers(profile, config, costs):
+        return None
+    pred = predict(config, profile, costs)
+    s = sum(p["s"] for p in pred if p["s"] is not None)
+    unpriced = sum(p["s"] is None for p in pred)
+    par = max(1, int(cores or 1))
+    return (f"predicted here: {len(pred)} jobs, {_dur(s)} of job time, about {_dur(s / par)} with {par} "
+            f"job{'s' if par > 1 else ''} at a time" + (f" ({unpriced} jobs unpriced)" if unpriced else "")
+            + " (caldera cost; a machine of another type differs)")

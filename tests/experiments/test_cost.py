@@ -296,3 +296,16 @@ def test_check_compares_each_rule_with_a_runs_timings_and_names_the_rules_that_a
                                      (9000, "2.50 h")])
 def test_durations_are_printed_with_the_precision_they_need(s, text):
     assert C.duration(s) == text
+
+
+def test_coverage_says_which_components_reach_a_models_shapes():
+    """Engine components measured up to LLaMa-2 7B's largest matrix (11008 x 4096) cover 7B and not 70B (8192 x
+    28672); the layer forward measured at small widths is extrapolated for both."""
+    cfg = C.load_workflow_config("config/paper.yaml")
+    costs = {"points": {"ldlq": [{"n": 11008, "d": 4096, "k": 0, "s": 1.0}],
+                        "forward": [{"n": 2048, "d": 6.8e6, "k": 0, "s": 1.0}]}}
+    seven = C.coverage({**cfg, "models": {"llama-2-7b": cfg["models"]["llama-2-7b"]}}, costs)
+    seventy = C.coverage({**cfg, "models": {"llama-2-70b": cfg["models"]["llama-2-70b"]}}, costs)
+    assert seven["measured"] == ["ldlq"] and seven["extrapolated"][0].startswith("forward (measured to FLOP/token")
+    assert seventy["measured"] == [] and any(e.startswith("ldlq (measured to n·d 4.51e+07, this config 2.35e+08)")
+                                             for e in seventy["extrapolated"])

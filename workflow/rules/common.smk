@@ -26,6 +26,7 @@ from caldera.experiments.selection import (
     matrix_claim_variants,
     selection_models,
 )
+from caldera.experiments.job_costs import plan_line
 from caldera.experiments.settings import BLOCKS, RunContext, block_settings
 from caldera.experiments.steps import layer_chunks
 from caldera.experiments.tables import TablePlan
@@ -108,6 +109,10 @@ print(f"CALDERA workflow {RUN} (config {', '.join(map(str, CONFIG_FILES))}): {le
       f"{len(COMPRESSED)} compressed variants ({sum(len(r) - 1 for r in REPLICATES.values())} of them seed "
       f"replicates), {len(FT_VARIANTS)} RHT-fine-tuned; tables in {TABLES_DIR}/; effective settings in "
       f"{SETTINGS_FILE}", file=sys.stderr)
+if str(config.get("device", "auto")) != "cuda":
+    _plan = plan_line(config, workflow.cores)
+    if _plan:
+        print(f"CALDERA workflow {RUN}: {_plan}", file=sys.stderr)
 FIG_MODEL = SETTINGS.figures.model
 SELECTION = SETTINGS.selection
 # stand-ins swept by the selection rule, plus the figures' model for the Figure 3 comparisons it re-runs
