@@ -11,6 +11,8 @@ import pytest
 import torch
 
 from caldera import cli
+from caldera.cli import common
+from caldera.cli import evaluate as cli_evaluate
 
 COMMANDS = ["assets", "hessians", "compress", "eval", "info", "convert"]
 
@@ -238,16 +240,16 @@ def test_errors_say_what_to_do(tmp_path, monkeypatch, capsys):
     assert "unknown" in err and "caldera" in err and "quip#" in err
     assert cli.main(["info", str(tmp_path)]) == 2
     assert "not a compressed checkpoint" in capsys.readouterr().err
-    with pytest.raises(cli.CLIError, match="key=value"):
-        cli.parse_params(["rank"], None)
-    assert cli.parse_params(["rank=8", "rht=false", "svd=exact", "sigma_reg=0.02"], "paper") == {
+    with pytest.raises(common.CLIError, match="key=value"):
+        common.parse_params(["rank"], None)
+    assert common.parse_params(["rank=8", "rht=false", "svd=exact", "sigma_reg=0.02"], "paper") == {
         "rank": 8,
         "rht": False,
         "svd": "exact",
         "sigma_reg": 0.02,
         "preset": "paper",
     }
-    assert cli.parse_layers("0,2-4") == [0, 2, 3, 4] and cli.parse_layers(None) is None
+    assert common.parse_layers("0,2-4") == [0, 2, 3, 4] and common.parse_layers(None) is None
 
 
 def test_matrix_report_is_lazy(monkeypatch):
@@ -268,8 +270,8 @@ def test_matrix_report_is_lazy(monkeypatch):
     ("a-b", "expected a list like 0,1,2"),
 ])
 def test_layers_that_select_nothing_are_refused(spec, words):
-    with pytest.raises(cli.CLIError) as e:
-        cli.parse_layers(spec)
+    with pytest.raises(common.CLIError) as e:
+        common.parse_layers(spec)
     assert words in str(e.value)
 
 
@@ -290,8 +292,8 @@ def test_bad_limit_is_one_clear_line(value, capsys):
 
 
 def test_limit_values_kept():
-    assert cli.parse_limit("100") == 100 and isinstance(cli.parse_limit("100"), int)
-    assert cli.parse_limit("0.25") == 0.25
+    assert common.parse_limit("100") == 100 and isinstance(common.parse_limit("100"), int)
+    assert common.parse_limit("0.25") == 0.25
 
 
 @pytest.mark.parametrize("name", ["./results/nosuch", "~/nosuch-model", "/abs/nosuch", "a/b/c", "tests/nosuch",
@@ -308,7 +310,7 @@ def test_mistyped_local_path_is_one_line_not_a_hub_request(name, tmp_path, monke
 
 @pytest.mark.parametrize("name", ["meta-llama/Llama-2-7b-hf", "gpt2"])
 def test_hub_ids_still_go_to_the_hub(name):
-    assert not cli.looks_like_path(name) and cli.resolve_model_path(name) == name
+    assert not common.looks_like_path(name) and common.resolve_model_path(name) == name
 
 
 def test_second_compress_into_one_folder_refuses_and_stale_lock_is_taken_over(tmp_path, capsys):
@@ -378,7 +380,7 @@ def test_zeroshot_prints_a_summary_and_writes_the_documents_only_to_the_file(tmp
 
     docs = [{"doc_id": i, "acc": float(i < 3), "margin": 0.1} for i in range(10)]
     res = {"tasks": {"caldera_arc_easy": {"acc": 0.3, "acc_norm": 0.2, "n": 10, "docs": docs}}, "limit": 10}
-    monkeypatch.setattr(cli, "load_any_model", lambda name: (None, object(), "dense"))
+    monkeypatch.setattr(cli_evaluate, "load_any_model", lambda name: (None, object(), "dense"))
     monkeypatch.setattr(zs, "zeroshot", lambda *a, **k: json.loads(json.dumps(res)))
     argv = ["eval", "zeroshot", "--model", "x", "--tasks", "caldera_arc_easy"]
     assert cli.main([*argv, "--out", str(tmp_path / "zs.json")]) == 0
@@ -419,7 +421,7 @@ def test_log_lines_go_through_tqdm(monkeypatch):
     seen = []
     monkeypatch.setattr(tqdm.tqdm, "write", classmethod(lambda cls, s, file=None, **k: seen.append((s, file))))
     stream = io.StringIO()
-    h = cli.TqdmLogHandler(stream)
+    h = common.TqdmLogHandler(stream)
     h.setFormatter(logging.Formatter("%(name)s: %(message)s"))
     log = logging.getLogger("caldera.test.tqdm")
     log.addHandler(h)

@@ -54,14 +54,14 @@ def test_limit_spin_does_nothing_once_torch_is_loaded(monkeypatch):
 def test_the_command_line_limits_the_spin_before_torch_loads():
     body = """
     import argparse
-    from caldera import cli
+    from caldera.cli import app
     def parser():
         ap = argparse.ArgumentParser()
         ap.add_argument("--verbose", action="store_true")
         ap.set_defaults(func=lambda a: 0, command="x")
         return ap
-    cli.build_parser = parser
-    assert cli.main([]) == 0
+    app.build_parser = parser
+    assert app.main([]) == 0
     """
     assert _run(body) == "SEEN 10000"
     assert _run(body, {"GOMP_SPINCOUNT": "7"}) == "SEEN 7"  # the user's value wins

@@ -123,6 +123,7 @@ def test_a_broken_entry_point_is_named_and_does_not_hide_the_others(ext_dist):
 def test_the_cli_compresses_with_an_entry_point_method(ext_dist, tmp_path, monkeypatch):
     """`caldera compress --method <entry point>` reaches the method (the CLI asks the registry, not a list)."""
     from caldera import cli
+    from caldera.cli import compress
 
     seen = {}
 
@@ -130,7 +131,7 @@ def test_the_cli_compresses_with_an_entry_point_method(ext_dist, tmp_path, monke
         seen.update(method=args.method, params=params)
         return 0
 
-    monkeypatch.setattr(cli, "_compress", fake)
+    monkeypatch.setattr(compress, "_compress", fake)
     assert cli.main(["compress", "--hessians", "h", "--method", "ext-test-method", "--param", "scale=3",
                      "--out", str(tmp_path / "ck")]) == 0
     assert seen == {"method": "ext-test-method", "params": {"scale": 3}}

@@ -1,0 +1,238 @@
+"""What every command shares: errors for the user, model resolution and loading, argument parsers, the
+output lock, progress and logging, and how a result is printed."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import math
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from caldera.atomic import write_atomic
+from caldera.pipeline.sources import looks_like_path
+
+DEFAULT_MODEL = "smollm2"
+
+
+class CLIError(Exception):
+    """An error whose message tells the user what to do; printed without a traceback."""
+
+
+def _asset_model_path(name: str) -> Path:
+    from caldera.pipeline import assets
+
+    dirname, sha = {
+        "smollm2": (assets.SMOLLM2_DIRNAME, assets.SMOLLM2_SHA256),
+        "gemma3": (assets.GEMMA3_DIRNAME, assets.GEMMA3_GGUF_SHA256),
+    }[name]
+    target = assets.cache_dir() / "models" / dirname
+    if not assets.is_complete(target, sha):
+        raise CLIError(f"the {name} model is not cached at {target}; run `caldera assets --only {name}` first")
+    return target
+
+
+def is_checkpoint(path: str | Path) -> bool:
+    from caldera.pipeline.checkpoint import CONFIG_FILE
+
+    return (Path(path) / CONFIG_FILE).is_file()
+
+
+def resolve_model_path(name: str) -> str:
+    if name in ("smollm2", "gemma3"):
+        return str(_asset_model_path(name))
+    p = Path(name).expanduser()
+    if p.exists() and not p.is_dir():
+        raise CLIError(f"--model {name}: not a folder")
+    if not p.is_dir() and looks_like_path(name):
+        raise CLIError(f"--model {name}: no such folder ({p.absolute()}); check the path (a hub id looks like "
+                       "org/name; the offline assets are smollm2 and gemma3)")
+    return str(p) if p.is_dir() else name
+
+
+def load_dense_model(name: str, path: str):
+    """``(model, tokenizer)`` of a dense model (``load_model``); a folder that is not a model, or a hub id that
+    cannot be fetched (no such repository, no network), is one :class:`CLIError` line, not a traceback."""
+    from caldera.pipeline.assets import load_model
+
+    try:
+        return load_model(path)
+    except OSError as e:  # transformers: not a model folder / hub id unreachable or unknown
+        first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+        where = "the folder" if Path(path).is_dir() else "no local folder of that name, and as a hub id it"
+        raise CLIError(f"--model {name}: {where} could not be loaded ({first})") from None
+
+
+def load_any_model(name: str):
+    """``(model, tokenizer, kind)``: a compressed checkpoint or a dense model (fp32)."""
+    path = resolve_model_path(name)
+    if is_checkpoint(path):
+        from caldera.pipeline.checkpoint import load_compressed
+
+        model, tok = load_compressed(path)
+        return model, tok, "compressed"
+    model, tok = load_dense_model(name, path)
+    return model, tok, "dense"
+
+
+def _parse_value(s: str) -> Any:
+    try:
+        return json.loads(s)
+    except ValueError:
+        low = s.lower()
+        if low in ("true", "false"):
+            return low == "true"
+        return s
+
+
+def parse_params(items: list[str] | None, preset: str | None) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise CLIError(f"--param {item!r}: expected key=value (e.g. --param rank=64)")
+        k, v = item.split("=", 1)
+        params[k.strip()] = _parse_value(v.strip())
+    if preset:
+        params["preset"] = preset
+    return params
+
+
+def parse_layers(s: str | None) -> list[int] | None:
+    if s is None or s == "all":
+        return None
+    out: list[int] = []
+    try:
+        for part in s.split(","):
+            part = part.strip()
+            if "-" in part:
+                a, b = (int(x) for x in part.split("-", 1))
+                if a > b:
+                    raise CLIError(f"--layers {s!r}: the range {part} is reversed (it selects no layer); write {b}-{a}")
+                out.extend(range(a, b + 1))
+            elif part:
+                out.append(int(part))
+    except ValueError:
+        raise CLIError(f"--layers {s!r}: expected a list like 0,1,2 or a range 0-5") from None
+    if not out:
+        raise CLIError(f"--layers {s!r}: selects no layer; expected a list like 0,1,2 or a range 0-5")
+    return out
+
+
+def parse_limit(s: str) -> int | float:
+    """``--limit``: a number of documents (an integer >= 1) or a fraction of each task in (0, 1)."""
+    try:
+        v = float(s)
+    except ValueError:
+        v = math.nan
+    if not (math.isfinite(v) and v > 0) or (v >= 1 and v != int(v)):
+        raise argparse.ArgumentTypeError(f"{s!r}: expected a number of documents per task (an integer >= 1, e.g. "
+                                         "100) or a fraction of each task in (0, 1), e.g. 0.1")
+    return int(v) if v >= 1 else v
+
+
+@contextlib.contextmanager
+def output_lock(out: Path, what: str) -> Iterator[None]:
+    """Hold ``<out>.lock`` (``flock``) while a command writes into ``out``: a second concurrent run refuses
+    clearly instead of recomputing the same files. The kernel releases the lock when its holder dies, so a
+    lock file left by a killed run (its pid recorded inside) is simply taken over. The holder deletes the file
+    when it is done (before it unlocks it); a run that opened the file just before that finds its lock on a
+    deleted file and opens the path again."""
+    import fcntl
+
+    lock = out.with_name(out.name + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fh = open(lock, "a+")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "?"
+            fh.close()
+            raise CLIError(f"{what}: another run (pid {holder}) is writing into {out} (lock {lock}); wait for it "
+                           "to finish, or choose another --out") from None
+        try:
+            current = os.stat(lock)
+        except FileNotFoundError:
+            current = None
+        if current is not None and os.path.samestat(current, os.fstat(fh.fileno())):
+            break
+        fh.close()  # the previous holder deleted this file after we opened it: lock the new one
+    with fh:
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{os.getpid()}\n")
+        fh.flush()
+        try:
+            yield
+        finally:
+            lock.unlink(missing_ok=True)
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+class TqdmLogHandler(logging.StreamHandler):
+    """Log lines through ``tqdm.write``: printed above a running progress bar instead of through it."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            from tqdm import tqdm
+
+            tqdm.write(self.format(record), file=self.stream)
+        except Exception:  # logging must never raise (as logging.StreamHandler.emit)
+            self.handleError(record)
+
+
+def _print_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=1, sort_keys=True, default=str))
+
+
+def _report(args: argparse.Namespace, result: dict[str, Any], summary: list[str]) -> int:
+    """A command's result on stdout: the JSON with ``--json``, else the ``summary`` lines (nothing with
+    ``--quiet``)."""
+    if getattr(args, "json", False):
+        _print_json(result)
+    elif not getattr(args, "quiet", False):
+        print("\n".join(summary))
+    return 0
+
+
+def _emit(args: argparse.Namespace, res: dict[str, Any], summary: list[str], stdout_json: Any = None) -> int:
+    """A command's result: the full records to ``--out`` (JSON); on stdout the JSON with ``--json``
+    (``stdout_json`` when the full records are too long for a terminal, e.g. per-document rows), else the
+    human ``summary`` (nothing with ``--quiet``)."""
+    if args.out:
+        write_atomic(args.out, json.dumps(res, indent=1, sort_keys=True, default=str) + "\n")
+    return _report(args, res if stdout_json is None else stdout_json,
+                   summary + ([f"full records: {args.out}"] if args.out else []))
+
+
+def quiet_progress() -> None:
+    """No progress bar from any library of this process (tqdm's ``TQDM_DISABLE``, read by every bar created
+    after this; transformers' and huggingface_hub's own switches)."""
+    os.environ["TQDM_DISABLE"] = "1"
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    with contextlib.suppress(ImportError):
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose epilog may be computed when help is printed (``lazy_epilog``): ``compress --help``
+    lists every registered method's parameters without importing the methods for every other command."""
+
+    lazy_epilog: Any = None
+
+    def format_help(self) -> str:
+        if self.lazy_epilog is not None:
+            self.epilog = self.lazy_epilog()
+        return super().format_help()
+
+
+def _example(*lines: str) -> str:
+    return "example:\n" + "\n".join(f"  {ln}" for ln in lines)
+

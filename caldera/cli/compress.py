@@ -1,0 +1,184 @@
+"""``caldera compress``: a model compressed with a registered method, then assembled."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from caldera.cli.common import (
+    DEFAULT_MODEL,
+    CLIError,
+    _example,
+    _report,
+    load_dense_model,
+    output_lock,
+    parse_layers,
+    parse_params,
+    resolve_model_path,
+)
+
+
+def cmd_compress(args: argparse.Namespace) -> int:
+    from caldera.methods import get_method
+
+    params = parse_params(args.param, args.preset)
+    try:  # this package's methods and the entry points of group caldera.methods; parameters before the model loads
+        get_method(args.method).make_config(params)
+    except (ValueError, TypeError) as e:
+        raise CLIError(f"--method {args.method}: {e}") from None
+    layers = parse_layers(args.layers)
+    with output_lock(Path(args.out), "compress"):
+        return _compress(args, params, layers)
+
+
+def _allocation(args: argparse.Namespace, model: Any, params: dict[str, Any], work: Path) -> dict[str, Any] | None:
+    """Per-matrix settings of a method with a model-level step (None for the others): ``--allocation FILE``,
+    else ``<work>/allocation.json`` when it was made for this method and config, else profiled over every
+    decoder layer (whatever ``--layers`` says: the choice is the whole model's) and written there."""
+    from caldera.atomic import write_atomic
+    from caldera.methods import get_method
+    from caldera.pipeline.allocate import allocate_model, profile_model, read_allocation
+
+    if get_method(args.method).plan is None:
+        if args.allocation:
+            raise CLIError(f"--allocation: method {args.method!r} takes no per-matrix settings; remove it")
+        return None
+    path = Path(args.allocation) if args.allocation else work / "allocation.json"
+    if path.is_file():
+        try:
+            return read_allocation(path, args.method, params)
+        except ValueError as e:
+            if args.allocation:
+                raise CLIError(f"--allocation {path}: {e}") from None
+    alloc = allocate_model([profile_model(model, args.hessians, args.method, params, progress=not args.quiet,
+                                          hessian_expect={"model": args.model})], args.method, params)
+    work.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, json.dumps(alloc, indent=1, sort_keys=True) + "\n")
+    return alloc["overrides"]
+
+
+def _compress(args: argparse.Namespace, params: dict[str, Any], layers: list[int] | None) -> int:
+    """``cmd_compress`` under the output lock: compress the layers, then assemble the checkpoint."""
+    from caldera.pipeline.compress import assemble_checkpoint, compress_model
+
+    model, tok = load_dense_model(args.model, resolve_model_path(args.model))
+    out = Path(args.out)
+    work = Path(args.work_dir) if args.work_dir else out.with_name(out.name + ".layers")
+    if not Path(args.hessians).is_dir():
+        raise CLIError(
+            f"--hessians {args.hessians}: no such folder; run `caldera hessians --out {args.hessians}` first"
+        )
+    try:
+        summary = compress_model(
+            model,
+            args.hessians,
+            args.method,
+            params,
+            work,
+            layers=layers,
+            progress=not args.quiet,
+            ft_rank=args.ft_rank,
+            overrides=_allocation(args, model, params, work),
+            hessian_expect={"model": args.model},
+        )
+    except FileNotFoundError as e:
+        raise CLIError(str(e)) from None
+    result: dict[str, Any] = {
+        "layer_dir": str(work),
+        "computed": summary["computed"],
+        "skipped": summary["skipped"],
+        "bits": summary["bits"],
+        "wall_s": summary["wall_s"],
+    }
+    if not args.no_assemble:
+        try:
+            ck, info = assemble_checkpoint(
+                model, work, out, args.method, params, tokenizer=tok, allow_partial=args.allow_partial
+            )
+        except ValueError as e:
+            if "not compressed" not in str(e):
+                raise
+            _report(args, {**result, "checkpoint": None}, [])
+            raise CLIError(
+                f"no checkpoint written: {e}. The layers computed now are kept in {work} (resumable). Compress the "
+                "others into the same --out, pass --allow-partial to build the checkpoint with them dense, or "
+                "--no-assemble to only write per-layer files (parallel jobs)"
+            ) from None
+        result["checkpoint"] = str(ck)
+        result["dense_layers"] = info["dense_layers"]
+        result["bits"] = info["bits"]
+    bits = result["bits"] if isinstance(result["bits"], dict) else {}
+    avg = bits.get("average_bits")
+    lines = [f"{len(result['computed'])} layers compressed, {len(result['skipped'])} already there ({work})"]
+    if result.get("checkpoint"):
+        lines.append(f"checkpoint {result['checkpoint']}" + (f": {avg:.3f} bits per weight" if avg else "")
+                     + (f", decoder layers kept dense: {result['dense_layers']}" if result["dense_layers"] else ""))
+    return _report(args, result, lines + ["details: `caldera info CKPT` (or --json)"])
+
+
+def methods_help(example: str) -> str:
+    """``example`` plus each registered method's parameters with their defaults (and its presets)."""
+    import dataclasses
+    import textwrap
+
+    from caldera.methods import get_method, registered_methods
+
+    lines = [example, "", "methods and their parameters (--param KEY=VALUE; default shown):"]
+    for name in registered_methods(strict=False):
+        spec = get_method(name)
+        fields = " ".join(f"{f.name}={f.default}" for f in dataclasses.fields(spec.config_cls)
+                          if f.default is not dataclasses.MISSING)
+        presets = ""
+        if name == "caldera":
+            from caldera.config import PRESETS
+
+            presets = f"\n      presets (--preset): {', '.join(sorted(PRESETS))}"
+        lines.append(f"  {name}\n" + textwrap.fill(fields, 100, initial_indent=" " * 6, subsequent_indent=" " * 6)
+                     + presets)
+    return "\n".join(lines)
+
+
+
+def add_parser(sub: Any, raw: Any) -> None:
+    """This command's parser (``caldera COMMAND --help``)."""
+    p = sub.add_parser(
+        "compress",
+        help="compress a model with a registered method",
+        description="Decompose every linear layer (per-layer files, resumable, --layers for "
+        "parallel jobs), then assemble the compressed checkpoint folder. Every method, preset, parameter and "
+        "rank is checked against every matrix shape before any work.",
+        formatter_class=raw,
+    )
+    p.lazy_epilog = lambda: methods_help(_example(
+        "caldera compress --hessians H --method caldera --preset paper --param rank=64 --out CKPT",
+        "caldera compress --hessians H --method quip# --layers 0-3 --allow-partial --out CKPT  # others dense"))
+    p.add_argument("--model", default=DEFAULT_MODEL, help="smollm2 (default), gemma3, a local folder or a hub name")
+    p.add_argument("--hessians", required=True, help="folder written by caldera hessians")
+    p.add_argument("--method", default="caldera", help="registered method (listed below with its parameters)")
+    p.add_argument(
+        "--param",
+        action="append",
+        metavar="KEY=VALUE",
+        help="method parameter (repeatable), e.g. --param rank=64 --param l_bits=4",
+    )
+    p.add_argument("--preset", help="method preset (caldera: paper, authors-2025, 16bit-factors, ...)")
+    p.add_argument("--layers", help="only these decoder layers, e.g. 0,1,2 (default all)")
+    p.add_argument("--ft-rank", type=int, default=0, help="trainable leading rank kept in fp32 (LoRA FT later)")
+    p.add_argument("--out", required=True, help="checkpoint folder to write")
+    p.add_argument("--work-dir", help="per-layer results folder (default OUT.layers)")
+    p.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="assemble even if some layers are missing (they stay dense); without it, --layers that leave "
+        "layers uncompressed exit non-zero (the computed layers are kept)",
+    )
+    p.add_argument("--no-assemble", action="store_true", help="only write the per-layer files")
+    p.add_argument("--allocation", help="per-matrix settings of a method that chooses them from the whole model "
+                   "(caldera-rank-per-layer): the allocation.json of an earlier run "
+                   "(default: WORK_DIR/allocation.json, "
+                   "made there from every decoder layer's Hessians when missing)")
+    p.add_argument("--json", action="store_true", help="print the result (layers, bits, checkpoint) as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress bars and no summary (errors only)")
+    p.set_defaults(func=cmd_compress)

@@ -1,0 +1,53 @@
+"""``caldera export`` and ``caldera convert``: a plain Hugging Face folder, or an old checkpoint rewritten."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from caldera.cli.common import CLIError, _example, _print_json
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from caldera.pipeline.export import export_hf
+
+    try:
+        out = export_hf(args.checkpoint, args.out)
+    except ValueError as e:
+        raise CLIError(str(e)) from None
+    _print_json({"exported": str(out)})
+    return 0
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from caldera.pipeline.checkpoint import convert_checkpoint
+
+    out = convert_checkpoint(args.checkpoint, args.out)
+    _print_json({"converted": str(out)})
+    return 0
+
+
+
+def add_parser(sub: Any, raw: Any) -> None:
+    """The parsers of ``export`` and ``convert``."""
+    p = sub.add_parser(
+        "export",
+        help="write a plain Hugging Face folder (reconstructed dense weights) from a checkpoint",
+        description="Reconstructs W = unrotate(Q + LR) for every compressed layer and saves model, config and "
+        "tokenizer with save_pretrained: AutoModelForCausalLM / lm_eval --model hf load it without caldera.",
+        formatter_class=raw, epilog=_example("caldera export CKPT --out CKPT-dense"),
+    )
+    p.add_argument("checkpoint")
+    p.add_argument("--out", required=True, help="new folder to write (must not exist)")
+    p.set_defaults(func=cmd_export)
+    p = sub.add_parser(
+        "convert",
+        help="rewrite a format-1 checkpoint (no config.json, no content manifest) in the current format",
+        description="Verifies the old checkpoint as far as format 1 allows (checksums, structure, reconstruction "
+        "fingerprints) and writes it anew: config.json with the caldera quantization config (from_pretrained, "
+        "lm-eval) and the content manifest.",
+        formatter_class=raw, epilog=_example("caldera convert results/ck --out results/ck2"),
+    )
+    p.add_argument("checkpoint")
+    p.add_argument("--out", required=True, help="new folder to write (must not exist)")
+    p.set_defaults(func=cmd_convert)

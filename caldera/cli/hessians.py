@@ -1,0 +1,75 @@
+"""``caldera hessians``: calibration Hessians, layer by layer."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from caldera.cli.common import (
+    DEFAULT_MODEL,
+    CLIError,
+    _example,
+    _report,
+    is_checkpoint,
+    load_dense_model,
+    parse_layers,
+    resolve_model_path,
+)
+
+
+def cmd_hessians(args: argparse.Namespace) -> int:
+
+    from caldera.pipeline.hessians import collect_hessians
+    from caldera.pipeline.text import calibration_sequences
+
+    path = resolve_model_path(args.model)
+    if is_checkpoint(path):
+        raise CLIError("--model is a compressed checkpoint; Hessians are collected on the original model")
+    model, tok = load_dense_model(args.model, path)
+    try:
+        ids = calibration_sequences(tok, args.n_samples, args.seq_len, args.seed, source=args.source)
+    except FileNotFoundError as e:
+        raise CLIError(f"{e}\n(calibration text missing: run `caldera assets` first)") from None
+    summary = collect_hessians(
+        model,
+        ids,
+        args.out,
+        layers=parse_layers(args.layers),
+        batch_size=args.batch_size,
+        progress=not args.quiet,
+        seed=args.seed,
+        model_name=args.model,
+    )
+    summary["source"] = args.source
+    return _report(args, summary, [f"Hessians in {args.out}: {len(summary['computed'])} layers computed, "
+                                   f"{len(summary['skipped'])} already there ({summary['n_tokens']} calibration "
+                                   f"tokens of {args.source})"])
+
+
+
+def add_parser(sub: Any, raw: Any) -> None:
+    """This command's parser (``caldera COMMAND --help``)."""
+    from caldera.pipeline.text import CALIBRATION_SOURCE
+
+    p = sub.add_parser(
+        "hessians",
+        help="collect calibration Hessians layer by layer",
+        description="Propagate calibration text through the original model layer by layer and "
+        "write one Hessian file per decoder layer (resumable).",
+        formatter_class=raw, epilog=_example("caldera hessians --model smollm2 --n-samples 16 --seq-len 256 --out H"),
+    )
+    p.add_argument("--model", default=DEFAULT_MODEL, help="smollm2 (default), gemma3, a local folder or a hub name")
+    p.add_argument(
+        "--source",
+        default=CALIBRATION_SOURCE,
+        help=f"calibration text (default {CALIBRATION_SOURCE}; paper scale: redpajama)",
+    )
+    p.add_argument("--n-samples", type=int, default=16, help="calibration sequences (default 16)")
+    p.add_argument("--seq-len", type=int, default=256, help="tokens per sequence (default 256)")
+    p.add_argument("--seed", type=int, default=0, help="calibration sampler seed (default 0)")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--layers", help="subset of decoder layers, e.g. 0,1,2 or 0-5 (default all)")
+    p.add_argument("--out", required=True, help="output folder for layer_XXX.safetensors")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress bars and no summary (errors only)")
+    p.set_defaults(func=cmd_hessians)
