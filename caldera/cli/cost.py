@@ -67,10 +67,12 @@ def add_parser(sub: Any, raw: Any) -> None:
     """This command's parser (``caldera COMMAND --help``)."""
     p = sub.add_parser(
         "cost",
-        help="predicted time and memory of every job of a workflow config, before it runs",
-        description="Per rule: jobs, hours and peak memory per job, and device-hours per model, from component "
-        "costs measured on the device (kernels/measured/costs-<device>.json, written by "
-        "benchmarks/measure_costs.py) and their scaling laws (caldera.experiments.cost).",
+        help="predicted time of every job of a workflow config before it runs; --check against a run",
+        description="Every job's predicted time: on this machine type from the job profile "
+        "(kernels/measured/jobs-<device>.json: fixed parts and rates measured on a finished run, "
+        "caldera.experiments.job_costs), otherwise per rule from the engine's component costs measured on the device "
+        "(kernels/measured/costs-<device>.json, benchmarks/measure_costs.py) and their scaling laws, with peak memory "
+        "and device-hours per model (caldera.experiments.cost).",
         formatter_class=raw, epilog=_example("caldera cost --configfile config/paper.yaml --device cpu"),
     )
     p.add_argument("--configfile", required=True, help="workflow config, e.g. config/paper.yaml")
