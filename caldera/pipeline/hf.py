@@ -124,14 +124,12 @@ def _before(quantizer: Any, model: Any, checkpoint_files: Any) -> Any:
     from safetensors import safe_open
 
     from caldera.nn.compressed_linear import CompressedLinear
-    from caldera.pipeline.checkpoint import (
-        CONFIG_FILE,
-        MODEL_FILE,
-        _check_against_model,
+    from caldera.pipeline.checkpoint.format import CONFIG_FILE, MODEL_FILE, replace_module
+    from caldera.pipeline.checkpoint.verify import (
+        check_against_model,
         check_config,
         check_stored_tensors,
         read_config,
-        replace_module,
         verify_checksums,
         verify_manifest,
     )
@@ -155,7 +153,7 @@ def _before(quantizer: Any, model: Any, checkpoint_files: Any) -> Any:
         for k in f.keys():
             sl = f.get_slice(k)
             shells[k] = torch.empty(sl.get_shape(), dtype=SAFETENSORS_DTYPES[sl.get_dtype()], device="meta")
-    _check_against_model(cfg, shells, model, folder)
+    check_against_model(cfg, shells, model, folder)
     check_stored_tensors(cfg, shells, folder)  # dtypes and shapes; the values once they are read (_after)
     for path, meta in cfg["modules"].items():
         prefix = path + "."
@@ -170,9 +168,9 @@ def _before(quantizer: Any, model: Any, checkpoint_files: Any) -> Any:
 
 
 def _after(quantizer: Any, model: Any) -> Any:
-    from caldera.pipeline.checkpoint import (
-        _bad,
-        attach_checkpoint_config,
+    from caldera.pipeline.checkpoint.format import bad
+    from caldera.pipeline.checkpoint.loader import attach_checkpoint_config
+    from caldera.pipeline.checkpoint.verify import (
         check_fingerprint,
         check_stored_tensors,
         check_summary,
@@ -184,7 +182,7 @@ def _after(quantizer: Any, model: Any) -> Any:
     state = {k: v for k, v in model.state_dict().items() if k not in tied}
     on_meta = sorted(k for k, v in state.items() if v.device.type == "meta")
     if on_meta:
-        raise _bad(folder, f"tensors {on_meta[:5]} were not loaded")
+        raise bad(folder, f"tensors {on_meta[:5]} were not loaded")
     check_tensor_manifest(cfg, state, folder)  # what was loaded, bit for bit: nothing missing, initialised or cast
     check_stored_tensors(cfg, state, folder)  # ±1 signs, positive scales, codes in range
     for path in cfg["modules"]:
