@@ -628,11 +628,13 @@ def job_seconds(job: PlannedJob, config: dict[str, Any], profile: dict[str, Any]
     raise MissingCalibration(f"no model for rule {job.rule!r}")
 
 
-def borrow_rates(profile: dict[str, Any], model: str, like: str) -> dict[str, Any]:
-    """``model``'s profile with what it lacks taken from model ``like``'s, scaled by the two models' per-token
-    evaluation rates (a LoRA job of a model the calibration run fine-tuned only on another, say)."""
+def borrow_rates(profile: dict[str, Any], model: str, like: str, ratio: float | None = None) -> dict[str, Any]:
+    """``model``'s profile with what it lacks taken from model ``like``'s, its per-token rates scaled by ``ratio``
+    (default: the two models' per-token evaluation rates, LM head included); a LoRA job of a model the calibration
+    run fine-tuned only on another, say."""
     a, b = profile["models"].get(model, {}), profile["models"][like]
-    ratio = a["token_s"] / b["token_s"] if a.get("token_s") and b.get("token_s") else 1.0
+    if ratio is None:
+        ratio = a["token_s"] / b["token_s"] if a.get("token_s") and b.get("token_s") else 1.0
     out = dict(a)
     for k, v in b.items():
         if k in out:
@@ -644,6 +646,23 @@ def borrow_rates(profile: dict[str, Any], model: str, like: str) -> dict[str, An
         else:
             out[k] = v
     return out
+
+
+def _headless(job: PlannedJob) -> bool:
+    """A job whose model runs without its language-model head: LoRA on a classification task (a two-way head)."""
+    from caldera.experiments.loraft import LM_TASK
+
+    return job.rule == "lora_finetune" and job.extra.get("task") != LM_TASK
+
+
+def _body_ratio(config: dict[str, Any], profile: dict[str, Any], model: str, like: str) -> float | None:
+    """How much slower ``model``'s decoder layers are per token than ``like``'s, all layers together (from the
+    Hessian jobs' per-layer rates: no LM head, whose vocabulary makes Gemma-3's evaluation 3x SmolLM2's)."""
+    a, b = profile["models"].get(model, {}), profile["models"].get(like, {})
+    if not a.get("hessian_token_layer_s") or not b.get("hessian_token_layer_s") or like not in config["models"]:
+        return None
+    return (a["hessian_token_layer_s"] * len(_layers(config, model))) / (
+        b["hessian_token_layer_s"] * len(_layers(config, like)))
 
 
 def predict(config: dict[str, Any], profile: dict[str, Any], costs: dict[str, Any]) -> list[dict[str, Any]]:
@@ -659,7 +678,8 @@ def predict(config: dict[str, Any], profile: dict[str, Any], costs: dict[str, An
         except MissingCalibration:
             like = next((m for m in models if m != job.model), None)
             if like is not None and job.model is not None:
-                borrowed = {**profile, "models": {**models, job.model: borrow_rates(profile, job.model, like)}}
+                ratio = _body_ratio(config, profile, job.model, like) if _headless(job) else None
+                borrowed = {**profile, "models": {**models, job.model: borrow_rates(profile, job.model, like, ratio)}}
                 try:
                     s, how = job_seconds(job, config, borrowed, costs), "borrowed"
                 except MissingCalibration:

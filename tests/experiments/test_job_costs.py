@@ -207,3 +207,22 @@ def test_the_plan_line_states_the_predicted_time_or_nothing(monkeypatch):
     assert re.fullmatch(r"predicted here: 87 jobs, [\d.]+ min of job time, about [\d.]+ min with 2 jobs at a time "
                         r"\(caldera cost; a machine of another type differs\)", line), line
     assert J.plan_line(_cfg("paper"), 2) is None
+
+
+def test_a_classification_lora_job_borrows_by_the_decoder_layers_speed():
+    """A classification LoRA job never runs the LM head: another model's rates are scaled by the two models' decoder
+    layers (their Hessian rates x layers), not by their evaluation speed, which the head dominates; the language-
+    modelling task keeps the evaluation ratio."""
+    costs = load_costs("cpu")
+    rates = {"wiki": 0.01, "rte": 0.01, "winogrande": 0.01}
+    prof = {"format": J.FORMAT, "engine": {}, "constants": {}, "models": {
+        "smollm2": {"token_s": 0.004, "hessian_token_layer_s": 0.0003, "lora_fixed_s": 0.0,
+                    "lora_train_token_s": rates, "lora_eval_token_s": 0.0},
+        "gemma3": {"token_s": 0.012, "hessian_token_layer_s": 0.0005}}}
+    mini = _cfg("mini")
+    mini["lora_ft"]["rows"] = "all"
+    pred = {p["job"]: p for p in J.predict(mini, prof, costs) if p["rule"] == "lora_finetune"}
+    row = next(j.rsplit("_", 1)[0] for j in pred if j.startswith("gemma3-caldera-r8-lr16-ft"))
+    body = (0.0005 * 18) / (0.0003 * 30)
+    assert pred[f"{row}_rte"]["s"] == pytest.approx(0.01 * body * J.lora_work(mini, "rte")["train"])
+    assert pred[f"{row}_wiki"]["s"] == pytest.approx(0.01 * 3.0 * J.lora_work(mini, "wiki")["train"])
