@@ -601,9 +601,7 @@ def job_seconds(job: PlannedJob, config: dict[str, Any], profile: dict[str, Any]
 
     if job.rule == "evaluate":
         return _get(prof, "eval_fixed_s", model) + evaluation()
-    if job.rule == "compress_variant":
-        return _get(prof, "compress_fixed_s", model) + compression(job.extra["layers"])
-    if job.rule == "compress_layers":
+    if job.rule in ("compress_variant", "compress_layers"):  # a chunk of layers (the whole variant, or one chunk)
         return _get(prof, "compress_fixed_s", model) + compression(job.extra["layers"])
     if job.rule == "replicate":
         return _get(prof, "replicate_fixed_s", model) + compression(job.extra["layers"]) + evaluation()
