@@ -775,11 +775,11 @@ def coverage(config: dict[str, Any], costs: dict[str, Any]) -> dict[str, list[st
     return out
 
 
+#: the margin within which a prediction counts as right: ±30 % of the measured time
+CHECK_MARGIN = 0.30
 #: the workflow rules :func:`estimate` predicts
 MODELLED_RULES = ("hessians", "compress_layers", "compress_variant", "profile_layers", "evaluate", "replicate",
                   "ablation_traces", "lplr_traces")
-#: the margin within which a prediction counts as right (the cost issue's target: ±30 %)
-CHECK_MARGIN = 0.30
 
 
 def check(config: dict[str, Any], costs: dict[str, Any], timings: dict[str, Any]) -> dict[str, Any]:

@@ -66,8 +66,6 @@ CONSTANT_RULES = ("assets", "allocate", "weight_spectra", "figure3_data", "plot_
                   "timings", "assemble_checkpoint")
 #: what a job that the calibration run did not have costs: the median of its small report jobs
 SMALL_JOB = "make_table"
-#: the margin within which a prediction counts as right (the cost issue's target: ±30 %)
-CHECK_MARGIN = 0.30
 
 
 @dataclass(frozen=True)
@@ -704,7 +702,10 @@ def totals(jobs: list[dict[str, Any]], key: str) -> dict[str, dict[str, Any]]:
 def check(predicted: list[dict[str, Any]], measured: list[dict[str, Any]]) -> dict[str, Any]:
     """The prediction against a run's measured jobs (:func:`read_benchmarks`), on the jobs both have (a partial run
     is compared on what it ran): per job, per rule, per stage and in total, each with its ratio and whether it is
-    within :data:`CHECK_MARGIN`; plus the jobs predicted and not run, and run and not predicted."""
+    within :data:`caldera.experiments.cost.CHECK_MARGIN`; plus the jobs predicted and not run, and run and not
+    predicted."""
+    from caldera.experiments.cost import CHECK_MARGIN
+
     pred = {(p["rule"], p["job"]): p for p in predicted}
     meas = {(m["rule"], m["job"]): m for m in measured}
     both = sorted(set(pred) & set(meas))
@@ -806,6 +807,8 @@ def report(config: dict[str, Any], profile: dict[str, Any], costs: dict[str, Any
 def check_report(res: dict[str, Any]) -> str:
     """The text ``caldera cost --check`` prints: per stage and rule predicted vs measured, and the jobs furthest
     off."""
+    from caldera.experiments.cost import CHECK_MARGIN
+
     def rows(items: list[dict[str, Any]], key: str, width: int) -> list[str]:
         out = [f"{key:<{width}}{'jobs':>6}{'predicted':>12}{'measured':>12}{'ratio':>8}"]
         for r in items:
