@@ -195,6 +195,7 @@ def test_transform_gradcheck(n, dim, transpose):
     assert torch.autograd.gradgradcheck(f, (x,))
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (fast_hadamard_transform path)")
 def test_cuda_matches_cpu():
     x = randn(8, 11008, seed=1, dtype=torch.float32)

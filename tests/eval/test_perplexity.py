@@ -140,6 +140,7 @@ def test_smollm2_perplexity_on_real_text():
     assert 5.0 < out["ppl"] < 60.0
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (paper-scale evaluation runs on a GPU)")
 def test_perplexity_on_cuda_matches_cpu():
     model = tiny_llama()

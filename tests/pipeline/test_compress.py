@@ -94,6 +94,29 @@ def test_caldera_resumable_and_assembled(setup, caplog):
     assert float(rel) < 0.5
 
 
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_compression_on_cuda_matches_the_cpu_run_and_loads_on_the_cpu(setup):
+    """``device="cuda"``: every matrix's error is the CPU run's up to rounding and the device's random streams,
+    and the assembled checkpoint loads on the CPU and runs on CUDA with the logits of its CPU copy."""
+    model, root = setup
+    C.compress_model(model, root / "hess", "caldera", CALDERA, root / "on_cpu", progress=False)
+    C.compress_model(model, root / "hess", "caldera", CALDERA, root / "on_cuda", progress=False, device="cuda")
+    for li in range(len(decoder_layers(model))):
+        a, b = (json.loads((root / d / f"layer_{li:03d}.json").read_text())["matrices"] for d in ("on_cpu", "on_cuda"))
+        assert set(a) == set(b) == set(C.LINEARS)
+        for name in a:
+            assert b[name]["error"] == pytest.approx(a[name]["error"], rel=0.05), (li, name)
+    path, _ = C.assemble_checkpoint(model, root / "on_cuda", root / "on_cuda.ckpt", "caldera", CALDERA)
+    loaded, _ = load_compressed(path)
+    assert all(t.device.type == "cpu" for t in loaded.state_dict().values())
+    x = torch.randint(0, 128, (2, 10), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = loaded(x).logits
+        got = loaded.cuda()(x.cuda()).logits.cpu()
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
+
 def test_quip_sharp_and_rtn(setup):
     model, root = setup
     s = C.compress_model(model, root / "hess", "quip#", {}, root / "quip.layers", progress=False)

@@ -142,6 +142,7 @@ def test_rejections(decs):
         CompressedLinear.from_decomposition(dec)(torch.randn(2, D + 1))
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (paper-scale evaluation runs on a GPU)")
 @pytest.mark.parametrize("kind", ["caldera-e8p-rvq4", "caldera-16bit", "caldera-no-rht", "quip#", "rtn"])
 def test_forward_on_cuda_matches_cpu(decs, kind):

@@ -137,6 +137,7 @@ def test_resume_subset_and_corrupt(tmp_path):
     assert not list(tmp_path.glob("*.tmp-*"))
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (paper-scale Hessians run on a GPU)")
 def test_hessians_on_cuda_match_cpu(tmp_path):
     model, ids = tiny_llama(), calib()
@@ -248,6 +249,7 @@ def test_one_copy_of_the_hidden_states_in_the_models_dtype(tmp_path, dtype, offl
             torch.testing.assert_close(H[g], direct[(li, g)].H.float(), rtol=0, atol=0)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_layers_streamed_to_cuda_from_a_cpu_model(tmp_path):
     """The model stays on the CPU; each layer runs on CUDA for its pass (device=), states offloaded or not."""
