@@ -27,7 +27,8 @@ stage, so what was measured survives a later stage's failure or timeout:
 * ``engine_qkvo``, ``engine_gate_up``, ``engine_down`` — one CALDERA decomposition at each LLaMa-2 7B shape
   (4096×4096, 11008×4096, 4096×11008; the ``paper`` preset, rank 256, 4-bit factors, T_in 10, a few outer
   iterations, extrapolated to T_out 15 as ``prepare + it 0 + 14 · last it`` as ``benchmarks/compare_engine.py``
-  and ``kernels/measured/ENGINE.md`` do), beside the CPU figure of the same call from ``kernels/measured/``;
+  and ``kernels/measured/ENGINE.md`` do), beside the CPU figure of the same call (its SVD setting too) from
+  ``kernels/measured/``;
 * ``costs`` — the component costs of ``caldera cost`` (:func:`caldera.experiments.cost.measure_components`, the
   shapes of ``benchmarks/measure_costs.py``), written as ``DIR/costs-<device>.json``; copy it to
   ``kernels/measured/`` to make ``caldera cost --device cuda`` predict from it.
@@ -430,8 +431,9 @@ def stage_engine(a: argparse.Namespace) -> dict[str, Any]:
     full, tiny = ENGINE_SHAPES[a.stage]
     n, d = tiny if a.tiny else full
     rank, inner, outer = (8, 2, 2) if a.tiny else (256, 10, 3)
-    r = ce.run(n, d, outer, None, 0, device=a.device, rank=rank, inner=inner)
     cpu = cpu_engine_reference(n, d)
+    # the CPU figure's SVD setting, so that the two times compare the same computation
+    r = ce.run(n, d, outer, cpu.get("svd"), 0, device=a.device, rank=rank, inner=inner)
     out = {
         "shape": [n, d], "rank": rank, "inner_iters": inner, "outer_iters": outer, "svd": r["config"]["svd"],
         "prepare_s": r["prepare_s"], "outer_iteration_s": r["outer_iteration_s"],

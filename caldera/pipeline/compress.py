@@ -196,7 +196,7 @@ def _decompose_layer(
         wall = time.perf_counter() - t1
         bias = lin.bias.detach() if getattr(lin, "bias", None) is not None else None
         mod = CompressedLinear.from_decomposition(dec, bias=bias, ft_rank=ft_rank, ft_dtype=torch.float32)
-        W_hat = mod.weight_reconstruction()
+        W_hat = mod.weight_reconstruction().to(W.device)  # the stored layer, rebuilt on the CPU
         err, frob = _relative_errors(W_hat, W, H)
         matrices[name] = {
             "group": g,

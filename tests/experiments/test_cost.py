@@ -132,6 +132,21 @@ def test_slurm_profile_memory_and_gpus_come_from_caldera_cost():
     assert want["compress_layers"]["mem_mb"] < 32000
 
 
+def test_slurm_profile_runtimes_are_caldera_cost_from_the_committed_cuda_costs():
+    """With ``kernels/measured/costs-cuda.json`` committed, every runtime `caldera cost --slurm` predicts is the
+    profile's; the rules it does not price run its rules' work (compress_variant, profile_layers: compress_layers;
+    replicate: compress_variant then evaluate)."""
+    from caldera.strict_yaml import load_yaml_strict
+
+    want = C.slurm_resources(C.load_workflow_config("config/paper.yaml"), C.load_costs("cuda"))
+    profile = load_yaml_strict("workflow/profiles/slurm/config.yaml")["set-resources"]
+    for rule, res in want.items():
+        assert profile[rule]["runtime"] == res["runtime"], rule
+    for rule in ("compress_variant", "profile_layers"):
+        assert profile[rule]["runtime"] == want["compress_layers"]["runtime"], rule
+    assert profile["replicate"]["runtime"] == want["compress_layers"]["runtime"] + want["evaluate"]["runtime"]
+
+
 def test_slurm_runtime_from_measured_costs_scales_with_the_prediction():
     cfg = C.load_workflow_config("config/paper.yaml")
     a = C.slurm_resources(cfg, _fake_costs("cuda"))
