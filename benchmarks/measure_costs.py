@@ -1,4 +1,4 @@
-"""Measure the per-component costs `caldera cost` predicts from (caldera.experiments.cost), on one device.
+"""Measure the per-component costs `caldera cost` predicts from (caldera.experiments.planning.cost), on one device.
 
     nice -n 10 python benchmarks/measure_costs.py --device cpu --out kernels/measured/costs-cpu.json
     python benchmarks/measure_costs.py --device cuda --out kernels/measured/costs-cuda.json   # on a GPU machine
@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from caldera.atomic import write_atomic  # noqa: E402
-from caldera.experiments.cost import measure_components, points_from_benchmark, refit  # noqa: E402
+from caldera.experiments.planning.cost import measure_components, points_from_benchmark, refit  # noqa: E402
 
 
 def main() -> int:

@@ -40,7 +40,7 @@ def models(random_compressed_fn):
 @pytest.mark.parametrize("protocol", ["single_token", "decode"])
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_generation(benchmark, models, variant, protocol):
-    from caldera.experiments.throughput import tensor_bytes
+    from caldera.experiments.jobs.throughput import tensor_bytes
 
     model = models[variant]
     ids = torch.tensor([[1, 504, 3458, 282, 4649, 314, 253, 1046]])

@@ -116,7 +116,7 @@ MODEL_SHAPES: dict[str, list[tuple[int, int]]] = {
 
 
 #: Tiny random-init stand-ins of the paper's three families (``config/paper-local.yaml``, written by
-#: :mod:`caldera.experiments.paper_local`): ``MODEL_CONFIGS``' fields plus ``num_hidden_layers`` last. Kept out of
+#: :mod:`caldera.experiments.jobs.paper_local`): ``MODEL_CONFIGS``' fields plus ``num_hidden_layers`` last. Kept out of
 #: :data:`MODEL_SHAPES` (the public models); a config's ``models.<m>.shapes`` may name either (:data:`CONFIG_SHAPES`).
 TINY_CONFIGS: dict[str, tuple[int, int, int, int, int, int]] = {
     "tiny-llama-2": (64, 128, 4, 4, 16, 2),    # LLaMa-2: multi-head attention

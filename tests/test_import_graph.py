@@ -325,7 +325,7 @@ def test_checker_finds_imports_of_an_outside_package(tmp_path):
 @pytest.mark.parametrize("module, layer", [
     ("caldera", "entry points"), ("caldera.cli", "entry points"), ("caldera.ldl", "algorithm"),
     ("caldera.ldlq", "algorithm"), ("caldera.kernels.native", "kernels"), ("caldera.nn.compressed_linear", "nn"),
-    ("caldera.experiments.plan", "experiments"), ("caldera.cache", "foundation"),
+    ("caldera.experiments.planning.plan", "experiments"), ("caldera.cache", "foundation"),
 ])  # fmt: skip
 def test_layer_of_matches_whole_names(module, layer):
     assert LAYERS[layer_of(module)][0] == layer

@@ -12,7 +12,7 @@ from caldera.cli.common import CLIError, _example
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
-    from caldera.experiments.cost import load_costs, load_workflow_config, report, slurm_resources, slurm_yaml
+    from caldera.experiments.planning.cost import load_costs, load_workflow_config, report, slurm_resources, slurm_yaml
 
     config = load_workflow_config(args.configfile)
     if args.slurm:  # memory needs no measured timings: without them the block has no runtime, and says so
@@ -25,7 +25,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
         print(slurm_yaml(slurm_resources(config, costs)))
         return 0
     costs = load_costs(args.device, args.costs)
-    from caldera.experiments import job_costs
+    from caldera.experiments.planning import job_costs
 
     if args.calibrate:
         from caldera.atomic import write_json
@@ -49,7 +49,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise CLIError(f"--check {args.check}: {e}; pass a run's results folder or its timings.json") from None
         if profile is None:
-            from caldera.experiments.cost import check, check_report
+            from caldera.experiments.planning.cost import check, check_report
 
             print(check_report(check(config, costs, json.loads(Path(args.check).read_text()))))
             return 0
@@ -70,9 +70,9 @@ def add_parser(sub: Any, raw: Any) -> None:
         help="predicted time of every job of a workflow config before it runs; --check against a run",
         description="Every job's predicted time: on this machine type from the job profile "
         "(kernels/measured/jobs-<device>.json: fixed parts and rates measured on a finished run, "
-        "caldera.experiments.job_costs), otherwise per rule from the engine's component costs measured on the device "
-        "(kernels/measured/costs-<device>.json, benchmarks/measure_costs.py) and their scaling laws, with peak memory "
-        "and device-hours per model (caldera.experiments.cost).",
+        "caldera.experiments.planning.job_costs), otherwise per rule from the engine's component costs measured on the "
+        "device (kernels/measured/costs-<device>.json, benchmarks/measure_costs.py) and their scaling laws, with peak "
+        "memory and device-hours per model (caldera.experiments.planning.cost).",
         formatter_class=raw, epilog=_example("caldera cost --configfile config/paper.yaml --device cpu"),
     )
     p.add_argument("--configfile", required=True, help="workflow config, e.g. config/paper.yaml")

@@ -33,7 +33,7 @@ realization of a random procedure (RHT signs, randomized sketches): two seeds gi
 needs their spread (``caldera.stats``). By default a method is random exactly when its config has a ``seed``
 field; a deterministic method (round-to-nearest, GPTQ, an exact SVD) returns the same model for the same
 inputs, gets no seed replicates and enters every interval with zero realization spread. ``family`` (default:
-the method's name) groups methods whose realizations spread alike (``caldera.experiments.realization_pool``
+the method's name) groups methods whose realizations spread alike (``caldera.experiments.report.realization_pool``
 pools their between-seed variance per family and stand-in for variants run with one seed).
 
 **Model-level choices** (``register_method(..., plan=ModelPlan(profile, allocate))``). A method whose

@@ -1,6 +1,6 @@
 """Local copies standing in for the hub's datasets (config ``local_data``; ``config/paper-local.yaml``).
 
-``local_data: <folder>`` (a folder written by :mod:`caldera.experiments.paper_local`) makes the paper-scale loaders
+``local_data: <folder>`` (a folder written by :mod:`caldera.experiments.jobs.paper_local`) makes the paper-scale loaders
 read that folder instead of the hub, through the same code: ``datasets.load_dataset("json", data_files=...)`` in
 :func:`caldera.pipeline.text.load_hf_text` for the :data:`~caldera.pipeline.text.HF_TEXT` names, the zero-shot task
 files of :func:`caldera.eval.zeroshot.prepare_task_data` (lm-eval's loaders in ``caldera/eval/tasks/utils.py``) and

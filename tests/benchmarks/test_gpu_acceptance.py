@@ -81,7 +81,7 @@ def test_cpu_mode_runs_every_stage_and_writes_every_field(cpu_run):
 
 def test_cpu_mode_stages_measured_what_they_say(cpu_run):
     out, res = cpu_run
-    from caldera.experiments.cost import LAWS, load_costs, predict
+    from caldera.experiments.planning.cost import LAWS, load_costs, predict
 
     st = res["stages"]
     costs = load_costs("cpu", out / "costs-cpu.json")  # the file `caldera cost` reads

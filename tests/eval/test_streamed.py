@@ -153,7 +153,7 @@ def test_streamed_zeroshot_tasks_match(tmp_path):
 
 
 def test_should_stream_rule():
-    from caldera.experiments.steps import should_stream
+    from caldera.experiments.jobs.steps import should_stream
 
     assert not should_stream("auto", 79, 100) and should_stream("auto", 81, 100)  # 80 % of the budget
     assert should_stream("always", 1, 10**12) and not should_stream("never", 10**12, 1)
@@ -168,9 +168,9 @@ def test_step_evaluate_auto_streams_only_a_model_over_the_budget(tmp_path, monke
     import json
 
     import caldera.pipeline.text as text
-    from caldera.experiments import steps
-    from caldera.experiments.plan import Variant
-    from caldera.experiments.settings import EvalSettings, RunContext
+    from caldera.experiments.jobs import steps
+    from caldera.experiments.planning.plan import Variant
+    from caldera.experiments.planning.settings import EvalSettings, RunContext
     from tests.pipeline.test_checkpoint import word_tokenizer
 
     _, src = _saved(tmp_path, "llama")

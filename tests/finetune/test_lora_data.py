@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 
-from caldera.experiments import loraft as experiment
+from caldera.experiments.jobs import loraft as experiment
 
 pytestmark = pytest.mark.filterwarnings("error")
 
@@ -137,7 +137,7 @@ def test_offline_classification_splits_the_validation_documents(hub, wheel_rte):
 def test_config_checks_the_training_sources():
     import yaml
 
-    from caldera.experiments.plan import check_config
+    from caldera.experiments.planning.plan import check_config
     from tests.finetune.test_table5 import ROOT
 
     base = yaml.safe_load((ROOT / "config/mini.yaml").read_text())
@@ -163,7 +163,7 @@ def test_config_checks_the_training_sources():
 def test_caption_names_the_data_each_config_uses(name, says, never, tmp_path):
     import yaml
 
-    from caldera.experiments.loraft import Table5Plan, build_table5, render_table5
+    from caldera.experiments.jobs.loraft import Table5Plan, build_table5, render_table5
     from tests.finetune.test_table5 import ROOT
 
     plan = Table5Plan.from_config(yaml.safe_load((ROOT / f"config/{name}.yaml").read_text()))

@@ -173,7 +173,7 @@ def test_every_method_and_every_shipped_variant_loads_without_torch(tmp_path):
 
     import yaml
 
-    from caldera.experiments.plan import check_config, replicate_variants
+    from caldera.experiments.planning.plan import check_config, replicate_variants
     from caldera.methods import registered_methods
 
     snake = pytest.importorskip("snakemake.utils")

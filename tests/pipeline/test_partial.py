@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from caldera.experiments.settings import RunContext
+from caldera.experiments.planning.settings import RunContext
 from caldera.pipeline import compress as C
 from caldera.pipeline import partial as P
 from caldera.pipeline.hessians import collect_hessians
@@ -151,8 +151,8 @@ def test_workflow_step_loads_only_its_chunk(saved, tmp_path, monkeypatch):
     writes the layer a whole-model compression writes."""
     import safetensors
 
-    from caldera.experiments import steps
-    from caldera.experiments.plan import Variant
+    from caldera.experiments.jobs import steps
+    from caldera.experiments.planning.plan import Variant
     from caldera.methods import get_method
 
     model, root = saved
@@ -210,8 +210,8 @@ def test_assemble_step_reads_no_compressed_layers_weights_and_writes_the_same_ch
     the checkpoint folder is byte for byte the one assembled from the whole fp32 model."""
     import safetensors
 
-    from caldera.experiments import steps
-    from caldera.experiments.plan import Variant
+    from caldera.experiments.jobs import steps
+    from caldera.experiments.planning.plan import Variant
     from caldera.methods import get_method
     from tests.pipeline.test_checkpoint import word_tokenizer
 

@@ -60,7 +60,7 @@ def test_paper_local_changes_only_locations_and_sizes():
 
 
 def test_generated_inputs_load_through_the_paper_loaders(tmp_path, monkeypatch):
-    from caldera.experiments.paper_local import write_inputs
+    from caldera.experiments.jobs.paper_local import write_inputs
     from caldera.pipeline import local_data
     from caldera.pipeline.assets import load_model
     from caldera.pipeline.text import HF_TEXT, load_documents
@@ -102,7 +102,7 @@ def _paper_products(workdir: Path, env: dict[str, str]) -> set[str]:
 @pytest.mark.slow
 def test_paper_local_workflow_end_to_end(tmp_path):
     """Every rule of paper.yaml, on tiny models and local data, to every table and figure (no downloaded asset)."""
-    from caldera.experiments.paper_local import write_inputs
+    from caldera.experiments.jobs.paper_local import write_inputs
 
     for item in ("Snakefile", "workflow", "config"):
         src = ROOT / item
@@ -120,7 +120,7 @@ def test_paper_local_workflow_end_to_end(tmp_path):
     assert {"table1_llama2_zeroshot.md", "table5_finetune.csv", "figure3.pdf", "claims.md"} <= products
     missing = sorted(p for p in products if not (out / p).is_file() or (out / p).stat().st_size == 0)
     assert not missing, missing
-    from caldera.experiments.claims import VERDICTS
+    from caldera.experiments.report.claims import VERDICTS
 
     claims = json.loads((out / "claims.json").read_text())
     assert claims and {c["verdict"] for c in claims} <= set(VERDICTS)

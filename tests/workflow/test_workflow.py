@@ -87,7 +87,7 @@ def test_explicit_configfile_is_the_whole_config(cfg, tmp_path):
     import yaml
     from snakemake.utils import validate
 
-    from caldera.experiments.plan import check_config, effective_settings
+    from caldera.experiments.planning.plan import check_config, effective_settings
 
     copy_workflow(tmp_path)
     r = run(["-n", "--cores", "1", "--configfile", f"config/{cfg}.yaml"], tmp_path)
@@ -197,7 +197,7 @@ def test_smoke_workflow_end_to_end(tmp_path):
     assert timings["span_s"] > 0 and timings["n_jobs"] >= 10 and "evaluate" in timings["rules"]
     assert f"; {timings['n_jobs']} jobs, " in (out / "timings.md").read_text()  # the same run's two files
     claims = json.loads((out / "claims.json").read_text())
-    from caldera.experiments.claims import VERDICTS  # holds / fails / inconclusive / not testable / pending
+    from caldera.experiments.report.claims import VERDICTS  # holds / fails / inconclusive / not testable / pending
 
     assert {c["verdict"] for c in claims} <= set(VERDICTS)
     # seed replicates (config replicates): the Table 7 rows average three realizations and the claims count them
@@ -227,7 +227,7 @@ def test_smoke_workflow_end_to_end(tmp_path):
     assert rtn and all(c["verdict"] in ("holds", "fails", "inconclusive") for c in rtn), rtn
     assert {r["seeds"]["ppl"] for r in table["rows"] if r["variant"] and "rtn" in r["variant"]} == {1}
     # the rerun tool (a partial run's claims) rebuilds this run's table and its claims exactly as the workflow did
-    from caldera.experiments.rerun import main as rerun_main
+    from caldera.experiments.report.rerun import main as rerun_main
 
     cwd = os.getcwd()
     try:

@@ -9,10 +9,10 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from caldera.atomic import write_atomic
-from caldera.experiments.config_guard import check_config_files, device_errors, schema_errors
-from caldera.experiments.figures import figure3_jobs
-from caldera.experiments.loraft import Table5Plan, lora_inputs
-from caldera.experiments.plan import (
+from caldera.experiments.planning.config_guard import check_config_files, device_errors, schema_errors
+from caldera.experiments.jobs.figures import figure3_jobs
+from caldera.experiments.jobs.loraft import Table5Plan, lora_inputs
+from caldera.experiments.planning.plan import (
     check_config,
     effective_settings,
     has_model_plan,
@@ -20,17 +20,17 @@ from caldera.experiments.plan import (
     replicate_variants,
     rhtft_variants,
 )
-from caldera.experiments.selection import (
+from caldera.experiments.jobs.selection import (
     SelectionPlan,
     matrix_claim_inputs,
     matrix_claim_variants,
     selection_models,
 )
-from caldera.experiments.job_costs import plan_line
-from caldera.experiments.settings import BLOCKS, RunContext, block_settings
-from caldera.experiments.steps import layer_chunks
-from caldera.experiments.tables import TablePlan
-from caldera.experiments.throughput import (
+from caldera.experiments.planning.job_costs import plan_line
+from caldera.experiments.planning.settings import BLOCKS, RunContext, block_settings
+from caldera.experiments.jobs.steps import layer_chunks
+from caldera.experiments.report.tables import TablePlan
+from caldera.experiments.jobs.throughput import (
     TABLE as THROUGHPUT_TABLE,
     ThroughputTablePlan,
     moved_settings,
@@ -150,7 +150,7 @@ def get_variant(wildcards):
 
 
 def run_context(model):
-    """The top-level settings a job that loads ``model`` needs (caldera.experiments.settings.RunContext: the
+    """The top-level settings a job that loads ``model`` needs (caldera.experiments.planning.settings.RunContext: the
     run's name, device, dtype and that model's entry): its `run` param, beside its block's `settings`."""
     return RunContext.from_config(config, [model])
 
@@ -250,7 +250,7 @@ def get_rhtft_state(wildcards):
 
 # Table 5 (lora.smk): LORA_ROWS, the rows by id, is defined there
 def get_lora_row(wildcards):
-    """The Table 5 row named by the `lora_row` wildcard (caldera.experiments.loraft_rows.LoraRow)."""
+    """The Table 5 row named by the `lora_row` wildcard (caldera.experiments.planning.loraft_rows.LoraRow)."""
     return LORA_ROWS[wildcards.lora_row]
 
 
@@ -278,14 +278,14 @@ def get_lora_work_dir(wildcards):
 
 
 def get_table5_plan(wildcards):
-    """Rule lora_table's `plan` param (caldera.experiments.loraft.Table5Plan), made here from the config (None
+    """Rule lora_table's `plan` param (caldera.experiments.jobs.loraft.Table5Plan), made here from the config (None
     without a lora_ft block: Table 5 is then pending_table's, but Snakemake still evaluates this rule's params
     while it resolves which rule makes the file)."""
     return Table5Plan.from_config(config) if config.get("lora_ft") else None
 
 
 def get_lora_table_inputs(wildcards):
-    """Every measurement Table 5 reads (caldera.experiments.loraft.lora_inputs)."""
+    """Every measurement Table 5 reads (caldera.experiments.jobs.loraft.lora_inputs)."""
     return lora_inputs(config, RES)
 
 
@@ -320,7 +320,7 @@ def get_pending_table_targets():
 
 
 def get_figure3_parts(wildcards):
-    """Figure 3's parts, one per job of rule ablation_traces (caldera.experiments.figures.figure3_jobs)."""
+    """Figure 3's parts, one per job of rule ablation_traces (caldera.experiments.jobs.figures.figure3_jobs)."""
     return [f"{RES}/figures/figure3/{job}.json" for job in figure3_jobs(SETTINGS.figures)]
 
 
@@ -362,17 +362,17 @@ def get_final_targets():
 
 def get_table_plan(wildcards):
     """Rule make_table's `plan` param: the table's rows, replicates and settings
-    (caldera.experiments.tables.TablePlan), made here from the config."""
+    (caldera.experiments.report.tables.TablePlan), made here from the config."""
     return TablePlan.from_config(config, wildcards.table)
 
 
 def get_pending_reason(wildcards):
-    """Rule pending_table's `reason` param: what will fill the table (caldera.experiments.plan.pending_tables)."""
+    """Rule pending_table's `reason` param: what will fill the table (caldera.experiments.planning.plan.pending_tables)."""
     return PENDING[wildcards.ptable]
 
 
 def get_table_inputs(wildcards):
-    from caldera.experiments.plan import table_rows
+    from caldera.experiments.planning.plan import table_rows
 
     files = []
     for row in table_rows(config, wildcards.table):

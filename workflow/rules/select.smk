@@ -1,4 +1,4 @@
-# The CALDERA rows' configuration, selected on the calibration Hessians (caldera.experiments.selection):
+# The CALDERA rows' configuration, selected on the calibration Hessians (caldera.experiments.jobs.selection):
 # reads the dense weights and Hessians only, never an evaluation result.
 rule selection:
     input:

@@ -17,7 +17,7 @@ rule weight_spectra:
         "../scripts/weight_spectra.py"
 
 
-# Figure 3: its curves split into jobs by figures.trace_jobs (caldera.experiments.figures.figure3_jobs: one job in
+# Figure 3: its curves split into jobs by figures.trace_jobs (caldera.experiments.jobs.figures.figure3_jobs: one job in
 # the mini runs; one decomposition trace per job at paper scale), then merged in the figure's order.
 rule ablation_traces:
     input:

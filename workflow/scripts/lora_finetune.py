@@ -4,7 +4,7 @@ from caldera_job import job
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with job(sm):
-    from caldera.experiments.loraft import step_lora_finetune
+    from caldera.experiments.jobs.loraft import step_lora_finetune
 
     p = sm.params
     step_lora_finetune(p.settings, p.eval_settings, p.run, p.row, sm.wildcards.lora_task, sm.input.checkpoint,

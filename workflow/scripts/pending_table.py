@@ -4,7 +4,7 @@ from caldera_job import job
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with job(sm):
-    from caldera.experiments.tables import write_pending_table
+    from caldera.experiments.report.tables import write_pending_table
 
     o = sm.output
     write_pending_table(sm.wildcards.ptable, sm.params.reason, o.md, o.tex, o.csv)

@@ -4,7 +4,7 @@ from caldera_job import job
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with job(sm):
-    from caldera.experiments.rhtft import step_rht_finetune
+    from caldera.experiments.jobs.rhtft import step_rht_finetune
 
     p = sm.params
     step_rht_finetune(p.settings, p.run, p.source, p.variant, sm.input.checkpoint, sm.output.checkpoint,

@@ -5,7 +5,7 @@ from caldera_job import job
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with job(sm):
-    from caldera.experiments.throughput import step_throughput
+    from caldera.experiments.jobs.throughput import step_throughput
 
     step_throughput(sm.params.settings, sm.params.run, sm.params.variant, getattr(sm.input, "checkpoint", None),
                     sm.output[0], torch_threads=sm.resources.torch_threads)

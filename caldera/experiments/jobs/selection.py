@@ -1,0 +1,588 @@
+"""The configuration of the CALDERA rows, chosen by the paper's own criterion on the calibration Hessians.
+
+§4.1: the order of the Q and LR updates "can be swapped, depending on whichever yields a smaller error". This
+module applies that criterion to every configuration choice the paper leaves open (update order × the App. E.2
+Hessian update, at the default's T_out/T_in): each candidate decomposes the same matrices of several layers of
+each stand-in with the run's own *calibration* Hessians, and the candidate with the lowest calibration
+data-aware error wins::
+
+    error(Ŵ) = sqrt(tr((Ŵ − W) H (Ŵ − W)ᵀ) / tr(W H Wᵀ))     H: the raw calibration Hessian (d, d), float64
+
+— the same number the compression logs record per matrix (``caldera.pipeline.compress``). Nothing here reads
+an evaluation result: the only inputs are the dense weights, the calibration Hessians and the workflow config.
+
+Selection rule (:func:`select`): per candidate, the geometric mean over matrices × ranks of its error divided by
+QuIP#'s on the same matrix (the plain 2-bit QuIP# row of the tables), averaged in log space over the stand-ins
+(each stand-in weighs the same). Candidates within ``tie_tolerance`` (relative) of the lowest score are tied and
+the one listed first in ``selection.candidates`` wins (no clock reading decides: a rerun selects the same). A
+larger T_out/T_in (``long_iters``) is measured on fewer matrices and reported (what more iterations buy) but is
+never selectable: it is outside the default's time budget.
+
+:func:`ablation_comparisons` re-runs the Figure 3 comparisons (App. G.1: 4-bit vs 16-bit factors, no LDLQ,
+16-bit CALDERA vs QuIP# + LR, LPLR's inner iterations) on the figure's own matrices with the selected
+configuration's update order, Hessian update and best-iterate tracking, so that a failing ablation claim can say
+whether its failure survives the configuration choice (:func:`configuration_notes`).
+
+Outputs: ``selection.json`` (every measurement, the scores, the selected configuration) and ``selection.md``,
+which hold no clock reading (a rerun writes them byte for byte); the seconds of every decomposition and of the
+job go to ``selection.timing.json`` beside them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from caldera.atomic import write_atomic
+from caldera.experiments.planning.settings import FiguresSettings, RunContext, SelectionSettings
+
+if TYPE_CHECKING:  # torch is imported where it is used: the workflow imports this module while parsing
+    import torch
+
+
+
+
+def selection_models(config: dict[str, Any]) -> list[str]:
+    """Stand-ins the sweep runs on: the models of ``selection.layers`` that stand in for a paper model (a config
+    passed with ``--configfile`` on top of another is merged key by key, so ``layers`` may name models this run
+    does not use)."""
+    used = set(config["stand_ins"].values())
+    return sorted(m for m in config.get("selection", {}).get("layers", {}) if m in used)
+
+
+@dataclasses.dataclass(frozen=True)
+class SelectionPlan:
+    """What rule selection's job needs, built when the plan is made (:meth:`from_config`; its ``plan`` param):
+    the ``selection`` and ``figures`` settings, the run (models, stand-ins, ranks, layers), the stand-ins swept
+    (:func:`selection_models`), the CALDERA ranks swept per stand-in and B_LR (:func:`caldera_ranks`), QuIP#'s
+    params (``methods.quip#.params``: the reference every ratio divides by) and the run's own CALDERA params per
+    B_LR (:func:`caldera.experiments.planning.plan.caldera_params`: whether the selection matches the run)."""
+
+    settings: SelectionSettings
+    figures: FiguresSettings
+    run: RunContext
+    models: list[str]
+    ranks: dict[str, dict[int, list[int]]]
+    quip_params: dict[str, Any]
+    run_params: dict[int, dict[str, Any]]
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> SelectionPlan:
+        from caldera.experiments.planning.plan import caldera_params
+
+        settings = SelectionSettings.from_block(config["selection"])
+        models = selection_models(config)
+        bits = selection_bits(settings.as_block())
+        return cls(settings=settings, figures=FiguresSettings.from_block(config["figures"]),
+                   run=RunContext.from_config(config), models=models,
+                   ranks={m: {b: caldera_ranks(config, m, b, settings.ranks) for b in bits} for m in models},
+                   quip_params=dict(config["methods"]["quip#"]["params"]),
+                   run_params={b: caldera_params(config, b) for b in bits})
+
+
+def selection_bits(sel: Mapping[str, Any]) -> list[int]:
+    """The factor precisions B_LR swept (``selection.bits``: one B_LR or a list); each gets its own selection."""
+    bits = sel["bits"]
+    return [int(b) for b in (bits if isinstance(bits, list) else [bits])]
+
+
+def caldera_ranks(config: dict[str, Any], model: str, bits: int, which: str) -> list[int]:
+    """Ranks of this run's CALDERA rows of ``model`` with ``bits``-bit factors (``caldera.experiments.planning.plan``):
+    all of them (``which="all"``) or the smallest and the largest (``"extremes"``)."""
+    from caldera.experiments.planning.plan import all_variants
+
+    ranks = sorted({v.rank for v in all_variants(config).values()
+                    if v.model == model and v.method == "caldera" and v.b_lr == bits})
+    if not ranks:
+        raise ValueError(f"selection: the run has no CALDERA row of model {model!r} with {bits}-bit factors; "
+                         f"set selection.bits to a B_LR of the tables' CALDERA rows")
+    if which == "all":
+        return ranks
+    if which == "extremes":
+        return sorted({ranks[0], ranks[-1]})
+    raise ValueError(f"selection.ranks={which!r}; accepted: all | extremes")
+
+
+def candidate_params(sel: dict[str, Any], name: str, iters: Sequence[int]) -> dict[str, Any]:
+    """Method params (``methods.caldera.params`` form) of candidate ``name`` at T_out, T_in = ``iters``."""
+    if name not in sel["candidates"]:
+        raise ValueError(f"selection: unknown candidate {name!r}; candidates: {sorted(sel['candidates'])}")
+    return {**sel.get("base", {}), **sel["candidates"][name], "outer_iters": int(iters[0]),
+            "inner_iters": int(iters[1])}
+
+
+def measure_matrix(
+    W: torch.Tensor, H: torch.Tensor, method: str, params: dict[str, Any], context=None
+) -> dict[str, Any]:
+    """One decomposition of W (n, d) with the registered ``method``: its calibration data-aware error with the
+    raw H (d, d) (as the compression logs record it), the regularized-H error and trace, and its seconds."""
+    import torch
+
+    from caldera.methods import get_method
+    from caldera.metrics import relative_data_aware_error
+
+    spec = get_method(method)
+    cfg = spec.make_config(params)
+    t0, c0 = time.perf_counter(), time.process_time()
+    dec = spec.fn(W, H, cfg, context=context)
+    seconds, cpu_s = time.perf_counter() - t0, time.process_time() - c0
+    # float32 products, float64 differences and sums: what the compression jobs record (caldera.pipeline.compress)
+    err = relative_data_aware_error(dec.reconstruction(), W, H.double(), product=torch.float32)
+    return {"error": err, "error_reg": float(dec.error),
+            "seconds": seconds, "cpu_s": cpu_s, "trace": dec.error_trace}
+
+
+def sweep_model(
+    plan: SelectionPlan, model: str, hessian_dir: str, *, log: Callable[[str], None] = print
+) -> list[dict[str, Any]]:
+    """Every candidate (and QuIP#) on ``selection.layers[model]`` × ``selection.matrices`` × the CALDERA ranks
+    (``plan.ranks[model]``), with the run's calibration Hessians in ``hessian_dir``. Seeds and shared Hessian
+    contexts as in :func:`caldera.pipeline.compress.compress_model` (one per layer and Hessian group, seed from
+    :func:`~caldera.pipeline.compress.group_seed`), so a candidate's numbers are those its compression job would
+    log. Returns one record per decomposition."""
+    from caldera.decomposition import HessianContext
+    from caldera.experiments.jobs.figures import GROUP, LINEARS, linear_weight
+    from caldera.experiments.jobs.steps import load_layers
+    from caldera.pipeline.compress import group_seed
+    from caldera.pipeline.hessians import layer_file, load_layer_hessians
+
+    sel = plan.settings.as_block()
+    layers = [int(x) for x in sel["layers"][model]]
+    run_layers = None if plan.run.layers is None else list(plan.run.layers)
+    missing = [x for x in layers if run_layers is not None and x not in run_layers]
+    if missing:
+        raise ValueError(f"selection.layers.{model}: layers {missing} have no Hessians in this run "
+                         f"(config layers: {run_layers}); pick layers among them")
+    ranks = plan.ranks[model]
+    mats = list(sel.get("matrices") or LINEARS)
+    long = sel.get("long_iters")
+    long_layers = layers[: int(long["layers"])] if long else []
+    mdl = load_layers(plan.run.as_config(), model, layers)  # those layers' linear weights only
+    records: list[dict[str, Any]] = []
+    quip_params = dict(plan.quip_params)
+    for li in layers:
+        Hs = load_layer_hessians(layer_file(hessian_dir, li))
+        ctxs: dict[str, Any] = {}
+        for name in mats:
+            g = GROUP[name]
+            H = Hs[g].double()
+            W = linear_weight(mdl, li, name)
+            seed = group_seed(int(sel.get("base", {}).get("seed", 0)), li, g)
+            if g not in ctxs:
+                ctxs[g] = HessianContext.prepare(H, rht=True, seed=seed)
+            ctx = ctxs[g]
+            where = {"model": model, "layer": li, "matrix": name, "shape": list(W.shape)}
+            q = measure_matrix(W, H, "quip#", {**quip_params, "seed": seed}, ctx)
+            records.append({**where, "candidate": "quip#", "rank": 0, "iters": None, **_slim(q)})
+            jobs = [(b, c, tuple(sel["iters"]), r) for b in ranks for c in sel["candidates"] for r in ranks[b]]
+            if long and li in long_layers and name in long["matrices"]:
+                jobs += [(b, c, tuple(long["iters"]), ranks[b][-1]) for b in ranks for c in sel["candidates"]]
+            for b, cand, iters, r in jobs:
+                params = {**candidate_params(sel, cand, iters), "rank": r, "l_bits": b, "r_bits": b, "seed": seed}
+                m = measure_matrix(W, H, "caldera", params, ctx)
+                records.append({**where, "candidate": cand, "bits": b, "rank": r, "iters": list(iters),
+                                **_slim(m), "ratio": m["error"] / q["error"]})
+                log(f"{model} L{li} {name} {cand} B_LR {b} T{iters[0]}/{iters[1]} k={r}: {m['error']:.4f} "
+                    f"(QuIP# {q['error']:.4f}) {m['seconds']:.2f}s (CPU {m['cpu_s']:.2f}s)")
+    return records
+
+
+def _slim(m: dict[str, Any]) -> dict[str, Any]:
+    """What a record keeps of :func:`measure_matrix`: the errors and (moved to the timing file by
+    :func:`split_timing`) the seconds."""
+    return {k: m[k] for k in ("error", "error_reg", "seconds", "cpu_s")}
+
+
+#: the keys of a measurement record that are clock readings
+TIMING_KEYS = ("seconds", "cpu_s")
+#: what identifies a measurement record (its clock readings are listed under these keys in the timing file)
+RECORD_KEY = ("model", "layer", "matrix", "candidate", "bits", "rank", "iters")
+
+
+def split_timing(records: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, float]]]:
+    """``(records without clock readings, their clock readings in the same order)``."""
+    return ([{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in records],
+            [{k: r[k] for k in TIMING_KEYS if k in r} for r in records])
+
+
+def _geo(xs: Sequence[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def summarize(records: Sequence[dict[str, Any]], iters: Sequence[int]) -> dict[str, dict[str, Any]]:
+    """Per candidate at T_out/T_in = ``iters`` (in the order the records list them): per model and rank, the
+    geo-mean ratio to QuIP# and the number of matrices where CALDERA < QuIP#; and the score (log-mean over models
+    of the per-model geo-mean ratio, exponentiated)."""
+    out: dict[str, dict[str, Any]] = {}
+    rows = [r for r in records if r["candidate"] != "quip#" and r["iters"] == list(iters)]
+    for cand in dict.fromkeys(r["candidate"] for r in rows):
+        mine = [r for r in rows if r["candidate"] == cand]
+        per_model: dict[str, Any] = {}
+        for model in dict.fromkeys(r["model"] for r in mine):
+            mm = [r for r in mine if r["model"] == model]
+            per_rank = {}
+            for rank in sorted({r["rank"] for r in mm}):
+                rr = [r for r in mm if r["rank"] == rank]
+                per_rank[str(rank)] = {"geo_ratio": _geo([r["ratio"] for r in rr]),
+                                       "below_quip": sum(r["ratio"] < 1 for r in rr), "n": len(rr)}
+            per_model[model] = {"geo_ratio": _geo([r["ratio"] for r in mm]),
+                                "geo_error": _geo([r["error"] for r in mm]),
+                                "below_quip": sum(r["ratio"] < 1 for r in mm), "n": len(mm), "ranks": per_rank}
+        out[cand] = {"score": _geo([pm["geo_ratio"] for pm in per_model.values()]), "models": per_model}
+    return out
+
+
+def select(summary: Mapping[str, Mapping[str, Any]], tie_tolerance: float) -> tuple[str, list[str]]:
+    """The candidate with the lowest score (calibration error / QuIP#'s, geo-mean); candidates whose score is
+    within ``tie_tolerance`` (relative) of the lowest are tied and the first of them in ``summary``'s order (the
+    order of ``selection.candidates``) wins. Returns ``(selected, tied)``."""
+    if not summary:
+        raise ValueError("selection: no candidate was measured; check selection.candidates")
+    if not 0 <= tie_tolerance < 1:
+        raise ValueError(f"selection.tie_tolerance={tie_tolerance!r}; accepted: a float in [0, 1)")
+    best = min(s["score"] for s in summary.values())
+    tied = [c for c, s in summary.items() if s["score"] <= best * (1 + tie_tolerance)]
+    return tied[0], tied
+
+
+def _final(trace: Sequence[dict[str, Any]]) -> float:
+    """Figure 3's number for one run: the lowest error after an LR step (regularized H, as the figure plots)."""
+    return min(e["error"] for e in trace if e["step"] == "LR")
+
+
+def ablation_comparisons(
+    run: RunContext, figures: FiguresSettings, selected: dict[str, Any], hessian_dir: str, *,
+    log: Callable[[str], None] = print
+) -> dict[str, Any]:
+    """The Figure 3 comparisons on the figure's matrices (``figures``: model, layer, matrices, paper ranks mapped
+    to stand-in ranks at equal bits by ``run``'s stand-ins, T_out and its LPLR T_in of 10), with the selected
+    configuration's ``update_order``, ``hessian_update`` and ``best_tracking`` instead of the App. G.1 presets'
+    (LR first, no Hessian update, best iterate per sub-step). Runs: 16-bit and 4-bit factors, 4-bit without
+    LDLQ, and QuIP# + fp16 LR at the 16-bit rank. Returns the per-pair final errors and claim entries."""
+    from caldera.config import CalderaConfig
+    from caldera.decomposition import caldera_decompose
+    from caldera.experiments.jobs.figures import GROUP, linear_weight
+    from caldera.experiments.jobs.steps import load_layers
+    from caldera.experiments.planning.plan import mapped_rank
+    from caldera.methods import get_method
+    from caldera.pipeline.hessians import layer_file, load_layer_hessians
+
+    fc, config = figures.as_block(), run.as_config()
+    keys = ("update_order", "hessian_update", "best_tracking")
+    if all(isinstance(v, Mapping) for v in selected.values()):  # one selected configuration per B_LR
+        by_bits = {int(b): {k: p[k] for k in keys if k in p} for b, p in selected.items()}
+    else:
+        by_bits = {None: {k: selected[k] for k in keys if k in selected}}
+    default = next(iter(by_bits.values()))
+
+    def choice_for(bits: int) -> dict[str, Any]:
+        return by_bits.get(bits, default)
+
+    mdl = load_layers(config, fc["model"], [fc["layer"]])  # that layer's linear weights only
+    Hs = load_layer_hessians(layer_file(hessian_dir, fc["layer"]))
+    pairs: list[dict[str, Any]] = []
+    for name in fc["matrices"]:
+        W, H = linear_weight(mdl, fc["layer"], name), Hs[GROUP[name]]
+        for paper_rank in fc["paper_ranks"]:
+            row: dict[str, Any] = {"matrix": name, "paper_rank": paper_rank, "errors": {}, "lplr": []}
+            for label in ("16bit-factors", "4bit-factors", "4bit-no-ldlq"):
+                cfg = CalderaConfig.preset(label)
+                cfg = cfg.replace(**choice_for(cfg.l_bits))
+                r = mapped_rank(config, fc["paper_model"], paper_rank, cfg.l_bits)
+                cfg = cfg.replace(rank=r, outer_iters=fc["outer_iters"], svd=fc.get("svd", cfg.svd))
+                dec = caldera_decompose(W, H, cfg)
+                row["errors"][label] = _final(dec.error_trace)
+                row.setdefault("ranks", {})[label] = r
+                if label == "4bit-factors":
+                    row["lplr"] = [e["lplr_errors"] for e in dec.error_trace if e["step"] == "LR"]
+            r16 = mapped_rank(config, fc["paper_model"], paper_rank, 16)
+            spec = get_method("quip#-lr")
+            row["errors"]["quip#-lr"] = spec.fn(W, H, spec.make_config({"lr_rank": r16})).error
+            log(f"ablations {name}@{paper_rank}: " + ", ".join(f"{k} {v:.4f}" for k, v in row["errors"].items()))
+            pairs.append(row)
+    choice = {("all" if b is None else f"B_LR {b}"): c for b, c in by_bits.items()}
+    return {"choice": choice, "pairs": pairs, "claims": ablation_claims(pairs, choice)}
+
+
+def _choice_label(choice: Mapping[str, Any]) -> str:
+    """``update_order=Q-first, ...``, or ``B_LR 16: ...; B_LR 4: ...`` for one choice per factor precision."""
+    if choice and all(isinstance(v, Mapping) for v in choice.values()):
+        return "; ".join(f"{k}: " + _choice_label(v) for k, v in sorted(choice.items()))
+    return ", ".join(f"{k}={v}" for k, v in sorted(choice.items()))
+
+
+def ablation_claims(pairs: Sequence[dict[str, Any]], choice: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Claim entries {"claim", "source", "verdict", "numbers"} of the Figure 3 comparisons measured under the
+    selected configuration (``pairs`` as :func:`ablation_comparisons` returns them)."""
+    label = _choice_label(choice)
+    out = []
+    from caldera.experiments.report.claim_definitions import ABLATION_CLAIMS, LPLR_CLAIM
+
+    for claim, a, b, pred, _ in ABLATION_CLAIMS:
+        if any(a not in p["errors"] for p in pairs):
+            continue  # a comparison the selection does not re-run (no-RHT)
+        ok = [p for p in pairs if pred(p["errors"][a], p["errors"][b])]
+        detail = "; ".join(f"{p['matrix']}@{p['paper_rank']}: {p['errors'][a]:.4f} vs {p['errors'][b]:.4f}"
+                           for p in pairs)
+        out.append({"claim": claim, "source": "App. G.1 / Fig. 3 (selected configuration)",
+                    "verdict": "holds" if pairs and len(ok) == len(pairs) else "fails",
+                    "numbers": f"{len(ok)}/{len(pairs)} matrix×rank pairs with {label}; {detail}"})
+    steps = [(p, i, errs) for p in pairs for i, errs in enumerate(p["lplr"])]
+    lower = [s for s in steps if len(s[2]) > 1 and min(s[2][1:]) < s[2][0]]
+    out.append({"claim": LPLR_CLAIM, "source": "App. G.1 / Fig. 4 (inside CALDERA, selected configuration)",
+                "verdict": "holds" if steps and len(lower) == len(steps) else "fails",
+                "numbers": f"{len(lower)}/{len(steps)} LPLR calls of the 4-bit runs lowered the error below their "
+                           f"initialization; " + "; ".join(
+                               f"{p['matrix']}@{p['paper_rank']} outer {i}: {e[0]:.5f} → {min(e):.5f}"
+                               for p, i, e in steps)})
+    return out
+
+
+def configuration_notes(claims: Sequence[dict[str, Any]], selection: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """For every failing claim of ``claims`` (entries of :func:`caldera.experiments.report.claims.check`) that the
+    selection re-measured under the selected configuration, a copy whose ``numbers`` end with whether the failure
+    survives the configuration choice; other claims are returned unchanged."""
+    redo = {c["claim"]: c for c in selection.get("ablations", {}).get("claims", [])}
+    if "by_bits" in selection:
+        name = "; ".join(f"B_LR {b}: {sec['selected']['name']}" for b, sec in sorted(selection["by_bits"].items()))
+    else:
+        name = selection.get("selected", {}).get("name", "selected")
+    out = []
+    for c in claims:
+        again = redo.get(c["claim"])
+        if c["verdict"] == "fails" and again is not None:
+            tail = ("fails under both configurations" if again["verdict"] == "fails"
+                    else "holds under the selected configuration")
+            c = {**c, "numbers": f"{c['numbers']} — {tail} ({name}: {again['numbers']})"}
+        out.append(c)
+    return out
+
+
+def matches_run(run_params: Mapping[str, Any], selected_params: Mapping[str, Any]) -> bool:
+    """Do the run's CALDERA rows with these params (``methods.caldera.params`` and the ``params_by_b_lr`` entry
+    of their B_LR: :func:`caldera.experiments.planning.plan.caldera_params`, :attr:`SelectionPlan.run_params`) use the
+    selected configuration?"""
+    from caldera.methods import get_method
+
+    spec = get_method("caldera")
+    run = spec.make_config(dict(run_params))
+    chosen = spec.make_config(dict(selected_params))
+    return run == chosen
+
+
+def step_selection(plan: SelectionPlan, hessian_dirs: Mapping[str, str], out_json: str, out_md: str) -> dict:
+    """The workflow's ``selection`` rule (``plan``: its settings, ranks and run, :class:`SelectionPlan`): sweep
+    every stand-in of ``selection.layers`` (``hessian_dirs``: model → folder of its calibration Hessians), select,
+    re-measure the Figure 3 comparisons under the selected configuration, and write ``out_json`` and
+    ``out_md``."""
+    from caldera.atomic import write_result
+
+    settings = plan.settings
+    sel = settings.as_block()  # what selection.json records: the block with its defaults
+    t0 = time.perf_counter()
+    records: list[dict[str, Any]] = []
+    seconds: dict[str, float] = {}
+    cpu: dict[str, float] = {}
+    for model in plan.models:
+        if model not in hessian_dirs:
+            raise ValueError(f"selection.layers names model {model!r} but no Hessians were given for it")
+        t1, c1 = time.perf_counter(), time.process_time()
+        records += sweep_model(plan, model, hessian_dirs[model])
+        seconds[model], cpu[model] = time.perf_counter() - t1, time.process_time() - c1
+    long = sel.get("long_iters")
+    res: dict[str, Any] = {
+        "criterion": "calibration data-aware error sqrt(tr(ΔHΔᵀ)/tr(WHWᵀ)), raw calibration H, "
+                     "geo-mean of the ratio to QuIP#'s over matrices x ranks, log-mean over stand-ins; "
+                     "one selection per factor precision B_LR",
+        "selection": sel, "by_bits": {},
+    }
+    records, clock = split_timing(records)
+    for b in selection_bits(sel):
+        mine = [r for r in records if r.get("bits") in (b, None)]  # QuIP# (bits None) is every B_LR's reference
+        summary = summarize(mine, sel["iters"])
+        chosen, tied = select(summary, float(settings.tie_tolerance))
+        res["by_bits"][str(b)] = {
+            "selection": {**sel, "bits": b}, "records": mine, "summary": summary,
+            "long_summary": summarize(mine, long["iters"]) if long else {},
+            "selected": {"name": chosen, "params": candidate_params(sel, chosen, sel["iters"]), "tied": tied,
+                         "in_run": matches_run(plan.run_params[b], candidate_params(sel, chosen, sel["iters"]))},
+        }
+    fig_model = plan.figures.model
+    if settings.ablations and fig_model in hessian_dirs:
+        from caldera.methods import get_method
+
+        t1, c1 = time.perf_counter(), time.process_time()
+        spec = get_method("caldera")
+        full = {b: spec.make_config(dict(sec["selected"]["params"])).to_dict() for b, sec in res["by_bits"].items()}
+        res["ablations"] = ablation_comparisons(plan.run, plan.figures, full, hessian_dirs[fig_model])
+        seconds["ablations"], cpu["ablations"] = time.perf_counter() - t1, time.process_time() - c1
+    keyed = [{**{k: r[k] for k in RECORD_KEY if k in r}, **c} for r, c in zip(records, clock, strict=True)]
+    timing = {"seconds": seconds, "cpu_s": cpu, "wall_s": time.perf_counter() - t0, "records": keyed}
+    write_result(out_json, res, timing)
+    write_atomic(out_md, to_markdown(res))
+    return res
+
+
+def _iters_label(iters: Sequence[int]) -> str:
+    return f"T {iters[0]}/{iters[1]}"
+
+
+def _section_lines(b: str, sec: Mapping[str, Any], models: Sequence[str]) -> list[str]:
+    """The tables of one factor precision's selection."""
+    sel, summary = sec["selection"], sec["summary"]
+    chosen = sec["selected"]["name"]
+    lines = [f"## {b}-bit factors", ""]
+    ranks = {m: sorted({int(k) for s in summary.values() for k in s["models"].get(m, {}).get("ranks", {})})
+             for m in models}
+    head = ["candidate", "score"] + [f"{m} k={k}: ratio · CALDERA < QuIP#" for m in models for k in ranks[m]]
+    lines += ["### " + _iters_label(sel["iters"]) + " (the default's budget; selectable)", "",
+              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for cand, s in sorted(summary.items()):
+        cells = [f"**{cand}** (selected)" if cand == chosen else cand, f"{s['score']:.4f}"]
+        for m in models:
+            for k in ranks[m]:
+                pr = s["models"].get(m, {}).get("ranks", {}).get(str(k))
+                cells.append(f"{pr['geo_ratio']:.3f} · {pr['below_quip']} of {pr['n']}" if pr else "—")
+        lines.append("| " + " | ".join(cells) + " |")
+    tied = [c for c in sec["selected"]["tied"] if c != chosen]
+    lines += ["", f"Selected: **{chosen}**" + (f" (tied with {', '.join(tied)}; listed first)" if tied else "")
+              + f". The {b}-bit-factor CALDERA rows' parameters (with `rank` and the factor bits from each table row): "
+              "`{" + ", ".join(f"{k}: {v if isinstance(v, str) else json.dumps(v)}"
+                               for k, v in sorted(sec["selected"]["params"].items())) + "}`"
+              + ("." if sec["selected"].get("in_run", True) else
+                 " — **this run's config does not use it** (`methods.caldera.params` / `params_by_b_lr`)."), ""]
+    long = sel.get("long_iters")
+    if long and sec.get("long_summary"):
+        lines += [f"### {_iters_label(long['iters'])} (reported, not selectable: outside the default's time budget)",
+                  "", f"First {long['layers']} layer(s) of each stand-in, matrices {', '.join(long['matrices'])}, "
+                  "the largest rank. Same matrices at the budget's T for comparison.", "",
+                  "| candidate | " + " | ".join(f"{m}: ratio ({_iters_label(long['iters'])}) · ratio "
+                                                f"({_iters_label(sel['iters'])})" for m in models) + " |",
+                  "|---|" + "---|" * len(models)]
+        for cand in sorted(sec["long_summary"]):
+            cells = [cand]
+            for m in models:
+                lr = [r for r in sec["records"] if r["candidate"] == cand and r["model"] == m
+                      and r["iters"] == list(long["iters"])]
+                keys = {(r["layer"], r["matrix"], r["rank"]) for r in lr}
+                sr = [r for r in sec["records"] if r["candidate"] == cand and r["model"] == m
+                      and r["iters"] == list(sel["iters"]) and (r["layer"], r["matrix"], r["rank"]) in keys]
+                cells.append(f"{_geo([r['ratio'] for r in lr]):.3f} · {_geo([r['ratio'] for r in sr]):.3f}"
+                             if lr else "—")
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
+
+
+def to_markdown(res: Mapping[str, Any]) -> str:
+    """selection.md: one section per factor precision B_LR (``res["by_bits"]``; a result of one B_LR written
+    before per-B_LR selection has its section at the top level) and the Figure 3 comparisons."""
+    from caldera.experiments.jobs.figures import LINEARS
+
+    sel = res["selection"]
+    sections = res.get("by_bits") or {str(sel["bits"]): res}
+    first = next(iter(sections.values()))["summary"]
+    models = sorted(first[next(iter(first))]["models"])  # sorted: the same page from the JSON
+    bits = ", ".join(f"{b}" for b in sections)
+    lines = [
+        "# Configuration of the CALDERA rows, selected on the calibration Hessians", "",
+        "§4.1: the update order \"can be swapped, depending on whichever yields a smaller error\". Each candidate "
+        "below decomposed the same matrices with this run's *calibration* Hessians; the error is the calibration "
+        "data-aware error sqrt(tr(ΔHΔᵀ)/tr(WHWᵀ)) with the raw calibration H (what the compression logs record), "
+        f"factors of B_LR = {bits} bits at this run's CALDERA ranks for that B_LR, divided by QuIP#'s (2-bit, no LR) "
+        "on the same matrix. Each factor precision gets its own selection (the CALDERA rows with that B_LR use it). "
+        "No evaluation result is read.", "",
+        "Layers: " + "; ".join(f"{m} {sel['layers'][m]}" for m in models)
+        + f"; matrices: {', '.join(sel.get('matrices') or LINEARS)}. Score: geo-mean ratio over matrices × ranks, "
+        "log-mean over the stand-ins; the lowest score is selected ("
+        + (f"scores within {tol:.1%} of it are tied" if (tol := float(sel["tie_tolerance"])) else
+           "only an equal score ties")
+        + " and the candidate listed first wins a tie). The seconds of every decomposition: "
+        "`selection.timing.json` beside the run's `selection.json`.", "",
+    ]
+    for b, sec in sections.items():
+        lines += _section_lines(b, sec, models)
+    ab = res.get("ablations")
+    if ab:
+        lines += ["## Figure 3 comparisons under the selected configuration", "",
+                  "The App. G.1 presets run LR first, without the Hessian update, best iterate per sub-step; here the "
+                  "same runs (the figure's matrices, ranks and T_out) with "
+                  + _choice_label(ab["choice"]) + ".", "",
+                  "| claim | verdict | numbers |", "|---|---|---|"]
+        lines += [f"| {c['claim']} | **{c['verdict']}** | {c['numbers']} |" for c in ab["claims"]]
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def _variant_errors(summary: Mapping[str, Any]) -> dict[str, float]:
+    """``{module path: calibration data-aware error (raw H)}`` of an assembled variant's ``summary.json``."""
+    return {k: float(v["error"]) for k, v in summary["errors"].items()}
+
+
+def matrix_claim_variants(config: dict[str, Any]) -> dict[str, Any]:
+    """The variants :func:`matrix_level_claims` compares (every CALDERA and QuIP# variant of the run's tables),
+    by id: made when the plan is made (rule claims' ``matrix_variants`` param)."""
+    from caldera.experiments.planning.plan import all_variants
+
+    return {k: v for k, v in all_variants(config).items() if v.method in ("caldera", "quip#")}
+
+
+def matrix_claim_inputs(config: dict[str, Any], results_dir: str) -> list[str]:
+    """The compression summaries :func:`matrix_level_claims` reads (for a rule's ``input``)."""
+    return sorted(f"{results_dir}/compressed/{v.id}/summary.json" for v in matrix_claim_variants(config).values())
+
+
+def matrix_level_claims(variants: Mapping[str, Any], labels: Mapping[str, str],
+                        summaries: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Claim entries "CALDERA's calibration data-aware error below QuIP#'s for every compressed matrix", one per
+    stand-in: for each CALDERA variant, the matrices where its error (raw calibration H, from the compression
+    summary) is below QuIP#'s on the same matrix, and the geo-mean ratio. ``variants``: the run's variants by id
+    (:func:`matrix_claim_variants`); ``labels``: each model's label (:meth:`RunContext.labels`); ``summaries``:
+    variant id → loaded ``compressed/<id>/summary.json``. Holds when every matrix of every CALDERA variant is
+    below QuIP#."""
+    out = []
+    for model in sorted({v.model for v in variants.values()}):
+        quip = [v for v in variants.values() if v.model == model and v.method == "quip#"]
+        cald = sorted((v for v in variants.values() if v.model == model and v.method == "caldera"),
+                      key=lambda v: (v.b_lr or 0, v.rank))
+        if not quip or not cald:
+            continue
+        missing = [v.id for v in quip + cald if v.id not in summaries]
+        if missing:
+            raise ValueError(f"matrix-level claim: no compression summary for {missing}; "
+                             f"pass compressed/<variant>/summary.json of each")
+        q = _variant_errors(summaries[quip[0].id])
+        parts, all_below = [], True
+        for v in cald:
+            c = _variant_errors(summaries[v.id])
+            keys = sorted(set(c) & set(q))
+            if not keys:
+                raise ValueError(f"matrix-level claim: {v.id} and {quip[0].id} share no compressed matrix")
+            ratios = [c[k] / q[k] for k in keys]
+            below = sum(x < 1 for x in ratios)
+            all_below &= below == len(keys)
+            parts.append(f"k={v.rank} {v.b_lr}-bit: {below}/{len(keys)} below, geo-mean ratio {_geo(ratios):.3f} "
+                         f"(worst {max(ratios):.3f})")
+        out.append({"claim": f"CALDERA's calibration data-aware error below QuIP#'s for every compressed matrix "
+                             f"[{labels[model]}]",
+                    "source": "§5 / App. G.1 (compression logs)", "verdict": "holds" if all_below else "fails",
+                    "numbers": "CALDERA error / QuIP# error per matrix: " + "; ".join(parts)})
+    return out
+
+
+def matrix_level_claims_from_run(config: dict[str, Any], results_dir: str) -> list[dict[str, Any]]:
+    """:func:`matrix_level_claims` on the summaries of ``results_dir`` (the files of :func:`matrix_claim_inputs`)."""
+    from pathlib import Path
+
+    from caldera.experiments.planning.settings import RunContext
+
+    variants, summaries = matrix_claim_variants(config), {}
+    for v in variants.values():
+        path = Path(results_dir, "compressed", v.id, "summary.json")
+        if path.is_file():
+            summaries[v.id] = json.loads(path.read_text())
+    return matrix_level_claims(variants, RunContext.from_config(config).labels(), summaries)

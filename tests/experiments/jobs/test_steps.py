@@ -1,0 +1,164 @@
+"""Workflow step helpers that need no model: where jobs run."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from caldera.experiments.jobs.steps import run_device
+from tests.eval.test_zeroshot import prepared  # noqa: F401  (the fixture task data)
+
+
+def test_run_device():
+    has_cuda = torch.cuda.is_available()
+    assert run_device({}).type == ("cuda" if has_cuda else "cpu")  # auto
+    assert run_device({"device": "cpu"}).type == "cpu"
+    if has_cuda:
+        assert run_device({"device": "cuda"}).type == "cuda"
+    else:
+        with pytest.raises(ValueError, match="no CUDA device"):
+            run_device({"device": "cuda"})
+
+
+def test_step_timings_sums_and_spans_per_stage(tmp_path):
+    import json
+
+    from caldera.experiments.jobs.steps import step_timings
+
+    jobs = [  # stage, seconds, end time: a starts at 100, b overlaps it, c runs alone later
+        {"stage": "a", "s": 10.0, "max_rss_mb": 100.0, "end": 110.0},
+        {"stage": "a", "s": 5.0, "max_rss_mb": 300.0, "end": 120.0},
+        {"stage": "b", "s": 30.0, "max_rss_mb": float("nan"), "end": 135.0},
+        {"stage": "c", "s": 1.0, "max_rss_mb": 50.0, "end": 200.0},
+    ]
+    res = step_timings(jobs, "run-x", str(tmp_path / "t.json"), str(tmp_path / "t.md"))
+    a, b, c = (res["stages"][k] for k in "abc")
+    assert (a["jobs"], a["job_s"], a["from_s"], a["to_s"], a["span_s"], a["max_rss_mb"]) == (2, 15.0, 0, 20, 20, 300)
+    assert (b["from_s"], b["to_s"], b["max_rss_mb"]) == (5.0, 35.0, 0.0)  # NaN RSS ignored
+    assert (c["from_s"], c["to_s"]) == (99.0, 100.0)
+    assert res["span_s"] == 100.0 and res["job_s"] == 46.0 and res["n_jobs"] == 4
+    assert json.loads((tmp_path / "t.json").read_text()) == res
+    assert (tmp_path / "t.md").read_text().startswith("# Run time per stage (run-x)")
+    assert "rules" not in res  # records without a rule: no per-rule table
+    for j, rule in zip(jobs, ("x", "y", "x", "z")):
+        j["rule"] = rule
+    res = step_timings(jobs, "run-x", str(tmp_path / "t.json"), str(tmp_path / "t.md"))
+    assert res["rules"]["x"] == {"stage": "a", "jobs": 2, "job_s": 40.0, "max_s": 30.0}
+    md = (tmp_path / "t.md").read_text()
+    assert md.index("| x | a | 2 | 0.7 | 20 | 30 |") < md.index("| y | a | 1 | 0.1 | 5 | 5 |")  # largest first
+
+
+@pytest.fixture(scope="module")
+def caldera_checkpoint(tmp_path_factory):
+    return _caldera_checkpoint(tmp_path_factory.mktemp("ck") / "ck")
+
+
+def _caldera_checkpoint(folder, config_dtype=None):
+    """A tiny LLaMA compressed with CALDERA (4-bit Q, 4-bit quantized factors) as a checkpoint folder; its
+    config's dtype (the model's own) ``config_dtype``."""
+    import dataclasses
+
+    from caldera.methods import get_method
+    from caldera.nn.compressed_linear import CompressedLinear
+    from caldera.pipeline.checkpoint import replace_module, save_compressed
+    from caldera.pipeline.hessians import decoder_layers
+    from tests.helpers import tiny_llama
+
+    model = tiny_llama(0, tie_word_embeddings=False)
+    if config_dtype is not None:
+        model.config.dtype = config_dtype
+    spec = get_method("caldera")
+    cfg = spec.make_config({"rank": 8, "l_bits": 4, "r_bits": 4, "outer_iters": 1, "inner_iters": 1})
+    for li, layer in enumerate(decoder_layers(model)):
+        for name, lin in list(layer.named_modules()):
+            if isinstance(lin, torch.nn.Linear):
+                H = torch.eye(lin.in_features, dtype=torch.float64)
+                dec = spec.fn(lin.weight.detach().float(), H, cfg)
+                replace_module(model, f"model.layers.{li}.{name}", CompressedLinear.from_decomposition(dec))
+    return save_compressed(model, folder, method="caldera", method_config=dataclasses.asdict(cfg))
+
+
+def _fp32_dense_tensors(model):
+    """float32 tensors of at least one compressed layer's size: parameters, buffers and dequantized caches."""
+    from caldera.nn.compressed_linear import CompressedLinear
+
+    big = 64 * 64
+    found = [n for n, t in list(model.named_parameters()) + list(model.named_buffers())
+             if t.dtype == torch.float32 and t.numel() >= big and "embed" not in n and "lm_head" not in n]
+    for n, m in model.named_modules():
+        if isinstance(m, CompressedLinear):
+            found += [f"{n}.{c}" for c in ("_Q_cache", "_L_cache", "_R_cache") if getattr(m, c) is not None]
+    return found
+
+
+@pytest.mark.parametrize("reconstructed,kernel", [(False, "auto"), (False, "reference"), (True, "auto")])
+def test_lean_load_holds_no_fp32_dense_copy(caldera_checkpoint, reconstructed, kernel):
+    """Evaluation on an accelerator (lean, stood in for by the CPU here): no float32 dense copy of any compressed
+    layer, before or after a forward, dense parts in the 16-bit dtype, the same logits as the CPU path up to
+    that dtype's rounding. ``reference``: the decode path CUDA takes for 4-bit factors (no kernel)."""
+    from caldera.experiments.jobs.steps import load_compressed_for
+
+    ids = torch.tensor([[1, 5, 9, 33, 7, 100, 2, 64]])
+    ref, _ = load_compressed_for(str(caldera_checkpoint), "cpu", reconstructed=reconstructed, kernel=kernel)
+    lean, _ = load_compressed_for(str(caldera_checkpoint), "cpu", reconstructed=reconstructed,
+                                  dtype=torch.bfloat16, lean=True, kernel=kernel)
+    assert _fp32_dense_tensors(lean) == []
+    assert lean.model.embed_tokens.weight.dtype == torch.bfloat16
+    with torch.no_grad():
+        a, b = ref(ids).logits, lean(ids).logits
+    assert _fp32_dense_tensors(lean) == []  # the forward decoded on the fly, cached nothing
+    assert b.dtype == torch.bfloat16
+    torch.testing.assert_close(b.float(), a, rtol=0.05, atol=0.05 * float(a.abs().max()))
+    if reconstructed or kernel == "reference":  # the CPU path: float32 dense layers or caches, as before
+        assert _fp32_dense_tensors(ref) != []
+
+
+def test_lean_is_the_default_off_the_cpu_and_auto_takes_the_models_dtype(tmp_path):
+    """On any non-CPU device (``meta`` stands in for CUDA: shapes and dtypes only) the load is lean, and dtype
+    "auto" is the base model's own (its config's: bfloat16 here)."""
+    from caldera.experiments.jobs.steps import load_compressed_for, model_dtype
+
+    assert model_dtype({}, "cpu") == torch.float32 and model_dtype({}, "cuda") == "auto"
+    assert model_dtype({"dtype": "float16"}, "cpu") == torch.float16
+    path = _caldera_checkpoint(tmp_path / "ck", config_dtype="bfloat16")
+    mdl, _ = load_compressed_for(str(path), "meta", dtype="auto")
+    assert _fp32_dense_tensors(mdl) == [] and mdl.model.norm.weight.device.type == "meta"
+    assert mdl.model.norm.weight.dtype == torch.bfloat16
+
+
+@pytest.mark.usefixtures("prepared")
+def test_a_replicate_is_scored_only_on_the_corpora_its_claims_read(tmp_path, monkeypatch):
+    """``replicates.corpora``: a seed replicate's other corpora get a file that says they were skipped (no
+    windows, so the tables stack only the seeds that have them); the variant itself is scored on every corpus."""
+    import json
+
+    import caldera.pipeline.text as text
+    from caldera.experiments.jobs import steps
+    from caldera.experiments.planning.plan import Variant
+    from caldera.experiments.planning.settings import EvalSettings, RunContext
+    from caldera.experiments.report.tables import variant_samples
+    from tests.helpers import tiny_llama
+    from tests.pipeline.test_checkpoint import word_tokenizer
+
+    src = tmp_path / "m"
+    tiny_llama(0).save_pretrained(src)
+    word_tokenizer().save_pretrained(src)
+    stream = torch.randint(0, 128, (1, 3 * 16), generator=torch.Generator().manual_seed(2))
+    monkeypatch.setattr(text, "perplexity_stream", lambda tok, source: stream)
+    spec = {"source": "wikitext2", "protocol": "stream", "seq_len": 16}
+    settings = EvalSettings.from_block({"ppl": {"wiki": spec, "c4": spec}, "zeroshot": {"tasks": ["caldera_piqa"]}})
+    run = RunContext(name="t", device="cpu", dtype="auto", models={"m": {"source": str(src)}})
+    for vid, rep in [("m-dense", None), ("m-dense-seed1", "m-dense")]:
+        v = Variant(id=vid, model="m", method="dense", replicate_of=rep)
+        out = tmp_path / "eval" / vid
+        steps.step_evaluate(settings, run, v, None, {c: str(out / f"ppl_{c}.json") for c in ("wiki", "c4")},
+                            str(out / "zeroshot.json"), replicate_corpora=["wiki"])
+    wiki, c4 = (json.loads((tmp_path / f"eval/m-dense-seed1/ppl_{c}.json").read_text()) for c in ("wiki", "c4"))
+    assert wiki["n_windows"] == 3 and "skipped" not in wiki
+    # the clock reading is beside the result, not in it: a rerun rewrites the result byte for byte
+    assert "wall_s" not in wiki
+    assert json.loads(steps.timing_path(tmp_path / "eval/m-dense-seed1/ppl_wiki.json").read_text())["wall_s"] > 0
+    assert steps.timing_path(tmp_path / "eval/m/ppl_wiki.json").name == "ppl_wiki.timing.json"
+    assert "replicates.corpora" in c4["skipped"] and "window_nll" not in c4
+    assert set(variant_samples(tmp_path, "m-dense-seed1")["ppl"]) == {"wiki"}
+    assert set(variant_samples(tmp_path, "m-dense")["ppl"]) == {"wiki", "c4"}

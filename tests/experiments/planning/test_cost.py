@@ -1,0 +1,326 @@
+"""caldera cost: the laws, the fit, the composition of a decomposition's time, and the command."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+
+from caldera.experiments.planning import cost as C
+
+
+def test_fit_recovers_a_known_law():
+    """Points generated from known coefficients of a two-term law give those coefficients back."""
+    true = [2e-9, 3e-7]
+    pts = [{"n": n, "d": d, "k": 0, "s": true[0] * n * d * d + true[1] * n * d}
+           for n, d in ((256, 256), (256, 1024), (1024, 512))]
+    got = C.fit("ldlq", pts)
+    assert got == pytest.approx(true, rel=1e-6)
+    assert C.predict({"components": {"ldlq": {"coef": got}}}, "ldlq", 4096, 4096) == pytest.approx(
+        true[0] * 4096**3 + true[1] * 4096**2, rel=1e-6)
+
+
+def test_prediction_matches_a_measured_decomposition():
+    """Components measured at 512 x 1024 predict one caldera_decompose there (T_out 8, T_in 3, rank 64) within a
+    factor of 2 (measured here, not from a stored file; one thread and process CPU time, so other jobs on the
+    machine do not count). Dropping the outer iterations (x8) would put it outside."""
+    from caldera import CalderaConfig, caldera_decompose
+    from caldera.decomposition import HessianContext
+    from caldera.synthetic import llm_like
+
+    n, d, k = 512, 1024, 64
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        costs = C.measure_components("cpu", [(n, d)], k=k, model_parts=False, clock=time.process_time)
+        cfg = CalderaConfig.preset("paper", rank=k, l_bits=4, r_bits=4, outer_iters=8, inner_iters=3)
+        W, H = llm_like(n, d, seed=1)
+        ctx = HessianContext.prepare(H, rht=True, seed=cfg.seed, sigma_reg=cfg.sigma_reg)
+        t0 = time.process_time()
+        caldera_decompose(W, H, cfg, context=ctx)
+        measured = time.process_time() - t0
+    finally:
+        torch.set_num_threads(threads)
+    predicted = C.decompose_seconds(costs, n, d, cfg)
+    assert 0.5 < predicted / measured < 2.0, (predicted, measured)
+    # the composition is the law's: one outer iteration fewer is visibly less
+    fewer = C.decompose_seconds(costs, n, d, CalderaConfig.preset("paper", rank=k, outer_iters=1, inner_iters=3))
+    assert fewer < predicted / 2.5
+
+
+def _fake_costs(device="cpu"):
+    coef = {"prepare": [1e-10, 0], "ldlq": [2e-10, 1e-7], "hessian_update": [1e-10, 1e-10], "error": [1e-10],
+            "svd_exact": [5e-10], "svd_randomized": [1e-10], "lplr_iter": [1e-10, 1e-8],
+            "hessian_accumulate": [2e-11], "forward": [2e-11]}
+    return {"format": C.FORMAT, "device": device, "threads": 2, "torch": "x", "points": {},
+            "components": {k: {"coef": v} for k, v in coef.items()}}
+
+
+def test_missing_device_costs_are_an_error_not_a_guess(tmp_path):
+    with pytest.raises(FileNotFoundError, match="measure_costs.py --device cuda"):
+        C.load_costs("cuda", tmp_path / "costs-cuda.json")
+
+
+def test_cli_prints_every_model_and_the_paper_figure(tmp_path, capsys):
+    from caldera.cli import main
+
+    p = tmp_path / "costs.json"
+    p.write_text(json.dumps(_fake_costs()))
+    assert main(["cost", "--configfile", "config/paper.yaml", "--costs", str(p)]) == 0
+    out = capsys.readouterr().out
+    for m in ("llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "mistral-7b"):
+        assert f"## {m}:" in out
+    assert "llama-2-7b-caldera-r256-lr4" in out and "(paper: 34 A10G-hours)" in out
+    for rule in ("hessians", "compress_layers", "evaluate"):
+        assert rule in out
+    assert main(["cost", "--configfile", "config/paper.yaml", "--device", "cuda",
+                 "--costs", str(tmp_path / "none.json")]) == 2
+
+
+def test_estimate_scales_with_the_config():
+    """Twice the outer iterations: the compression about doubles; 70B jobs need more memory than 7B's."""
+    cfg = C.load_workflow_config("config/paper.yaml")
+    costs = _fake_costs()
+    a = C.estimate(cfg, costs)
+    cfg["methods"]["caldera"]["params"] = {"preset": "paper", "outer_iters": 30}
+    b = C.estimate(cfg, costs)
+    ra, rb = (x["llama-2-7b"]["caldera_variant_hours"]["llama-2-7b-caldera-r256-lr4"] for x in (a, b))
+    assert 1.8 < rb / ra < 2.05
+    m7, m70 = (a[m]["rules"]["compress_layers"]["mem_gb"]["device"] for m in ("llama-2-7b", "llama-2-70b"))
+    assert m70 > 5 * m7
+
+
+def test_warm_svd_costs_one_range_finder_and_cheaper_subspace_iterations():
+    """svd="warm": the randomized range finder once per decomposition (2 + 4·2 products with Y: 10/18 of the
+    measured randomized SVD's 2 + 4·4), then T_out − 1 warm subspace iterations (2 + 4·1: 6/18 each); a measured
+    ``svd_gram`` component (the exact Gram route) does not enter the prediction."""
+    from caldera.config import CalderaConfig
+
+    costs = _fake_costs()
+    n, d = 4096, 11008
+    cfg = CalderaConfig.preset("paper", rank=256)
+    sec = {s: C.decompose_seconds(costs, n, d, cfg.replace(svd=s)) for s in ("exact", "randomized", "warm")}
+    one = {s: C.decompose_seconds(costs, n, d, cfg.replace(svd=s, outer_iters=1)) for s in ("exact", "warm")}
+    exact, rand = (C.predict(costs, f"svd_{s}", n, d, 256) for s in ("exact", "randomized"))
+    assert one["exact"] - one["warm"] == pytest.approx(exact - rand * 10 / 18)
+    assert sec["exact"] - sec["warm"] == pytest.approx(exact - rand * 10 / 18 + 14 * (exact - rand * 6 / 18))
+    assert sec["warm"] < sec["randomized"] < sec["exact"]  # 94/18 against 15 randomized SVDs
+    costs["components"]["svd_gram"] = {"coef": [1e-10, 2e-10]}
+    assert C.decompose_seconds(costs, n, d, cfg.replace(svd="warm")) == pytest.approx(sec["warm"])
+
+
+def test_slurm_profile_memory_and_gpus_come_from_caldera_cost():
+    """The SLURM profile's mem_mb and gpu requests are `caldera cost --device cuda --slurm`'s (memory needs no
+    timings); every rule that runs the engine or a forward gets a GPU."""
+    from caldera.strict_yaml import load_yaml_strict
+
+    want = C.slurm_resources(C.load_workflow_config("config/paper.yaml"), None)
+    profile = load_yaml_strict("workflow/profiles/slurm/config.yaml")["set-resources"]
+    assert {"hessians", "compress_layers", "evaluate"} <= set(want)  # paper.yaml: one layer per compression job
+    for rule in C.GPU_RULES:
+        assert profile[rule]["gpu"] == 1, rule
+        if rule in want:
+            assert want[rule]["gpu"] == 1 and profile[rule]["mem_mb"] == want[rule]["mem_mb"], rule
+    # a variant of one chunk (compress_variant) needs what its compress_layers job would
+    assert profile["compress_variant"] == profile["compress_layers"]
+    # a seed replicate of one chunk (replicate) needs what its evaluate job would, and more time
+    assert profile["replicate"]["mem_mb"] == profile["evaluate"]["mem_mb"]
+    assert profile["replicate"]["runtime"] >= profile["evaluate"]["runtime"]
+    # 70B: one layer per compression job fits far below a node (the whole model never loads there)
+    assert want["compress_layers"]["mem_mb"] < 32000
+
+
+def test_slurm_profile_runtimes_are_caldera_cost_from_the_committed_cuda_costs():
+    """With ``kernels/measured/costs-cuda.json`` committed, every runtime `caldera cost --slurm` predicts is the
+    profile's; the rules it does not price run its rules' work (compress_variant, profile_layers: compress_layers;
+    replicate: compress_variant then evaluate)."""
+    from caldera.strict_yaml import load_yaml_strict
+
+    want = C.slurm_resources(C.load_workflow_config("config/paper.yaml"), C.load_costs("cuda"))
+    profile = load_yaml_strict("workflow/profiles/slurm/config.yaml")["set-resources"]
+    for rule, res in want.items():
+        assert profile[rule]["runtime"] == res["runtime"], rule
+    for rule in ("compress_variant", "profile_layers"):
+        assert profile[rule]["runtime"] == want["compress_layers"]["runtime"], rule
+    assert profile["replicate"]["runtime"] == want["compress_layers"]["runtime"] + want["evaluate"]["runtime"]
+
+
+def test_slurm_runtime_from_measured_costs_scales_with_the_prediction():
+    cfg = C.load_workflow_config("config/paper.yaml")
+    a = C.slurm_resources(cfg, _fake_costs("cuda"))
+    costs = _fake_costs("cuda")
+    costs["components"]["ldlq"]["coef"] = [x * 10 for x in costs["components"]["ldlq"]["coef"]]
+    b = C.slurm_resources(cfg, costs)
+    assert b["compress_layers"]["runtime"] > a["compress_layers"]["runtime"] >= 10
+    assert "runtime" not in C.slurm_resources(cfg, None)["compress_layers"]
+
+
+def test_paper_shape_benchmark_points_join_the_fit():
+    pts = C.points_from_benchmark("kernels/measured/paper_shapes_cpu_11008x4096_components.json")
+    assert [(p["n"], p["d"]) for p in pts["ldlq"]] == [(11008, 4096)]
+    assert set(pts) == {"ldlq", "hessian_update", "error", "svd_exact", "svd_randomized", "lplr_iter"}
+    lplr = pts["lplr_iter"][0]["s"]
+    assert 0 < lplr < pts["svd_exact"][0]["s"] / 10  # (LPLR - its SVD) / T_in
+    costs = C.refit(_fake_costs() | {"points": {}}, pts)
+    assert C.predict(costs, "svd_exact", 11008, 4096) == pytest.approx(pts["svd_exact"][0]["s"], rel=1e-6)
+    # the Hessian context's benchmark (test_prepare) is a point of the prepare law, keyed by the shape's d
+    prep = C.points_from_benchmark("kernels/measured/paper_shapes_cpu_20261126_prepare.json")
+    assert set(prep) == {"prepare"} and sorted(p["d"] for p in prep["prepare"]) == [4096, 4096, 11008]
+    big = max(prep["prepare"], key=lambda p: p["d"])
+    assert big["s"] > 5 * min(p["s"] for p in prep["prepare"])  # d³: the 11008-wide Hessian dominates
+
+
+def test_a_per_matrix_rank_method_adds_its_profile_jobs_to_the_estimate():
+    """caldera-rank-per-layer beside the 7B rank-256 row: one profile job per compression chunk (an LDLQ and a
+    full SVD per matrix: priced above the LDLQ alone), and its compression priced as CALDERA's at the same rank."""
+    cfg = C.load_workflow_config("config/paper.yaml")
+    costs = _fake_costs()
+    base = C.estimate(cfg, costs)["llama-2-7b"]["rules"]
+    cfg["extra_methods"] = [{"name": "rpl", "method": "caldera-rank-per-layer",
+                             "beside": ["llama-2-7b-caldera-r256-lr4"]}]
+    est = C.estimate(cfg, costs)["llama-2-7b"]
+    prof = est["rules"]["profile_layers"]
+    assert prof["jobs"] == 32 // int(cfg.get("layers_per_job", 1))  # LLaMa-2 7B: 32 decoder layers
+    shapes, _, _ = C.shapes_of("llama-2-7b")
+    ldlq_only = 32 * sum(C.predict(costs, "ldlq", n, d, 0) for n, d in shapes)
+    assert prof["total_s"] > ldlq_only
+    added = est["rules"]["compress_layers"]["total_s"] - base["compress_layers"]["total_s"]
+    assert added == pytest.approx(est["caldera_variant_hours"]["llama-2-7b-caldera-r256-lr4"] * 3600)
+
+
+def test_70b_evaluate_streams_and_fits_a_gpu_and_the_slurm_profile():
+    """Dense LLaMa-2 70B (138 GB in fp16) is over 80 % of an 80 GB GPU, so its evaluation streams its
+    layers: one layer + embeddings/head + one window on the device, the hidden states of the largest pass (256
+    C4 windows x 4096 tokens x 8192 x 2 bytes = 17.2 GB) + one layer on the host. The whole-model numbers come
+    back with stream_layers: never, and a 7B model never streams."""
+    from caldera.strict_yaml import load_yaml_strict
+
+    cfg = C.load_workflow_config("config/paper.yaml")
+    dense = C.job_memory("evaluate", "llama-2-70b", cfg)
+    layer = sum(n * d for n, d in C.shapes_of("llama-2-70b")[0]) * 2 * 1e-9
+    states = 256 * 4096 * 8192 * 2 * 1e-9
+    assert dense["host"] == pytest.approx(states + layer, rel=1e-6)
+    assert layer < dense["device"] < 6 and dense["host"] < 20
+    whole = C.job_memory("evaluate", "llama-2-70b", {**cfg, "eval": {**cfg["eval"], "stream_layers": "never"}})
+    assert whole["host"] > 130 and whole["device"] > 130
+    assert C.job_memory("evaluate", "llama-2-70b", cfg, device_gb=1000) == whole  # a device it fits: in memory
+    assert not C.evaluate_streams(cfg, "llama-2-7b", 80.0) and C.evaluate_streams(cfg, "llama-2-70b", 80.0)
+    est = C.estimate(cfg, _fake_costs("cuda"))
+    row = est["llama-2-70b"]["rules"]["evaluate"]
+    assert row["stream"] and not est["llama-2-13b"]["rules"]["evaluate"]["stream"]
+    assert row["mem_gb"]["device"] < 0.8 * C.DEVICE_GB["cuda"] and row["mem_gb"]["host"] < 25
+    # the row's largest job is a compressed variant held whole (~2.2 bits per weight), above the streamed dense one
+    assert row["mem_gb"]["device"] > dense["device"]
+    # the SLURM profile's per-job memory holds every evaluate job
+    want = C.slurm_resources(cfg, None)["evaluate"]["mem_mb"]
+    profile = load_yaml_strict("workflow/profiles/slurm/config.yaml")
+    assert want == profile["set-resources"]["evaluate"]["mem_mb"] <= profile["default-resources"]["mem_mb"]
+    # the time: the same forwards plus one read of the checkpoint per pass (and the state copies on a GPU)
+    never = C.estimate({**cfg, "eval": {**cfg["eval"], "stream_layers": "never"}}, _fake_costs("cuda"))
+    extra = row["s_per_job"] - never["llama-2-70b"]["rules"]["evaluate"]["s_per_job"]
+    assert extra == pytest.approx(C.stream_seconds(cfg, "llama-2-70b", True)) and extra > 3 * 138 / C.STREAM_READ_GBPS
+    # ... for the dense job alone: the rule's hours count it once, not once per variant
+    hours = row["hours"] - never["llama-2-70b"]["rules"]["evaluate"]["hours"]
+    assert hours * 3600 == pytest.approx(extra)
+
+
+def test_eval_pass_tokens_are_the_corpora_then_zero_shot():
+    cfg = C.load_workflow_config("config/paper.yaml")
+    passes = C.eval_pass_tokens(cfg)
+    assert passes[:2] == [C.STREAM_TOKENS["wikitext2"], 256 * 4096] and len(passes) == 3
+    assert sum(passes) == C.eval_tokens(cfg)
+
+
+def test_zero_shot_tokens_follow_the_limit_and_every_job_of_the_run_is_counted():
+    """eval.zeroshot.limit caps the documents; seed replicates are compressed and evaluated (perplexity only),
+    RHT-fine-tuned variants evaluated: the job counts are the workflow's."""
+    from caldera.experiments.planning.plan import all_variants, replicate_variants, rhtft_variants
+
+    assert C.zeroshot_tokens("caldera_arc_easy", None) == 2376 * 4 * 40
+    assert C.zeroshot_tokens("caldera_arc_easy", 8) == 8 * 4 * 40 and C.zeroshot_tokens("arc_easy", 0.5) == 1188 * 160
+    cfg = C.load_workflow_config("config/mini.yaml")
+    passes = C.eval_pass_tokens(cfg)
+    limit = cfg["eval"]["zeroshot"]["limit"]
+    assert passes[-1] == sum(C.zeroshot_tokens(t, limit) for t in cfg["eval"]["zeroshot"]["tasks"]) < 20_000
+    assert C.eval_pass_tokens(cfg, zeroshot=False) == passes[:-1]
+    est = C.estimate(cfg, _fake_costs())
+    variants = all_variants(cfg)
+    reps = replicate_variants(cfg, variants)
+    for m in cfg["models"]:
+        own = [v for v in variants.values() if v.model == m]
+        n_rep = sum(len(r) - 1 for vid, r in reps.items() if variants[vid].model == m)
+        n_ft = sum(ft.model == m for ft, _ in rhtft_variants(cfg).values())
+        assert n_rep > 0
+        rules = est[m]["rules"]
+        assert rules["evaluate"]["jobs"] == len(own) + n_ft
+        # layers_per_job 30: each variant is one compress_variant job (compression and assembly), each seed
+        # replicate one replicate job (compression, assembly and evaluation)
+        assert "compress_layers" not in rules
+        assert rules["compress_variant"]["jobs"] == sum(v.method != "dense" for v in own)
+        assert rules["replicate"]["jobs"] == n_rep
+        # a replicate job costs its compression (its primary's: same method and rank) and its evaluation
+        compressions = est[m]["caldera_variant_hours"]
+        primaries = [vid for vid in reps if variants[vid].model == m and vid in compressions]
+        assert rules["replicate"]["s_per_job"] > max(compressions[p] for p in primaries) * 3600
+    # the same config in chunks of layers: the replicates are compress_layers jobs and evaluate jobs again
+    est = C.estimate({**cfg, "layers_per_job": 1}, _fake_costs())
+    for m in cfg["models"]:
+        n_rep = sum(len(r) - 1 for vid, r in reps.items() if variants[vid].model == m)
+        own = [v for v in variants.values() if v.model == m]
+        n_ft = sum(ft.model == m for ft, _ in rhtft_variants(cfg).values())
+        rules = est[m]["rules"]
+        assert "replicate" not in rules and rules["evaluate"]["jobs"] == len(own) + n_rep + n_ft
+        # a replicate's evaluation is perplexity only: the rule's total is below jobs x the longest job
+        assert rules["evaluate"]["hours"] * 3600 < rules["evaluate"]["jobs"] * rules["evaluate"]["s_per_job"]
+
+
+def test_check_compares_each_rule_with_a_runs_timings_and_names_the_rules_that_are_off(tmp_path, capsys):
+    from caldera.cli import main
+
+    cfg = C.load_workflow_config("config/smoke.yaml")
+    costs = _fake_costs()
+    est = C.estimate(cfg, costs)
+    pred = {r: sum(e["rules"][r]["hours"] * 3600 for e in est.values() if r in e["rules"])
+            for r in ("hessians", "compress_variant", "evaluate")}
+    timings = {"job_s": 5000.0, "rules": {
+        "hessians": {"jobs": 1, "job_s": pred["hessians"] * 1.2},
+        "compress_variant": {"jobs": 3, "job_s": pred["compress_variant"] * 3},
+        "evaluate": {"jobs": 9, "job_s": pred["evaluate"] / 0.8},
+        "make_table": {"jobs": 5, "job_s": 20.0}}}
+    res = C.check(cfg, costs, timings)
+    by = {r["rule"]: r for r in res["rules"]}
+    assert by["hessians"]["within"] and by["evaluate"]["within"] and not by["compress_variant"]["within"]
+    assert by["compress_variant"]["ratio"] == pytest.approx(1 / 3) and by["evaluate"]["ratio"] == pytest.approx(0.8)
+    assert res["not_modelled_s"] == {"make_table": 20.0}
+    line = next(ln for ln in C.check_report(res).splitlines() if ln.startswith("compress_variant"))
+    assert line.endswith("off by more than ±30%") and "0.33" in line
+    cp, tp = tmp_path / "costs.json", tmp_path / "timings.json"
+    cp.write_text(json.dumps(costs))
+    tp.write_text(json.dumps(timings))
+    assert main(["cost", "--configfile", "config/smoke.yaml", "--costs", str(cp), "--check", str(tp)]) == 0
+    out = capsys.readouterr().out
+    assert "modelled rules" in out and "not modelled: 20 s" in out
+    tp.write_text(json.dumps({"job_s": 1.0}))
+    with pytest.raises(ValueError, match="no per-rule records"):
+        C.check(cfg, costs, json.loads(tp.read_text()))
+
+
+@pytest.mark.parametrize("s, text", [(0.4, "0 s"), (45, "45 s"), (150, "2.5 min"), (5400, "90.0 min"),
+                                     (9000, "2.50 h")])
+def test_durations_are_printed_with_the_precision_they_need(s, text):
+    assert C.duration(s) == text
+
+
+def test_coverage_says_which_components_reach_a_models_shapes():
+    """Engine components measured up to LLaMa-2 7B's largest matrix (11008 x 4096) cover 7B and not 70B (8192 x
+    28672); the layer forward measured at small widths is extrapolated for both."""
+    cfg = C.load_workflow_config("config/paper.yaml")
+    costs = {"points": {"ldlq": [{"n": 11008, "d": 4096, "k": 0, "s": 1.0}],
+                        "forward": [{"n": 2048, "d": 6.8e6, "k": 0, "s": 1.0}]}}
+    seven = C.coverage({**cfg, "models": {"llama-2-7b": cfg["models"]["llama-2-7b"]}}, costs)
+    seventy = C.coverage({**cfg, "models": {"llama-2-70b": cfg["models"]["llama-2-70b"]}}, costs)
+    assert seven["measured"] == ["ldlq"] and seven["extrapolated"][0].startswith("forward (measured to FLOP/token")
+    assert seventy["measured"] == [] and any(e.startswith("ldlq (measured to n·d 4.51e+07, this config 2.35e+08)")
+                                             for e in seventy["extrapolated"])

@@ -1,0 +1,643 @@
+"""Claim predicates on small hand-made result tables (no workflow run needed)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from caldera.experiments.report.claims import degradation
+
+N_WIN, TOK = 8, 100
+
+
+def _row(model, method, rank, b_lr, ours, paper, stand_in, variant=None):
+    return {"variant": variant or f"{stand_in}-{method}-{rank}", "paper_model": model, "method": method,
+            "paper_rank": rank, "rank": rank, "b_lr": b_lr, "stand_in": stand_in, "ours": {"wiki2_ppl": ours},
+            "paper": {"wiki2_ppl": paper}}
+
+
+def _windows(ppl: float, spread: float = 0.0, seed: int = 0) -> dict:
+    """Per-window results whose pooled perplexity is exactly ``ppl``: per-token NLL log(ppl) ± ``spread``."""
+    rng = np.random.default_rng(seed)
+    dev = rng.uniform(-spread, spread, N_WIN)
+    dev -= dev.mean()
+    return {"window_nll": list((math.log(ppl) + dev) * TOK), "window_tokens": [TOK] * N_WIN}
+
+
+def _with_windows(table: dict, spread: float = 0.0) -> dict:
+    """Per-window samples for every row; windows share a common per-window difficulty (same seed) plus
+    variant-specific noise of size ``spread``."""
+    base = _windows(1.0, 0.5, seed=99)["window_nll"]
+    samples = {}
+    for i, r in enumerate(table["rows"]):
+        own = _windows(r["ours"]["wiki2_ppl"], spread, seed=i)["window_nll"]
+        samples[r["variant"]] = {"ppl": {"wiki": {"window_nll": [a + b for a, b in zip(own, base)],
+                                                  "window_tokens": [TOK] * N_WIN}}, "zeroshot": {}}
+    # the common difficulty adds the same amount to every variant: shift the pooled ppl back
+    for r in table["rows"]:
+        w = samples[r["variant"]]["ppl"]["wiki"]
+        r["ours"]["wiki2_ppl"] = math.exp(sum(w["window_nll"]) / (TOK * N_WIN))
+    return {**table, **_identical_seeds(samples)}
+
+
+def _identical_seeds(samples: dict, n: int = 3) -> dict:
+    """Every variant realized ``n`` times with identical results (no realization spread): the verdicts are the
+    windows' alone, as when the compression were deterministic. Each seed's entry is the same dict object, so
+    edits of ``samples`` reach every seed."""
+    real = {v: {"random": not v.endswith("dense"), "seeds": list(range(n)) if not v.endswith("dense") else [None],
+                "ids": [v] * n} for v in samples}
+    return {"samples": samples, "realizations": real,
+            "seed_samples": {v: [samples[v]] * n for v in samples if not v.endswith("dense")}}
+
+
+def _tables(l3_quip, l3_stand="B", spread=0.0):
+    t1 = {"rows": [_row("llama-2-7b", "Unquantized", 0, None, 10.0, 5.12, "A"),
+                   _row("llama-2-7b", "QuIP#", 0, None, 40.0, 8.23, "A"),
+                   _row("llama-2-7b", "CALDERA", 128, 4.0, 30.0, 6.76, "A"),
+                   _row("llama-2-13b", "QuIP#", 0, None, 99.0, 6.06, "A", variant="A-QuIP#-13b")]}
+    t2 = {"rows": [_row("llama-3-8b", "Unquantized", 0, None, 20.0, 5.54, l3_stand),
+                   _row("llama-3-8b", "QuIP#", 0, None, l3_quip, 13.8, l3_stand),
+                   _row("llama-3-8b", "CALDERA", 128, 4.0, 100.0, 9.21, l3_stand)]}
+    return {"table1_llama2_zeroshot": _with_windows(t1, spread), "table2_llama3_zeroshot": _with_windows(t2, spread)}
+
+
+def test_degradation_holds_when_every_matched_row_degrades_more():
+    out = degradation(_tables(l3_quip=100.0))  # ×5.0 vs ×4.0 and ×5.0 vs ×3.0, the same on every window
+    assert out["verdict"] == "holds" and out["numbers"].startswith("2/2 rows degrade more, 0 less")
+    assert "×5.00 vs ×4.00" in out["numbers"] and "paper ×2.49 vs ×1.61" in out["numbers"]
+
+
+def test_degradation_fails_when_one_row_degrades_less():
+    out = degradation(_tables(l3_quip=60.0))  # ×3.0 vs ×4.0
+    assert out["verdict"] == "fails" and out["numbers"].startswith("1/2 rows degrade more, 1 less")
+
+
+def test_degradation_is_inconclusive_when_the_windows_disagree():
+    # ×4.2 vs ×4.0 on average, but ±30 % per window: the interval of the log-difference contains 0
+    out = degradation(_tables(l3_quip=84.0, spread=0.3))
+    assert out["verdict"] in ("inconclusive", "fails") and "0/2" not in out["numbers"][:4]
+    row = [p for p in out["numbers"].split("; ") if p.startswith("QuIP#")][0]
+    lo, hi = (float(x) for x in row.split("[")[1].split("]")[0].split(", "))
+    assert lo < 0 < hi
+
+
+def test_degradation_not_testable_with_one_stand_in_or_one_table():
+    assert degradation(_tables(100.0, l3_stand="A"))["verdict"] == "not testable at this scale"
+    t = _tables(100.0)
+    del t["table2_llama3_zeroshot"]
+    assert degradation(t)["verdict"] == "not testable at this scale"
+
+
+def test_bits_and_method_labels_as_the_tables_write_them():
+    # Reference tables give B_LR as 4.0 / "16.0" and label rows "CALDERA (7B)", "Unquantized (7B)": the table
+    # claims must still find their rows (they were silently dropped before).
+    from caldera.experiments.report.claims import _bits, _ppl_ratios
+
+    assert [_bits({"b_lr": b}) for b in (4, 4.0, "16.0", "—")] == ["4", "4", "16", "—"]
+    rows = [
+        {"method": "Unquantized (7B)", "paper_model": "llama-2-7b", "paper_rank": 0, "b_lr": "—", "variant": "d",
+         "stand_in": "S", "ours": {"wiki2_ppl": 10.0}, "paper": {"wiki2_ppl": 5.0}},
+        {"method": "CALDERA (7B)", "paper_model": "llama-2-7b", "paper_rank": 64, "b_lr": 4.0, "variant": "c",
+         "stand_in": "S", "ours": {"wiki2_ppl": 30.0}, "paper": {"wiki2_ppl": 7.5}},
+    ]
+    stand, ratios = _ppl_ratios({"rows": rows}, "llama-2-7b")
+    assert stand == "S" and ratios == {("CALDERA", 64, "4"): (3.0, 1.5)}
+
+
+# ---- claims.check on hand-made figure data and a hand-made Table 1 (7B / 13B / 70B blocks) ----------------
+
+def _curve(method, matrix, rank, errors):
+    return {"method": method, "matrix": matrix, "paper_rank": rank, "errors": list(errors)}
+
+
+def _fig3(no_ldlq_ratio=1.3, four_bit_ratio=1.05):
+    base = 0.10
+    curves = []
+    for m in ("k_proj", "up_proj"):
+        curves += [_curve("16bit-factors", m, 64, [0.3, base * 1.02, base]),
+                   _curve("quip#-lr", m, 64, [0.12]),
+                   _curve("4bit-factors", m, 64, [0.3, base * four_bit_ratio]),
+                   _curve("4bit-no-ldlq", m, 64, [0.3, base * four_bit_ratio * no_ldlq_ratio]),
+                   _curve("4bit-no-rht", m, 64, [0.3, base * 1.2]),
+                   _curve("16bit-hessian-update", m, 64, [0.3, base * 1.01, base])]
+    return {"curves": curves}
+
+
+def _fig4(errors=(0.34, 0.33, 0.32)):
+    return {"curves": [{"matrix": "k_proj", "rank": 8, "errors": list(errors)}]}
+
+
+def _table1(c4=30.0, quip=40.0, c16=35.0, spread=0.0, c4_top=None):
+    """7B, 13B and 70B blocks whose CALDERA and QuIP# rows map to the same stand-in variants (as in the mini run)."""
+    rows = []
+    for pm, tag in (("llama-2-7b", "7B"), ("llama-2-13b", "13B"), ("llama-2-70b", "70B")):
+        rows += [_row(pm, f"Unquantized ({tag})", 0, None, 10.0, 5.0, "S", variant="dense"),
+                 _row(pm, f"QuIP# ({tag}, No FT)", 0, None, quip, 8.0, "S", variant="quip"),
+                 _row(pm, f"CALDERA ({tag})", 128, 4.0, c4, 6.0, "S", variant="c4-r16")]
+    rows.append(_row("llama-2-7b", "CALDERA (7B)", 256, 4.0, c4_top or c4, 6.0, "S", variant="c4-r32"))
+    rows.append(_row("llama-2-7b", "CALDERA (7B)", 64, 16.0, c16, 6.0, "S", variant="c16-r8"))
+    return _with_windows({"rows": rows}, spread)
+
+
+def _claims(**kw):
+    from caldera.experiments.report.claims import check
+
+    return check(_fig3(**{k: kw.pop(k) for k in ("no_ldlq_ratio", "four_bit_ratio") if k in kw}),
+                 _fig4(kw.pop("fig4", (0.34, 0.33, 0.32))), {"table1_llama2_zeroshot": _table1(**kw)})
+
+
+def _verdict(claims, start):
+    hits = [c for c in claims if c["claim"].startswith(start)]
+    assert len(hits) == 1, [c["claim"] for c in hits]
+    return hits[0]
+
+
+def test_no_ldlq_threshold_is_one_and_a_quarter():
+    assert _verdict(_claims(no_ldlq_ratio=1.3), "no-LDLQ")["verdict"] == "holds"
+    assert _verdict(_claims(no_ldlq_ratio=1.2), "no-LDLQ")["verdict"] == "fails"
+
+
+def test_four_bit_factors_within_ten_percent():
+    assert _verdict(_claims(four_bit_ratio=1.05), "4-bit factors slightly")["verdict"] == "holds"
+    assert _verdict(_claims(four_bit_ratio=1.15), "4-bit factors slightly")["verdict"] == "fails"
+
+
+def test_lplr_iterations_must_lower_the_error():
+    assert _verdict(_claims(fig4=(0.34, 0.33, 0.32)), "LPLRFactorize")["verdict"] == "holds"
+    flat = _verdict(_claims(fig4=(0.3409, 0.3409, 0.3409)), "LPLRFactorize")
+    assert flat["verdict"] == "fails" and "0.3409 → 0.3409" in flat["numbers"]
+
+
+def test_matrix_claims_holds_and_fails_are_not_swapped():
+    c = _claims()
+    assert _verdict(c, "16-bit CALDERA below QuIP#")["verdict"] == "holds"  # 0.100 < 0.12 on every matrix
+    assert _verdict(c, "no-RHT worse")["verdict"] == "holds"
+
+
+def test_ppl_comparison_holds_fails_by_the_paired_interval():
+    c = _claims(c4=30.0, quip=40.0)  # CALDERA 25 % lower on every window
+    beats = _verdict(c, "4-bit CALDERA beats QuIP# in Wiki2")
+    assert beats["verdict"] == "holds" and "×0.750 [0.750, 0.750]" in beats["numbers"]
+    worse = _verdict(_claims(c4=40.0, quip=30.0), "4-bit CALDERA beats QuIP# in Wiki2")
+    assert worse["verdict"] == "fails" and "×1.333" in worse["numbers"]
+
+
+def test_ppl_comparison_is_inconclusive_when_the_interval_straddles_one():
+    # CALDERA lower on average (×0.98) but ±20 % per window: the point estimate alone would say "holds"
+    c = _claims(c4=39.2, quip=40.0, c16=60.0, c4_top=50.0, spread=0.2)
+    beats = _verdict(c, "4-bit CALDERA beats QuIP# in Wiki2")
+    lo, hi = (float(x) for x in beats["numbers"].split("[")[1].split("]")[0].split(", "))
+    assert lo < 1.0 < hi and beats["verdict"] == "inconclusive"
+    assert beats["sdd"].startswith("±") and "8 windows" in beats["sdd"]
+
+
+def test_lowest_perplexity_claim_needs_every_interval_below_one():
+    def lowest_7b(**kw):
+        hits = [c for c in _claims(**kw) if c["claim"].startswith("highest-rank 4-bit") and "7b" in c["source"]]
+        assert len(hits) == 1  # 7B (top = rank 256) differs from 13B/70B (top = rank 128): two comparisons
+        return hits[0]
+
+    ok = lowest_7b(c4=35.0, quip=40.0, c16=45.0, c4_top=30.0)
+    assert ok["verdict"] == "holds" and "vs c4-r16: ×0.857 [0.857, 0.857]" in ok["numbers"]
+    assert lowest_7b(c4=25.0, quip=40.0, c16=45.0, c4_top=30.0)["verdict"] == "fails"  # rank 128 is lower
+
+
+def test_one_claim_per_distinct_comparison():
+    c = _claims()
+    beats = _verdict(c, "4-bit CALDERA beats QuIP# in Wiki2")  # 7B, 13B, 70B: the same two variants
+    assert beats["source"].count("table1_llama2_zeroshot [") == 3
+    assert "c4-r16 / quip" in beats["numbers"] or "c4-r32 / quip" in beats["numbers"]
+
+
+def test_zeroshot_comparison_uses_the_paired_margin():
+    from caldera.experiments.report.claims import table_claims
+
+    t = _table1()
+    rng = np.random.default_rng(0)
+    n = 40
+    base = rng.normal(0, 1, n)
+    acc = [1.0] * 20 + [0.0] * 20
+    for v in t["samples"]:
+        t["samples"][v]["zeroshot"] = {"caldera_piqa": {"doc_id": list(range(n)), "acc": acc,
+                                                        "margin": list(base)}}
+    t["samples"]["c4-r16"]["zeroshot"]["caldera_piqa"]["margin"] = list(base + 0.05)  # better on every doc
+    t["samples"]["c4-r32"]["zeroshot"]["caldera_piqa"]["margin"] = list(base + 0.05)
+    z = [c for c in table_claims({"table1_llama2_zeroshot": t}) if "zero-shot" in c["claim"]]
+    assert len(z) == 1 and z[0]["verdict"] == "holds"  # same accuracy: only the margin resolves it
+    assert "accuracy +0.0 [+0.0, +0.0]" in z[0]["numbers"] and "40 documents" in z[0]["numbers"]
+    t["samples"]["c4-r16"]["zeroshot"]["caldera_piqa"]["margin"] = list(base + rng.normal(0, 1, n))
+    t["samples"]["c4-r32"]["zeroshot"]["caldera_piqa"]["margin"] = list(base + rng.normal(0, 1, n))
+    z = [c for c in table_claims({"table1_llama2_zeroshot": t}) if "zero-shot" in c["claim"]]
+    assert z[0]["verdict"] == "inconclusive"
+
+
+def test_extra_claims_are_appended_and_validated():
+    import pytest
+
+    from caldera.experiments.report.claims import check
+
+    extra = [{"claim": "CALDERA below QuIP# on every compressed matrix", "source": "compression logs",
+              "verdict": "holds", "numbers": "210/210"}]
+    c = check(_fig3(), _fig4(), {"table1_llama2_zeroshot": _table1()}, extra=extra)
+    assert _verdict(c, "CALDERA below QuIP# on every")["sdd"].startswith("—")
+    with pytest.raises(ValueError, match="verdict"):
+        check(_fig3(), _fig4(), {}, extra=[{**extra[0], "verdict": "maybe"}])
+
+
+# ---------------------------------------------------------------------------------------- Table 6 (throughput)
+
+
+def _tp_table(speeds: dict[str, tuple[float, float]], decode_speeds: dict | None = None) -> dict:
+    """A Table 6 JSON with the paper's 7B rows; ``speeds[variant] = (median, spread)``: 5 repeats at
+    median × (1 + spread · {−1, −½, 0, ½, 1}) for the paper's protocol (decode: ``decode_speeds`` or the same)."""
+    from caldera.experiments.jobs.throughput import PROTOCOLS
+
+    def reps(m, s):
+        return [m * (1 + s * d) for d in (-1, -0.5, 0, 0.5, 1)]
+
+    rows = [("Uncompressed", None, "d"), ("CALDERA", 16, "c16"), ("CALDERA", 4, "c4a"), ("CALDERA", 4, "c4b"),
+            ("QuIP#", None, "q")]
+    measured = {}
+    for v, ms in speeds.items():
+        per = {"single_token": ms, "decode": (decode_speeds or speeds)[v]}
+        measured[v] = {p: {"tokens_per_s": reps(*per[p])} for p in PROTOCOLS}
+    return {"rows": [{"paper_method": m, "b_lr": b, "variant": v} for m, b, v in rows], "measured": measured}
+
+
+def _tp_verdicts(tab) -> list[str]:
+    from caldera.experiments.jobs.throughput import throughput_claims
+
+    return [c["verdict"] for c in throughput_claims(tab)]
+
+
+def test_throughput_claims_hold_on_separated_repeats():
+    tab = _tp_table({"d": (10, 0.02), "c16": (30, 0.02), "c4a": (20, 0.02), "c4b": (21, 0.02), "q": (40, 0.02)})
+    assert _tp_verdicts(tab) == ["holds", "holds", "holds"]
+
+
+def test_throughput_claims_follow_the_spread_not_the_medians():
+    """Same medians as above, but every variant's repeats spread ±60 %: the ranges overlap, so nothing is
+    resolved (a verdict from the medians alone would say holds)."""
+    tab = _tp_table({"d": (10, 0.6), "c16": (30, 0.6), "c4a": (20, 0.6), "c4b": (21, 0.6), "q": (40, 0.6)})
+    assert _tp_verdicts(tab) == ["inconclusive", "inconclusive", "inconclusive"]
+    # one pair resolved in the claimed direction and one overlapping: still not "holds"
+    tab = _tp_table({"d": (10, 0.02), "c16": (30, 0.02), "c4a": (20, 0.02), "c4b": (29, 0.05), "q": (40, 0.02)})
+    assert _tp_verdicts(tab)[2] == "inconclusive"
+
+
+def test_throughput_claims_fail_when_the_ordering_is_reversed():
+    """This CPU's finding: compressed slower than dense; one resolved reversal is enough to fail."""
+    tab = _tp_table({"d": (10, 0.02), "c16": (5, 0.02), "c4a": (12, 0.02), "c4b": (13, 0.02), "q": (40, 0.02)})
+    from caldera.experiments.jobs.throughput import throughput_claims
+
+    claims = throughput_claims(tab)
+    assert [c["verdict"] for c in claims] == ["fails", "holds", "fails"]
+    assert "c16 / d: ×0.50 (slower)" in claims[0]["numbers"]
+
+
+def test_throughput_claims_are_decided_on_the_papers_protocol():
+    """The verdict is the single-token forward's (the paper's protocol); the KV-cache one is only reported."""
+    fast = {"d": (10, 0.02), "c16": (30, 0.02), "c4a": (20, 0.02), "c4b": (21, 0.02), "q": (40, 0.02)}
+    slow_decode = {**fast, "c16": (5, 0.02)}
+    from caldera.experiments.jobs.throughput import throughput_claims
+
+    claims = throughput_claims(_tp_table(fast, slow_decode))
+    assert claims[0]["verdict"] == "holds" and "generate, KV cache: **fails**" in claims[0]["numbers"]
+
+
+def test_throughput_claims_not_testable_without_a_side():
+    tab = _tp_table({"d": (10, 0.02), "c4a": (20, 0.02), "q": (40, 0.02)})  # no 16-bit variant measured
+    tab["rows"] = [r for r in tab["rows"] if r["variant"] in tab["measured"]]
+    assert _tp_verdicts(tab) == ["holds", "holds", "not testable at this scale"]
+
+
+def test_check_reports_throughput_pending_without_table6():
+    from caldera.experiments.report.claims import check
+
+    fig3 = {"curves": []}
+    fig4 = {"curves": []}
+    pend = [c for c in check(fig3, fig4, {}) if c["source"] == "Table 6"]
+    assert len(pend) == 1 and pend[0]["verdict"].startswith("pending")
+    tab = _tp_table({"d": (10, 0.02), "c16": (30, 0.02), "c4a": (20, 0.02), "c4b": (21, 0.02), "q": (40, 0.02)})
+    got = [c for c in check(fig3, fig4, {}, throughput=tab) if "Table 6" in c["source"]]
+    assert [c["verdict"] for c in got] == ["holds", "holds", "holds"]
+
+
+def _rhtft_table(before: float, after: float, spread: float = 0.0) -> dict:
+    """A Table 3 with one fine-tuned row (variant ``base+rhtft``, base ``base``) and one row pending in this config."""
+    rows = [_row("llama-2-7b", "CALDERA", 64, 4.0, after, 6.30, "S", variant="base+rhtft"),
+            _row("llama-2-7b", "CALDERA", 128, 4.0, None, 6.09, "pending", variant=None)]
+    rows[1]["variant"] = None
+    rows[0]["base_variant"] = "base"
+    rows[0]["ours"]["wiki2_ppl_no_ft"] = before
+    rows[0]["paper"]["wiki2_ppl_no_ft"] = 7.37
+    tab = _with_windows({"rows": [rows[0], {**rows[0], "variant": "base", "ours": {"wiki2_ppl": before}}]}, spread)
+    return {**tab, "rows": [tab["rows"][0], rows[1]]}
+
+
+def test_rhtft_claim_decided_by_the_paired_interval():
+    from caldera.experiments.report.claims import RHTFT_CLAIM, rhtft_claims
+
+    holds = rhtft_claims({"table3_llama2_rhtft": _rhtft_table(before=40.0, after=30.0)})
+    assert len(holds) == 1 and holds[0]["claim"] == RHTFT_CLAIM  # one claim per fine-tuned row, pending rows skipped
+    assert holds[0]["verdict"] == "holds" and "×0.750 [0.750, 0.750]" in holds[0]["numbers"]
+    assert "k=64 B_LR=4" in holds[0]["source"] and "paper 7.37 → 6.30" in holds[0]["numbers"]
+    fails = rhtft_claims({"table3_llama2_rhtft": _rhtft_table(before=30.0, after=40.0)})
+    assert fails[0]["verdict"] == "fails"
+    # lower on average (×0.98) but ±20 % per window: a verdict from the point estimate would say "holds"
+    straddle = rhtft_claims({"table3_llama2_rhtft": _rhtft_table(before=40.0, after=39.2, spread=0.2)})[0]
+    lo, hi = (float(x) for x in straddle["numbers"].split("[")[1].split("]")[0].split(", "))
+    assert lo < 1.0 < hi and straddle["verdict"] == "inconclusive"
+
+
+def test_rhtft_claim_pending_without_the_tables_and_kept_out_of_the_ranking_claims():
+    from caldera.experiments.report.claims import RHTFT_CLAIM, check
+
+    c = check(_fig3(), _fig4(), {"table1_llama2_zeroshot": _table1()})
+    assert _verdict(c, RHTFT_CLAIM)["verdict"].startswith("pending")
+    c = check(_fig3(), _fig4(), {"table1_llama2_zeroshot": _table1(),
+                                 "table3_llama2_rhtft": _rhtft_table(before=40.0, after=30.0)})
+    assert _verdict(c, RHTFT_CLAIM)["verdict"] == "holds"
+    assert not any("table3" in x["source"] and x["claim"] != RHTFT_CLAIM for x in c)
+
+
+# ---- claims across compression seeds ---------------------------------------------------------------------------
+
+
+def _seeded(table: dict, factors: dict[str, tuple[float, ...]]) -> dict:
+    """``table`` with each listed variant realized once per factor: seed s's windows are seed 0's scaled by
+    ``factors[v][s]`` in perplexity (a realization that is better or worse on every window alike)."""
+    out = {**table, "realizations": dict(table["realizations"]), "seed_samples": dict(table["seed_samples"])}
+    for v, fs in factors.items():
+        w = table["samples"][v]["ppl"]["wiki"]
+        out["seed_samples"][v] = [{"ppl": {"wiki": {"window_nll": [x + math.log(f) * t for x, t in
+                                                                   zip(w["window_nll"], w["window_tokens"])],
+                                                    "window_tokens": w["window_tokens"]}}, "zeroshot": {}}
+                                  for f in fs]
+        out["realizations"][v] = {"random": True, "seeds": list(range(len(fs))), "ids": [v] * len(fs)}
+    return out
+
+
+def test_a_window_only_win_is_undone_by_the_seed_spread():
+    from caldera.experiments.report.claims import table_claims
+
+    t = _table1(c4=36.0, quip=40.0)  # ×0.90 on every window of seed 0
+    beats = _verdict(table_claims({"table1_llama2_zeroshot": t}), "4-bit CALDERA beats QuIP# in Wiki2")
+    assert beats["verdict"] == "holds"
+    # other realizations of the same two variants land ±15 % around: the seeds do not resolve the direction
+    t = _seeded(t, {"c4-r16": (1.0, 1.15, 0.9), "quip": (1.0, 0.85, 1.1), "c4-r32": (1.0, 1.2, 0.85)})
+    beats = _verdict(table_claims({"table1_llama2_zeroshot": t}), "4-bit CALDERA beats QuIP# in Wiki2")
+    assert beats["verdict"] == "inconclusive", beats["numbers"]
+    iv = beats["intervals"][0]
+    assert iv["seeds"] == [3, 3] and not iv["paired_seeds"] and iv["lo"] < 1.0 < iv["hi"]
+    assert "seeds ±" in beats["numbers"] and "3 seeds" in beats["sdd"]
+
+
+def test_realizations_that_move_together_still_count_each_variants_spread():
+    """Shared seeds are not paired (tables.PAIR_SEEDS): two variants whose realizations move by the same factor
+    on every seed have a constant per-seed ratio, which a paired seed part would call certain; the seed part
+    counts each variant's own spread instead, so ±20 % realizations leave a ×0.90 win undecided."""
+    from caldera.experiments.report.claims import table_claims
+
+    t = _table1(c4=36.0, quip=40.0)
+    same = (1.0, 1.2, 0.8)
+    t = _seeded(t, {"c4-r16": same, "quip": same, "c4-r32": same})
+    beats = _verdict(table_claims({"table1_llama2_zeroshot": t}), "4-bit CALDERA beats QuIP# in Wiki2")
+    iv = beats["intervals"][0]
+    assert not iv["paired_seeds"] and iv["seed_half"] > 0.1, iv
+    assert beats["verdict"] == "inconclusive", beats["numbers"]
+
+
+def test_one_realization_of_a_compressed_side_needs_mini_full():
+    from caldera.experiments.report.claims import NEEDS_SEEDS, table_claims
+
+    t = _table1(c4=30.0, quip=40.0)
+    for v in ("c4-r16", "quip"):  # seed 0 only
+        t["realizations"][v] = {"random": True, "seeds": [0], "ids": [v]}
+        del t["seed_samples"][v]
+    beats = _verdict(table_claims({"table1_llama2_zeroshot": t}), "4-bit CALDERA beats QuIP# in Wiki2")
+    assert beats["verdict"] == NEEDS_SEEDS
+    assert "windows only [0.750, 0.750]" in beats["numbers"] and beats["sdd"].startswith("undetermined")
+
+
+def test_spread_report_lists_the_seed_spread_and_the_seeds_needed():
+    from caldera.experiments.report.claims import seeds_needed, spread_report, table_claims
+
+    t = _seeded(_table1(c4=36.0, quip=40.0), {"c4-r16": (1.0, 1.02, 0.99), "quip": (1.0, 0.98, 1.01)})
+    tables = {"table1_llama2_zeroshot": t}
+    md, data = spread_report(tables, table_claims(tables))
+    row = [r for r in data["variants"] if r["variant"] == "c4-r16"][0]
+    logs = np.log([36.0 * f for f in (1.0, 1.02, 0.99)])
+    assert row["wiki"]["seed_sd"] == pytest.approx(logs.std(ddof=1), rel=1e-6)
+    assert row["wiki"]["per_seed"] == pytest.approx([36.0, 36.72, 35.64], rel=1e-6)
+    assert "| c4-r16 |" in md and "Seeds each comparison needs" in md
+    cal = [p for p in data["pools"] if p["family"] == "caldera"][0]  # c4-r16 and the identical-seed CALDERA rows
+    assert cal["variants"] == ["c16-r8", "c4-r16", "c4-r32"] and cal["df"] == 6
+    assert cal["var"] == pytest.approx(logs.var(ddof=1) * 2 / 6, rel=1e-6)
+    assert "## Pooled realization spread" in md and "| caldera | S |" in md
+    comp = [c for c in data["comparisons"] if c["pair"] == ["c4-r16", "quip"]][0]
+    assert comp["seeds_needed"] == seeds_needed(math.log(comp["estimate"]), comp["window_half"],
+                                                comp["seed_half"] / 4.302652729911275 * math.sqrt(3))
+
+
+def test_seeds_needed_grows_with_the_spread_and_stops_at_the_windows():
+    from caldera.experiments.report.claims import seeds_needed
+
+    assert seeds_needed(0.2, 0.0, 0.01) == 2
+    few, many = seeds_needed(0.1, 0.02, 0.05), seeds_needed(0.1, 0.02, 0.15)
+    assert few is not None and many is not None and many > few
+    assert seeds_needed(0.05, 0.06, 0.0) is None  # the windows alone are wider than the effect
+
+
+def test_spread_report_puts_the_zero_shot_seed_spread_beside_the_documents():
+    from caldera.experiments.report.claims import spread_report
+
+    t = _table1()
+    docs = list(range(10))
+    per_seed = []
+    for s, shift in enumerate((0.0, 0.3, -0.3)):
+        per_seed.append({"ppl": t["samples"]["quip"]["ppl"],
+                         "zeroshot": {"caldera_rte": {"doc_id": docs, "acc": [1.0] * (5 + s) + [0.0] * (5 - s),
+                                                      "margin": [0.1 * d + shift for d in docs]}}})
+    t["seed_samples"]["quip"] = per_seed
+    md, data = spread_report({"table1_llama2_zeroshot": t}, [])
+    z = [r for r in data["variants"] if r["variant"] == "quip"][0]["zeroshot"]
+    assert z["n"] == 10 and z["margin_per_seed"] == pytest.approx([0.45, 0.75, 0.15])
+    assert z["margin_seed_sd"] == pytest.approx(0.3) and z["acc_per_seed"] == pytest.approx([0.5, 0.6, 0.7])
+    assert "| quip | 0/1/2 | 10 |" in md
+
+
+# ---- an extra method against CALDERA and QuIP# at the nearest bits ----------------------------------
+
+
+def _extra_table(extra_ppl):
+    rows = [_row("llama-2-7b", "Unquantized (7B)", 0, None, 10.0, 5.0, "S", variant="dense"),
+            _row("llama-2-7b", "QuIP# (7B, No FT)", 0, None, 40.0, 8.0, "S", variant="quip"),
+            _row("llama-2-7b", "CALDERA (7B)", 128, 4.0, 30.0, 6.0, "S", variant="c4-r16"),
+            _row("llama-2-7b", "CALDERA (7B)", 64, 16.0, 35.0, 6.0, "S", variant="c16-r8"),
+            _row("—", "rtn-3bit (ours only)", "—", "—", extra_ppl, None, "S", variant="rtn3"),
+            _row("—", "unquantized (ours only)", "—", "—", 10.0, None, "S", variant="x-dense")]
+    bits = {"quip": 2.0, "c4-r16": 2.18, "c16-r8": 2.37, "rtn3": 3.0, "x-dense": None, "dense": None}
+    for r in rows:
+        r["ours"]["avg_bits"] = bits[r["variant"]]
+    return _with_windows({"rows": rows})
+
+
+def test_an_extra_method_is_compared_with_caldera_and_quip_at_the_nearest_bits():
+    from caldera.experiments.report.claims import extra_method_claims
+
+    claims = extra_method_claims({"table1_llama2_zeroshot": _extra_table(36.0),
+                                  "table7_mistral": _extra_table(36.0)})
+    assert len(claims) == 2  # against CALDERA and against QuIP#; the dense extra row (no bits) is left out
+    cal, quip = claims
+    assert cal["claim"] == ("rtn-3bit beats CALDERA at the nearest bits in Wiki2 perplexity (3.00 vs 2.37 bits: "
+                            "c16-r8, CALDERA k=64)")  # 16-bit k=64 (2.37) is nearer 3.00 than 4-bit k=128 (2.18)
+    assert cal["verdict"] == "fails" and "ppl rtn3 / c16-r8: ×1.029" in cal["numbers"]  # 36 / 35 on every window
+    assert quip["claim"].startswith("rtn-3bit beats QuIP# at the nearest bits") and quip["verdict"] == "holds"
+    assert cal["source"] == "table1_llama2_zeroshot, table7_mistral (extra_methods)"
+    assert cal["intervals"] and cal["intervals"][0]["kind"] == "ppl ratio"
+
+
+def test_an_extra_method_storing_a_float_q_is_not_compared_at_the_nearest_bits():
+    """A row whose Q is stored as floats (32 bits by the formula) is never set against the 2-bit rows: one entry per
+    variant says why, naming every table it is in, and no nearest-bits claim is made for it."""
+    from caldera.experiments.report.claims import NOT_COMPARED, VERDICTS, extra_method_claims
+
+    def table():
+        tab = _extra_table(36.0)
+        x = next(r for r in tab["rows"] if r["variant"] == "rtn3")
+        x.update(method="rtn-3bit, Q stored dense (ours only)", q_dense=True)
+        x["ours"].update(avg_bits=32.37, storage_bits=32.0)
+        return tab
+
+    claims = extra_method_claims({"table1_llama2_zeroshot": table(), "table7_mistral": table()})
+    assert len(claims) == 1 and NOT_COMPARED in VERDICTS
+    c = claims[0]
+    assert c["verdict"] == NOT_COMPARED and c["claim"] == "rtn-3bit against CALDERA and QuIP# at the nearest bits"
+    assert c["source"] == "table1_llama2_zeroshot, table7_mistral (extra_methods)"
+    assert "32.37 bits per weight by the App. E.5 formula, 32.00 as stored" in c["numbers"]
+
+
+def test_a_pair_in_several_rows_of_a_table_names_the_table_once_and_no_paper_model():
+    """One stand-in variant fills the 7B, 13B and 70B rows of Table 1, and an extra method's row stands beside each
+    (``extra_methods[].beside``): one claim, its source naming each table once, labelled by the variant, not by
+    the last row's paper model."""
+    from caldera.experiments.report.claims import extra_method_claims
+
+    def table(models):
+        tab = _extra_table(36.0)
+        cal, x = tab["rows"][2], next(r for r in tab["rows"] if r["variant"] == "rtn3")
+        rows = [r for r in tab["rows"] if r is not cal and r is not x]
+        for m in models:
+            rows += [{**cal, "method": f"CALDERA ({m})", "paper_model": f"llama-2-{m.lower()}"},
+                     {**x, "beside": "c4-r16"}]
+        tab["rows"] = rows
+        return tab
+
+    claims = extra_method_claims({"table1_llama2_zeroshot": table(["7B", "13B", "70B"]),
+                                  "table7_mistral": table(["7B"])})
+    beside = [c for c in claims if "the row beside it" in c["claim"]]
+    assert len(beside) == 1
+    assert beside[0]["source"] == "table1_llama2_zeroshot, table7_mistral (extra_methods)"
+    assert "(70B)" not in beside[0]["claim"] and "the row beside it, c4-r16, CALDERA k=128 B_LR=4" in beside[0]["claim"]
+
+
+def test_extra_method_claims_reach_check():
+    from caldera.experiments.report.claims import check
+
+    claims = check(_fig3(), _fig4(), {"table1_llama2_zeroshot": _extra_table(33.0)})
+    assert any(c["claim"].startswith("rtn-3bit beats CALDERA") for c in claims)
+
+
+# ---- one realization: pooled family spread, monotone decisions, deterministic methods --------------------------
+
+
+def _one_seed(t: dict, *variants: str) -> dict:
+    for v in variants:
+        t["realizations"][v] = {**t["realizations"][v], "seeds": [0], "ids": [v]}
+        t["seed_samples"].pop(v, None)
+    return t
+
+
+def test_one_realization_takes_its_familys_pooled_spread():
+    from caldera.experiments.report.claims import check
+
+    def beats(factors):
+        t = _one_seed(_seeded(_table1(c4=30.0, quip=40.0), factors), "c4-r16")
+        c = [c for c in check(_fig3(), _fig4(), {"table1_llama2_zeroshot": t})
+             if c["claim"].startswith("4-bit CALDERA beats QuIP# in Wiki2")][0]
+        return c, c["intervals"][0]
+
+    # the other CALDERA variants spread by ±2 %: the ×0.75 win of the one-seed row is decided with their pool
+    c, iv = beats({"c4-r32": (1.0, 1.02, 0.98), "c16-r8": (1.0, 0.98, 1.02), "quip": (1.0, 1.01, 0.99)})
+    assert c["verdict"] == "holds", c["numbers"]
+    assert set(iv["pooled_from"]) == {"c4-r16"} and iv["pooled_from"]["c4-r16"]["df"] == 4
+    assert "c4-r16: pooled caldera spread" in c["numbers"]
+    # the same win with a family spreading by ±40 %: the pool leaves it undecided
+    c, _ = beats({"c4-r32": (1.0, 1.5, 0.6), "c16-r8": (1.0, 0.6, 1.5), "quip": (1.0, 1.01, 0.99)})
+    assert c["verdict"] == "inconclusive", c["numbers"]
+
+
+def test_a_window_interval_that_straddles_one_is_inconclusive_without_any_seeds():
+    """The seed part only widens an interval, so a one-realization comparison whose windows alone straddle
+    no-difference is inconclusive, whatever its realization spread; one the windows resolve is not decided."""
+    from caldera.experiments.report.claims import NEEDS_SEEDS, table_claims
+
+    t = _one_seed(_table1(c4=40.0, quip=40.0, spread=0.05), "c4-r16", "quip", "c4-r32", "c16-r8")
+    iv = _verdict(table_claims({"table1_llama2_zeroshot": t}), "4-bit CALDERA beats QuIP# in Wiki2")
+    assert iv["verdict"] == "inconclusive" and iv["intervals"][0]["seed_half"] is None
+    assert iv["intervals"][0]["window_lo"] < 1.0 < iv["intervals"][0]["window_hi"]
+    t = _one_seed(_table1(c4=30.0, quip=40.0, spread=0.05), "c4-r16", "quip", "c4-r32", "c16-r8")
+    assert _verdict(table_claims({"table1_llama2_zeroshot": t}),
+                    "4-bit CALDERA beats QuIP# in Wiki2")["verdict"] == NEEDS_SEEDS
+
+
+def test_a_deterministic_extra_method_is_decided_without_replicates():
+    """A deterministic method (no seed, no realization spread) against a replicated baseline: decided on the
+    baseline's spread alone; against a one-seed baseline with no pool in its family, not decided."""
+    from caldera.experiments.report.claims import NEEDS_SEEDS, extra_method_claims
+
+    tab = _extra_table(36.0)
+    tab["realizations"]["rtn3"] = {"random": False, "seeds": [None], "ids": ["rtn3"], "family": "rtn"}
+    tab["seed_samples"].pop("rtn3")
+    tab = _seeded(tab, {"c16-r8": (1.0, 1.01, 0.99), "quip": (1.0, 1.02, 0.98)})
+    cal, quip = extra_method_claims({"table1_llama2_zeroshot": tab})
+    assert cal["verdict"] == "fails" and quip["verdict"] == "holds", (cal["numbers"], quip["numbers"])
+    iv = cal["intervals"][0]
+    assert iv["seeds"] == [3] and iv["seed_half"] > 0 and not iv["pooled_from"]  # the deterministic side: no group
+    one = _one_seed(tab, "quip")
+    assert extra_method_claims({"table1_llama2_zeroshot": one})[1]["verdict"] == NEEDS_SEEDS
+
+
+def test_zero_shot_claim_states_the_documents_the_papers_effect_needs():
+    from caldera.experiments.report.claims import documents_needed, paper_accuracy_effect
+
+    assert documents_needed(80, 0.10, 0.02) == 2000  # (0.10 / 0.02)² × 80
+    assert documents_needed(80, 0.01, 0.02) == 80 and documents_needed(80, 0.1, None) is None
+    a = {"paper": {"wino_acc": 60.0, "rte_acc": 50.0, "piqa_acc": None}}
+    b = {"paper": {"wino_acc": 58.0, "rte_acc": 49.0, "piqa_acc": 70.0}}
+    assert paper_accuracy_effect(a, b) == pytest.approx(0.015)
+
+
+def test_ordering_claims_state_their_kl_reading_beside_the_verdict():
+    """With the paired metrics against the dense model in the windows' samples, each perplexity comparison also
+    gives the KL difference (a second view): its estimate is the difference of the per-token means, and it never
+    changes the verdict."""
+    from caldera.experiments.report.claims import table_claims
+
+    t = _table1(c4=30.0, quip=40.0)
+    kl = {"c4-r16": 0.30, "quip": 0.50, "c4-r32": 0.25, "c16-r8": 0.40, "dense": 0.0}
+    for v, k in kl.items():
+        w = t["samples"][v]["ppl"]["wiki"]
+        w["window_kl"] = [k * tok + 0.01 * i for i, tok in enumerate(w["window_tokens"])]
+    before = _verdict(table_claims({"table1_llama2_zeroshot": _table1(c4=30.0, quip=40.0)}),
+                      "4-bit CALDERA beats QuIP# in Wiki2")
+    beats = _verdict(table_claims({"table1_llama2_zeroshot": t}), "4-bit CALDERA beats QuIP# in Wiki2")
+    assert beats["verdict"] == before["verdict"] == "holds"
+    iv = beats["kl"][0]
+    assert iv["pair"] == ["c4-r16", "quip"] and iv["estimate"] == pytest.approx(-0.20)
+    assert iv["a_kl"] == pytest.approx(0.30 + 0.01 * 3.5 / TOK) and iv["lo"] <= -0.2 <= iv["hi"]
+    assert "KL from the dense model" in beats["numbers"] and "c4-r16 0.300 vs quip 0.500" in beats["numbers"]
+    assert "kl" not in before
