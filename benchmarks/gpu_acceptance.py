@@ -29,7 +29,7 @@ stage, so what was measured survives a later stage's failure or timeout:
   iterations, extrapolated to T_out 15 as ``prepare + it 0 + 14 · last it`` as ``benchmarks/compare_engine.py``
   and ``kernels/measured/ENGINE.md`` do), beside the CPU figure of the same call (its SVD setting too) from
   ``kernels/measured/``;
-* ``costs`` — the component costs of ``caldera cost`` (:func:`caldera.experiments.planning.cost.measure_components`, the
+* ``costs`` — the component costs of ``caldera cost`` (``benchmarks/cost_components.py``, the
   shapes of ``benchmarks/measure_costs.py``), written as ``DIR/costs-<device>.json``; copy it to
   ``kernels/measured/`` to make ``caldera cost --device cuda`` predict from it.
 
@@ -385,7 +385,10 @@ def stage_gpu_tests(a: argparse.Namespace) -> dict[str, Any]:
 
 def stage_costs(a: argparse.Namespace) -> dict[str, Any]:
     from caldera.config import CalderaConfig
-    from caldera.experiments.planning.cost import decompose_seconds, load_costs, measure_components
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from cost_components import measure_components
+
+    from caldera.experiments.planning.cost import decompose_seconds, load_costs
 
     if a.tiny:
         shapes, k, kw = [(32, 64), (64, 64)], 8, {"forward_widths": (64,), "forward_tokens": 64}

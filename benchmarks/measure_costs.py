@@ -15,9 +15,12 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from cost_components import measure_components, points_from_benchmark  # noqa: E402
 
 from caldera.atomic import write_atomic  # noqa: E402
-from caldera.experiments.planning.cost import measure_components, points_from_benchmark, refit  # noqa: E402
+from caldera.experiments.planning.cost import refit  # noqa: E402
 
 
 def main() -> int:

@@ -25,17 +25,22 @@ rank  layer           modules
 4     nn              ``nn``: the compressed layer ``CompressedLinear`` (storage format, forward, kernel choice)
 5     pipeline        ``pipeline``: whole models (assets, text, Hessians, compression, checkpoints, HF loading)
 6     evaluation      ``eval``, ``finetune``, ``reports``: libraries that measure or train models
-7     experiments     ``experiments``: the workflow's plan, jobs, tables, figures and claims
-8     entry points    ``cli`` and the package ``caldera`` itself (its lazy public API and the transformers hook)
+7     planning        ``experiments.planning``: the workflow config's typed settings and checks, the plan (variants,
+                      table rows, replicates), the rows of Tables 5 and 6, the figures' and the selection's plans,
+                      and the cost of a run before it starts
+8     report          ``experiments.report``: every table, plot and claim, from small result files
+9     jobs            ``experiments.jobs``: one module per workflow rule family, each job's ``step_*`` function
+10    entry points    ``cli`` and the package ``caldera`` itself (its lazy public API and the transformers hook)
 ====  ==============  ===========================================================================================
 
 The theory checks live outside the package, in the top-level ``theory/`` (checks, report and their tests): they
 import ``caldera``, and no module of ``caldera`` may import ``theory``, at any level or inside a function.
 
-Two more rules: a private name (``_x``) is imported only inside its own package (``experiments.claims`` may use
-``experiments.tables._paired``; ``kernels.native`` may not use ``hadamard._factor_matrix``), and only the dispatcher
-:mod:`caldera.kernels.fused` and the kernels' shared modules are imported from outside ``caldera.kernels``: the
-backends (``cpu``, ``native``, ``triton_e8p``) are its business.
+Two more rules: a private name (``_x``) is imported only inside its own package (``experiments.report.claims`` may
+use ``experiments.report.tables._paired``, ``experiments.jobs`` may not; ``kernels.native`` may not use
+``hadamard._factor_matrix``), and only the dispatcher :mod:`caldera.kernels.fused` and the kernels' shared modules
+are imported from outside ``caldera.kernels``: the backends (``cpu``, ``native``, ``triton_e8p``) are its
+business.
 """
 
 from __future__ import annotations
@@ -59,7 +64,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("nn", ("nn",)),
     ("pipeline", ("pipeline",)),
     ("evaluation", ("eval", "finetune", "reports")),
-    ("experiments", ("experiments",)),
+    ("planning", ("experiments", "experiments.planning")),  # "experiments": the package's own (empty) __init__
+    ("report", ("experiments.report",)),
+    ("jobs", ("experiments.jobs",)),
     ("entry points", ("cli", "")),  # "": the package's own __init__
 )
 #: Modules of ``caldera.kernels`` that only the kernels package imports (its dispatcher chooses among them).
@@ -325,7 +332,8 @@ def test_checker_finds_imports_of_an_outside_package(tmp_path):
 @pytest.mark.parametrize("module, layer", [
     ("caldera", "entry points"), ("caldera.cli", "entry points"), ("caldera.ldl", "algorithm"),
     ("caldera.ldlq", "algorithm"), ("caldera.kernels.native", "kernels"), ("caldera.nn.compressed_linear", "nn"),
-    ("caldera.experiments.planning.plan", "experiments"), ("caldera.cache", "foundation"),
+    ("caldera.experiments.planning.plan", "planning"), ("caldera.experiments.report.tables", "report"),
+    ("caldera.experiments.jobs.evaluate", "jobs"), ("caldera.cache", "foundation"),
 ])  # fmt: skip
 def test_layer_of_matches_whole_names(module, layer):
     assert LAYERS[layer_of(module)][0] == layer

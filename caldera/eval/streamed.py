@@ -188,3 +188,11 @@ def streamed_lm_class():
             return out
 
     return StreamedLM
+
+
+def should_stream(mode: str, weight_bytes: int, budget_bytes: int) -> bool:
+    """``eval.stream_layers``: ``always``, ``never``, or ``auto``: stream when the dense weights take more than
+    :data:`FIT_FRACTION` (80 %) of ``budget_bytes``."""
+    if mode not in ("auto", "always", "never"):
+        raise ValueError(f"eval.stream_layers: expected one of ['auto', 'always', 'never'], got {mode!r}")
+    return mode == "always" or (mode == "auto" and weight_bytes > FIT_FRACTION * budget_bytes)

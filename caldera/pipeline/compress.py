@@ -55,8 +55,7 @@ from caldera.atomic import remove_orphans, save_safetensors_atomic, sha256_file,
 from caldera.methods import get_method
 from caldera.metrics import relative_data_aware_error, relative_frobenius_error
 from caldera.nn.compressed_linear import CompressedLinear
-from caldera.pipeline.checkpoint import (  # noqa: F401 - LINEARS .. bits_summary: importable from here as before
-    LINEARS,
+from caldera.pipeline.checkpoint import (  # noqa: F401 - re-exported: what a compression job's callers read
     base_config_dict,
     bits_summary,
     layers_prefix,
@@ -66,6 +65,7 @@ from caldera.pipeline.checkpoint import (  # noqa: F401 - LINEARS .. bits_summar
     write_checkpoint,
 )
 from caldera.pipeline.hessians import GROUPS, check_hessian_files, decoder_layers, layer_file, load_layer_hessians
+from caldera.pipeline.linears import LINEARS  # noqa: F401 - re-exported for the callers of compress_model
 
 log = logging.getLogger("caldera.pipeline.compress")
 FORMAT = "caldera-layer/1"

@@ -52,6 +52,7 @@ from safetensors.torch import load_file, safe_open
 from torch import Tensor, nn
 
 from caldera.atomic import save_safetensors_atomic, write_atomic
+from caldera.pipeline.linears import GROUPS
 
 FORMAT = "caldera-hessians/1"
 META_KEY = "caldera_hessians"
@@ -60,13 +61,6 @@ SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.f
               "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
               "U16": torch.uint16, "U32": torch.uint32, "BOOL": torch.bool}
 
-#: Hessian group -> (hooked module path inside a decoder layer, linear layers that read it).
-GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "qkv": ("self_attn.q_proj", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")),
-    "o": ("self_attn.o_proj", ("self_attn.o_proj",)),
-    "up": ("mlp.up_proj", ("mlp.gate_proj", "mlp.up_proj")),
-    "down": ("mlp.down_proj", ("mlp.down_proj",)),
-}
 
 
 def layer_file(out_dir: str | os.PathLike, layer: int) -> Path:

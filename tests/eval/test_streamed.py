@@ -153,7 +153,7 @@ def test_streamed_zeroshot_tasks_match(tmp_path):
 
 
 def test_should_stream_rule():
-    from caldera.experiments.jobs.steps import should_stream
+    from caldera.eval.streamed import should_stream
 
     assert not should_stream("auto", 79, 100) and should_stream("auto", 81, 100)  # 80 % of the budget
     assert should_stream("always", 1, 10**12) and not should_stream("never", 10**12, 1)
@@ -168,7 +168,7 @@ def test_step_evaluate_auto_streams_only_a_model_over_the_budget(tmp_path, monke
     import json
 
     import caldera.pipeline.text as text
-    from caldera.experiments.jobs import steps
+    from caldera.experiments.jobs import evaluate as evaluate_job
     from caldera.experiments.planning.plan import Variant
     from caldera.experiments.planning.settings import EvalSettings, RunContext
     from tests.pipeline.test_checkpoint import word_tokenizer
@@ -186,20 +186,21 @@ def test_step_evaluate_auto_streams_only_a_model_over_the_budget(tmp_path, monke
     settings = EvalSettings.from_block(block)
     run = RunContext(name="t", device="cpu", dtype="auto", models={"m": {"source": str(src)}})
     v = Variant(id="m-dense", model="m", method="dense", replicate_of="m")  # a replicate: perplexity only
-    weights = steps.dense_weight_bytes(run.as_config(), "m", torch.float32)
+    weights = evaluate_job.dense_weight_bytes(run.as_config(), "m", torch.float32)
     assert weights == 4 * sum(p.numel() for p in tiny_llama(0, num_hidden_layers=3,
                                                                tie_word_embeddings=False).parameters())
-    assert not steps.streams(settings, run, v)  # the machine's own budget: a tiny model fits
-    assert not steps.streams(settings, run, v, budget_bytes=2 * weights)
-    assert steps.streams(settings, run, v, budget_bytes=weights)  # more than 80 % of it
-    assert not steps.streams(EvalSettings.from_block({**block, "stream_layers": "never"}), run, v, budget_bytes=1)
-    assert steps.streams(EvalSettings.from_block({**block, "stream_layers": "always"}), run, v)
-    assert not steps.streams(settings, run, Variant(id="c", model="m", method="caldera"), budget_bytes=1)
+    assert not evaluate_job.streams(settings, run, v)  # the machine's own budget: a tiny model fits
+    assert not evaluate_job.streams(settings, run, v, budget_bytes=2 * weights)
+    assert evaluate_job.streams(settings, run, v, budget_bytes=weights)  # more than 80 % of it
+    never = EvalSettings.from_block({**block, "stream_layers": "never"})
+    assert not evaluate_job.streams(never, run, v, budget_bytes=1)
+    assert evaluate_job.streams(EvalSettings.from_block({**block, "stream_layers": "always"}), run, v)
+    assert not evaluate_job.streams(settings, run, Variant(id="c", model="m", method="caldera"), budget_bytes=1)
 
     outs = {}
     for name, budget in [("memory", 10 * weights), ("streamed", weights // 2)]:
         out = tmp_path / f"{name}.json"
-        steps.step_evaluate(settings, run, v, None, {"wiki": str(out)}, str(tmp_path / f"{name}-zs.json"),
+        evaluate_job.step_evaluate(settings, run, v, None, {"wiki": str(out)}, str(tmp_path / f"{name}-zs.json"),
                             budget_bytes=budget)
         outs[name] = json.loads(out.read_text())  # no clock reading in it: the two paths write the same file
         assert len(opened) == (name == "streamed")

@@ -163,7 +163,7 @@ def test_config_checks_the_training_sources():
 def test_caption_names_the_data_each_config_uses(name, says, never, tmp_path):
     import yaml
 
-    from caldera.experiments.jobs.loraft import Table5Plan, build_table5, render_table5
+    from caldera.experiments.report.table5 import Table5Plan, build_table5, render_table5
     from tests.finetune.test_table5 import ROOT
 
     plan = Table5Plan.from_config(yaml.safe_load((ROOT / f"config/{name}.yaml").read_text()))

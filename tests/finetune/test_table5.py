@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from caldera.bits import MODEL_SHAPES, average_bits
-from caldera.experiments.jobs.loraft import Table5Plan, build_table5, lora_rows
+from caldera.experiments.planning.loraft_rows import lora_rows
+from caldera.experiments.report.table5 import Table5Plan, build_table5
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,8 +60,9 @@ def test_rht_ft_row_starts_from_the_rht_finetuned_checkpoint():
     """An `rht_ft: true` row fine-tunes the RHT-FT checkpoint of the same variant (rule rht_finetune's output),
     under the Tables 3-4 id `+rhtft`; the compression variant stays the base, which rhtft_variants pairs with
     the fine-tuned id (so rule `evaluate` scores its no-FT model); an entry without rht_ft names the No row."""
-    from caldera.experiments.jobs.loraft import lora_inputs, lora_variants
+    from caldera.experiments.planning.loraft_rows import lora_variants
     from caldera.experiments.planning.plan import all_variants, rhtft_variants
+    from caldera.experiments.report.table5 import lora_inputs
 
     cfg = _rht_cfg()
     rows = {r.id: r for r in lora_rows(cfg)}
@@ -98,7 +100,7 @@ def _write_eval(res: Path, variant: str, nll: list[float], correct: list[int]) -
 def test_every_measured_row_has_its_no_ft_baseline(tmp_path):
     """The "no FT" column comes from rule `evaluate`'s files of each row's starting model: the LoftQ row's own
     (not only CALDERA's), and the RHT-FT row's +rhtft model (never the plain compressed one)."""
-    from caldera.experiments.jobs.loraft import lora_inputs
+    from caldera.experiments.report.table5 import lora_inputs
 
     cfg = _mini()
     cfg["lora_ft"]["rows"].append(_rht_cfg()["lora_ft"]["rows"][0])

@@ -151,7 +151,8 @@ def test_workflow_step_loads_only_its_chunk(saved, tmp_path, monkeypatch):
     writes the layer a whole-model compression writes."""
     import safetensors
 
-    from caldera.experiments.jobs import steps
+    import caldera.pipeline.assets as assets
+    from caldera.experiments.jobs import compress as compress_job
     from caldera.experiments.planning.plan import Variant
     from caldera.methods import get_method
 
@@ -160,10 +161,10 @@ def test_workflow_step_loads_only_its_chunk(saved, tmp_path, monkeypatch):
                                                                          "num_layers": 4}}, layers_per_job=2)
     v = Variant(id="v", model="m", method="caldera", params=CALDERA,
                 config=get_method("caldera").make_config(CALDERA))
-    monkeypatch.setattr(steps, "load_dense", lambda *a, **k: pytest.fail("a compress job loaded the whole model"))
+    monkeypatch.setattr(assets, "load_model", lambda *a, **k: pytest.fail("a compress job loaded the whole model"))
     spy = Spy(safetensors.safe_open)
     monkeypatch.setattr(safetensors, "safe_open", spy)
-    res = steps.step_compress_layers(run, v, str(root / "hess"), 1, str(tmp_path / "job" / "chunk.json"))
+    res = compress_job.step_compress_layers(run, v, str(root / "hess"), 1, str(tmp_path / "job" / "chunk.json"))
     monkeypatch.undo()
     assert res["computed"] == [2, 3]
     assert sorted(k for k in spy.keys if k.startswith("model.")) == sorted(_layer_keys(2) + _layer_keys(3))
@@ -210,7 +211,8 @@ def test_assemble_step_reads_no_compressed_layers_weights_and_writes_the_same_ch
     the checkpoint folder is byte for byte the one assembled from the whole fp32 model."""
     import safetensors
 
-    from caldera.experiments.jobs import steps
+    import caldera.pipeline.assets as assets
+    from caldera.experiments.jobs import compress as compress_job
     from caldera.experiments.planning.plan import Variant
     from caldera.methods import get_method
     from tests.pipeline.test_checkpoint import word_tokenizer
@@ -227,8 +229,8 @@ def test_assemble_step_reads_no_compressed_layers_weights_and_writes_the_same_ch
     v = Variant(id="v", model="m", method="caldera", params=CALDERA, config=cfg)
     spy = Spy(safetensors.safe_open)
     monkeypatch.setattr(safetensors, "safe_open", spy)
-    monkeypatch.setattr(steps, "load_dense", lambda *a, **k: pytest.fail("the whole model was loaded"))
-    steps.step_assemble(run, v, str(tmp_path / "layers"), str(tmp_path / "new"))
+    monkeypatch.setattr(assets, "load_model", lambda *a, **k: pytest.fail("the whole model was loaded"))
+    compress_job.step_assemble(run, v, str(tmp_path / "layers"), str(tmp_path / "new"))
     monkeypatch.undo()
     read = set(spy.keys)
     assert not read & set(_layer_keys(0) + _layer_keys(1) + _layer_keys(3))  # compressed: never read

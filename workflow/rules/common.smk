@@ -11,7 +11,7 @@ from snakemake.utils import validate
 from caldera.atomic import write_atomic
 from caldera.experiments.planning.config_guard import check_config_files, device_errors, schema_errors
 from caldera.experiments.jobs.figures import figure3_jobs
-from caldera.experiments.jobs.loraft import Table5Plan, lora_inputs
+from caldera.experiments.report.table5 import Table5Plan, lora_inputs
 from caldera.experiments.planning.plan import (
     check_config,
     effective_settings,
@@ -20,7 +20,7 @@ from caldera.experiments.planning.plan import (
     replicate_variants,
     rhtft_variants,
 )
-from caldera.experiments.jobs.selection import (
+from caldera.experiments.planning.selection_plan import (
     SelectionPlan,
     matrix_claim_inputs,
     matrix_claim_variants,
@@ -28,14 +28,14 @@ from caldera.experiments.jobs.selection import (
 )
 from caldera.experiments.planning.job_costs import plan_line
 from caldera.experiments.planning.settings import BLOCKS, RunContext, block_settings
-from caldera.experiments.jobs.steps import layer_chunks
+from caldera.experiments.jobs.compress import layer_chunks
 from caldera.experiments.report.tables import TablePlan
-from caldera.experiments.jobs.throughput import (
+from caldera.experiments.planning.throughput_rows import (
     TABLE as THROUGHPUT_TABLE,
-    ThroughputTablePlan,
     moved_settings,
     throughput_variants,
 )
+from caldera.experiments.report.table6 import ThroughputTablePlan
 
 CONFIG_FILES = list(workflow.overwrite_configfiles) or ["config/mini.yaml"]
 try:
@@ -278,14 +278,14 @@ def get_lora_work_dir(wildcards):
 
 
 def get_table5_plan(wildcards):
-    """Rule lora_table's `plan` param (caldera.experiments.jobs.loraft.Table5Plan), made here from the config (None
+    """Rule lora_table's `plan` param (caldera.experiments.report.table5.Table5Plan), made here from the config (None
     without a lora_ft block: Table 5 is then pending_table's, but Snakemake still evaluates this rule's params
     while it resolves which rule makes the file)."""
     return Table5Plan.from_config(config) if config.get("lora_ft") else None
 
 
 def get_lora_table_inputs(wildcards):
-    """Every measurement Table 5 reads (caldera.experiments.jobs.loraft.lora_inputs)."""
+    """Every measurement Table 5 reads (caldera.experiments.report.table5.lora_inputs)."""
     return lora_inputs(config, RES)
 
 

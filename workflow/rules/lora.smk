@@ -5,8 +5,8 @@
 # (finetune.smk); rule `evaluate` scores every row's starting model (the "no FT" column; common.smk FT_VARIANTS).
 import re
 
-from caldera.experiments.jobs.loraft import TASKS as LORA_TASKS
-from caldera.experiments.jobs.loraft import lora_rows
+from caldera.experiments.planning.loraft_rows import TASKS as LORA_TASKS
+from caldera.experiments.planning.loraft_rows import lora_rows
 
 LORA_ROWS = {r.id: r for r in lora_rows(config)}
 

@@ -1,5 +1,5 @@
 # Table 6 (paper §5.4): batch-1 throughput of the dense stand-in and of the compressed checkpoints that Table 6's
-# rows map to (the zero-shot tables' variants: TP_VARIANTS in common.smk; caldera.experiments.jobs.throughput). One job
+# rows map to (the zero-shot tables' variants: TP_VARIANTS in common.smk; caldera.experiments.planning.throughput_rows). One job
 # per variant. Machine settings, rule defaults a profile overrides: the job reserves every core of the run
 # (threads: workflow.cores), so nothing runs beside the timed loops (`set-threads: {throughput: N}` in a profile
 # changes that; the SLURM profile sets it); the timed loops run on `torch_threads` torch threads, pinned (default 1;

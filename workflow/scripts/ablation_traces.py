@@ -1,4 +1,4 @@
-"""Rule ablation_traces: one job's curves of Figure 3 (caldera.experiments.jobs.figures.figure3_jobs)."""
+"""Rule ablation_traces: one job's curves of Figure 3 (caldera.experiments.planning.figure_plan.figure3_jobs)."""
 
 from caldera_job import job
 

@@ -4,7 +4,7 @@ from caldera_job import job
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with job(sm):
-    from caldera.experiments.jobs.steps import step_assemble
+    from caldera.experiments.jobs.compress import step_assemble
     from caldera.atomic import write_json
 
     write_json(sm.output.summary, step_assemble(sm.params.run, sm.params.variant, list(sm.input.chunks), sm.output.checkpoint))

@@ -8,7 +8,7 @@ from caldera_job import job
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with job(sm):
     from caldera.experiments.report.claims import write_claims
-    from caldera.experiments.jobs.selection import matrix_level_claims
+    from caldera.experiments.report.selection_report import matrix_level_claims
 
     summaries = {Path(p).parent.name: json.loads(Path(p).read_text()) for p in sm.input.summaries}
     write_claims(sm.input.fig3, sm.input.fig4, list(sm.input.tables), sm.output.md, sm.output.json,

@@ -4,7 +4,7 @@ from caldera_job import job
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with job(sm):
-    from caldera.experiments.jobs.steps import step_compress_layers
+    from caldera.experiments.jobs.compress import step_compress_layers
 
     step_compress_layers(sm.params.run, sm.params.variant, sm.input.hessians, int(sm.wildcards.chunk),
                          f"{sm.output.layers}/chunk.json", next(iter(sm.input.allocation), None))

@@ -4,7 +4,7 @@ from caldera_job import job
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with job(sm):
-    from caldera.experiments.jobs.steps import step_compress_variant
+    from caldera.experiments.jobs.compress import step_compress_variant
     from caldera.atomic import write_json
 
     write_json(sm.output.summary, step_compress_variant(sm.params.run, sm.params.variant, sm.input.hessians,

@@ -4,6 +4,6 @@ from caldera_job import job
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with job(sm):
-    from caldera.experiments.jobs.steps import step_reference
+    from caldera.experiments.jobs.evaluate import step_reference
 
     step_reference(sm.params.settings, sm.params.run, sm.wildcards.model, sm.output[0])

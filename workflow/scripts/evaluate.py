@@ -4,7 +4,7 @@ from caldera_job import job
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with job(sm):
-    from caldera.experiments.jobs.steps import step_evaluate
+    from caldera.experiments.jobs.evaluate import step_evaluate
 
     p = sm.params
     step_evaluate(p.settings, p.run, p.variant, getattr(sm.input, "checkpoint", None),

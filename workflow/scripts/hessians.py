@@ -4,6 +4,6 @@ from caldera_job import job
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with job(sm):
-    from caldera.experiments.jobs.steps import step_hessians
+    from caldera.experiments.jobs.calibrate import step_hessians
 
     step_hessians(sm.params.run, sm.wildcards.model, sm.output[0])

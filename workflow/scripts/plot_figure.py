@@ -4,7 +4,7 @@ from caldera_job import job
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with job(sm):
-    from caldera.experiments.jobs.figures import PLOTS
+    from caldera.experiments.report.plots import PLOTS
     from caldera.atomic import read_json
 
     PLOTS[int(sm.wildcards.n)](read_json(sm.input[0]), sm.output.png, sm.output.pdf,

@@ -4,7 +4,7 @@ from caldera_job import job
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with job(sm):
-    from caldera.experiments.jobs.figures import plot_rank_allocation
+    from caldera.experiments.report.plots import plot_rank_allocation
     from caldera.atomic import read_json
 
     allocations = {path.rsplit("/", 2)[-2]: read_json(path) for path in sm.input}

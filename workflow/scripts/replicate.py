@@ -5,7 +5,7 @@ from caldera_job import job
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with job(sm):
-    from caldera.experiments.jobs.steps import step_replicate
+    from caldera.experiments.jobs.compress import step_replicate
 
     p = sm.params
     step_replicate(p.run, p.settings, p.variant, sm.input.hessians, p.layers, sm.output.checkpoint, sm.output.summary,

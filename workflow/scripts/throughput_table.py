@@ -4,7 +4,7 @@ from caldera_job import job
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with job(sm):
-    from caldera.experiments.jobs.throughput import write_throughput_table
+    from caldera.experiments.report.table6 import write_throughput_table
 
     o = sm.output
     write_throughput_table(sm.params.results, sm.params.plan, o.md, o.tex, o.csv, o.json)

@@ -2,8 +2,8 @@
 config/mini.yaml``
 (it runs the workflow's evaluate step, so it lives beside it).
 
-Runs :func:`caldera.experiments.jobs.steps.step_evaluate` for the dense model of each ``--model`` into a temporary
-folder and reports wall seconds per component: imports, model load, perplexity data (tokenization) and
+Runs :func:`caldera.experiments.jobs.evaluate.step_evaluate` for the dense model of each ``--model`` into a
+temporary folder and reports wall seconds per component: imports, model load, perplexity data (tokenization) and
 forwards per corpus, lm-eval's model wrapper, task construction (``TaskManager`` + ``get_task_dict``),
 zero-shot scoring (``_loglikelihood_tokens``, the forwards) and the rest of ``simple_evaluate``. The timers wrap
 library functions (nothing in the product changes). ``--head`` also times one perplexity window's forward
@@ -57,14 +57,14 @@ def profile(config: dict, model: str, head: bool = False) -> dict:
     from lm_eval.models.huggingface import HFLM
 
     from caldera.eval import perplexity as ppl_mod
-    from caldera.experiments.jobs import steps
+    from caldera.experiments.jobs import evaluate as evaluate_job
     from caldera.experiments.planning.plan import make_variant
     from caldera.experiments.planning.settings import EvalSettings, RunContext
     from caldera.pipeline import text
 
     acc: dict[str, float] = defaultdict(float)
     acc["imports"] = time.perf_counter() - t0
-    _wrap(steps, "load_variant", "model load", acc)
+    _wrap(evaluate_job, "load_variant", "model load", acc)
     _wrap(text, "perplexity_stream", "ppl data (tokenize)", acc)
     _wrap(text, "random_windows", "ppl data (tokenize)", acc)
     _wrap(ppl_mod, "window_losses", "ppl forwards", acc)
@@ -78,15 +78,15 @@ def profile(config: dict, model: str, head: bool = False) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         outs = {c: str(Path(tmp, f"ppl_{c}.json")) for c in config["eval"]["ppl"]}
         t1 = time.perf_counter()
-        steps.step_evaluate(EvalSettings.from_block(config["eval"]), RunContext.from_config(config), v, None, outs,
-                            str(Path(tmp, "zeroshot.json")))
+        evaluate_job.step_evaluate(EvalSettings.from_block(config["eval"]), RunContext.from_config(config), v, None,
+                                   outs, str(Path(tmp, "zeroshot.json")))
         total = time.perf_counter() - t1
         zs = json.loads(Path(tmp, "zeroshot.json").read_text())
     out = {k: round(s, 2) for k, s in acc.items()}
     out["step_evaluate (total)"] = round(total, 2)
     out["zero-shot documents"] = sum(t["n"] for t in zs["results"]["tasks"].values())
     if head:
-        mdl, _ = steps.load_variant(config, v, None)  # the dense model: eval.weights does not apply
+        mdl, _ = evaluate_job.load_variant(config, v, None)  # the dense model: eval.weights does not apply
         seq = max(s["seq_len"] for s in config["eval"]["ppl"].values())
         out["one ppl window forward"] = {k: round(x, 3) if isinstance(x, float) else x
                                          for k, x in head_split(mdl, seq).items()}

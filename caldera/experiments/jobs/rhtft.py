@@ -35,7 +35,7 @@ def step_rht_finetune(settings: RhtFtSettings, run: RunContext, source: str, v: 
     and method config, plus an ``rht_ft`` record) and the summary (history, best epoch, wall time) to
     ``summary_out``. ``state_path``: per-epoch resume state (:func:`caldera.finetune.rht.rht_finetune`)."""
     from caldera.atomic import write_result
-    from caldera.experiments.jobs.steps import load_dense, run_device
+    from caldera.experiments.jobs.models import load_dense, run_device
     from caldera.finetune.rht import rht_finetune
     from caldera.pipeline.checkpoint import load_compressed, read_config, save_compressed
 

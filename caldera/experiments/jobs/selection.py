@@ -1,4 +1,6 @@
-"""The configuration of the CALDERA rows, chosen by the paper's own criterion on the calibration Hessians.
+"""The configuration of the CALDERA rows, chosen by the paper's own criterion on the calibration Hessians: the
+sweep job (its plan: :mod:`caldera.experiments.planning.selection_plan`; its Markdown and claims:
+:mod:`caldera.experiments.report.selection_report`).
 
 §4.1: the order of the Q and LR updates "can be swapped, depending on whichever yields a smaller error". This
 module applies that criterion to every configuration choice the paper leaves open (update order × the App. E.2
@@ -21,7 +23,8 @@ never selectable: it is outside the default's time budget.
 :func:`ablation_comparisons` re-runs the Figure 3 comparisons (App. G.1: 4-bit vs 16-bit factors, no LDLQ,
 16-bit CALDERA vs QuIP# + LR, LPLR's inner iterations) on the figure's own matrices with the selected
 configuration's update order, Hessian update and best-iterate tracking, so that a failing ablation claim can say
-whether its failure survives the configuration choice (:func:`configuration_notes`).
+whether its failure survives the configuration choice
+(:func:`caldera.experiments.report.selection_report.configuration_notes`).
 
 Outputs: ``selection.json`` (every measurement, the scores, the selected configuration) and ``selection.md``,
 which hold no clock reading (a rerun writes them byte for byte); the seconds of every decomposition and of the
@@ -30,89 +33,17 @@ job go to ``selection.timing.json`` beside them.
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from caldera.atomic import write_atomic
-from caldera.experiments.planning.settings import FiguresSettings, RunContext, SelectionSettings
+from caldera.experiments.planning.selection_plan import SelectionPlan, candidate_params, selection_bits
+from caldera.experiments.planning.settings import FiguresSettings, RunContext
+from caldera.experiments.report.selection_report import ablation_claims, geo_mean, to_markdown
 
 if TYPE_CHECKING:  # torch is imported where it is used: the workflow imports this module while parsing
     import torch
-
-
-
-
-def selection_models(config: dict[str, Any]) -> list[str]:
-    """Stand-ins the sweep runs on: the models of ``selection.layers`` that stand in for a paper model (a config
-    passed with ``--configfile`` on top of another is merged key by key, so ``layers`` may name models this run
-    does not use)."""
-    used = set(config["stand_ins"].values())
-    return sorted(m for m in config.get("selection", {}).get("layers", {}) if m in used)
-
-
-@dataclasses.dataclass(frozen=True)
-class SelectionPlan:
-    """What rule selection's job needs, built when the plan is made (:meth:`from_config`; its ``plan`` param):
-    the ``selection`` and ``figures`` settings, the run (models, stand-ins, ranks, layers), the stand-ins swept
-    (:func:`selection_models`), the CALDERA ranks swept per stand-in and B_LR (:func:`caldera_ranks`), QuIP#'s
-    params (``methods.quip#.params``: the reference every ratio divides by) and the run's own CALDERA params per
-    B_LR (:func:`caldera.experiments.planning.plan.caldera_params`: whether the selection matches the run)."""
-
-    settings: SelectionSettings
-    figures: FiguresSettings
-    run: RunContext
-    models: list[str]
-    ranks: dict[str, dict[int, list[int]]]
-    quip_params: dict[str, Any]
-    run_params: dict[int, dict[str, Any]]
-
-    @classmethod
-    def from_config(cls, config: dict[str, Any]) -> SelectionPlan:
-        from caldera.experiments.planning.plan import caldera_params
-
-        settings = SelectionSettings.from_block(config["selection"])
-        models = selection_models(config)
-        bits = selection_bits(settings.as_block())
-        return cls(settings=settings, figures=FiguresSettings.from_block(config["figures"]),
-                   run=RunContext.from_config(config), models=models,
-                   ranks={m: {b: caldera_ranks(config, m, b, settings.ranks) for b in bits} for m in models},
-                   quip_params=dict(config["methods"]["quip#"]["params"]),
-                   run_params={b: caldera_params(config, b) for b in bits})
-
-
-def selection_bits(sel: Mapping[str, Any]) -> list[int]:
-    """The factor precisions B_LR swept (``selection.bits``: one B_LR or a list); each gets its own selection."""
-    bits = sel["bits"]
-    return [int(b) for b in (bits if isinstance(bits, list) else [bits])]
-
-
-def caldera_ranks(config: dict[str, Any], model: str, bits: int, which: str) -> list[int]:
-    """Ranks of this run's CALDERA rows of ``model`` with ``bits``-bit factors (``caldera.experiments.planning.plan``):
-    all of them (``which="all"``) or the smallest and the largest (``"extremes"``)."""
-    from caldera.experiments.planning.plan import all_variants
-
-    ranks = sorted({v.rank for v in all_variants(config).values()
-                    if v.model == model and v.method == "caldera" and v.b_lr == bits})
-    if not ranks:
-        raise ValueError(f"selection: the run has no CALDERA row of model {model!r} with {bits}-bit factors; "
-                         f"set selection.bits to a B_LR of the tables' CALDERA rows")
-    if which == "all":
-        return ranks
-    if which == "extremes":
-        return sorted({ranks[0], ranks[-1]})
-    raise ValueError(f"selection.ranks={which!r}; accepted: all | extremes")
-
-
-def candidate_params(sel: dict[str, Any], name: str, iters: Sequence[int]) -> dict[str, Any]:
-    """Method params (``methods.caldera.params`` form) of candidate ``name`` at T_out, T_in = ``iters``."""
-    if name not in sel["candidates"]:
-        raise ValueError(f"selection: unknown candidate {name!r}; candidates: {sorted(sel['candidates'])}")
-    return {**sel.get("base", {}), **sel["candidates"][name], "outer_iters": int(iters[0]),
-            "inner_iters": int(iters[1])}
 
 
 def measure_matrix(
@@ -145,10 +76,11 @@ def sweep_model(
     :func:`~caldera.pipeline.compress.group_seed`), so a candidate's numbers are those its compression job would
     log. Returns one record per decomposition."""
     from caldera.decomposition import HessianContext
-    from caldera.experiments.jobs.figures import GROUP, LINEARS, linear_weight
-    from caldera.experiments.jobs.steps import load_layers
+    from caldera.experiments.jobs.figures import linear_weight
+    from caldera.experiments.jobs.models import load_layers
     from caldera.pipeline.compress import group_seed
     from caldera.pipeline.hessians import layer_file, load_layer_hessians
+    from caldera.pipeline.linears import GROUP_OF, SHORT_NAMES
 
     sel = plan.settings.as_block()
     layers = [int(x) for x in sel["layers"][model]]
@@ -158,7 +90,7 @@ def sweep_model(
         raise ValueError(f"selection.layers.{model}: layers {missing} have no Hessians in this run "
                          f"(config layers: {run_layers}); pick layers among them")
     ranks = plan.ranks[model]
-    mats = list(sel.get("matrices") or LINEARS)
+    mats = list(sel.get("matrices") or SHORT_NAMES)
     long = sel.get("long_iters")
     long_layers = layers[: int(long["layers"])] if long else []
     mdl = load_layers(plan.run.as_config(), model, layers)  # those layers' linear weights only
@@ -168,7 +100,7 @@ def sweep_model(
         Hs = load_layer_hessians(layer_file(hessian_dir, li))
         ctxs: dict[str, Any] = {}
         for name in mats:
-            g = GROUP[name]
+            g = GROUP_OF[name]
             H = Hs[g].double()
             W = linear_weight(mdl, li, name)
             seed = group_seed(int(sel.get("base", {}).get("seed", 0)), li, g)
@@ -209,10 +141,6 @@ def split_timing(records: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]
             [{k: r[k] for k in TIMING_KEYS if k in r} for r in records])
 
 
-def _geo(xs: Sequence[float]) -> float:
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
-
-
 def summarize(records: Sequence[dict[str, Any]], iters: Sequence[int]) -> dict[str, dict[str, Any]]:
     """Per candidate at T_out/T_in = ``iters`` (in the order the records list them): per model and rank, the
     geo-mean ratio to QuIP# and the number of matrices where CALDERA < QuIP#; and the score (log-mean over models
@@ -227,12 +155,12 @@ def summarize(records: Sequence[dict[str, Any]], iters: Sequence[int]) -> dict[s
             per_rank = {}
             for rank in sorted({r["rank"] for r in mm}):
                 rr = [r for r in mm if r["rank"] == rank]
-                per_rank[str(rank)] = {"geo_ratio": _geo([r["ratio"] for r in rr]),
+                per_rank[str(rank)] = {"geo_ratio": geo_mean([r["ratio"] for r in rr]),
                                        "below_quip": sum(r["ratio"] < 1 for r in rr), "n": len(rr)}
-            per_model[model] = {"geo_ratio": _geo([r["ratio"] for r in mm]),
-                                "geo_error": _geo([r["error"] for r in mm]),
+            per_model[model] = {"geo_ratio": geo_mean([r["ratio"] for r in mm]),
+                                "geo_error": geo_mean([r["error"] for r in mm]),
                                 "below_quip": sum(r["ratio"] < 1 for r in mm), "n": len(mm), "ranks": per_rank}
-        out[cand] = {"score": _geo([pm["geo_ratio"] for pm in per_model.values()]), "models": per_model}
+        out[cand] = {"score": geo_mean([pm["geo_ratio"] for pm in per_model.values()]), "models": per_model}
     return out
 
 
@@ -265,11 +193,12 @@ def ablation_comparisons(
     LDLQ, and QuIP# + fp16 LR at the 16-bit rank. Returns the per-pair final errors and claim entries."""
     from caldera.config import CalderaConfig
     from caldera.decomposition import caldera_decompose
-    from caldera.experiments.jobs.figures import GROUP, linear_weight
-    from caldera.experiments.jobs.steps import load_layers
+    from caldera.experiments.jobs.figures import linear_weight
+    from caldera.experiments.jobs.models import load_layers
     from caldera.experiments.planning.plan import mapped_rank
     from caldera.methods import get_method
     from caldera.pipeline.hessians import layer_file, load_layer_hessians
+    from caldera.pipeline.linears import GROUP_OF
 
     fc, config = figures.as_block(), run.as_config()
     keys = ("update_order", "hessian_update", "best_tracking")
@@ -286,7 +215,7 @@ def ablation_comparisons(
     Hs = load_layer_hessians(layer_file(hessian_dir, fc["layer"]))
     pairs: list[dict[str, Any]] = []
     for name in fc["matrices"]:
-        W, H = linear_weight(mdl, fc["layer"], name), Hs[GROUP[name]]
+        W, H = linear_weight(mdl, fc["layer"], name), Hs[GROUP_OF[name]]
         for paper_rank in fc["paper_ranks"]:
             row: dict[str, Any] = {"matrix": name, "paper_rank": paper_rank, "errors": {}, "lplr": []}
             for label in ("16bit-factors", "4bit-factors", "4bit-no-ldlq"):
@@ -306,60 +235,6 @@ def ablation_comparisons(
             pairs.append(row)
     choice = {("all" if b is None else f"B_LR {b}"): c for b, c in by_bits.items()}
     return {"choice": choice, "pairs": pairs, "claims": ablation_claims(pairs, choice)}
-
-
-def _choice_label(choice: Mapping[str, Any]) -> str:
-    """``update_order=Q-first, ...``, or ``B_LR 16: ...; B_LR 4: ...`` for one choice per factor precision."""
-    if choice and all(isinstance(v, Mapping) for v in choice.values()):
-        return "; ".join(f"{k}: " + _choice_label(v) for k, v in sorted(choice.items()))
-    return ", ".join(f"{k}={v}" for k, v in sorted(choice.items()))
-
-
-def ablation_claims(pairs: Sequence[dict[str, Any]], choice: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Claim entries {"claim", "source", "verdict", "numbers"} of the Figure 3 comparisons measured under the
-    selected configuration (``pairs`` as :func:`ablation_comparisons` returns them)."""
-    label = _choice_label(choice)
-    out = []
-    from caldera.experiments.report.claim_definitions import ABLATION_CLAIMS, LPLR_CLAIM
-
-    for claim, a, b, pred, _ in ABLATION_CLAIMS:
-        if any(a not in p["errors"] for p in pairs):
-            continue  # a comparison the selection does not re-run (no-RHT)
-        ok = [p for p in pairs if pred(p["errors"][a], p["errors"][b])]
-        detail = "; ".join(f"{p['matrix']}@{p['paper_rank']}: {p['errors'][a]:.4f} vs {p['errors'][b]:.4f}"
-                           for p in pairs)
-        out.append({"claim": claim, "source": "App. G.1 / Fig. 3 (selected configuration)",
-                    "verdict": "holds" if pairs and len(ok) == len(pairs) else "fails",
-                    "numbers": f"{len(ok)}/{len(pairs)} matrix×rank pairs with {label}; {detail}"})
-    steps = [(p, i, errs) for p in pairs for i, errs in enumerate(p["lplr"])]
-    lower = [s for s in steps if len(s[2]) > 1 and min(s[2][1:]) < s[2][0]]
-    out.append({"claim": LPLR_CLAIM, "source": "App. G.1 / Fig. 4 (inside CALDERA, selected configuration)",
-                "verdict": "holds" if steps and len(lower) == len(steps) else "fails",
-                "numbers": f"{len(lower)}/{len(steps)} LPLR calls of the 4-bit runs lowered the error below their "
-                           f"initialization; " + "; ".join(
-                               f"{p['matrix']}@{p['paper_rank']} outer {i}: {e[0]:.5f} → {min(e):.5f}"
-                               for p, i, e in steps)})
-    return out
-
-
-def configuration_notes(claims: Sequence[dict[str, Any]], selection: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """For every failing claim of ``claims`` (entries of :func:`caldera.experiments.report.claims.check`) that the
-    selection re-measured under the selected configuration, a copy whose ``numbers`` end with whether the failure
-    survives the configuration choice; other claims are returned unchanged."""
-    redo = {c["claim"]: c for c in selection.get("ablations", {}).get("claims", [])}
-    if "by_bits" in selection:
-        name = "; ".join(f"B_LR {b}: {sec['selected']['name']}" for b, sec in sorted(selection["by_bits"].items()))
-    else:
-        name = selection.get("selected", {}).get("name", "selected")
-    out = []
-    for c in claims:
-        again = redo.get(c["claim"])
-        if c["verdict"] == "fails" and again is not None:
-            tail = ("fails under both configurations" if again["verdict"] == "fails"
-                    else "holds under the selected configuration")
-            c = {**c, "numbers": f"{c['numbers']} — {tail} ({name}: {again['numbers']})"}
-        out.append(c)
-    return out
 
 
 def matches_run(run_params: Mapping[str, Any], selected_params: Mapping[str, Any]) -> bool:
@@ -427,162 +302,3 @@ def step_selection(plan: SelectionPlan, hessian_dirs: Mapping[str, str], out_jso
     return res
 
 
-def _iters_label(iters: Sequence[int]) -> str:
-    return f"T {iters[0]}/{iters[1]}"
-
-
-def _section_lines(b: str, sec: Mapping[str, Any], models: Sequence[str]) -> list[str]:
-    """The tables of one factor precision's selection."""
-    sel, summary = sec["selection"], sec["summary"]
-    chosen = sec["selected"]["name"]
-    lines = [f"## {b}-bit factors", ""]
-    ranks = {m: sorted({int(k) for s in summary.values() for k in s["models"].get(m, {}).get("ranks", {})})
-             for m in models}
-    head = ["candidate", "score"] + [f"{m} k={k}: ratio · CALDERA < QuIP#" for m in models for k in ranks[m]]
-    lines += ["### " + _iters_label(sel["iters"]) + " (the default's budget; selectable)", "",
-              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for cand, s in sorted(summary.items()):
-        cells = [f"**{cand}** (selected)" if cand == chosen else cand, f"{s['score']:.4f}"]
-        for m in models:
-            for k in ranks[m]:
-                pr = s["models"].get(m, {}).get("ranks", {}).get(str(k))
-                cells.append(f"{pr['geo_ratio']:.3f} · {pr['below_quip']} of {pr['n']}" if pr else "—")
-        lines.append("| " + " | ".join(cells) + " |")
-    tied = [c for c in sec["selected"]["tied"] if c != chosen]
-    lines += ["", f"Selected: **{chosen}**" + (f" (tied with {', '.join(tied)}; listed first)" if tied else "")
-              + f". The {b}-bit-factor CALDERA rows' parameters (with `rank` and the factor bits from each table row): "
-              "`{" + ", ".join(f"{k}: {v if isinstance(v, str) else json.dumps(v)}"
-                               for k, v in sorted(sec["selected"]["params"].items())) + "}`"
-              + ("." if sec["selected"].get("in_run", True) else
-                 " — **this run's config does not use it** (`methods.caldera.params` / `params_by_b_lr`)."), ""]
-    long = sel.get("long_iters")
-    if long and sec.get("long_summary"):
-        lines += [f"### {_iters_label(long['iters'])} (reported, not selectable: outside the default's time budget)",
-                  "", f"First {long['layers']} layer(s) of each stand-in, matrices {', '.join(long['matrices'])}, "
-                  "the largest rank. Same matrices at the budget's T for comparison.", "",
-                  "| candidate | " + " | ".join(f"{m}: ratio ({_iters_label(long['iters'])}) · ratio "
-                                                f"({_iters_label(sel['iters'])})" for m in models) + " |",
-                  "|---|" + "---|" * len(models)]
-        for cand in sorted(sec["long_summary"]):
-            cells = [cand]
-            for m in models:
-                lr = [r for r in sec["records"] if r["candidate"] == cand and r["model"] == m
-                      and r["iters"] == list(long["iters"])]
-                keys = {(r["layer"], r["matrix"], r["rank"]) for r in lr}
-                sr = [r for r in sec["records"] if r["candidate"] == cand and r["model"] == m
-                      and r["iters"] == list(sel["iters"]) and (r["layer"], r["matrix"], r["rank"]) in keys]
-                cells.append(f"{_geo([r['ratio'] for r in lr]):.3f} · {_geo([r['ratio'] for r in sr]):.3f}"
-                             if lr else "—")
-            lines.append("| " + " | ".join(cells) + " |")
-        lines.append("")
-    return lines
-
-
-def to_markdown(res: Mapping[str, Any]) -> str:
-    """selection.md: one section per factor precision B_LR (``res["by_bits"]``; a result of one B_LR written
-    before per-B_LR selection has its section at the top level) and the Figure 3 comparisons."""
-    from caldera.experiments.jobs.figures import LINEARS
-
-    sel = res["selection"]
-    sections = res.get("by_bits") or {str(sel["bits"]): res}
-    first = next(iter(sections.values()))["summary"]
-    models = sorted(first[next(iter(first))]["models"])  # sorted: the same page from the JSON
-    bits = ", ".join(f"{b}" for b in sections)
-    lines = [
-        "# Configuration of the CALDERA rows, selected on the calibration Hessians", "",
-        "§4.1: the update order \"can be swapped, depending on whichever yields a smaller error\". Each candidate "
-        "below decomposed the same matrices with this run's *calibration* Hessians; the error is the calibration "
-        "data-aware error sqrt(tr(ΔHΔᵀ)/tr(WHWᵀ)) with the raw calibration H (what the compression logs record), "
-        f"factors of B_LR = {bits} bits at this run's CALDERA ranks for that B_LR, divided by QuIP#'s (2-bit, no LR) "
-        "on the same matrix. Each factor precision gets its own selection (the CALDERA rows with that B_LR use it). "
-        "No evaluation result is read.", "",
-        "Layers: " + "; ".join(f"{m} {sel['layers'][m]}" for m in models)
-        + f"; matrices: {', '.join(sel.get('matrices') or LINEARS)}. Score: geo-mean ratio over matrices × ranks, "
-        "log-mean over the stand-ins; the lowest score is selected ("
-        + (f"scores within {tol:.1%} of it are tied" if (tol := float(sel["tie_tolerance"])) else
-           "only an equal score ties")
-        + " and the candidate listed first wins a tie). The seconds of every decomposition: "
-        "`selection.timing.json` beside the run's `selection.json`.", "",
-    ]
-    for b, sec in sections.items():
-        lines += _section_lines(b, sec, models)
-    ab = res.get("ablations")
-    if ab:
-        lines += ["## Figure 3 comparisons under the selected configuration", "",
-                  "The App. G.1 presets run LR first, without the Hessian update, best iterate per sub-step; here the "
-                  "same runs (the figure's matrices, ranks and T_out) with "
-                  + _choice_label(ab["choice"]) + ".", "",
-                  "| claim | verdict | numbers |", "|---|---|---|"]
-        lines += [f"| {c['claim']} | **{c['verdict']}** | {c['numbers']} |" for c in ab["claims"]]
-        lines.append("")
-    return "\n".join(lines) + "\n"
-
-
-def _variant_errors(summary: Mapping[str, Any]) -> dict[str, float]:
-    """``{module path: calibration data-aware error (raw H)}`` of an assembled variant's ``summary.json``."""
-    return {k: float(v["error"]) for k, v in summary["errors"].items()}
-
-
-def matrix_claim_variants(config: dict[str, Any]) -> dict[str, Any]:
-    """The variants :func:`matrix_level_claims` compares (every CALDERA and QuIP# variant of the run's tables),
-    by id: made when the plan is made (rule claims' ``matrix_variants`` param)."""
-    from caldera.experiments.planning.plan import all_variants
-
-    return {k: v for k, v in all_variants(config).items() if v.method in ("caldera", "quip#")}
-
-
-def matrix_claim_inputs(config: dict[str, Any], results_dir: str) -> list[str]:
-    """The compression summaries :func:`matrix_level_claims` reads (for a rule's ``input``)."""
-    return sorted(f"{results_dir}/compressed/{v.id}/summary.json" for v in matrix_claim_variants(config).values())
-
-
-def matrix_level_claims(variants: Mapping[str, Any], labels: Mapping[str, str],
-                        summaries: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Claim entries "CALDERA's calibration data-aware error below QuIP#'s for every compressed matrix", one per
-    stand-in: for each CALDERA variant, the matrices where its error (raw calibration H, from the compression
-    summary) is below QuIP#'s on the same matrix, and the geo-mean ratio. ``variants``: the run's variants by id
-    (:func:`matrix_claim_variants`); ``labels``: each model's label (:meth:`RunContext.labels`); ``summaries``:
-    variant id → loaded ``compressed/<id>/summary.json``. Holds when every matrix of every CALDERA variant is
-    below QuIP#."""
-    out = []
-    for model in sorted({v.model for v in variants.values()}):
-        quip = [v for v in variants.values() if v.model == model and v.method == "quip#"]
-        cald = sorted((v for v in variants.values() if v.model == model and v.method == "caldera"),
-                      key=lambda v: (v.b_lr or 0, v.rank))
-        if not quip or not cald:
-            continue
-        missing = [v.id for v in quip + cald if v.id not in summaries]
-        if missing:
-            raise ValueError(f"matrix-level claim: no compression summary for {missing}; "
-                             f"pass compressed/<variant>/summary.json of each")
-        q = _variant_errors(summaries[quip[0].id])
-        parts, all_below = [], True
-        for v in cald:
-            c = _variant_errors(summaries[v.id])
-            keys = sorted(set(c) & set(q))
-            if not keys:
-                raise ValueError(f"matrix-level claim: {v.id} and {quip[0].id} share no compressed matrix")
-            ratios = [c[k] / q[k] for k in keys]
-            below = sum(x < 1 for x in ratios)
-            all_below &= below == len(keys)
-            parts.append(f"k={v.rank} {v.b_lr}-bit: {below}/{len(keys)} below, geo-mean ratio {_geo(ratios):.3f} "
-                         f"(worst {max(ratios):.3f})")
-        out.append({"claim": f"CALDERA's calibration data-aware error below QuIP#'s for every compressed matrix "
-                             f"[{labels[model]}]",
-                    "source": "§5 / App. G.1 (compression logs)", "verdict": "holds" if all_below else "fails",
-                    "numbers": "CALDERA error / QuIP# error per matrix: " + "; ".join(parts)})
-    return out
-
-
-def matrix_level_claims_from_run(config: dict[str, Any], results_dir: str) -> list[dict[str, Any]]:
-    """:func:`matrix_level_claims` on the summaries of ``results_dir`` (the files of :func:`matrix_claim_inputs`)."""
-    from pathlib import Path
-
-    from caldera.experiments.planning.settings import RunContext
-
-    variants, summaries = matrix_claim_variants(config), {}
-    for v in variants.values():
-        path = Path(results_dir, "compressed", v.id, "summary.json")
-        if path.is_file():
-            summaries[v.id] = json.loads(path.read_text())
-    return matrix_level_claims(variants, RunContext.from_config(config).labels(), summaries)

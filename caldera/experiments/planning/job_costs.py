@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from caldera.pipeline.linears import SHORT_NAMES
+
 FORMAT = "caldera-job-costs/1"
 
 #: workflow rule -> stage of the run (``timings.md``); a rule not listed is its own stage
@@ -158,9 +160,7 @@ def _chunks(config: dict[str, Any], model: str) -> list[list[int]]:
 
 def plan_jobs(config: dict[str, Any]) -> list[PlannedJob]:
     """Every job the workflow runs for ``config``, as its rules name them (``workflow/rules``)."""
-    from caldera.experiments.jobs.loraft import TASKS as LORA_TASKS
-    from caldera.experiments.jobs.throughput import TABLE as THROUGHPUT_TABLE
-    from caldera.experiments.jobs.throughput import throughput_variants
+    from caldera.experiments.planning.loraft_rows import TASKS as LORA_TASKS
     from caldera.experiments.planning.loraft_rows import lora_rows
     from caldera.experiments.planning.plan import (
         all_variants,
@@ -169,6 +169,8 @@ def plan_jobs(config: dict[str, Any]) -> list[PlannedJob]:
         replicate_variants,
         rhtft_variants,
     )
+    from caldera.experiments.planning.throughput_rows import TABLE as THROUGHPUT_TABLE
+    from caldera.experiments.planning.throughput_rows import throughput_variants
 
     variants = all_variants(config)
     reps = replicate_variants(config, variants)
@@ -214,7 +216,7 @@ def plan_jobs(config: dict[str, Any]) -> list[PlannedJob]:
     if tp:
         jobs.append(PlannedJob("throughput_table", THROUGHPUT_TABLE))
     if config.get("figures"):
-        from caldera.experiments.jobs.figures import figure3_jobs
+        from caldera.experiments.planning.figure_plan import figure3_jobs
         from caldera.experiments.planning.settings import FiguresSettings
 
         fm = config["figures"]["model"]
@@ -295,8 +297,8 @@ def lora_work(config: dict[str, Any], task: str) -> dict[str, float]:
     the held-out set at each checkpoint and at the end, and the best and the final model on the task's evaluation
     data (the language-modelling task: the Wiki2 windows of ``eval.ppl``; a classification task: its documents
     at ``eval.zeroshot.limit``, one block each)."""
-    from caldera.experiments.jobs.loraft import LM_TASK
     from caldera.experiments.planning.cost import ZEROSHOT_DOCS
+    from caldera.experiments.planning.loraft_rows import LM_TASK
 
     t = config["lora_ft"]["tasks"][task]
     n_ck = int(config["lora_ft"]["n_checkpoints"])
@@ -319,7 +321,7 @@ def selection_units(config: dict[str, Any], costs: dict[str, Any]) -> float:
     from caldera.experiments.planning.settings import SelectionSettings
 
     sel = SelectionSettings.from_block(config["selection"])
-    names = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    names = SHORT_NAMES
     bits = sel.bits if isinstance(sel.bits, list) else [sel.bits]
     n_ranks = 2 if sel.ranks == "extremes" else 4
     total = 0.0
@@ -648,7 +650,7 @@ def borrow_rates(profile: dict[str, Any], model: str, like: str, ratio: float | 
 
 def _headless(job: PlannedJob) -> bool:
     """A job whose model runs without its language-model head: LoRA on a classification task (a two-way head)."""
-    from caldera.experiments.jobs.loraft import LM_TASK
+    from caldera.experiments.planning.loraft_rows import LM_TASK
 
     return job.rule == "lora_finetune" and job.extra.get("task") != LM_TASK
 

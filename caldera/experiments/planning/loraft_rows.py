@@ -10,7 +10,8 @@ after RHT fine-tuning (id + :data:`~caldera.experiments.planning.variants.RHTFT_
 project's
 ``loftq`` method. The plan (:func:`caldera.experiments.planning.plan.all_variants`) adds the rows' starting models to
 the
-run's variants. The job and the table are in :mod:`caldera.experiments.jobs.loraft`.
+run's variants. The jobs are in :mod:`caldera.experiments.jobs.loraft`, the table in
+:mod:`caldera.experiments.report.table5`.
 """
 
 from __future__ import annotations
@@ -148,3 +149,10 @@ def get_row(config: dict[str, Any], row_id: str) -> LoraRow:
 def task_settings(config: dict[str, Any], task: str) -> LoraTaskSettings:
     """The settings of ``lora_ft.tasks.<task>``."""
     return lora_settings(config).tasks[task]
+
+
+def dense_variant_id(model: str) -> str:
+    """The id of ``model``'s dense (uncompressed) variant."""
+    return make_variant(model, "dense", {}, 0, None, "dense").id
+
+

@@ -41,6 +41,7 @@ from caldera.experiments.planning.variants import (  # noqa: F401 - the row -> v
     variant_for_row,
 )
 from caldera.paper_tables import load_reference_table
+from caldera.pipeline.linears import SHORT_NAMES
 
 PENDING_TABLES = {
     "table3_llama2_rhtft": "RHT fine-tuning (its own issue)",
@@ -284,10 +285,6 @@ def check_replicates(config: dict[str, Any], variants: dict[str, Variant]) -> li
     return errors
 
 
-#: names of the 7 linear layers of a block, in :func:`caldera.bits.block_shapes` order
-BLOCK_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
 def shape_errors(config: dict[str, Any], variants: dict[str, Variant]) -> list[str]:
     """Every variant's method config against every matrix shape of its model (``models.<m>.shapes`` in
     :data:`caldera.bits.CONFIG_SHAPES`): a rank too large for some matrix, or a size the method cannot take
@@ -302,7 +299,7 @@ def shape_errors(config: dict[str, Any], variants: dict[str, Variant]) -> list[s
         if v.config is None:
             continue
         key = config["models"][v.model]["shapes"]
-        shapes = dict(zip(BLOCK_LINEARS, CONFIG_SHAPES[key]))
+        shapes = dict(zip(SHORT_NAMES, CONFIG_SHAPES[key]))
         where = f"{extra.get(vid, '')}variant {vid} (models.{v.model}, shapes {key})"
         try:
             get_method(v.method).check_shapes(v.config, shapes, where)

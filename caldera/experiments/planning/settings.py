@@ -26,8 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from caldera.experiments.planning.config_guard import DEFAULT_PROMPT, did_you_mean, non_finite_error
-
-LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+from caldera.pipeline.linears import SHORT_NAMES
 
 # ---------------------------------------------------------------------------------------------- value checks
 #: A check takes (value, key path) and returns the value to store, or raises ValueError naming the key path.
@@ -361,7 +360,8 @@ class LoraTasks(Settings):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class LoraFtSettings(Settings):
-    """``lora_ft:`` (Table 5, :mod:`caldera.experiments.jobs.loraft`)."""
+    """``lora_ft:`` (Table 5: the jobs :mod:`caldera.experiments.jobs.loraft`, the table
+    :mod:`caldera.experiments.report.table5`)."""
 
     BLOCK: ClassVar[str] = "lora_ft"
 
@@ -406,7 +406,8 @@ class ZeroshotSettings(Settings):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class EvalSettings(Settings):
-    """``eval:`` (perplexity and zero-shot of every variant, :func:`caldera.experiments.jobs.steps.step_evaluate`)."""
+    """``eval:`` (perplexity and zero-shot of every variant,
+    :func:`caldera.experiments.jobs.evaluate.step_evaluate`)."""
 
     BLOCK: ClassVar[str] = "eval"
 
@@ -448,12 +449,12 @@ class FiguresSettings(Settings):
     model: str = setting(check=text)
     paper_model: str = setting(check=text)
     layer: int = setting(check=integer(0))
-    matrices: list[str] = setting(check=list_of(one_of(*LINEARS), min_items=1))
+    matrices: list[str] = setting(check=list_of(one_of(*SHORT_NAMES), min_items=1))
     paper_ranks: list[int] = setting(check=list_of(integer(1), min_items=1))
     ablations: list[str] = setting(check=list_of(text, min_items=1))
     outer_iters: int = setting(check=integer(1))
     svd: str | None = setting(None, optional(one_of("exact", "randomized", "warm")))  # None: each preset's own
-    lplr_matrices: list[str] = setting(check=list_of(one_of(*LINEARS), min_items=1))
+    lplr_matrices: list[str] = setting(check=list_of(one_of(*SHORT_NAMES), min_items=1))
     lplr_inner_iters: int = setting(check=integer(1))
     #: Figure 3's jobs: one job for the figure, or one decomposition trace per job (caldera.experiments.jobs.figures)
     trace_jobs: str = setting("one", one_of("one", "per-curve"))
@@ -468,7 +469,7 @@ class LongIters(Settings):
 
     iters: list[int] = setting(check=list_of(integer(1), length=2))
     layers: int = setting(check=integer(1))
-    matrices: list[str] = setting(check=list_of(one_of(*LINEARS)))
+    matrices: list[str] = setting(check=list_of(one_of(*SHORT_NAMES)))
 
 
 _BITS = one_of(2, 3, 4, 16)
@@ -483,7 +484,7 @@ class SelectionSettings(Settings):
     BLOCK: ClassVar[str] = "selection"
 
     layers: dict[str, list[int]] = setting(check=mapping_of(list_of(integer(0), min_items=1), min_items=1))
-    matrices: list[str] | None = setting(None, optional(list_of(one_of(*LINEARS))))  # null: all seven
+    matrices: list[str] | None = setting(None, optional(list_of(one_of(*SHORT_NAMES))))  # null: all seven
     bits: int | list[int] = setting(check=either(_BITS, list_of(_BITS, min_items=1, unique=True)))
     ranks: str = setting("extremes", one_of("all", "extremes"))
     iters: list[int] = setting(check=list_of(integer(1), length=2))
@@ -518,8 +519,8 @@ class RunContext:
     the entries of the ``models`` it loads; the paper-model ``stand_ins``; the decoder ``layers`` compressed (None:
     all) and ``layers_per_job``; ``rank_multiple`` (paper ranks mapped to a stand-in); the ``calibration`` settings;
     ``local_data`` (local copies of the hub's datasets, or None). :meth:`as_config` gives the mapping the model
-    loaders read (:func:`caldera.experiments.jobs.steps.load_dense`, :func:`~caldera.experiments.jobs.steps.run_device`,
-    :func:`caldera.experiments.planning.variants.mapped_rank`)."""
+    loaders read (:func:`caldera.experiments.jobs.models.load_dense`,
+    :func:`~caldera.experiments.jobs.models.run_device`, :func:`caldera.experiments.planning.variants.mapped_rank`)."""
 
     name: str
     device: str

@@ -1,9 +1,9 @@
 """Claims that more than one module decides: their names, and for Figure 3 the comparisons that decide them.
 
 :func:`caldera.experiments.report.claims.check` decides them on the run's Figure 3 / 4 curves, and
-:func:`caldera.experiments.jobs.selection.ablation_claims` again under the selected configuration; both import them
-from here (this module imports nothing of :mod:`caldera.experiments`), and :mod:`caldera.experiments.report.claims`
-re-exports them.
+:func:`caldera.experiments.report.selection_report.ablation_claims` again under the selected configuration; both
+import them from here (this module imports nothing of :mod:`caldera.experiments`), and
+:mod:`caldera.experiments.report.claims` re-exports them.
 """
 
 from __future__ import annotations

@@ -25,12 +25,11 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
-
 from caldera import stats
 from caldera.atomic import write_atomic
 from caldera.experiments.planning.plan import RHTFT_TABLES
 from caldera.experiments.report.claim_definitions import ABLATION_CLAIMS, LPLR_CLAIM
+from caldera.experiments.report.spread import spread_report
 from caldera.experiments.report.tables import (  # noqa: F401
     EXTRA_LABEL,
     Q_DENSE_LABEL,
@@ -585,7 +584,7 @@ def check(fig3: dict[str, Any], fig4: dict[str, Any], tables: dict[str, dict[str
     """Every claim as ``{"claim", "source", "verdict", "numbers", "sdd"}`` (``sdd``: smallest detectable
     difference of an evaluation comparison, "—" for deterministic matrix-level numbers). ``extra`` entries of
     the same form (``sdd`` optional) are validated and appended after the matrix-level claims. ``throughput``:
-    the Table 6 JSON (:func:`caldera.experiments.jobs.throughput.build_throughput_table`) for its ordering claims."""
+    the Table 6 JSON (:func:`caldera.experiments.report.table6.build_throughput_table`) for its ordering claims."""
     from caldera.experiments.report.realization_pool import attach_pools
 
     tables = attach_pools(tables)
@@ -627,7 +626,7 @@ def check(fig3: dict[str, Any], fig4: dict[str, Any], tables: dict[str, dict[str
     out += ft
     if not ft:  # no RHT-FT table (or none of its rows) in this run
         add(RHTFT_CLAIM, "Tables 3–4", "pending (its issue has not landed)", "—", "—")
-    if lora is not None:  # Table 5's JSON (caldera.experiments.jobs.loraft)
+    if lora is not None:  # Table 5's JSON (caldera.experiments.report.table5)
         out += lora_claims(lora)
     else:
         add(LORA_CLAIM, "Table 5", "pending (its issue has not landed)", "—", "—")
@@ -635,7 +634,7 @@ def check(fig3: dict[str, Any], fig4: dict[str, Any], tables: dict[str, dict[str
         add("Throughput ordering: QuIP# > CALDERA 16-bit > CALDERA 4-bit > dense", "Table 6",
             "pending (its issue has not landed)", "—", "—")
     else:
-        from caldera.experiments.jobs.throughput import throughput_claims
+        from caldera.experiments.report.table6 import throughput_claims
 
         out += throughput_claims(throughput)
     return out
@@ -682,8 +681,8 @@ def write_claims(fig3_json: str, fig4_json: str, table_jsons: list[str], out_md:
     ``claim``, ``source``, ``verdict``, ``numbers`` and optionally ``sdd``), listed after the matrix-level ones.
     ``selection_json``: the selection rule's output; each failing Figure 3/4 claim that it re-measured under the
     selected configuration then says whether the failure survives that choice
-    (:func:`caldera.experiments.jobs.selection.configuration_notes`). ``throughput_json``: Table 6's JSON (its
-    ordering claims, :func:`caldera.experiments.jobs.throughput.throughput_claims`)."""
+    (:func:`caldera.experiments.report.selection_report.configuration_notes`). ``throughput_json``: Table 6's JSON (its
+    ordering claims, :func:`caldera.experiments.report.table6.throughput_claims`)."""
     from caldera.atomic import write_json
 
     fig3 = json.loads(Path(fig3_json).read_text())
@@ -693,7 +692,7 @@ def write_claims(fig3_json: str, fig4_json: str, table_jsons: list[str], out_md:
     lora = json.loads(Path(lora_json).read_text()) if lora_json else None
     claims = check(fig3, fig4, tables, extra=extra, throughput=throughput, lora=lora)
     if selection_json is not None:
-        from caldera.experiments.jobs.selection import configuration_notes
+        from caldera.experiments.report.selection_report import configuration_notes
 
         claims = configuration_notes(claims, json.loads(Path(selection_json).read_text()))
     lines = ["# Claims of the paper, checked on this run", "",
@@ -708,139 +707,3 @@ def write_claims(fig3_json: str, fig4_json: str, table_jsons: list[str], out_md:
     return claims
 
 
-def _zeroshot_seeds(tab: dict[str, Any], vid: str) -> dict[str, Any] | None:
-    """Per-seed mean margin and accuracy of ``vid`` over the (task, document) pairs every seed scored, with the
-    between-seed standard deviations and the documents' bootstrap half-width of the seed-mean; None unless at
-    least two seeds have zero-shot results."""
-    zs, seeds, _ = seed_parts(tab, vid, "zeroshot")
-    per = list(zip(seeds, zs))
-    if len(per) < 2:
-        return None
-    keys = sorted(set.intersection(*({(t, d) for t, r in z.items() for d in r["doc_id"]} for _, z in per)))
-    if not keys:
-        return None
-    out: dict[str, Any] = {"seeds": [sd for sd, _ in per], "n": len(keys)}
-    for m in ("margin", "acc"):
-        M = np.array([[dict(zip(z[t]["doc_id"], z[t][m]))[d] for t, d in keys] for _, z in per])
-        w = stats.bootstrap_mean(M.mean(axis=0))
-        out[f"{m}_per_seed"] = M.mean(axis=1).tolist()
-        out[f"{m}_seed_sd"] = float(M.mean(axis=1).std(ddof=1))
-        out[f"{m}_window_half"] = (w["hi"] - w["lo"]) / 2.0
-    return out
-
-
-def seeds_needed(effect: float, window_half: float, seed_sd_one: float, most: int = 64) -> int | None:
-    """Smallest number of seeds S ≥ 2 at which a comparison with per-seed spread ``seed_sd_one`` (the standard
-    deviation of one realization's statistic) and window half-width ``window_half`` would give a combined
-    interval (:func:`caldera.stats.combine`, symmetric approximation) that excludes no-difference for a true
-    ``effect`` (same scale, e.g. log ratio); None when even ``most`` seeds would not (the windows' noise alone
-    is at least the effect: more windows / documents are needed, not more seeds)."""
-    e = abs(effect)
-    if window_half >= e:
-        return None
-    for s in range(2, most + 1):
-        if math.hypot(window_half, stats.t_quantile(s - 1) * seed_sd_one / math.sqrt(s)) < e:
-            return s
-    return None
-
-
-def spread_report(tables: dict[str, dict[str, Any]], claims: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
-    """``spread.md`` / ``spread.json``: the compression's realization spread beside the evaluation's sampling
-    spread. Per variant with several seeds: each seed's Wiki2 / C4 perplexity, the between-seed standard
-    deviation of log perplexity and the window half-width (both as ±% of perplexity), and where replicates were
-    scored zero-shot, the same for the mean correct-choice margin. Per decided comparison: its two parts and how
-    many seeds it needs (:func:`seeds_needed`) at its measured effect and spread."""
-    rows, seen = [], set()
-    for name, tab in tables.items():
-        for vid, info in tab.get("realizations", {}).items():
-            if vid in seen or len(info["ids"]) < 2:
-                continue
-            seen.add(vid)
-            entry: dict[str, Any] = {"variant": vid, "table": name, "seeds": info["seeds"]}
-            for corpus in ("wiki", "c4"):
-                r = realizations(tab, vid, corpus)
-                if r is None or len(r["seeds"]) < 2:
-                    continue
-                iv = stats.seeded_perplexity(r["nll"], r["tokens"], random=True)
-                logs = np.log(iv["per_seed"])
-                entry[corpus] = {"per_seed": iv["per_seed"], "estimate": iv["estimate"], "lo": iv["lo"],
-                                 "hi": iv["hi"], "seed_sd": float(logs.std(ddof=1)), "seed_half": iv["seed_half"],
-                                 "window_half": iv["window_half"], "seeds": len(r["seeds"])}
-            zs = _zeroshot_seeds(tab, vid)
-            if zs is not None:
-                entry["zeroshot"] = zs
-            rows.append(entry)
-    lines = ["# Realization spread: seeds vs evaluation windows", "",
-             "Each compressed model is one realization of a random procedure (RHT signs, randomized-SVD sketches, "
-             "and the floating-point order of the CPU that ran it). *Between seeds*: standard deviation of log "
-             "perplexity across the seeds (one realization's spread, as ±%). The geo-mean's 95 % interval has two "
-             "parts, both half-widths as ±%: *seed part* (Student's t over the seeds) and *window part* (bootstrap "
-             "over the evaluation windows of the seed-mean); their ratio above 1 means the compression's own "
-             "randomness, not the evaluation sample, limits what the run can decide. A single variant's window "
-             "part includes how hard the windows are; a paired comparison cancels that (next section), so "
-             "there the seed part dominates even more.", "",
-             "| variant | seeds | Wiki2 ppl per seed | geo-mean [95 %, windows + seeds] | between seeds (sd) "
-             "| seed part | window part | seed / window part | C4: between seeds (sd) / window part |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for e in rows:
-        w, c = e.get("wiki"), e.get("c4")
-        if w is None:
-            continue
-        c4 = (f"±{100 * math.expm1(c['seed_sd']):.1f} % / ±{100 * math.expm1(c['window_half']):.1f} %"
-              if c else "—")
-        lines.append(f"| {e['variant']} | {'/'.join(map(str, e['seeds']))} | "
-                     f"{', '.join(f'{p:.2f}' for p in w['per_seed'])} | {w['estimate']:.2f} [{w['lo']:.2f}, "
-                     f"{w['hi']:.2f}] | ±{100 * math.expm1(w['seed_sd']):.1f} % | "
-                     f"±{100 * math.expm1(w['seed_half']):.1f} % | ±{100 * math.expm1(w['window_half']):.1f} % | "
-                     f"{w['seed_half'] / w['window_half']:.2f} | {c4} |")
-    zrows = [e for e in rows if e.get("zeroshot")]
-    if zrows:
-        lines += ["", "Zero-shot (all tasks pooled, the documents every seed scored): between-seed standard deviation "
-                  "of the mean correct-choice margin (nats) and of accuracy (points) beside the half-width of the "
-                  "documents' 95 % bootstrap interval of the seed-mean.", "",
-                  "| variant | seeds | documents | margin per seed | margin: between seeds / documents | accuracy "
-                  "per seed (%) | accuracy: between seeds / documents |", "|---|---|---|---|---|---|---|"]
-        for e in zrows:
-            z = e["zeroshot"]
-            lines.append(f"| {e['variant']} | {'/'.join(map(str, z['seeds']))} | {z['n']} | "
-                         f"{', '.join(f'{m:+.3f}' for m in z['margin_per_seed'])} | ±{z['margin_seed_sd']:.3f} / "
-                         f"±{z['margin_window_half']:.3f} | {', '.join(f'{100 * a:.1f}' for a in z['acc_per_seed'])} | "
-                         f"±{100 * z['acc_seed_sd']:.1f} / ±{100 * z['acc_window_half']:.1f} |")
-    else:
-        lines += ["", "Zero-shot: no variant has zero-shot results for several seeds in this run "
-                  "(`replicates.zeroshot: false`); mini-full scores its replicates zero-shot."]
-    from caldera.experiments.report.realization_pool import pools
-
-    found = pools(tables)
-    lines += ["", "## Pooled realization spread (for variants run once)", "",
-              "Per method family and stand-in, the between-seed variance of Wiki2 log perplexity pooled over the "
-              "replicated variants (`caldera.experiments.report.realization_pool`); a variant run once takes it in its "
-              "comparisons. Coverage on committed replicates: `paper_tables/reseed/pooled_coverage.md`.", "",
-              "| family | stand-in | sd per seed | df | pooled from |", "|---|---|---|---|---|"]
-    lines += [f"| {p['family']} | {p['stand_in']} | ±{100 * math.expm1(math.sqrt(p['var'])):.1f} % | {p['df']} | "
-              f"{', '.join(p['variants'])} |" for p in found.values()] or ["| — | — | — | — | no replicated variant |"]
-    lines += ["", "## Seeds each comparison needs", "",
-              "For each paired perplexity comparison of the claims: the estimate, the half-widths of its two parts "
-              "(log ratio, as ±%), and the smallest number of seeds per variant at which an interval of this "
-              "construction would exclude no-difference if the true ratio were the estimate and the per-seed "
-              "spread as measured (Student's t over S seeds, windows in quadrature); '—' when the windows' "
-              "half-width alone exceeds the effect (more windows are needed, not more seeds).", "",
-              "| claim | pair | estimate [combined 95 %] | windows | seeds (this run) | seeds needed |",
-              "|---|---|---|---|---|---|"]
-    needs = []
-    for cl in claims:
-        for iv in cl.get("intervals", []):
-            if iv.get("kind") != "ppl ratio" or iv.get("seed_half") is None or max(iv.get("seeds") or [1]) < 2:
-                continue
-            s = max(iv["seeds"])
-            one = iv["seed_sd"] * math.sqrt(s) if iv["seed_sd"] is not None else 0.0
-            need = seeds_needed(math.log(iv["estimate"]), iv["window_half"], one)
-            needs.append({"claim": cl["claim"], "pair": iv["pair"], "estimate": iv["estimate"], "lo": iv["lo"],
-                          "hi": iv["hi"], "window_half": iv["window_half"], "seed_half": iv["seed_half"],
-                          "seeds": iv["seeds"], "seeds_needed": need})
-            lines.append(f"| {cl['claim']} | {' / '.join(iv['pair'])} | ×{iv['estimate']:.3f} [{iv['lo']:.3f}, "
-                         f"{iv['hi']:.3f}] | ±{100 * math.expm1(iv['window_half']):.1f} % | "
-                         f"{'/'.join(map(str, iv['seeds']))}: ±{100 * math.expm1(iv['seed_half']):.1f} % | "
-                         f"{'—' if need is None else need} |")
-    pooled = [{k: v for k, v in p.items()} for p in found.values()]
-    return "\n".join(lines) + "\n", {"variants": rows, "comparisons": needs, "pools": pooled}

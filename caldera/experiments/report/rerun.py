@@ -5,7 +5,7 @@ seeds) — e.g. ``snakemake results/<name>/eval/<variant>/ppl_wiki.json …`` �
 table and figure, does not run. This builds what it can from the run's results folder with the same library
 functions (:func:`caldera.experiments.report.tables.build_table`,
 :func:`caldera.experiments.report.claims.table_claims`,
-:func:`caldera.experiments.report.claims.spread_report`)::
+:func:`caldera.experiments.report.spread.spread_report`)::
 
     python -m caldera.experiments.report.rerun CONFIG.yaml RESULTS_DIR OUT_DIR [--overlay OVERLAY.yaml] [--tables …]
 
@@ -29,8 +29,9 @@ DEFAULT_TABLES = ("table1_llama2_zeroshot", "table7_mistral")
 def rerun_claims(config: dict[str, Any], results_dir: str, tables: tuple[str, ...] = DEFAULT_TABLES
                  ) -> tuple[list[dict[str, Any]], str]:
     """``(claims, spread_md)`` of ``tables`` built from ``results_dir`` under ``config`` (the run's own config)."""
-    from caldera.experiments.report.claims import extra_method_claims, spread_report, table_claims
+    from caldera.experiments.report.claims import extra_method_claims, table_claims
     from caldera.experiments.report.realization_pool import attach_pools
+    from caldera.experiments.report.spread import spread_report
     from caldera.experiments.report.tables import TablePlan, build_table
 
     built = {t: build_table(results_dir, TablePlan.from_config(config, t)) for t in tables}

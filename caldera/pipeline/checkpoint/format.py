@@ -13,7 +13,8 @@ from torch import Tensor, nn
 
 from caldera.bits import average_bits
 from caldera.nn.compressed_linear import CompressedLinear
-from caldera.pipeline.hessians import GROUPS, decoder_layers
+from caldera.pipeline.hessians import decoder_layers
+from caldera.pipeline.linears import LINEARS
 
 FORMAT_VERSION = 2
 #: Format 1 (before ``config.json`` and the content manifest): readable only by ``caldera convert``.
@@ -33,8 +34,6 @@ _RERUN = "re-run `caldera compress` to rebuild the checkpoint"
 _NO_VERIFY = "(to load it anyway, unverified: load_compressed(..., verify=False) / `--no-verify`)"
 #: Relative tolerance of the stored reconstruction fingerprints (float64 sums of float32 values).
 FINGERPRINT_RTOL = 1e-5
-#: The linear layers of a decoder layer that compression replaces, in order.
-LINEARS: tuple[str, ...] = tuple(m for _, members in GROUPS.values() for m in members)
 
 
 def layers_prefix(model: nn.Module) -> str:

@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
+import caldera.pipeline.assets as assets
 from caldera.experiments.jobs import figures as F
-from caldera.experiments.jobs import steps
 from caldera.experiments.planning.settings import FiguresSettings, RunContext
 from caldera.pipeline.hessians import collect_hessians, decoder_layers
 from tests.helpers import tiny_llama
@@ -35,7 +35,7 @@ def source(tmp_path_factory):
 def test_lplr_traces_read_one_layer(source, tmp_path, monkeypatch):
     model, root, run, figures = source
     fs = FiguresSettings.from_block(figures)
-    monkeypatch.setattr(steps, "load_dense", lambda *a, **k: pytest.fail("the whole model was loaded"))
+    monkeypatch.setattr(assets, "load_model", lambda *a, **k: pytest.fail("the whole model was loaded"))
     res = F.step_lplr_traces(run, "m", str(root / "hess"), str(tmp_path / "a.json"), fs)
     monkeypatch.undo()
     # the same curves from the in-memory fp32 model
@@ -46,7 +46,7 @@ def test_lplr_traces_read_one_layer(source, tmp_path, monkeypatch):
 
 def test_spectra_read_every_layers_linears(source, tmp_path, monkeypatch):
     model, root, run, _ = source
-    monkeypatch.setattr(steps, "load_dense", lambda *a, **k: pytest.fail("the whole model was loaded"))
+    monkeypatch.setattr(assets, "load_model", lambda *a, **k: pytest.fail("the whole model was loaded"))
     res = F.step_spectra(run, "m", str(tmp_path / "s.json"))
     q = torch.stack([torch.linalg.svdvals(layer.self_attn.q_proj.weight.detach()) for layer in decoder_layers(model)])
     q = q / q[:, :1]

@@ -15,11 +15,13 @@ import torch
 import yaml
 
 from caldera.experiments.jobs import selection as S
+from caldera.experiments.planning import selection_plan as P
 from caldera.experiments.planning.plan import all_variants, caldera_params
 from caldera.experiments.planning.settings import RunContext
+from caldera.experiments.report import selection_report as R
 from caldera.experiments.report.claims import LPLR_CLAIM
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def mini() -> dict:
@@ -90,11 +92,11 @@ def test_long_iterations_are_summarized_apart_and_never_selected():
 def test_candidate_params_and_the_run_check():
     cfg = mini()
     sel = cfg["selection"]
-    p = S.candidate_params(sel, "Q-first+update", sel["iters"])
+    p = P.candidate_params(sel, "Q-first+update", sel["iters"])
     assert p["update_order"] == "Q-first" and p["hessian_update"] is True and p["outer_iters"] == 2
     assert p["preset"] == "paper"
     with pytest.raises(ValueError, match="unknown candidate"):
-        S.candidate_params(sel, "nope", (2, 2))
+        P.candidate_params(sel, "nope", (2, 2))
     cfg["methods"]["caldera"]["params"] = dict(p)
     assert S.matches_run(caldera_params(cfg, 4), p)
     assert not S.matches_run(caldera_params(cfg, 4), {**p, "update_order": "LR-first"})
@@ -104,12 +106,12 @@ def test_ranks_are_the_runs_caldera_ranks():
     cfg = mini()
     ranks = sorted({v.rank for v in all_variants(cfg).values()
                     if v.model == "smollm2" and v.method == "caldera" and v.b_lr == 4})
-    assert S.caldera_ranks(cfg, "smollm2", 4, "all") == ranks
-    assert S.caldera_ranks(cfg, "smollm2", 4, "extremes") == [ranks[0], ranks[-1]]
+    assert P.caldera_ranks(cfg, "smollm2", 4, "all") == ranks
+    assert P.caldera_ranks(cfg, "smollm2", 4, "extremes") == [ranks[0], ranks[-1]]
     with pytest.raises(ValueError, match="selection.bits"):
-        S.caldera_ranks(cfg, "smollm2", 2, "all")
-    plan = S.SelectionPlan.from_config(cfg)  # what the selection job gets: the ranks of each swept stand-in
-    assert plan.models == S.selection_models(cfg) and plan.ranks["smollm2"][4] == [ranks[0], ranks[-1]]
+        P.caldera_ranks(cfg, "smollm2", 2, "all")
+    plan = P.SelectionPlan.from_config(cfg)  # what the selection job gets: the ranks of each swept stand-in
+    assert plan.models == P.selection_models(cfg) and plan.ranks["smollm2"][4] == [ranks[0], ranks[-1]]
     assert plan.run_params[4] == caldera_params(cfg, 4)
 
 
@@ -145,7 +147,7 @@ def summaries_for(cfg, caldera_err, quip_err):
 
 def _matrix_claims(cfg, summaries):
     """The claims as rule claims computes them: the variants and labels made when the plan is made."""
-    return S.matrix_level_claims(S.matrix_claim_variants(cfg), RunContext.from_config(cfg).labels(), summaries)
+    return R.matrix_level_claims(P.matrix_claim_variants(cfg), RunContext.from_config(cfg).labels(), summaries)
 
 
 def test_matrix_level_claim_counts_and_verdicts():
@@ -168,7 +170,7 @@ def test_matrix_level_claim_counts_and_verdicts():
     assert by[True]["verdict"] == "holds" and by[False]["verdict"] == "fails"
     ratio = math.sqrt(1.25 * 0.75)
     assert f"k=8 4-bit: 1/2 below, geo-mean ratio {ratio:.3f} (worst 1.250)" in by[False]["numbers"]
-    assert set(S.matrix_claim_inputs(cfg, "results/mini")) == {
+    assert set(P.matrix_claim_inputs(cfg, "results/mini")) == {
         f"results/mini/compressed/{vid}/summary.json" for vid in summaries_for(cfg, below, quip)}
     with pytest.raises(ValueError, match="no compression summary"):
         _matrix_claims(cfg, {})
@@ -181,7 +183,7 @@ def test_matrix_level_claim_reads_the_runs_summaries(tmp_path):
     for vid, summ in summaries.items():
         (tmp_path / "compressed" / vid).mkdir(parents=True)
         (tmp_path / "compressed" / vid / "summary.json").write_text(json.dumps(summ))
-    claims = S.matrix_level_claims_from_run(cfg, str(tmp_path))
+    claims = R.matrix_level_claims_from_run(cfg, str(tmp_path))
     assert [c["verdict"] for c in claims] == ["holds", "fails"]  # gemma3 first (sorted stand-in keys)
     assert "0/1 below, geo-mean ratio 1.500" in claims[1]["numbers"]
 
@@ -194,7 +196,7 @@ def pair(matrix, pr, e16, e4, noldlq, qlr, lplr):
 def test_ablation_claims_and_the_notes_on_failing_claims():
     pairs = [pair("k_proj", 64, 0.070, 0.075, 0.100, 0.071, [[0.34, 0.33], [0.2, 0.2]]),
              pair("up_proj", 64, 0.170, 0.180, 0.240, 0.175, [[0.7, 0.69]])]
-    claims = {c["claim"]: c for c in S.ablation_claims(pairs, {"update_order": "Q-first"})}
+    claims = {c["claim"]: c for c in R.ablation_claims(pairs, {"update_order": "Q-first"})}
     assert claims["16-bit CALDERA below QuIP# (+LR) in data-aware error"]["verdict"] == "holds"
     assert claims["4-bit factors slightly above 16-bit (≤ 10% higher)"]["verdict"] == "holds"
     nl = claims["no-LDLQ much worse (> 1.25× the 4-bit error)"]  # 0.100/0.075 = 1.33 but 0.240/0.180 = 1.33
@@ -202,7 +204,7 @@ def test_ablation_claims_and_the_notes_on_failing_claims():
     lp = claims[LPLR_CLAIM]
     assert lp["verdict"] == "fails" and lp["numbers"].startswith("2/3")  # the second LPLR call did not lower it
     pairs[1]["errors"]["4bit-no-ldlq"] = 0.2
-    again = {c["claim"]: c for c in S.ablation_claims(pairs, {})}
+    again = {c["claim"]: c for c in R.ablation_claims(pairs, {})}
     assert again["no-LDLQ much worse (> 1.25× the 4-bit error)"]["verdict"] == "fails"
 
     old = [{"claim": "no-LDLQ much worse (> 1.25× the 4-bit error)", "source": "x", "verdict": "fails",
@@ -211,7 +213,7 @@ def test_ablation_claims_and_the_notes_on_failing_claims():
             "numbers": "4/6"},
            {"claim": "no-RHT worse for some matrices", "source": "x", "verdict": "holds", "numbers": "6/6"}]
     sel = {"selected": {"name": "Q-first+update"}, "ablations": {"claims": list(again.values())}}
-    notes = S.configuration_notes(old, sel)
+    notes = R.configuration_notes(old, sel)
     assert "fails under both configurations (Q-first+update: 1/2" in notes[0]["numbers"]
     assert "holds under the selected configuration" in notes[1]["numbers"]
     assert notes[2] == old[2] and notes[0]["verdict"] == "fails"
@@ -252,9 +254,9 @@ def test_the_configs_caldera_rows_use_a_swept_candidate(name):
 
     cfg = yaml.safe_load((ROOT / f"config/{name}.yaml").read_text())
     sel = cfg["selection"]
-    for b in S.selection_bits(sel):
+    for b in P.selection_bits(sel):
         matching = [c for c in sel["candidates"]
-                    if S.matches_run(caldera_params(cfg, b), S.candidate_params(sel, c, sel["iters"]))]
+                    if S.matches_run(caldera_params(cfg, b), P.candidate_params(sel, c, sel["iters"]))]
         assert len(matching) == 1, (name, b, matching)
     spec = get_method("caldera")
     assert spec.make_config(cfg["methods"]["caldera"]["params"]).outer_iters == sel["iters"][0]
@@ -270,7 +272,7 @@ def test_each_factor_precision_gets_its_own_configuration():
     assert all(getattr(c16, k) == v for k, v in want16.items())
     assert (c4.update_order, c4.hessian_update) == ("Q-first", False) != (c16.update_order, c16.hessian_update)
     sel = cfg["selection"]
-    chosen16 = {**S.candidate_params(sel, "LR-first+update", sel["iters"])}
+    chosen16 = {**P.candidate_params(sel, "LR-first+update", sel["iters"])}
     assert S.matches_run(caldera_params(cfg, 16), chosen16) and not S.matches_run(caldera_params(cfg, 4), chosen16)
     del cfg["methods"]["caldera"]["params_by_b_lr"]
     assert not S.matches_run(caldera_params(cfg, 16), chosen16)
@@ -284,16 +286,16 @@ def test_the_page_marks_the_selected_row_and_reads_the_same_from_json():
     summary = S.summarize(recs, (2, 2))
     chosen, tied = S.select(summary, 0.0)
     res = {"selection": sel, "records": recs, "summary": summary, "long_summary": {},
-           "selected": {"name": chosen, "params": S.candidate_params(sel, chosen, (2, 2)), "tied": tied}}
-    md = S.to_markdown(res)
+           "selected": {"name": chosen, "params": P.candidate_params(sel, chosen, (2, 2)), "tied": tied}}
+    md = R.to_markdown(res)
     assert "s/matrix" not in md and "Job time" not in md  # no clock reading on the page
     assert "| **mid** (selected) | 0.8064 |" in md and "| first | 0.9012 |" in md
     assert md.index("a k=8") < md.index("b k=8")
-    assert S.to_markdown(json.loads(json.dumps(res, sort_keys=True))) == md
+    assert R.to_markdown(json.loads(json.dumps(res, sort_keys=True))) == md
 
 
 def test_only_the_runs_stand_ins_are_swept():
     cfg = mini()
-    assert S.selection_models(cfg) == ["gemma3", "smollm2"]
+    assert P.selection_models(cfg) == ["gemma3", "smollm2"]
     cfg["stand_ins"] = {k: "smollm2" for k in cfg["stand_ins"]}  # e.g. smoke.yaml merged over mini.yaml
-    assert S.selection_models(cfg) == ["smollm2"]
+    assert P.selection_models(cfg) == ["smollm2"]

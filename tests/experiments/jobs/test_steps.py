@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from caldera.experiments.jobs.steps import run_device
+from caldera.experiments.jobs.models import run_device
 from tests.eval.test_zeroshot import prepared  # noqa: F401  (the fixture task data)
 
 
@@ -23,7 +23,7 @@ def test_run_device():
 def test_step_timings_sums_and_spans_per_stage(tmp_path):
     import json
 
-    from caldera.experiments.jobs.steps import step_timings
+    from caldera.experiments.report.timings import step_timings
 
     jobs = [  # stage, seconds, end time: a starts at 100, b overlaps it, c runs alone later
         {"stage": "a", "s": 10.0, "max_rss_mb": 100.0, "end": 110.0},
@@ -96,7 +96,7 @@ def test_lean_load_holds_no_fp32_dense_copy(caldera_checkpoint, reconstructed, k
     """Evaluation on an accelerator (lean, stood in for by the CPU here): no float32 dense copy of any compressed
     layer, before or after a forward, dense parts in the 16-bit dtype, the same logits as the CPU path up to
     that dtype's rounding. ``reference``: the decode path CUDA takes for 4-bit factors (no kernel)."""
-    from caldera.experiments.jobs.steps import load_compressed_for
+    from caldera.experiments.jobs.evaluate import load_compressed_for
 
     ids = torch.tensor([[1, 5, 9, 33, 7, 100, 2, 64]])
     ref, _ = load_compressed_for(str(caldera_checkpoint), "cpu", reconstructed=reconstructed, kernel=kernel)
@@ -116,7 +116,8 @@ def test_lean_load_holds_no_fp32_dense_copy(caldera_checkpoint, reconstructed, k
 def test_lean_is_the_default_off_the_cpu_and_auto_takes_the_models_dtype(tmp_path):
     """On any non-CPU device (``meta`` stands in for CUDA: shapes and dtypes only) the load is lean, and dtype
     "auto" is the base model's own (its config's: bfloat16 here)."""
-    from caldera.experiments.jobs.steps import load_compressed_for, model_dtype
+    from caldera.experiments.jobs.evaluate import load_compressed_for
+    from caldera.experiments.jobs.models import model_dtype
 
     assert model_dtype({}, "cpu") == torch.float32 and model_dtype({}, "cuda") == "auto"
     assert model_dtype({"dtype": "float16"}, "cpu") == torch.float16
@@ -133,7 +134,8 @@ def test_a_replicate_is_scored_only_on_the_corpora_its_claims_read(tmp_path, mon
     import json
 
     import caldera.pipeline.text as text
-    from caldera.experiments.jobs import steps
+    from caldera.atomic import timing_path
+    from caldera.experiments.jobs import evaluate as evaluate_job
     from caldera.experiments.planning.plan import Variant
     from caldera.experiments.planning.settings import EvalSettings, RunContext
     from caldera.experiments.report.tables import variant_samples
@@ -151,14 +153,14 @@ def test_a_replicate_is_scored_only_on_the_corpora_its_claims_read(tmp_path, mon
     for vid, rep in [("m-dense", None), ("m-dense-seed1", "m-dense")]:
         v = Variant(id=vid, model="m", method="dense", replicate_of=rep)
         out = tmp_path / "eval" / vid
-        steps.step_evaluate(settings, run, v, None, {c: str(out / f"ppl_{c}.json") for c in ("wiki", "c4")},
+        evaluate_job.step_evaluate(settings, run, v, None, {c: str(out / f"ppl_{c}.json") for c in ("wiki", "c4")},
                             str(out / "zeroshot.json"), replicate_corpora=["wiki"])
     wiki, c4 = (json.loads((tmp_path / f"eval/m-dense-seed1/ppl_{c}.json").read_text()) for c in ("wiki", "c4"))
     assert wiki["n_windows"] == 3 and "skipped" not in wiki
     # the clock reading is beside the result, not in it: a rerun rewrites the result byte for byte
     assert "wall_s" not in wiki
-    assert json.loads(steps.timing_path(tmp_path / "eval/m-dense-seed1/ppl_wiki.json").read_text())["wall_s"] > 0
-    assert steps.timing_path(tmp_path / "eval/m/ppl_wiki.json").name == "ppl_wiki.timing.json"
+    assert json.loads(timing_path(tmp_path / "eval/m-dense-seed1/ppl_wiki.json").read_text())["wall_s"] > 0
+    assert timing_path(tmp_path / "eval/m/ppl_wiki.json").name == "ppl_wiki.timing.json"
     assert "replicates.corpora" in c4["skipped"] and "window_nll" not in c4
     assert set(variant_samples(tmp_path, "m-dense-seed1")["ppl"]) == {"wiki"}
     assert set(variant_samples(tmp_path, "m-dense")["ppl"]) == {"wiki", "c4"}

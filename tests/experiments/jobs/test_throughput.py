@@ -1,4 +1,5 @@
-"""Table 6 (caldera.experiments.jobs.throughput): row mapping, the measurement step on a tiny checkpoint, the table."""
+"""Table 6: row mapping (planning.throughput_rows), the measurement step on a tiny checkpoint (jobs.throughput), the
+table (report.table6)."""
 
 from __future__ import annotations
 
@@ -13,20 +14,13 @@ import pytest
 import torch
 import yaml
 
-from caldera.experiments.jobs.throughput import (
-    PROTOCOLS,
-    ThroughputTablePlan,
-    compare_repeats,
-    step_throughput,
-    tensor_bytes,
-    throughput_rows,
-    throughput_variants,
-    write_throughput_table,
-)
+from caldera.experiments.jobs.throughput import step_throughput, tensor_bytes
 from caldera.experiments.planning.plan import table_rows
 from caldera.experiments.planning.settings import RunContext, ThroughputSettings
+from caldera.experiments.planning.throughput_rows import PROTOCOLS, throughput_rows, throughput_variants
+from caldera.experiments.report.table6 import ThroughputTablePlan, compare_repeats, write_throughput_table
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _config(name):

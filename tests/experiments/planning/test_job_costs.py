@@ -16,7 +16,7 @@ import pytest
 from caldera.experiments.planning import job_costs as J
 from caldera.experiments.planning.cost import load_costs, load_workflow_config
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _cfg(name: str) -> dict:

@@ -12,7 +12,7 @@ import yaml
 from caldera.config import CalderaConfig
 from caldera.experiments.planning.plan import check_config, effective_settings
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SCHEMA = str(ROOT / "workflow/schemas/config.schema.yaml")
 validate = pytest.importorskip("snakemake.utils").validate
 

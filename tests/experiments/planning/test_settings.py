@@ -28,7 +28,7 @@ from caldera.experiments.planning.settings import (
 )
 from caldera.strict_yaml import load_yaml_strict
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SCHEMA = ROOT / "workflow/schemas/config.schema.yaml"
 CONFIGS = ["mini", "mini-full", "mini-core", "smoke", "paper"]
 

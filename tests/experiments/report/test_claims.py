@@ -252,7 +252,7 @@ def test_extra_claims_are_appended_and_validated():
 def _tp_table(speeds: dict[str, tuple[float, float]], decode_speeds: dict | None = None) -> dict:
     """A Table 6 JSON with the paper's 7B rows; ``speeds[variant] = (median, spread)``: 5 repeats at
     median × (1 + spread · {−1, −½, 0, ½, 1}) for the paper's protocol (decode: ``decode_speeds`` or the same)."""
-    from caldera.experiments.jobs.throughput import PROTOCOLS
+    from caldera.experiments.planning.throughput_rows import PROTOCOLS
 
     def reps(m, s):
         return [m * (1 + s * d) for d in (-1, -0.5, 0, 0.5, 1)]
@@ -267,7 +267,7 @@ def _tp_table(speeds: dict[str, tuple[float, float]], decode_speeds: dict | None
 
 
 def _tp_verdicts(tab) -> list[str]:
-    from caldera.experiments.jobs.throughput import throughput_claims
+    from caldera.experiments.report.table6 import throughput_claims
 
     return [c["verdict"] for c in throughput_claims(tab)]
 
@@ -290,7 +290,7 @@ def test_throughput_claims_follow_the_spread_not_the_medians():
 def test_throughput_claims_fail_when_the_ordering_is_reversed():
     """This CPU's finding: compressed slower than dense; one resolved reversal is enough to fail."""
     tab = _tp_table({"d": (10, 0.02), "c16": (5, 0.02), "c4a": (12, 0.02), "c4b": (13, 0.02), "q": (40, 0.02)})
-    from caldera.experiments.jobs.throughput import throughput_claims
+    from caldera.experiments.report.table6 import throughput_claims
 
     claims = throughput_claims(tab)
     assert [c["verdict"] for c in claims] == ["fails", "holds", "fails"]
@@ -301,7 +301,7 @@ def test_throughput_claims_are_decided_on_the_papers_protocol():
     """The verdict is the single-token forward's (the paper's protocol); the KV-cache one is only reported."""
     fast = {"d": (10, 0.02), "c16": (30, 0.02), "c4a": (20, 0.02), "c4b": (21, 0.02), "q": (40, 0.02)}
     slow_decode = {**fast, "c16": (5, 0.02)}
-    from caldera.experiments.jobs.throughput import throughput_claims
+    from caldera.experiments.report.table6 import throughput_claims
 
     claims = throughput_claims(_tp_table(fast, slow_decode))
     assert claims[0]["verdict"] == "holds" and "generate, KV cache: **fails**" in claims[0]["numbers"]
@@ -423,7 +423,8 @@ def test_one_realization_of_a_compressed_side_needs_mini_full():
 
 
 def test_spread_report_lists_the_seed_spread_and_the_seeds_needed():
-    from caldera.experiments.report.claims import seeds_needed, spread_report, table_claims
+    from caldera.experiments.report.claims import table_claims
+    from caldera.experiments.report.spread import seeds_needed, spread_report
 
     t = _seeded(_table1(c4=36.0, quip=40.0), {"c4-r16": (1.0, 1.02, 0.99), "quip": (1.0, 0.98, 1.01)})
     tables = {"table1_llama2_zeroshot": t}
@@ -443,7 +444,7 @@ def test_spread_report_lists_the_seed_spread_and_the_seeds_needed():
 
 
 def test_seeds_needed_grows_with_the_spread_and_stops_at_the_windows():
-    from caldera.experiments.report.claims import seeds_needed
+    from caldera.experiments.report.spread import seeds_needed
 
     assert seeds_needed(0.2, 0.0, 0.01) == 2
     few, many = seeds_needed(0.1, 0.02, 0.05), seeds_needed(0.1, 0.02, 0.15)
@@ -452,7 +453,7 @@ def test_seeds_needed_grows_with_the_spread_and_stops_at_the_windows():
 
 
 def test_spread_report_puts_the_zero_shot_seed_spread_beside_the_documents():
-    from caldera.experiments.report.claims import spread_report
+    from caldera.experiments.report.spread import spread_report
 
     t = _table1()
     docs = list(range(10))

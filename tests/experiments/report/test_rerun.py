@@ -8,7 +8,7 @@ import pytest
 
 from caldera.experiments.report.rerun import eval_targets, main
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _mini(overlay: dict | None = None) -> dict:

@@ -5,7 +5,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from caldera.experiments.jobs import figures as F  # noqa: E402
+from caldera.experiments.report import plots as F  # noqa: E402
 
 METHODS = ["16bit-factors", "4bit-factors", "quip#-lr"]
 FIG3 = {"model": "smollm2", "layer": 25, "outer_iters": 4,

@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from caldera.experiments.jobs.figures import plot_figure1  # noqa: E402
+from caldera.experiments.report.plots import plot_figure1  # noqa: E402
 
 DATA = {"label": "tiny", "spectra": {"q_proj": {"mean": [1.0, 0.5, 0.1, 0.01]}, "k_proj": {"mean": [1.0, 0.2, 0.02]}}}
 
