@@ -69,7 +69,7 @@ def block_ldlq(
     L = L.to(torch.float32)
     delta = torch.empty_like(W)  # W − Ŵ for finished blocks (each block written before it is read)
     W_hat = torch.empty_like(W)
-    fused = fused and getattr(quantizer, "fused_ldlq_available", lambda x: False)(W)
+    fused = fused and quantizer.fused_ldlq_available(W)
     if fused:  # the block loop below, compiled (E8P on the CPU), writing into column slices in place
         all_codes = torch.empty(n, d // quantizer.block_size, dtype=torch.int32, device=W.device)
         F = torch.empty(n, buffer, device=W.device)

@@ -88,8 +88,9 @@ def test_power_of_two_scaled_W_gives_the_exactly_scaled_result(problem, k):
 
 @pytest.mark.parametrize("mag", [1e-30, 1e-20, 1e18, 1e30])
 def test_tiny_and_huge_W_have_the_true_error(problem, mag):
-    """Before: 1e-30 gave an error of 6e27 (the float32 RMS underflowed and was replaced by 1), 1e18 raised a
-    raw _LinAlgError. Now dec.error is the true relative error and matches the unit-scale problem's."""
+    """At magnitudes where a float32 RMS underflows (1e-30: a scale of 1 would give an error of 6e27) or where
+    the factorizations overflow (1e18), dec.error is the true relative error and matches the unit-scale
+    problem's."""
     W, H = problem
     ref = caldera_decompose(W, H, CFG)
     dec = caldera_decompose(W * mag, H, CFG)

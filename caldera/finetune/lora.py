@@ -43,7 +43,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from caldera.nn.compressed_linear import CompressedLinear, narrow_codes, q_extra_names, resolve_quantizer
+from caldera.nn.compressed_linear import CompressedLinear
+from caldera.nn.format import narrow_codes, q_extra_names, resolve_quantizer
 
 # ----------------------------------------------------------------------------------------------- re-split
 

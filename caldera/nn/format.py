@@ -270,3 +270,143 @@ def _check_signs(t: Tensor, trainable: bool) -> str | None:
         bad = t[(t != 1) & (t != -1)]
         return f"holds {bad.numel()} values other than ±1 (e.g. {float(bad[0]):g}); RHT signs are ±1"
     return None
+
+
+def encode_decomposition(
+    dec: Decomposition,
+    bias: Tensor | None = None,
+    *,
+    ft_rank: int = 0,
+    ft_dtype: torch.dtype = torch.bfloat16,
+    q_quantizer: str | None = None,
+    lr_quantizer: str | None = None,
+    check: bool = True,
+) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """The stored form ``(meta, tensors)`` of a :class:`~caldera.decomposition.Decomposition`: what
+    :meth:`caldera.nn.compressed_linear.CompressedLinear.from_decomposition` builds the layer from (its
+    docstring gives the arguments). Every tensor is on the CPU."""
+    n, d = dec.Q.shape
+    dense_q = dec.Q_codes is None
+    if dense_q:
+        if q_quantizer is not None:
+            raise ValueError(f"q_quantizer={q_quantizer!r} given, but the {dec.method!r} decomposition has no "
+                             "Q codes (its Q is stored as a float tensor)")
+        Qf = dec.Q.detach().float().cpu()
+        qdt = torch.float16 if torch.equal(Qf.half().float(), Qf) else torch.float32
+        tensors: dict[str, Tensor] = {"Q_dense": Qf.to(qdt).contiguous()}
+        qname, q_codes_dtype = None, None
+    else:
+        if dec.Q_scale is None:
+            raise ValueError(f"the {dec.method!r} decomposition has Q codes but no Q_scale; return "
+                             "Q_scale=torch.tensor(1.0) for unscaled codes, or Q_codes=None for a float Q")
+        qname = q_quantizer or _infer_q_quantizer(dec)
+        codes = narrow_codes(dec.Q_codes.detach().cpu())
+        q_scale = dec.Q_scale.detach().float().cpu().clone()
+        tensors = {"Q_codes": codes, "Q_scale": q_scale}
+        tensors.update(_declared_extras(dec, qname, n, d))
+        q_codes_dtype = _dtype_name(dec.Q_codes.dtype)
+    meta: dict[str, Any] = {
+        "version": META_VERSION,
+        "method": dec.method,
+        "in_features": d,
+        "out_features": n,
+        "q_quantizer": qname,
+        "q_codes_dtype": q_codes_dtype,
+        "rht": dec.rht is not None,
+        "rank": dec.rank,
+        "ft_rank": int(ft_rank),
+        "lr_format": None,
+        "l_quantizer": None,
+        "r_quantizer": None,
+        "lr_codes_dtype": None,
+        "signs_trainable": False,
+        "bias": bias is not None,
+        "ft_dtype": _dtype_name(ft_dtype) if ft_rank else None,
+    }
+    if dense_q:
+        meta["q_format"] = _dtype_name(tensors["Q_dense"].dtype)
+    elif check:
+        Q = dequantize(qname, codes, q_scale, meta["q_codes_dtype"], _extras_of(tensors))
+        Q_want = dec.Q.detach().float().cpu()  # the stored codes are decoded on the CPU
+        if not _close(Q, Q_want):
+            raise ValueError(
+                f"Q_codes decoded with quantizer {qname!r} do not reproduce dec.Q (max |diff| "
+                f"{float((Q - Q_want).abs().max()):.3g}); pass the right q_quantizer"
+            )
+    if dec.rht is not None:
+        tensors["S_U"] = _signs_tensor(dec.rht.S_U)
+        tensors["S_V"] = _signs_tensor(dec.rht.S_V)
+    k = dec.rank
+    if not 0 <= ft_rank <= k:
+        raise ValueError(f"ft_rank={ft_rank} must be in [0, rank={k}]")
+    if ft_dtype not in _FT_DTYPES.values():
+        raise ValueError(f"ft_dtype={ft_dtype}; accepted: {sorted(_FT_DTYPES)}")
+    if k:
+        L, R = dec.L.detach().float().cpu(), dec.R.detach().float().cpu()
+        if ft_rank:
+            tensors["L_ft"] = L[:, :ft_rank].to(ft_dtype).contiguous()
+            tensors["R_ft"] = R[:ft_rank].to(ft_dtype).contiguous()
+        if dec.L_codes is not None and dec.R_codes is not None:
+            lname = lr_quantizer or _infer_lr_quantizer(dec, "l")
+            rname = lr_quantizer or _infer_lr_quantizer(dec, "r")
+            meta.update(
+                lr_format="quantized",
+                l_quantizer=lname,
+                r_quantizer=rname,
+                lr_codes_dtype=_dtype_name(dec.L_codes.codes.dtype),
+            )
+            Lc, Rc = narrow_codes(dec.L_codes.codes.cpu()), narrow_codes(dec.R_codes.codes.cpu())
+            Ls, Rs = dec.L_codes.scale.detach().float().cpu(), dec.R_codes.scale.detach().float().cpu()
+            if check:
+                Lt = dequantize(lname, Lc, Ls, meta["lr_codes_dtype"])
+                Rq = dequantize(rname, Rc, Rs, meta["lr_codes_dtype"])
+                if not (_close(Lt.T, L) and _close(Rq, R)):
+                    raise ValueError(f"L/R codes decoded with {lname!r}/{rname!r} do not reproduce dec.L/dec.R")
+            if k > ft_rank:
+                tensors.update(
+                    L_codes=Lc[ft_rank:].contiguous(),
+                    L_scale=Ls.clone(),
+                    R_codes=Rc[ft_rank:].contiguous(),
+                    R_scale=Rs.clone(),
+                )
+        else:
+            exact16 = torch.equal(L.half().float(), L) and torch.equal(R.half().float(), R)
+            dt = torch.float16 if exact16 else torch.float32
+            meta["lr_format"] = _dtype_name(dt)
+            if k > ft_rank:
+                tensors["L_16"] = L[:, ft_rank:].to(dt).contiguous()
+                tensors["R_16"] = R[ft_rank:].to(dt).contiguous()
+    if bias is not None:
+        if bias.shape != (n,):
+            raise ValueError(f"bias has shape {tuple(bias.shape)}; expected ({n},)")
+        tensors["bias"] = bias.detach().cpu().clone()
+    return meta, tensors
+
+
+def _declared_extras(dec: Decomposition, qname: str, n: int, d: int) -> dict[str, Tensor]:
+    """``{"Q_<name>": tensor}`` of ``dec.Q_extras``, checked against what quantizer ``qname`` declares for an n×d
+    matrix (``stored_extras``: the same names, shapes and dtypes) and its scale against ``scale_shapes``."""
+    q = resolve_quantizer(qname)
+    shapes = [tuple(int(x) for x in sh) for sh in q.scale_shapes(n, d)]
+    if tuple(dec.Q_scale.shape) not in shapes:
+        raise ValueError(f"the {dec.method!r} decomposition's Q_scale has shape {tuple(dec.Q_scale.shape)}; "
+                         f"quantizer {qname!r} stores scales of an {n}x{d} matrix with shape "
+                         f"{' or '.join(map(str, shapes))} (Quantizer.scale_shapes)")
+    declared = q.stored_extras(n, d)
+    given = dict(dec.Q_extras or {})
+    if set(given) != set(declared):
+        raise ValueError(f"the {dec.method!r} decomposition's Q_extras are {sorted(given)}; quantizer {qname!r} "
+                         f"declares {sorted(declared)} (Quantizer.stored_extras)")
+    out = {}
+    for name, (shape, dt) in declared.items():
+        t = given[name]
+        if tuple(t.shape) != tuple(int(x) for x in shape) or t.dtype != dt:
+            raise ValueError(f"the {dec.method!r} decomposition's Q_extras[{name!r}] is {tuple(t.shape)} "
+                             f"{_dtype_name(t.dtype)}; quantizer {qname!r} declares {tuple(shape)} {_dtype_name(dt)}")
+        out[f"Q_{name}"] = t.detach().cpu().clone().contiguous()
+    return out
+
+
+def _extras_of(tensors: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The quantizer's extras among a layer's tensors, keyed by their declared names (``Q_`` removed)."""
+    return {k[2:]: v for k, v in tensors.items() if k.startswith("Q_") and k not in ("Q_codes", "Q_scale", "Q_dense")}

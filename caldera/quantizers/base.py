@@ -82,6 +82,21 @@ class Quantizer(ABC):
                 f"{self.block_size}; pad or choose a quantizer with a smaller block"
             )
 
+    def fused_ldlq_available(self, x: Tensor) -> bool:
+        """Whether :meth:`fused_ldlq_chunk` runs for tensors like ``x``. BlockLDLQ
+        (:func:`caldera.ldlq.block_ldlq`) then quantizes each chunk of columns in one call instead of one
+        :meth:`quantize` per block. The base class has no fused chunk."""
+        return False
+
+    def fused_ldlq_chunk(
+        self, F: Tensor | None, Lc: Tensor, W: Tensor, W_hat: Tensor, delta: Tensor, codes: Tensor
+    ) -> None:
+        """BlockLDLQ inside one chunk of ``c`` columns, in place: ``W``, ``W_hat``, ``delta`` ``(n, c)``, ``F``
+        ``(n, c)`` the later chunks' feedback or None, ``Lc`` ``(c, c)``, ``codes`` ``(n, c // block_size)``
+        (:meth:`caldera.quantizers.e8p.E8P.fused_ldlq_chunk` documents the recurrence). Only called where
+        :meth:`fused_ldlq_available` is true."""
+        raise NotImplementedError(f"{type(self).__name__} has no fused BlockLDLQ chunk")
+
 
 @dataclass(frozen=True)
 class ScaledCodes:

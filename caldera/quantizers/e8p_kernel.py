@@ -3,8 +3,8 @@
 
 Why: BlockLDLQ quantizes 8 columns at a time, i.e. a few hundred 8-vectors per call, thousands of calls per
 layer. The torch search costs ~200 small tensor ops per call (~4 ms at 576 vectors, almost all dispatch
-overhead); this kernel does the same arithmetic in a loop (~0.1 ms at 576 vectors), so compression time is
-no longer dominated by the quantizer. The torch path stays as the reference and the fallback
+overhead); this kernel does the same arithmetic in a loop (~0.1 ms at 576 vectors), so the quantizer does not
+dominate compression time. The torch path stays as the reference and the fallback
 (``E8P(backend="torch")``); ``tests/quantizers/test_e8p.py`` checks both against brute force over all
 65,536 codewords.
 

@@ -69,7 +69,7 @@ def test_resplit_top_r_components(layers, kind, r):
     if kind == "16bit":  # fp16 re-cast: tiny
         assert tail_err <= 2e-3 * float(rest.norm())
     else:  # the oracle: the same quantizer applied to the SVD tail factors
-        from caldera.nn.compressed_linear import resolve_quantizer
+        from caldera.nn.format import resolve_quantizer
 
         q = resolve_quantizer(mod.meta["l_quantizer"])
         s = S[r: mod.rank].sqrt()

@@ -8,7 +8,8 @@ import torch
 from caldera.config import CalderaConfig
 from caldera.decomposition import caldera_decompose
 from caldera.methods import get_method
-from caldera.nn.compressed_linear import CompressedLinear, narrow_codes
+from caldera.nn.compressed_linear import CompressedLinear
+from caldera.nn.format import narrow_codes
 from caldera.synthetic import llm_like
 
 N, D = 32, 64

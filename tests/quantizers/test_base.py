@@ -49,3 +49,24 @@ def test_check_shape_names_the_argument_and_the_block():
     with pytest.raises(ValueError, match="block size 8"):
         q.check_shape(torch.zeros(()))
     UniformRTN(4).check_shape(torch.zeros(3, 5))  # block size 1: any length
+
+
+def test_the_fused_ldlq_capability_is_part_of_the_interface():
+    """A quantizer without a fused BlockLDLQ chunk says so (the base class), and BlockLDLQ then takes the block
+    loop; E8P has one on the CPU with the Numba backend only."""
+    from caldera.ldl import block_ldl
+    from caldera.ldlq import block_ldlq
+    from tests.helpers import IntegerGrid, llm_like
+
+    q = IntegerGrid()
+    x = torch.zeros(4, 16)
+    assert q.fused_ldlq_available(x) is False
+    with pytest.raises(NotImplementedError, match="IntegerGrid has no fused BlockLDLQ chunk"):
+        q.fused_ldlq_chunk(None, torch.eye(8), x, x, x, torch.zeros(4, 16, dtype=torch.int32))
+    W, H = llm_like(8, 16, seed=0)
+    L, _ = block_ldl(H.float(), 8)
+    fused, loop = block_ldlq(W * 4, L, q, fused=True), block_ldlq(W * 4, L, q, fused=False)
+    assert all(torch.equal(a, b) for a, b in zip(fused, loop))
+    e8p = E8P()
+    assert e8p.fused_ldlq_available(torch.zeros(4, 16, device="meta")) is False  # not a CPU tensor
+    assert e8p.fused_ldlq_available(torch.zeros(4, 16)) is (e8p.backend == "numba")

@@ -15,7 +15,8 @@ from safetensors.torch import load_file
 from torch import Tensor, nn
 
 from caldera.atomic import folder_files, sha256_file
-from caldera.nn.compressed_linear import CompressedLinear, resolve_quantizer
+from caldera.nn.compressed_linear import CompressedLinear
+from caldera.nn.format import resolve_quantizer
 from caldera.pipeline.checkpoint.format import (
     _NO_VERIFY,
     _RERUN,
@@ -108,7 +109,7 @@ def check_config(cfg: dict[str, Any], folder: str | os.PathLike, *, legacy: bool
     ``legacy=True`` (``caldera convert``)."""
     from transformers import CONFIG_MAPPING
 
-    from caldera.nn.compressed_linear import DENSE_Q_FORMATS, META_VERSION, resolve_quantizer
+    from caldera.nn.format import DENSE_Q_FORMATS, META_VERSION
 
     folder = Path(folder)
     cfile = CONFIG_FILE
