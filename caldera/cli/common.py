@@ -55,12 +55,13 @@ def resolve_model_path(name: str) -> str:
 
 
 def load_dense_model(name: str, path: str):
-    """``(model, tokenizer)`` of a dense model (``load_model``); a folder that is not a model, or a hub id that
-    cannot be fetched (no such repository, no network), is one :class:`CLIError` line, not a traceback."""
-    from caldera.pipeline.assets import load_model
+    """``(model, tokenizer)`` of a dense model (:func:`caldera.pipeline.models.load_dense`, float32 on the CPU); a
+    folder that is not a model, or a hub id that cannot be fetched (no such repository, no network), is one
+    :class:`CLIError` line, not a traceback."""
+    from caldera.pipeline.models import load_dense
 
     try:
-        return load_model(path)
+        return load_dense(path)
     except OSError as e:  # transformers: not a model folder / hub id unreachable or unknown
         first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
         where = "the folder" if Path(path).is_dir() else "no local folder of that name, and as a hub id it"

