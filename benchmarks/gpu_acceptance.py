@@ -178,7 +178,7 @@ def stage_decode(a: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from caldera.kernels import triton_e8p as tk
-    from caldera.kernels.tables import dequantize_codes
+    from caldera.kernels.e8p_decode import dequantize_codes
 
     dev = a.device
     n, d = (32, 128) if a.tiny else (4096, 11008)

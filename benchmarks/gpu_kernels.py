@@ -21,7 +21,7 @@ import json
 import torch
 from triton.testing import do_bench, do_bench_cudagraph
 
-from caldera.kernels.tables import codes_matmul_reference
+from caldera.kernels.e8p_decode import codes_matmul_reference
 from caldera.kernels.triton_e8p import e8p_matmul
 
 SHAPES = [(576, 1536), (1536, 576), (4096, 4096), (11008, 4096), (4096, 11008)]

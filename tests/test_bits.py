@@ -18,7 +18,7 @@ from caldera.bits import (
     rank_for_bits,
     storage_bits,
 )
-from caldera.paper_tables import list_reference_tables, load_reference_table
+from caldera.paper_reference import list_reference_tables, load_reference_table
 
 # ----------------------------------------------------------------------------------------- shapes
 

@@ -6,7 +6,7 @@ B_LR, and the rank of the factors is k, the average number of bits per parameter
 Σ_{i=1}^7 (B_Q n_i d_i + k B_LR (n_i + d_i)) / Σ_{i=1}^7 n_i d_i"*, and with r = 64 factors fine-tuned in
 16-bit precision *"Σ_i (B_Q n_i d_i + (k − r) B_LR (n_i + d_i) + 16 r (n_i + d_i)) / Σ_i n_i d_i"*.
 
-What is checked: every printed "Avg Bits" cell of every table (``caldera.paper_tables``) is recomputed from the
+What is checked: every printed "Avg Bits" cell of every table (``caldera.paper_reference``) is recomputed from the
 model shapes (``caldera.bits.MODEL_SHAPES``) with :func:`caldera.bits.average_bits` — the fine-tuned-factor
 variant for rows with an ``ft_rank`` — and rounded half-up to the printed number of decimals. The ratio is
 |computed − printed| / (half a unit of the printed last digit) (≤ 1: consistent with the rounding). The
@@ -18,7 +18,7 @@ from __future__ import annotations
 from decimal import ROUND_HALF_UP, Decimal
 
 from caldera.bits import MODEL_SHAPES, average_bits
-from caldera.paper_tables import list_reference_tables, load_reference_table
+from caldera.paper_reference import list_reference_tables, load_reference_table
 from theory.common import CheckResult
 
 LABEL = "subapp:computation_of_per_parameter_bit_budget"

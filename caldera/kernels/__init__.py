@@ -10,8 +10,8 @@ Modules:
   (:mod:`caldera.nn`) calls them.
 * :mod:`caldera.kernels.factors` — :class:`~caldera.kernels.factors.Factors`, the frozen low-rank part as the
   kernels read it (16-bit ``L``, ``R`` or their codes).
-* :mod:`caldera.kernels.tables` — the small decode tables (derived from the E8P codebook of
-  :mod:`caldera.quantizers.e8p`) and :func:`~caldera.kernels.tables.codes_matmul_reference`, the pure-torch
+* :mod:`caldera.kernels.e8p_decode` — the small decode tables (derived from the E8P codebook of
+  :mod:`caldera.quantizers.e8p`) and :func:`~caldera.kernels.e8p_decode.codes_matmul_reference`, the pure-torch
   reference every kernel is tested against (it dequantizes, so it is only a reference).
 * :mod:`caldera.kernels.native` — the C kernels (sources in ``kernels/cpu/`` of the repository), built at install
   time by ``setup.py`` as the optional extension ``caldera.kernels._caldera_layer`` (AVX2 or portable scalar code,
@@ -27,6 +27,6 @@ Modules:
   ``TRITON_INTERPRET=1``).
 """
 
-from caldera.kernels.tables import E8PDecodeTables, codes_matmul_reference, decode_tables
+from caldera.kernels.e8p_decode import E8PDecodeTables, codes_matmul_reference, decode_tables
 
 __all__ = ["E8PDecodeTables", "codes_matmul_reference", "decode_tables"]

@@ -2,12 +2,12 @@
 
 * :func:`codes_matmul` — ``y = x (s ⊙ Q)ᵀ``: ``x`` (B, 8m) float32, codes (n, m) of Q's rows, ``s`` scalar or
   per row. One pass over the codes (2 bytes per 8 weights for E8P, 4 for RVQ4); each code is decoded once into
-  8 floats from the L1-resident tables of :mod:`caldera.kernels.tables` and used for all B rows of x.
+  8 floats from the L1-resident tables of :mod:`caldera.kernels.e8p_decode` and used for all B rows of x.
 * :func:`codes_matmul_t` — ``y = t (s · M)`` for M given by the codes of its rows (k, n/8): the product with
   ``L`` when the codes are those of ``Lᵀ`` (``CompressedLinear``'s layout of the left factor).
 
 Rows (resp. column blocks) are split over ``torch.get_num_threads()`` Python threads; the kernels release the
-GIL. No dense matrix is formed or cached. Reference: :func:`caldera.kernels.tables.codes_matmul_reference`.
+GIL. No dense matrix is formed or cached. Reference: :func:`caldera.kernels.e8p_decode.codes_matmul_reference`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from caldera.kernels.tables import check_quantizer, decode_tables
+from caldera.kernels.e8p_decode import check_quantizer, decode_tables
 
 _MIN_CODES_PER_THREAD = 1 << 16  # below this, one thread (thread hand-off costs ~10-50 µs)
 

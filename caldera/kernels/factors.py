@@ -11,7 +11,7 @@ from torch import Tensor
 @dataclass(frozen=True)
 class Factors:
     """Frozen low-rank part: 16-bit ``L`` (n, k) and ``R`` (k, d), or codes of ``Lᵀ`` (k, n/8) and ``R`` (k, d/8)
-    with scalar scales and a quantizer name from :data:`caldera.kernels.tables.SUPPORTED`."""
+    with scalar scales and a quantizer name from :data:`caldera.kernels.e8p_decode.SUPPORTED`."""
 
     L: Tensor | None = None
     R: Tensor | None = None

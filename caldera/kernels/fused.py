@@ -20,8 +20,8 @@ import functools
 import torch
 from torch import Tensor
 
+from caldera.kernels.e8p_decode import SUPPORTED
 from caldera.kernels.factors import Factors
-from caldera.kernels.tables import SUPPORTED
 
 __all__ = ["Factors", "codes_linear", "fused_layer", "native_available", "numba_available", "select_backend",
            "triton_available"]

@@ -31,7 +31,7 @@ one :class:`NativeKernelWarning` says that the extension was not built and how t
 (``<module file>.sha256``); the module is loaded only when its file still has that hash (:func:`build_problem`),
 so a truncated or damaged build takes the same fallback, with its own warning, instead of crashing the
 interpreter when it is loaded. ``$CALDERA_NO_NATIVE`` forces that fallback silently.
-Reference: :func:`caldera.kernels.tables.codes_matmul_reference`.
+Reference: :func:`caldera.kernels.e8p_decode.codes_matmul_reference`.
 """
 
 from __future__ import annotations
@@ -289,7 +289,7 @@ def fused_layer(  # noqa: PLR0913 - one argument per stored tensor of the layer
     (k, n/8) and ``R`` (k, d/8) with scalar scales; None: no factors), ``ft`` = ``(L_ft (n, r), R_ft (r, d))``
     or None, ``bias`` (n,) or None. Raises when the C extension was not built."""
     from caldera.hadamard import factor_matrix, hadamard_factor
-    from caldera.kernels.tables import SUPPORTED
+    from caldera.kernels.e8p_decode import SUPPORTED
 
     if _ext() is None:
         raise RuntimeError(f"the C extension is not built; the fused layer needs it. {FIX}")

@@ -6,7 +6,7 @@
   the codes of ``Lᵀ``, as ``CompressedLinear`` holds it.
 
 Decode (the scheme of QuIP#'s fast kernel, ``quip-sharp.md`` §7, written fresh for this code format): a code's
-high byte indexes a 1 KiB table of packed abs patterns (:func:`caldera.kernels.tables.abs_nibbles`: one int32
+high byte indexes a 1 KiB table of packed abs patterns (:func:`caldera.kernels.e8p_decode.abs_nibbles`: one int32
 per pattern, coordinate ``t`` in nibble ``t`` as ``u = A_t + 3.5`` ∈ 0..7); its low byte gives the sign flips,
 spread by shifts and masks to ``7`` in each flipped nibble and applied to all 8 coordinates with one XOR (a
 negated coordinate is ``u ^ 7``); coordinate ``t`` is then nibble ``t`` shifted into the top mantissa bits of the
@@ -25,7 +25,7 @@ lo)`` with ``hi``, ``lo`` float16 (:func:`split_half`), each its own dot, so the
 float16 ``x`` is used as it is (one dot). E8P-RVQ4 codes ``(c1 << 16) | c2`` accumulate their two stages apart,
 ``acc1 + acc2 / 3.45`` at the end (each stage exact in fp16).
 
-Reference: :func:`caldera.kernels.tables.codes_matmul_reference`; tested under ``TRITON_INTERPRET=1`` on CPU
+Reference: :func:`caldera.kernels.e8p_decode.codes_matmul_reference`; tested under ``TRITON_INTERPRET=1`` on CPU
 (``tests/kernels/test_triton_e8p.py``) and on CUDA by its ``gpu``-marked tests. GPU speed: see
 ``kernels/README.md`` (what has and has not been measured).
 
@@ -41,7 +41,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from caldera.kernels.tables import abs_nibbles, check_quantizer
+from caldera.kernels.e8p_decode import abs_nibbles, check_quantizer
 
 #: tl.dot's smallest block dimension
 MIN_DOT = 16

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from caldera.kernels.tables import (
+from caldera.kernels.e8p_decode import (
     abs_nibbles,
     codes_matmul_reference,
     decode_tables,

@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from caldera.kernels import native
+from caldera.kernels.e8p_decode import codes_matmul_reference
 from caldera.kernels.factors import Factors
-from caldera.kernels.tables import codes_matmul_reference
 from tests.helpers import kernel_close as _close
 from tests.helpers import random_codes as _codes
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from caldera.kernels.e8p_decode import codes_matmul_reference, dequantize_codes
 from caldera.kernels.fused import Factors, codes_linear
-from caldera.kernels.tables import codes_matmul_reference, dequantize_codes
 from caldera.nn.compressed_linear import CompressedLinear
 from caldera.synthetic import random_compressed_layer
 from tests.helpers import kernel_close as _close

@@ -382,7 +382,7 @@ def device_errors(config: dict[str, Any], *, local: bool, cuda_devices: Callable
 def plan_time_errors(config: dict[str, Any]) -> list[str]:
     """Every problem of ``config`` (after the JSON schema) that this module checks, each naming its key path."""
     from caldera.experiments.planning.variants import RHTFT_TABLES, ZERO_SHOT_TABLES
-    from caldera.paper_tables import load_reference_table
+    from caldera.paper_reference import load_reference_table
     from caldera.pipeline.assets import MODEL_ASSETS
     from caldera.pipeline.sources import looks_like_path
 

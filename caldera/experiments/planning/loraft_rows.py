@@ -52,7 +52,7 @@ class LoraRow:
 
 
 def ref_rows() -> list[dict[str, Any]]:
-    from caldera.paper_tables import load_reference_table
+    from caldera.paper_reference import load_reference_table
 
     return load_reference_table(TABLE)
 

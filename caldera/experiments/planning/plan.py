@@ -1,6 +1,6 @@
 """From a workflow config to the set of models to compress and evaluate for every paper table.
 
-Each row of a paper table (``caldera.paper_tables``) is mapped to a *variant* of this run:
+Each row of a paper table (``caldera.paper_reference``) is mapped to a *variant* of this run:
 
 * the paper model (``llama-2-7b`` …) → its stand-in (``config["stand_ins"]``, e.g. SmolLM2-135M offline);
 * the paper rank k at B_LR bits → the stand-in rank with the closest average bits per parameter
@@ -40,7 +40,7 @@ from caldera.experiments.planning.variants import (  # noqa: F401 - the row -> v
     method_config,
     variant_for_row,
 )
-from caldera.paper_tables import load_reference_table
+from caldera.paper_reference import load_reference_table
 from caldera.pipeline.linears import SHORT_NAMES
 
 PENDING_TABLES = {

@@ -52,7 +52,7 @@ def throughput_rows(config: dict[str, Any], run_variants: dict[str, Variant] | N
     """The paper's Table 6 rows, each ``{"ref": paper row, "variant": Variant or None}``: None when the row's
     stand-in variant is not compressed by this run (``run_variants``, default :func:`all_variants`) or its paper
     model has no stand-in. The dense row is always measured (it needs no compression)."""
-    from caldera.paper_tables import load_reference_table
+    from caldera.paper_reference import load_reference_table
 
     run_variants = all_variants(config) if run_variants is None else run_variants
     rows = []

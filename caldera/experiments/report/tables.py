@@ -270,7 +270,7 @@ def _fmt(x: Any, nd: int = 2, ci: list[float] | None = None) -> str:
 
 def _paper_before_ft(table: str, ref: dict[str, Any]) -> float | None:
     """The paper's Wiki2 perplexity of the same row without RHT-FT (the zero-shot table it fine-tunes)."""
-    from caldera.paper_tables import load_reference_table
+    from caldera.paper_reference import load_reference_table
 
     def key(r: dict[str, Any]) -> tuple:
         return r["model"], r["method"], r["rank"], r["b_lr"]
@@ -556,7 +556,7 @@ def write_pending_table(table: str, reason: str, out_md: str, out_tex: str, out_
 
     Written so that every table of the paper has its generated file; ``reason`` names what will fill it.
     """
-    from caldera.paper_tables import load_reference_table
+    from caldera.paper_reference import load_reference_table
 
     raw = load_reference_table(table, raw=True)
     cols = [c for c in raw[0] if c not in ("note", "method_printed")]

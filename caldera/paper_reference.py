@@ -1,6 +1,6 @@
 """The CALDERA paper's reported numbers, shipped as package data.
 
-The files live in ``caldera/data/paper_tables/`` only (one CSV per paper table plus ``tables.json`` with
+The files live in ``caldera/data/paper_reference/`` only (one CSV per paper table plus ``tables.json`` with
 labels, units and column types; ``paper_tables/README.md`` lists them). Nothing outside the package is read
 at run time.
 
@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 #: Location of the CSV files and ``tables.json`` inside the ``caldera`` package.
-_DATA_DIR = ("data", "paper_tables")
+_DATA_DIR = ("data", "paper_reference")
 
 _BOOL = {"Yes": True, "No": False}
 

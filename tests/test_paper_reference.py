@@ -1,4 +1,4 @@
-"""Transcription checks for the paper's tables shipped in ``caldera/data/paper_tables``.
+"""Transcription checks for the paper's tables shipped in ``caldera/data/paper_reference``.
 
 Spot values below were read off the paper's LaTeX source by hand. When the environment variable
 ``CALDERA_PAPER_TEX`` points at the paper's ``.tex`` file, :func:`test_every_cell_matches_latex` also
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from caldera.paper_tables import list_reference_tables, load_reference_table, reference_table_meta
+from caldera.paper_reference import list_reference_tables, load_reference_table, reference_table_meta
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = REPO / "caldera" / "data" / "paper_tables"
+DATA = REPO / "caldera" / "data" / "paper_reference"
 
 ZS = ["model", "method", "method_printed", "rank", "b_q", "b_lr", "rht_ft", "avg_bits", "wiki2_ppl",
       "c4_ppl", "wino_acc", "rte_acc", "piqa_acc", "arce_acc", "arcc_acc", "note"]
