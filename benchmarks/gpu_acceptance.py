@@ -27,11 +27,11 @@ stage, so what was measured survives a later stage's failure or timeout:
 * ``engine_qkvo``, ``engine_gate_up``, ``engine_down`` — one CALDERA decomposition at each LLaMa-2 7B shape
   (4096×4096, 11008×4096, 4096×11008; the ``paper`` preset, rank 256, 4-bit factors, T_in 10, a few outer
   iterations, extrapolated to T_out 15 as ``prepare + it 0 + 14 · last it`` as ``benchmarks/compare_engine.py``
-  and ``kernels/measured/ENGINE.md`` do), beside the CPU figure of the same call (its SVD setting too) from
-  ``kernels/measured/``;
+  and ``benchmarks/results/ENGINE.md`` do), beside the CPU figure of the same call (its SVD setting too) from
+  ``benchmarks/results/``;
 * ``costs`` — the component costs of ``caldera cost`` (``benchmarks/cost_components.py``, the
   shapes of ``benchmarks/measure_costs.py``), written as ``DIR/costs-<device>.json``; copy it to
-  ``kernels/measured/`` to make ``caldera cost --device cuda`` predict from it.
+  ``benchmarks/results/`` to make ``caldera cost --device cuda`` predict from it.
 
 ``--tiny`` runs every stage at toy sizes (what CI checks: that every stage runs and writes every field). On a
 CPU the timings are of the CPU (the Triton kernel's of its interpreter: no speed at all).
@@ -80,8 +80,11 @@ ENGINE_SHAPES = {
     "engine_gate_up": ((11008, 4096), (128, 64)),
     "engine_down": ((4096, 11008), (64, 128)),
 }
-#: the CPU measurements of the same engine call (kernels/measured/ENGINE.md's current figures)
-CPU_ENGINE_FILES = ("kernels/measured/engine_t15_bf16_4096x4096.json", "kernels/measured/engine_t3_bf16_warm_rect.json")
+#: the CPU measurements of the same engine call (benchmarks/results/ENGINE.md's current figures)
+CPU_ENGINE_FILES = (
+    "benchmarks/results/engine_t15_bf16_4096x4096.json",
+    "benchmarks/results/engine_t3_bf16_warm_rect.json",
+)
 
 
 # ------------------------------------------------------------------------------------------ the stages
@@ -405,13 +408,13 @@ def stage_costs(a: argparse.Namespace) -> dict[str, Any]:
         "components": sorted(loaded["components"]),
         "predicted_decompose_s": {f"{n}x{d}": decompose_seconds(loaded, n, d, paper)
                                   for n, d in ((4096, 4096), (11008, 4096), (4096, 11008))},
-        "install": f"cp {path} kernels/measured/costs-{a.device}.json",
+        "install": f"cp {path} benchmarks/results/costs-{a.device}.json",
     }  # fmt: skip
 
 
 def cpu_engine_reference(n: int, d: int, root: Path = ROOT) -> dict[str, Any]:
     """The CPU measurement of the engine call at (n, d), config seed 0, from ``CPU_ENGINE_FILES`` (the figures of
-    ``kernels/measured/ENGINE.md``), or ``{"missing": why}``."""
+    ``benchmarks/results/ENGINE.md``), or ``{"missing": why}``."""
     for rel in CPU_ENGINE_FILES:
         p = root / rel
         if not p.is_file():

@@ -1,7 +1,7 @@
 """Measure the per-component costs `caldera cost` predicts from (caldera.experiments.planning.cost), on one device.
 
-    nice -n 10 python benchmarks/measure_costs.py --device cpu --out kernels/measured/costs-cpu.json
-    python benchmarks/measure_costs.py --device cuda --out kernels/measured/costs-cuda.json   # on a GPU machine
+    nice -n 10 python benchmarks/measure_costs.py --device cpu --out benchmarks/results/costs-cpu.json
+    python benchmarks/measure_costs.py --device cuda --out benchmarks/results/costs-cuda.json   # on a GPU machine
 
 Times every component once per shape (best of --repeats) with the engine's own functions and fits each law's
 coefficients (non-negative least squares on relative residuals). A few minutes on a CPU.
@@ -32,7 +32,7 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--benchmark-json", nargs="*", default=[],
                     help="pytest-benchmark JSONs of test_bench_paper_shapes.py on the same device: their paper-shape "
-                    "points join the fit (kernels/measured/paper_shapes_cpu_*.json)")
+                    "points join the fit (benchmarks/results/paper_shapes_cpu_*.json)")
     args = ap.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     costs = measure_components(args.device, shapes, k=args.rank, repeats=args.repeats)

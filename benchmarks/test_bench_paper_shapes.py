@@ -29,7 +29,7 @@ steps sit further above their floor). Every component runs in that arithmetic (`
 inside ``caldera_decompose``. Run::
 
     nice -n 10 python -m pytest benchmarks/test_bench_paper_shapes.py --benchmark-enable \
-        --benchmark-json=kernels/measured/paper_shapes_cpu.json -p no:randomly
+        --benchmark-json=benchmarks/results/paper_shapes_cpu.json -p no:randomly
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Why. About two thirds of a CALDERA outer iteration are float32 matrix products (
 LPLR's ``R M``, ``Y Pᵀ``, ``Aᵀ L``, the subspace iteration). Since PyTorch 2.9, ``torch.backends.mkldnn.matmul.
 fp32_precision = "bf16"`` lets oneDNN compute float32 products with bfloat16 instructions (AVX512-BF16, AMX), with
 float32 inputs, float32 accumulation and float32 outputs. Measured on this repository's 2-core AMD EPYC (AVX512-BF16,
-torch 2.13; ``kernels/measured/ENGINE.md``): 4096×4096 · 4096×4096 in 0.33 s instead of 0.67 s, the engine's other
+torch 2.13; ``benchmarks/results/ENGINE.md``): 4096×4096 · 4096×4096 in 0.33 s instead of 0.67 s, the engine's other
 products 1.3–2.1× faster; it is not a plain bfloat16 product (8 mantissa bits, relative error ≈ 1.7e-3): oneDNN
 splits each float32 operand into bfloat16 parts, and the relative Frobenius error of a 4096² product against a
 float64 reference is 4–6e-7, against 2.4–2.6e-7 for IEEE float32; the contribution of an operand term of relative

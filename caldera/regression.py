@@ -40,11 +40,11 @@ class LowRankSolution:
 
 #: power iterations of :func:`subspace_svd` from a warm start (``svd="warm"``); columns beyond k it carries. One
 #: is enough: LPLR's own alternating least squares refines the subspace after it (the measurements behind this
-#: choice: kernels/measured/ENGINE.md)
+#: choice: benchmarks/results/ENGINE.md)
 WARM_POWER_ITERS = 1
 WARM_OVERSAMPLE = 16
 #: power iterations of the randomized range finder in the first call of ``svd="warm"`` (no start yet), in place of
-#: the Gram route's Yᵀ Y and eigensolve (kernels/measured/ENGINE.md)
+#: the Gram route's Yᵀ Y and eigensolve (benchmarks/results/ENGINE.md)
 WARM_COLD_POWER_ITERS = 2
 
 

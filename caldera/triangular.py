@@ -5,7 +5,7 @@ by them in every outer iteration: ``Y = (W − Q) M`` (n·d² flops), ``R M`` in
 GEMM spends half of those flops on the zeros above the diagonal. Here the columns of M are cut into ``blocks``
 slices and column slice J of ``A M`` reads only the rows of M from J's first column on, so the product costs
 ``(½ + 1/(2·blocks))`` of the dense flops in ``blocks`` GEMMs. Measured on this repository's 2-core CPU (fp32, 2
-threads; ``kernels/measured/ENGINE.md``): 4096×4096 · 4096×4096 0.75 → 0.46 s, 256×4096 · 4096×4096 75 → 39 ms,
+threads; ``benchmarks/results/ENGINE.md``): 4096×4096 · 4096×4096 0.75 → 0.46 s, 256×4096 · 4096×4096 75 → 39 ms,
 576×576 · 576×576 2.3 → 2.0 ms. The result equals ``A @ M`` up to float rounding (the sums are grouped
 differently; the zeros contribute exactly nothing).
 """

@@ -69,18 +69,18 @@ def add_parser(sub: Any, raw: Any) -> None:
         "cost",
         help="predicted time of every job of a workflow config before it runs; --check against a run",
         description="Every job's predicted time: on this machine type from the job profile "
-        "(kernels/measured/jobs-<device>.json: fixed parts and rates measured on a finished run, "
+        "(benchmarks/results/jobs-<device>.json: fixed parts and rates measured on a finished run, "
         "caldera.experiments.planning.job_costs), otherwise per rule from the engine's component costs measured on the "
-        "device (kernels/measured/costs-<device>.json, benchmarks/measure_costs.py) and their scaling laws, with peak "
-        "memory and device-hours per model (caldera.experiments.planning.cost).",
+        "device (benchmarks/results/costs-<device>.json, benchmarks/measure_costs.py) and their scaling laws, with "
+        "peak memory and device-hours per model (caldera.experiments.planning.cost).",
         formatter_class=raw, epilog=_example("caldera cost --configfile config/paper.yaml --device cpu"),
     )
     p.add_argument("--configfile", required=True, help="workflow config, e.g. config/paper.yaml")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="whose measured costs to use")
-    p.add_argument("--costs", help="a costs JSON instead of kernels/measured/costs-<device>.json")
+    p.add_argument("--costs", help="a costs JSON instead of benchmarks/results/costs-<device>.json")
     p.add_argument("--check", metavar="RUN", help="compare the prediction with a run: its results folder (per job) "
                    "or its timings.json (per stage and rule), and say where the model is off by more than 30 %%")
-    p.add_argument("--profile", help="a job profile JSON instead of kernels/measured/jobs-<device>.json (with "
+    p.add_argument("--profile", help="a job profile JSON instead of benchmarks/results/jobs-<device>.json (with "
                    "--calibrate: where to write it)")
     p.add_argument("--calibrate", metavar="RESULTS", help="measure the job profile of this machine from a finished "
                    "run of --configfile (its results folder, e.g. results/mini) and write it")

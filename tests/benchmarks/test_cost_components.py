@@ -52,7 +52,7 @@ def test_prediction_matches_a_measured_decomposition():
 
 
 def test_paper_shape_benchmark_points_join_the_fit():
-    pts = M.points_from_benchmark("kernels/measured/paper_shapes_cpu_11008x4096_components.json")
+    pts = M.points_from_benchmark("benchmarks/results/paper_shapes_cpu_11008x4096_components.json")
     assert [(p["n"], p["d"]) for p in pts["ldlq"]] == [(11008, 4096)]
     assert set(pts) == {"ldlq", "hessian_update", "error", "svd_exact", "svd_randomized", "lplr_iter"}
     lplr = pts["lplr_iter"][0]["s"]
@@ -60,7 +60,7 @@ def test_paper_shape_benchmark_points_join_the_fit():
     costs = C.refit(_costs_without_points(), pts)
     assert C.predict(costs, "svd_exact", 11008, 4096) == pytest.approx(pts["svd_exact"][0]["s"], rel=1e-6)
     # the Hessian context's benchmark (test_prepare) is a point of the prepare law, keyed by the shape's d
-    prep = M.points_from_benchmark("kernels/measured/paper_shapes_cpu_20261126_prepare.json")
+    prep = M.points_from_benchmark("benchmarks/results/paper_shapes_cpu_20261126_prepare.json")
     assert set(prep) == {"prepare"} and sorted(p["d"] for p in prep["prepare"]) == [4096, 4096, 11008]
     big = max(prep["prepare"], key=lambda p: p["d"])
     assert big["s"] > 5 * min(p["s"] for p in prep["prepare"])  # d³: the 11008-wide Hessian dominates

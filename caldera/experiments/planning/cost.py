@@ -2,7 +2,7 @@
 
 Per rule of the workflow it predicts each job's time and peak memory and sums device-hours per model, from
 per-component costs **measured on the named device** (``benchmarks/cost_components.py``, run by
-``benchmarks/measure_costs.py``, stored as ``kernels/measured/costs-<device>.json``) and the scaling law of
+``benchmarks/measure_costs.py``, stored as ``benchmarks/results/costs-<device>.json``) and the scaling law of
 each component in the matrix shapes. A device with no measurements is an error saying how to measure, never
 a guess.
 
@@ -50,8 +50,8 @@ from typing import Any
 from caldera.pipeline.linears import SHORT_NAMES
 
 FORMAT = "caldera-costs/1"
-ROOT = Path(__file__).resolve().parents[2]
-COSTS_DIR = ROOT / "kernels" / "measured"
+ROOT = Path(__file__).resolve().parents[3]
+COSTS_DIR = ROOT / "benchmarks" / "results"
 
 #: component -> basis terms of its law, each a function of (n, d, k); the prediction is Σ c_j term_j
 LAWS: dict[str, tuple[tuple[str, Callable[..., float]], ...]] = {

@@ -14,7 +14,7 @@ write beside their results). :func:`plan_jobs` lists the jobs the workflow runs 
 model), :func:`predict` prices each one, and :func:`check` compares the prediction with a run's timings, per job,
 rule and stage, and says where the model is off.
 
-The profile is machine-specific (``kernels/measured/jobs-<machine>.json``): a config whose models are not in it,
+The profile is machine-specific (``benchmarks/results/jobs-<machine>.json``): a config whose models are not in it,
 or a device it was not measured on, is priced by the component laws alone.
 """
 

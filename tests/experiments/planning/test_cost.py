@@ -103,7 +103,7 @@ def test_slurm_profile_memory_and_gpus_come_from_caldera_cost():
 
 
 def test_slurm_profile_runtimes_are_caldera_cost_from_the_committed_cuda_costs():
-    """With ``kernels/measured/costs-cuda.json`` committed, every runtime `caldera cost --slurm` predicts is the
+    """With ``benchmarks/results/costs-cuda.json`` committed, every runtime `caldera cost --slurm` predicts is the
     profile's; the rules it does not price run its rules' work (compress_variant, profile_layers: compress_layers;
     replicate: compress_variant then evaluate)."""
     from caldera.strict_yaml import load_yaml_strict

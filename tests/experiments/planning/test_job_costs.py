@@ -184,11 +184,11 @@ def test_measured_jobs_reads_a_results_folder_or_a_timings_file(tmp_path):
 
 
 def test_the_committed_profile_predicts_a_measured_smoke_run():
-    """The profile calibrated on the default run (kernels/measured/jobs-cpu.json) against a smoke run measured on
-    the same machine (kernels/measured/timings-smoke-cpu.json, a run the profile never saw): every stage and the
+    """The profile calibrated on the default run (benchmarks/results/jobs-cpu.json) against a smoke run measured on
+    the same machine (benchmarks/results/timings-smoke-cpu.json, a run the profile never saw): every stage and the
     total within ±30 %."""
     profile = J.load_profile("cpu")
-    measured = ROOT / "kernels/measured/timings-smoke-cpu.json"
+    measured = ROOT / "benchmarks/results/timings-smoke-cpu.json"
     if profile is None or not measured.is_file():
         pytest.skip("no committed profile or smoke timings")
     costs = load_costs("cpu")
