@@ -53,29 +53,10 @@ def test_each_eval_subcommand_has_its_own_help(what, own, others, capsys):
 
 
 def _tiny_model_dir(path):
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from tests.helpers import tiny_llama, word_tokenizer
 
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=128,
-        max_position_embeddings=64,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
-    )
-    LlamaForCausalLM(cfg).save_pretrained(str(path))
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i for i in range(3, 128)}}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<unk>"
-    ).save_pretrained(str(path))
+    tiny_llama(0, bos_token_id=1, eos_token_id=2, pad_token_id=0).save_pretrained(str(path))
+    word_tokenizer().save_pretrained(str(path))
     return path
 
 

@@ -171,7 +171,7 @@ def test_step_evaluate_auto_streams_only_a_model_over_the_budget(tmp_path, monke
     from caldera.experiments.jobs import evaluate as evaluate_job
     from caldera.experiments.planning.plan import Variant
     from caldera.experiments.planning.settings import EvalSettings, RunContext
-    from tests.pipeline.test_checkpoint import word_tokenizer
+    from tests.helpers import word_tokenizer
 
     _, src = _saved(tmp_path, "llama")
     word_tokenizer().save_pretrained(src)

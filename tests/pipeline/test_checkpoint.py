@@ -26,7 +26,7 @@ from caldera.pipeline.checkpoint import (
     save_compressed,
 )
 from caldera.pipeline.hessians import decoder_layers
-from tests.helpers import tiny_gemma3
+from tests.helpers import tiny_gemma3, word_tokenizer
 from tests.helpers import tiny_llama as _tiny_llama
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,18 +43,6 @@ LINEARS = (
 
 def tiny_llama(seed: int = 0, tie: bool = True):
     return _tiny_llama(seed, tie_word_embeddings=tie, bos_token_id=1, eos_token_id=2, pad_token_id=0)
-
-
-def word_tokenizer():
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i for i in range(3, 128)}}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<unk>"
-    )
 
 
 def compress_in_place(model):
@@ -487,6 +475,10 @@ def test_hidden_files_are_not_loader_inputs(saved, tmp_path):
         warnings.simplefilter("error")
         model, tok = load_compressed(ck)
     assert tok is not None and isinstance(model.model.layers[0].mlp.up_proj, CompressedLinear)
+    # the same file made visible is reported as a file beside the model
+    (ck / "snakemake_timestamp").write_text("")
+    with pytest.warns(UserWarning, match=r"files beside the model are not the ones written.*snakemake_timestamp"):
+        load_compressed(ck)
 
 
 def test_config_json_must_say_what_base_config_says(saved, tmp_path):

@@ -15,8 +15,8 @@ from caldera.nn.compressed_linear import CompressedLinear
 from caldera.pipeline import compress as C
 from caldera.pipeline.checkpoint import CONFIG_FILE, MODEL_FILE, load_compressed, weight_fingerprint
 from caldera.pipeline.hessians import collect_hessians
-from tests.helpers import tiny_llama
-from tests.pipeline.test_checkpoint import IDS, _copy, _edit_config, _edit_tensors, _reseal, word_tokenizer
+from tests.helpers import tiny_llama, word_tokenizer
+from tests.pipeline.test_checkpoint import IDS, _copy, _edit_config, _edit_tensors, _reseal
 
 CALDERA = {"rank": 4, "outer_iters": 1, "inner_iters": 1}
 

@@ -14,6 +14,7 @@ import torch
 
 from caldera.nn.compressed_linear import CompressedLinear
 from caldera.pipeline.checkpoint import CHECKSUM_FILE, CONFIG_FILE, MODEL_FILE, load_compressed, save_compressed
+from tests.helpers import word_tokenizer
 from tests.pipeline.test_checkpoint import (
     IDS,
     ROOT,
@@ -23,7 +24,6 @@ from tests.pipeline.test_checkpoint import (
     compress_in_place,
     lm_eval_args,
     tiny_llama,
-    word_tokenizer,
 )
 
 

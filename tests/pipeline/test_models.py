@@ -28,8 +28,7 @@ def test_device_and_dtype():
 
 
 def test_load_dense_seeds_the_rng_and_load_layers_reads_only_those_layers(tmp_path):
-    from tests.helpers import tiny_llama
-    from tests.pipeline.test_checkpoint import word_tokenizer
+    from tests.helpers import tiny_llama, word_tokenizer
 
     src = tmp_path / "m"
     tiny_llama(0).save_pretrained(src)

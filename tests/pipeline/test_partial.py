@@ -215,7 +215,7 @@ def test_assemble_step_reads_no_compressed_layers_weights_and_writes_the_same_ch
     from caldera.experiments.jobs import compress as compress_job
     from caldera.experiments.planning.plan import Variant
     from caldera.methods import get_method
-    from tests.pipeline.test_checkpoint import word_tokenizer
+    from tests.helpers import word_tokenizer
 
     model, root = saved
     src = tmp_path / "src"

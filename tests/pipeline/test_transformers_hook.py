@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from caldera.pipeline.checkpoint import load_compressed, save_compressed
+from tests.helpers import word_tokenizer
 from tests.pipeline.test_checkpoint import (
     IDS,
     ROOT,
@@ -26,7 +27,6 @@ from tests.pipeline.test_checkpoint import (
     compress_in_place,
     lm_eval_args,
     tiny_llama,
-    word_tokenizer,
 )
 
 PTH = "caldera-transformers.pth"

@@ -139,8 +139,7 @@ def test_a_replicate_is_scored_only_on_the_corpora_its_claims_read(tmp_path, mon
     from caldera.experiments.planning.plan import Variant
     from caldera.experiments.planning.settings import EvalSettings, RunContext
     from caldera.experiments.report.tables import variant_samples
-    from tests.helpers import tiny_llama
-    from tests.pipeline.test_checkpoint import word_tokenizer
+    from tests.helpers import tiny_llama, word_tokenizer
 
     src = tmp_path / "m"
     tiny_llama(0).save_pretrained(src)

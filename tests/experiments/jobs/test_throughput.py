@@ -79,7 +79,8 @@ def test_tensor_bytes_counts_shared_tensors_once():
 def tiny_run(tmp_path_factory):
     """A dense tiny LLaMA folder and its QuIP# checkpoint (tests/pipeline/test_checkpoint.py's helpers)."""
     from caldera.pipeline.checkpoint import save_compressed
-    from tests.pipeline.test_checkpoint import compress_in_place, tiny_llama, word_tokenizer
+    from tests.helpers import word_tokenizer
+    from tests.pipeline.test_checkpoint import compress_in_place, tiny_llama
 
     tmp = tmp_path_factory.mktemp("tp")
     dense = tiny_llama()

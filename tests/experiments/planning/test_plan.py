@@ -354,10 +354,21 @@ def test_duplicate_yaml_key_is_refused_with_file_and_line(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["mini", "mini-full", "mini-core", "smoke", "paper"])
-def test_shipped_configs_have_no_duplicate_keys(name):
+def test_shipped_configs_have_no_duplicate_keys(name, tmp_path):
+    """The strict loader reads every shipped config as the plain YAML loader does (no key repeated, none
+    dropped), and it refuses the same file with its first top-level key repeated."""
+    import re
+
     from caldera.strict_yaml import load_yaml_strict
 
-    load_yaml_strict(ROOT / f"config/{name}.yaml")
+    path = ROOT / f"config/{name}.yaml"
+    text = path.read_text()
+    assert load_yaml_strict(path) == yaml.safe_load(text)
+    key = re.search(r"^([A-Za-z_][\w-]*):", text, re.M).group(1)
+    twice = tmp_path / f"{name}.yaml"
+    twice.write_text(text + f"\n{key}: null\n")
+    with pytest.raises(ValueError, match=f"duplicate key '{key}'"):
+        load_yaml_strict(twice)
 
 
 def test_a_beside_method_gets_a_row_right_after_each_matching_caldera_row_at_its_rank_and_bits():
