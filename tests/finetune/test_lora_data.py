@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +14,8 @@ import torch
 from caldera.experiments.jobs import loraft as experiment
 
 pytestmark = pytest.mark.filterwarnings("error")
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class CharTokenizer:
@@ -138,7 +141,6 @@ def test_config_checks_the_training_sources():
     import yaml
 
     from caldera.experiments.planning.plan import check_config
-    from tests.finetune.test_table5 import ROOT
 
     base = yaml.safe_load((ROOT / "config/mini.yaml").read_text())
     for edit, words in (
@@ -164,7 +166,6 @@ def test_caption_names_the_data_each_config_uses(name, says, never, tmp_path):
     import yaml
 
     from caldera.experiments.report.table5 import Table5Plan, build_table5, render_table5
-    from tests.finetune.test_table5 import ROOT
 
     plan = Table5Plan.from_config(yaml.safe_load((ROOT / f"config/{name}.yaml").read_text()))
     caption = render_table5(build_table5(tmp_path, plan), plan)[3]

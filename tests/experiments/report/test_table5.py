@@ -11,7 +11,7 @@ from caldera.bits import MODEL_SHAPES, average_bits
 from caldera.experiments.planning.loraft_rows import lora_rows
 from caldera.experiments.report.table5 import Table5Plan, build_table5
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _mini():
