@@ -21,10 +21,11 @@ include: "workflow/rules/calibrate.smk"
 include: "workflow/rules/compress.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/throughput.smk"
+include: "workflow/rules/figures.smk"
 include: "workflow/rules/tables.smk"
-include: "workflow/rules/select.smk"
-include: "workflow/rules/lora.smk"
-include: "workflow/rules/finetune.smk"
+include: "workflow/rules/selection.smk"
+include: "workflow/rules/loraft.smk"
+include: "workflow/rules/rhtft.smk"
 
 
 rule all:

@@ -248,7 +248,7 @@ def get_rhtft_state(wildcards):
     return f"{RES}/rhtft/{wildcards.variant}/state.safetensors"
 
 
-# Table 5 (lora.smk): LORA_ROWS, the rows by id, is defined there
+# Table 5 (loraft.smk): LORA_ROWS, the rows by id, is defined there
 def get_lora_row(wildcards):
     """The Table 5 row named by the `lora_row` wildcard (caldera.experiments.planning.loraft_rows.LoraRow)."""
     return LORA_ROWS[wildcards.lora_row]
@@ -344,7 +344,7 @@ def get_selection_targets():
 
 
 def get_lora_targets():
-    # Table 5, measured when the config has a lora_ft section (workflow/rules/lora.smk); else pending
+    # Table 5, measured when the config has a lora_ft section (workflow/rules/loraft.smk); else pending
     return [f"{TABLES_DIR}/table5_finetune.{ext}" for ext in ("md", "tex", "csv", "json")] if config.get("lora_ft") else []
 
 

@@ -2,7 +2,7 @@
 # (row, task): re-split, fine-tune, evaluate the best-on-held-out and the final checkpoint. The table rule puts
 # the measurements beside the paper's numbers; rows that config lora_ft.rows leaves out are marked pending.
 # A row starts from its compressed checkpoint, or (RHT FT Yes) from rule rht_finetune's checkpoint of that variant
-# (finetune.smk); rule `evaluate` scores every row's starting model (the "no FT" column; common.smk FT_VARIANTS).
+# (rhtft.smk); rule `evaluate` scores every row's starting model (the "no FT" column; common.smk FT_VARIANTS).
 import re
 
 from caldera.experiments.planning.loraft_rows import TASKS as LORA_TASKS
