@@ -219,6 +219,9 @@ def test_smoke_workflow_end_to_end(tmp_path):
     assert any("beats uniform-rank CALDERA at equal bits" in c["claim"] for c in claims)
     # paired metrics against the dense model (eval.distribution): every compressed row has them, the dense row not
     assert "wiki2_kl" in table["columns"] and (tmp_path / "results/smoke/reference/smollm2/meta.json").exists()
+    # a finished LoRA job leaves its result only: no training state, and no model (lora_ft.save_model is off)
+    lora_dir = tmp_path / "results/smoke/lora"
+    assert list(lora_dir.rglob("*.json")) and not list(lora_dir.rglob("*.safetensors"))
     comp = [r for r in table["rows"] if r["variant"] and "dense" not in r["variant"]]
     assert comp and all(r["ours"]["wiki2_kl"] > 0 and 0 <= r["ours"]["wiki2_top1"] <= 100 for r in comp)
     assert any(c.get("kl") for c in claims)

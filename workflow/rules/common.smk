@@ -265,15 +265,16 @@ def get_lora_checkpoint(wildcards):
 
 
 def lora_spec(wildcards):
-    """Rule lora_finetune's declared configuration: the row's variant's, the lora_ft settings (not its rows),
-    the evaluation settings."""
+    """Rule lora_finetune's declared configuration: the row's variant's, the lora_ft settings (not its rows,
+    nor save_model, which changes no result), the evaluation settings."""
     base = variant_spec(SimpleNamespace(variant=LORA_ROWS[wildcards.lora_row].variant.id))
-    ft = {k: v for k, v in SETTINGS.lora_ft.as_block().items() if k != "rows"}
+    ft = {k: v for k, v in SETTINGS.lora_ft.as_block().items() if k not in ("rows", "save_model")}
     return declared(base, ft, SETTINGS.eval.as_block())
 
 
 def get_lora_work_dir(wildcards):
-    """The working folder of one LoRA job (row, task): its splits and checkpoints."""
+    """The working folder of one LoRA job (row, task): its training state while it runs, and its best model
+    with lora_ft.save_model."""
     return f"{RES}/lora/{wildcards.lora_row}/{wildcards.lora_task}_work"
 
 

@@ -22,7 +22,6 @@ rule lora_finetune:
         assets=f"{RES}/assets.json",
     output:
         json=f"{RES}/lora/{{lora_row}}/{{lora_task}}.json",
-        model=directory(f"{RES}/lora/{{lora_row}}/{{lora_task}}_work/model"),
     benchmark:
         f"{RES}/benchmarks/lora_finetune/{{lora_row}}_{{lora_task}}.tsv"
     log:

@@ -210,8 +210,9 @@ def step_lora_finetune(settings: LoraFtSettings, eval_settings: EvalSettings, ru
     ``eval_settings``: Tables 1-2's wiki windows and the zero-shot documents it is evaluated on) and write
     ``out_json``: the best-on-held-out and final checkpoints' evaluation (with per-window / per-document
     results), the held-out history, the data splits, the hyper-parameters and the wall times. The training
-    state (resume) and the best fine-tuned model (checkpoint format, plus ``head.safetensors`` for the
-    classification head) go to ``work_dir``."""
+    state (to resume a killed job) lives in ``work_dir`` until ``out_json`` is written; with
+    ``settings.save_model`` the best fine-tuned model stays there (checkpoint format in ``model/``, plus
+    ``head.safetensors`` for a classification head)."""
     from caldera.atomic import save_safetensors_atomic, write_result
     from caldera.experiments.jobs.models import load_dense, run_device
     from caldera.pipeline.checkpoint import load_compressed, save_compressed
@@ -252,12 +253,13 @@ def step_lora_finetune(settings: LoraFtSettings, eval_settings: EvalSettings, ru
         lora.load_trainable(net, res["best"])
         best = evaluate(net)
     net.cpu()
-    save_compressed(model, work / "model", method=f"{row.variant.method}+lora",
-                    method_config={"ft_rank": row.ft_rank, "task": task, "base_variant": row.variant.id},
-                    tokenizer=tok)
-    if task in CLS_TASKS:
-        save_safetensors_atomic({"weight": net.head.weight.detach().contiguous()}, work / "head.safetensors",
-                                {"info": json.dumps({"row": row_id, "task": task})})
+    if settings.save_model:
+        save_compressed(model, work / "model", method=f"{row.variant.method}+lora",
+                        method_config={"ft_rank": row.ft_rank, "task": task, "base_variant": row.variant.id},
+                        tokenizer=tok)
+        if task in CLS_TASKS:
+            save_safetensors_atomic({"weight": net.head.weight.detach().contiguous()}, work / "head.safetensors",
+                                    {"info": json.dumps({"row": row_id, "task": task})})
     out = {"row": row_id, "task": task, "variant": row.variant.id, "ft_rank": row.ft_rank,
            "rank": row.variant.rank, "avg_bits": row.avg_bits, "hyper": asdict(hyper), "settings": task_block,
            "data": sizes, "history": res["history"], "best_step": res["best_step"], "final_step": res["final_step"],
@@ -265,7 +267,16 @@ def step_lora_finetune(settings: LoraFtSettings, eval_settings: EvalSettings, ru
     seconds = {"train_s": t_train, "train_cpu_s": c_train, "wall_s": time.perf_counter() - t0,
                "cpu_s": time.process_time()}
     write_result(out_json, out, seconds)
+    drop_resume_state(work)
     return {**out, **seconds}
+
+
+def drop_resume_state(work: Path) -> None:
+    """Remove a finished job's training state from ``work`` (it only serves to resume a killed job), and
+    ``work`` itself when nothing else is kept there."""
+    (work / "state.safetensors").unlink(missing_ok=True)
+    if work.is_dir() and not any(work.iterdir()):
+        work.rmdir()
 
 
 # ------------------------------------------------------------------------------------------------ table

@@ -371,6 +371,9 @@ class LoraFtSettings(Settings):
     n_checkpoints: int = setting(check=integer(1))
     loftq: LoftqSettings | None = setting(None, optional(nested(LoftqSettings)))
     tasks: LoraTasks = setting(check=nested(LoraTasks))
+    # keep each job's best fine-tuned model as a checkpoint (``<task>_work/model``); off, a job leaves its result
+    # JSON only (a Gemma-3 stand-in model is ~0.7 GB, mostly its dense embedding, and mini-full runs 57 jobs)
+    save_model: bool = setting(False, boolean)
 
 
 # ---------------------------------------------------------------------------------------------- eval
