@@ -422,7 +422,8 @@ def throughput_spec(wildcards):
     """Rule throughput's declared configuration: the variant's, its model's source, the throughput settings,
     the device."""
     v = TP_VARIANTS[wildcards.variant]
-    return declared(dataclasses.asdict(v), config["models"][v.model]["source"], TP.as_block(), config.get("device"))
+    return declared(dataclasses.asdict(v), config["models"][v.model]["source"], TP.measurement_block(),
+                    config.get("device"))
 
 
 def get_throughput_variant(wildcards):

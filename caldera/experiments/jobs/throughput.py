@@ -120,7 +120,7 @@ def step_throughput(settings: ThroughputSettings, run: RunContext, v: Variant, c
     res = measure(model, tok, s)
     res.update({
         "variant": v.id, "model": v.model, "method": v.method, "rank": v.rank, "b_lr": v.b_lr,
-        "device": str(device), "dtype": s.dtype, "kernel": backend, "settings": s.as_block(), "load_s": load_s,
+        "device": str(device), "dtype": s.dtype, "kernel": backend, "settings": s.measurement_block(), "load_s": load_s,
         "model_tensor_mb": tensor_bytes(model) / 2**20, "peak_rss_mb": _peak_rss_mb(),
         "peak_cuda_mb": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None,
         "wall_s": time.perf_counter() - t0,

@@ -240,6 +240,19 @@ class ThroughputSettings(Settings):
     kernel: str = setting("auto", one_of("auto", "kernel", "reference"))  # CompressedLinear path
     dtype: str = setting("float32", one_of("float32", "float16", "bfloat16"))  # activations and dense layers
     prompt: str = setting(DEFAULT_PROMPT, text)
+    # how far apart two variants' repeat ranges must be for a claim to order them (A's slowest repeat above
+    # (1 + margin) x B's fastest; caldera.experiments.report.table6.compare_repeats). Each variant is timed in its
+    # own job, so it must cover the drift between jobs, which the repeats of one job do not show. It changes no
+    # measurement: only the claims read it.
+    separation_margin: float = setting(0.05, number(0.0))
+
+    #: the keys only the report reads (not part of what a throughput job measures)
+    REPORT_ONLY: ClassVar[tuple[str, ...]] = ("separation_margin",)
+
+    def measurement_block(self) -> dict[str, Any]:
+        """:meth:`as_block` without :data:`REPORT_ONLY`: the settings a throughput job measures with (its rerun
+        trigger and what its result records)."""
+        return {k: v for k, v in self.as_block().items() if k not in self.REPORT_ONLY}
 
 
 # ---------------------------------------------------------------------------------------------- rht_ft

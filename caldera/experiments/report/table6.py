@@ -22,10 +22,10 @@ from caldera.experiments.planning.throughput_rows import (
 )
 from caldera.experiments.report.table_render import ARROW, HASH, render_table_texts
 
-#: how far apart two variants' repeat ranges must be for :func:`compare_repeats` to call one faster: A's slowest
-#: repeat at least this fraction above B's fastest. Repeats on a shared machine drift by a few percent between
-#: runs, so ranges that separate by less would flip a verdict on a rerun; such a pair is called overlapping.
-SEPARATION_MARGIN = 0.05
+#: :func:`compare_repeats`' default margin, the ``throughput.separation_margin`` default: A's slowest repeat at
+#: least this fraction above B's fastest. A config sets the margin its machine needs
+#: (``benchmarks/throughput_drift.py`` measures the drift between runs).
+SEPARATION_MARGIN: float = ThroughputSettings.separation_margin
 
 
 def compare_repeats(a: list[float], b: list[float], margin: float = SEPARATION_MARGIN) -> dict[str, Any]:
@@ -183,11 +183,13 @@ def _decide(tab: dict[str, Any], fast_rows: list, slow_rows: list, proto: str) -
     pairs = [(a, b) for a in fast for b in slow if a != b]
     if not pairs:
         return "not testable at this scale", []
+    margin = tab["settings"]["separation_margin"]
     detail, dirs = [], []
     for a, b in pairs:
-        c = compare_repeats(tab["measured"][a][proto]["tokens_per_s"], tab["measured"][b][proto]["tokens_per_s"])
+        c = compare_repeats(tab["measured"][a][proto]["tokens_per_s"], tab["measured"][b][proto]["tokens_per_s"],
+                            margin)
         dirs.append(c["direction"])
-        word = {1: "faster", -1: "slower", 0: f"within {SEPARATION_MARGIN:.0%}"}[c["direction"]]
+        word = {1: "faster", -1: "slower", 0: f"within {margin:.0%}"}[c["direction"]]
         detail.append(f"{a} / {b}: ×{c['ratio']:.2f} ({word})")
     verdict = "holds" if all(d > 0 for d in dirs) else "fails" if any(d < 0 for d in dirs) else "inconclusive"
     return verdict, detail
@@ -196,8 +198,8 @@ def _decide(tab: dict[str, Any], fast_rows: list, slow_rows: list, proto: str) -
 def throughput_claims(tab: dict[str, Any]) -> list[dict[str, Any]]:
     """Table 6's three ordering claims on the measured repeats (``tab``: :func:`build_throughput_table`).
 
-    Per pair of variants (A claimed faster than B): faster / slower when their repeat ranges are apart by
-    :data:`SEPARATION_MARGIN` (:func:`compare_repeats`), overlapping otherwise. A claim **holds** when every
+    Per pair of variants (A claimed faster than B): faster / slower when their repeat ranges are apart by the
+    table's ``settings["separation_margin"]`` (:func:`compare_repeats`), overlapping otherwise. A claim **holds** when every
     pair is faster, **fails** when any pair is slower, and is **inconclusive** otherwise; decided on the
     paper's protocol (single-token forward), with the KV-cache decoding verdict beside it. **not testable at
     this scale** when this run has no measured variant on one side.
@@ -219,7 +221,8 @@ def throughput_claims(tab: dict[str, Any]) -> list[dict[str, Any]]:
             n = min(runs)
             from math import comb
 
-            sdd = (f"ranges of {n} repeats per variant must separate by {SEPARATION_MARGIN:.0%} (exact rank test, "
-                   f"one-sided p = 1/{comb(2 * n, n)}); see table6_throughput.md for the spreads")
+            sdd = (f"ranges of {n} repeats per variant must separate by {tab['settings']['separation_margin']:.0%} "
+                   f"(the drift between jobs; exact rank test, one-sided p = 1/{comb(2 * n, n)}); see "
+                   "table6_throughput.md for the spreads")
         out.append({"claim": claim, "source": "§5.4, Table 6", "verdict": verdict, "numbers": numbers, "sdd": sdd})
     return out

@@ -111,6 +111,8 @@ def test_step_throughput_records_every_repeat(tiny_run, method):
         assert [t * s for t, s in zip(r["tokens_per_s"], r["times_s"])] == pytest.approx([per] * 3)
         assert r["min"] <= r["median"] <= r["max"]
     assert res["torch_threads"] == 1 and res["peak_rss_mb"] > 0
+    # what the job records is what it measured with: not the claims' margin, which changes no measurement
+    assert "separation_margin" not in res["settings"] and res["settings"]["runs"] == 3
     if method != "dense":
         assert res["kernel_backends"] == ["None"]  # kernel=reference: every layer took the reference path
 
