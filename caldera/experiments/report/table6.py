@@ -199,10 +199,10 @@ def throughput_claims(tab: dict[str, Any]) -> list[dict[str, Any]]:
     """Table 6's three ordering claims on the measured repeats (``tab``: :func:`build_throughput_table`).
 
     Per pair of variants (A claimed faster than B): faster / slower when their repeat ranges are apart by the
-    table's ``settings["separation_margin"]`` (:func:`compare_repeats`), overlapping otherwise. A claim **holds** when every
-    pair is faster, **fails** when any pair is slower, and is **inconclusive** otherwise; decided on the
-    paper's protocol (single-token forward), with the KV-cache decoding verdict beside it. **not testable at
-    this scale** when this run has no measured variant on one side.
+    table's ``settings["separation_margin"]`` (:func:`compare_repeats`), overlapping otherwise. A claim
+    **holds** when every pair is faster, **fails** when any pair is slower, and is **inconclusive** otherwise;
+    decided on the paper's protocol (single-token forward), with the KV-cache decoding verdict beside it. **not
+    testable at this scale** when this run has no measured variant on one side.
     """
     rows = [r for r in tab["rows"] if r["variant"] in tab["measured"]]
     out = []
