@@ -56,3 +56,47 @@ def test_a_pinned_job_whose_params_loaded_torch_fails_instead_of_computing_unpin
     with job.job(native):  # not pinned: torch being loaded already is fine
         pass
     assert "torch" in sys.modules
+
+
+def test_a_full_disk_is_reported_with_the_free_space_and_the_fix(tmp_path, monkeypatch):
+    """safetensors reports a full disk as a bare SafetensorError: the job re-raises it as ENOSPC naming the rule,
+    the file and what to do; any other error passes through unchanged."""
+    import errno
+    from types import SimpleNamespace
+
+    import pytest
+    from safetensors import SafetensorError
+
+    job = _caldera_job()
+    monkeypatch.setattr(job.os, "environ", dict(job.os.environ))
+    out = tmp_path / "results" / "compressed" / "v" / "layer_000.safetensors"
+    sm = SimpleNamespace(threads=1, config={}, rule="compress_variant", log=[str(tmp_path / "l")], output=[str(out)])
+    with pytest.raises(OSError) as info:
+        with job.job(sm):
+            raise SafetensorError("Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "
+                                  '"No space left on device" })')
+    assert info.value.errno == errno.ENOSPC
+    msg = str(info.value)
+    assert msg.startswith(f"[Errno 28] rule compress_variant: the disk is full writing {out} (")
+    assert "GiB free on its file system" in msg and "run the same command again" in msg
+    assert isinstance(info.value.__cause__, SafetensorError)
+    with pytest.raises(OSError) as info:  # the plain OSError form, raised from a wrapper
+        with job.job(sm):
+            try:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            except OSError as e:
+                raise RuntimeError("saving the checkpoint failed") from e
+    assert "the disk is full" in str(info.value)
+    with pytest.raises(ValueError, match="^unrelated$"):
+        with job.job(sm):
+            raise ValueError("unrelated")
+
+
+def test_disk_full_is_found_only_in_the_chain():
+    import errno
+
+    job = _caldera_job()
+    assert job.disk_full(OSError(errno.ENOSPC, "x"))
+    assert not job.disk_full(OSError(errno.EACCES, "Permission denied"))
+    assert not job.disk_full(RuntimeError("out of memory"))
+    assert not job.disk_full(None)

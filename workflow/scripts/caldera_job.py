@@ -7,7 +7,9 @@ Everything the job prints goes to its log.
 """
 
 import contextlib
+import errno
 import os
+import shutil
 import sys
 
 #: the rules whose result a CALDERA decomposition amplifies (an E8P code flipped by a last-bit difference changes
@@ -29,6 +31,30 @@ def _imports_torch(module: str) -> bool:
     """Does ``module`` (already imported) import torch at its top level (a name bound to torch in it)?"""
     mod = sys.modules.get(module)
     return any(getattr(v, "__name__", "").split(".")[0] == "torch" for v in vars(mod).values()) if mod else False
+
+
+def disk_full(exc: BaseException | None) -> bool:
+    """Is ``exc``, or an exception in its chain, a full disk (``ENOSPC``, or a library's error that says so, such
+    as safetensors' ``SafetensorError``)?"""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or "No space left on device" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def disk_full_message(rule: str, path: str) -> str:
+    """What a job of ``rule`` that ran out of disk says: the free space where it writes (``path``) and the fix."""
+    where = os.path.dirname(os.path.abspath(path)) or "."
+    while not os.path.exists(where):
+        where = os.path.dirname(where)
+    free = shutil.disk_usage(where).free / 2**30
+    return (f"rule {rule}: the disk is full writing {path} ({free:.1f} GiB free on its file system). Results are "
+            "written atomically, so nothing this job left is taken as done. Free space (another run's results/ "
+            "folder, old clones, /tmp), then run the same command again: finished jobs are kept. `caldera cost` "
+            "and config/README.md say what a run needs.")
 
 
 @contextlib.contextmanager
@@ -56,5 +82,11 @@ def job(sm):
     import torch
 
     torch.set_num_threads(sm.threads)
-    with open(sm.log[0], "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-        yield log
+    try:
+        with open(sm.log[0], "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            yield log
+    except Exception as e:
+        if disk_full(e):
+            outputs = list(getattr(sm, "output", [])) or [sm.log[0]]
+            raise OSError(errno.ENOSPC, disk_full_message(sm.rule, str(outputs[0]))) from e
+        raise
