@@ -8,13 +8,11 @@ import re
 import subprocess
 import sys
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from caldera.methods import get_method
 from caldera.nn.compressed_linear import CompressedLinear
 from caldera.pipeline.checkpoint import (
     CHECKSUM_FILE,
@@ -22,44 +20,23 @@ from caldera.pipeline.checkpoint import (
     MODEL_FILE,
     load_compressed,
     materialize,
-    replace_module,
     save_compressed,
 )
-from caldera.pipeline.hessians import decoder_layers
+from caldera.pipeline.linears import LINEARS
 from tests.helpers import tiny_gemma3, word_tokenizer
-from tests.helpers import tiny_llama as _tiny_llama
-
-ROOT = Path(__file__).resolve().parents[2]
-LINEARS = (
-    "self_attn.q_proj",
-    "self_attn.k_proj",
-    "self_attn.v_proj",
-    "self_attn.o_proj",
-    "mlp.gate_proj",
-    "mlp.up_proj",
-    "mlp.down_proj",
+from tests.pipeline.checkpoint_helpers import (
+    IDS,
+    ROOT,
+    check_lm_eval_output,
+    compress_in_place,
+    copy_checkpoint,
+    edit_config,
+    edit_tensors,
+    lm_eval_args,
+    rechecksum,
+    reseal,
+    tiny_llama,
 )
-
-
-def tiny_llama(seed: int = 0, tie: bool = True):
-    return _tiny_llama(seed, tie_word_embeddings=tie, bos_token_id=1, eos_token_id=2, pad_token_id=0)
-
-
-def compress_in_place(model):
-    """QuIP# on every linear with an identity-like Hessian (fast), swapped into the model."""
-    spec = get_method("quip#")
-    cfg = spec.make_config({})
-    for li, layer in enumerate(decoder_layers(model)):
-        for name in LINEARS:
-            lin = layer.get_submodule(name)
-            W = lin.weight.detach().float()
-            H = torch.eye(W.shape[1], dtype=torch.float64)
-            dec = spec.fn(W, H, cfg)
-            replace_module(model, f"model.layers.{li}.{name}", CompressedLinear.from_decomposition(dec))
-    return model, cfg
-
-
-IDS = [[1, 5, 9, 33, 7, 100, 2, 64], [1, 3, 3, 3, 90, 91, 92, 93]]
 
 CHILD = r"""
 import json, sys, torch
@@ -221,16 +198,9 @@ def test_gemma3_round_trip(tmp_path):
         assert torch.equal(hf(ids).logits, model(ids).logits)
 
 
-def _copy(path, dst):
-    import shutil
-
-    shutil.copytree(path, dst)
-    return dst
-
-
 def test_corrupt_byte_refused(saved, tmp_path):
     _, path = saved
-    ck = _copy(path, tmp_path / "ck")
+    ck = copy_checkpoint(path, tmp_path / "ck")
     data = bytearray((ck / MODEL_FILE).read_bytes())
     data[len(data) // 2] ^= 0x01
     (ck / MODEL_FILE).write_bytes(bytes(data))
@@ -240,15 +210,15 @@ def test_corrupt_byte_refused(saved, tmp_path):
 
 def test_truncated_refused(saved, tmp_path):
     _, path = saved
-    ck = _copy(path, tmp_path / "ck")
+    ck = copy_checkpoint(path, tmp_path / "ck")
     (ck / MODEL_FILE).write_bytes((ck / MODEL_FILE).read_bytes()[:-1000])
     with pytest.raises(ValueError, match=r"model\.safetensors.*re-run `caldera compress`"):
         load_compressed(ck)
-    ck2 = _copy(path, tmp_path / "ck2")
+    ck2 = copy_checkpoint(path, tmp_path / "ck2")
     (ck2 / CHECKSUM_FILE).write_text("{")
     with pytest.raises(ValueError, match=r"checksums\.json.*re-run `caldera compress`"):
         load_compressed(ck2)
-    ck3 = _copy(path, tmp_path / "ck3")
+    ck3 = copy_checkpoint(path, tmp_path / "ck3")
     (ck3 / CONFIG_FILE).unlink()
     with pytest.raises(ValueError, match=r"caldera_config\.json is missing"):
         load_compressed(ck3)
@@ -257,89 +227,42 @@ def test_truncated_refused(saved, tmp_path):
 # ---------------------------------------------------------------------------- valid checksums, wrong content
 
 
-def _rechecksum(ck):
-    """What a buggy writer or a hand edit produces: every checksum valid, the content inconsistent."""
-    from caldera.atomic import sha256_file
-
-    sums = {p.name: sha256_file(p) for p in sorted(ck.iterdir()) if p.is_file() and p.name != CHECKSUM_FILE}
-    (ck / CHECKSUM_FILE).write_text(json.dumps({"sha256": sums}))
-
-
-def _reseal(ck):
-    """What a buggy writer produces: the content manifest, config.json and every checksum recomputed from the
-    (inconsistent) content, so only the deeper checks (structure, shapes, fingerprints) can catch it."""
-    from safetensors.torch import load_file
-
-    from caldera.atomic import sha256_file
-    from caldera.pipeline.checkpoint import HF_CONFIG_FILE, hf_config_dict, json_digest, tensor_digest
-
-    cfg = json.loads((ck / CONFIG_FILE).read_text())
-    if isinstance(cfg.get("base_config"), dict):
-        (ck / HF_CONFIG_FILE).write_text(json.dumps(hf_config_dict(cfg["base_config"], cfg.get("method"), cfg)))
-        cfg["manifest"]["base_config"] = json_digest(cfg["base_config"])
-    cfg["manifest"]["tensors"] = {k: tensor_digest(v) for k, v in load_file(str(ck / MODEL_FILE)).items()}
-    cfg["manifest"]["files"] = {p.name: sha256_file(p) for p in ck.iterdir()
-                                if p.name not in (MODEL_FILE, CONFIG_FILE, CHECKSUM_FILE)}
-    (ck / CONFIG_FILE).write_text(json.dumps(cfg))
-    _rechecksum(ck)
-
-
-def _edit_config(f, name=CONFIG_FILE):
-    def go(ck):
-        cfg = json.loads((ck / name).read_text())
-        f(cfg)
-        (ck / name).write_text(json.dumps(cfg))
-
-    return go
-
-
-def _edit_tensors(f):
-    def go(ck):
-        from safetensors.torch import load_file, save_file
-
-        t = load_file(str(ck / MODEL_FILE))
-        f(t)
-        save_file(t, str(ck / MODEL_FILE), metadata={"format": "caldera-checkpoint/1"})
-
-    return go
-
-
 _Q = "model.layers.0.self_attn.q_proj"
 INCONSISTENT = {
-    "no modules": (_edit_config(lambda c: c.pop("modules")), r"key 'modules' is missing"),
-    "module without rank": (_edit_config(lambda c: c["modules"][_Q].pop("rank")), r"q_proj'\]\.rank is missing"),
+    "no modules": (edit_config(lambda c: c.pop("modules")), r"key 'modules' is missing"),
+    "module without rank": (edit_config(lambda c: c["modules"][_Q].pop("rank")), r"q_proj'\]\.rank is missing"),
     "unknown model_type": (
-        _edit_config(lambda c: c["base_config"].update(model_type="nosuchmodel")),
+        edit_config(lambda c: c["base_config"].update(model_type="nosuchmodel")),
         r"model_type 'nosuchmodel' is not a model type",
     ),
     "wrong hidden size": (
-        _edit_config(lambda c: c["base_config"].update(hidden_size=128)),
+        edit_config(lambda c: c["base_config"].update(hidden_size=128)),
         r"is 64x128 but base_config makes it 128x128 \(hidden_size 128\)",
     ),
     "quantizer renamed (same code shape)": (
-        _edit_config(lambda c: c["modules"][_Q].update(q_quantizer="e8p-rvq4")),
+        edit_config(lambda c: c["modules"][_Q].update(q_quantizer="e8p-rvq4")),
         r"q_proj'\] decodes to a different weight than was saved",
     ),
     "quantizer unknown": (
-        _edit_config(lambda c: c["modules"][_Q].update(q_quantizer="e9p")),
+        edit_config(lambda c: c["modules"][_Q].update(q_quantizer="e9p")),
         r"q_quantizer 'e9p' is not a known quantizer",
     ),
     "no quantizer and no float Q format": (
-        _edit_config(lambda c: c["modules"][_Q].update(q_quantizer=None)),
+        edit_config(lambda c: c["modules"][_Q].update(q_quantizer=None)),
         r"q_proj'\]\.q_quantizer is None and q_format is None; a Q without a quantizer is stored as one of "
         r"\['float16', 'float32'\]",
     ),
     "NaN scale": (
-        _edit_tensors(lambda t: t.__setitem__(_Q + ".Q_scale", torch.tensor(float("nan")))),
+        edit_tensors(lambda t: t.__setitem__(_Q + ".Q_scale", torch.tensor(float("nan")))),
         r"1 tensors hold NaN/Inf values, e.g. \['model\.layers\.0\.self_attn\.q_proj\.Q_scale'\]",
     ),
-    "codes missing": (_edit_tensors(lambda t: t.pop(_Q + ".Q_codes")), r"missing tensors \['Q_codes'\]"),
+    "codes missing": (edit_tensors(lambda t: t.pop(_Q + ".Q_codes")), r"missing tensors \['Q_codes'\]"),
     "rht flag flipped": (
-        _edit_config(lambda c: c["modules"][_Q].update(rht=False)),
+        edit_config(lambda c: c["modules"][_Q].update(rht=False)),
         r"q_proj'\] has tensors \['S_U', 'S_V'\] that its metadata does not use \(rht=False",
     ),
     "tied source missing": (
-        _edit_tensors(lambda t: t.pop("model.embed_tokens.weight")),
+        edit_tensors(lambda t: t.pop("model.embed_tokens.weight")),
         r"points to 'model\.embed_tokens\.weight', which model\.safetensors does not hold",
     ),
 }
@@ -351,9 +274,9 @@ def test_inconsistent_content_refused_by_load_and_info(saved, tmp_path, capsys, 
 
     edit, msg = INCONSISTENT[case]
     _, path = saved
-    ck = _copy(path, tmp_path / "ck")
+    ck = copy_checkpoint(path, tmp_path / "ck")
     edit(ck)
-    _reseal(ck)
+    reseal(ck)
     with pytest.raises(ValueError, match=msg + r".*re-run `caldera compress`"):
         load_compressed(ck, load_tokenizer=False)
     capsys.readouterr()
@@ -367,8 +290,8 @@ def test_info_without_verification_still_has_no_traceback(saved, tmp_path, capsy
     from caldera import cli
 
     _, path = saved
-    ck = _copy(path, tmp_path / "ck")
-    _edit_config(lambda c: c["modules"][_Q].pop("in_features"))(ck)
+    ck = copy_checkpoint(path, tmp_path / "ck")
+    edit_config(lambda c: c["modules"][_Q].pop("in_features"))(ck)
     assert cli.main(["info", "--no-verify", str(ck)]) == 2
     assert "q_proj'].in_features is missing" in capsys.readouterr().err
     assert cli.main(["info", "--json", str(path)]) == 0
@@ -391,32 +314,32 @@ _FIX = r".*(delete it|re-run `caldera compress`)"
 # The hostile tester's mutations: content changed, checksums.json recomputed (nothing else).
 TAMPERED = {
     "RHT signs negated": (
-        _edit_tensors(lambda t: t.__setitem__(_S + ".S_U", -t[_S + ".S_U"])),
+        edit_tensors(lambda t: t.__setitem__(_S + ".S_U", -t[_S + ".S_U"])),
         r"tensor 'model\.layers\.0\.self_attn\.q_proj\.S_U' differs from the one recorded in manifest\.tensors",
     ),
     "RHT signs zeroed": (
-        _edit_tensors(lambda t: t.__setitem__(_S + ".S_V", torch.zeros_like(t[_S + ".S_V"]))),
+        edit_tensors(lambda t: t.__setitem__(_S + ".S_V", torch.zeros_like(t[_S + ".S_V"]))),
         r"tensor 'model\.layers\.0\.self_attn\.q_proj\.S_V' differs from the one recorded in manifest\.tensors",
     ),
     "fingerprints deleted + Q_scale doubled": (
-        _both(_edit_config(lambda c: c.pop("fingerprints")),
-              _edit_tensors(lambda t: t.__setitem__(_S + ".Q_scale", t[_S + ".Q_scale"] * 2))),
+        _both(edit_config(lambda c: c.pop("fingerprints")),
+              edit_tensors(lambda t: t.__setitem__(_S + ".Q_scale", t[_S + ".Q_scale"] * 2))),
         r"tensor 'model\.layers\.0\.self_attn\.q_proj\.Q_scale' differs from the one recorded",
     ),
     "fingerprints deleted": (
-        _edit_config(lambda c: c.pop("fingerprints")),
+        edit_config(lambda c: c.pop("fingerprints")),
         r"caldera_config\.json has no reconstruction fingerprint for modules .*verify=False",
     ),
     "manifest deleted": (
-        _edit_config(lambda c: c.pop("manifest")),
+        edit_config(lambda c: c.pop("manifest")),
         r"caldera_config\.json has no content manifest .*verify=False",
     ),
     "hidden_act -> relu": (
-        _edit_config(lambda c: c["base_config"].update(hidden_act="relu")),
+        edit_config(lambda c: c["base_config"].update(hidden_act="relu")),
         r"caldera_config\.json key 'base_config' differs from the one recorded when the checkpoint was written",
     ),
     "config.json hidden_act -> relu": (
-        _edit_config(lambda c: c.update(hidden_act="relu"), "config.json"),
+        edit_config(lambda c: c.update(hidden_act="relu"), "config.json"),
         r"config\.json differs from the file recorded in manifest\.files",
     ),
 }
@@ -424,9 +347,9 @@ TAMPERED = {
 
 def _tampered(path, tmp_path, case):
     edit, msg = TAMPERED[case]
-    ck = _copy(path, tmp_path / "ck")
+    ck = copy_checkpoint(path, tmp_path / "ck")
     edit(ck)
-    _rechecksum(ck)
+    rechecksum(ck)
     return ck, msg
 
 
@@ -452,12 +375,12 @@ def test_files_beside_the_model_are_not_refused_and_a_changed_tokenizer_is_named
     _, path = saved
     ids = torch.tensor([[1, 5, 9, 3]])
     want = load_compressed(path)[0](input_ids=ids).logits
-    ck = _copy(path, tmp_path / "ck")
+    ck = copy_checkpoint(path, tmp_path / "ck")
     (ck / "special_tokens_map.json").write_text(json.dumps({"bos_token": "w5"}))
     (ck / "tokenizer.json").write_text((ck / "tokenizer.json").read_text().replace('"w9"', '"w99"'))
-    for rechecksum in (False, True):
-        if rechecksum:
-            _rechecksum(ck)
+    for recomputed in (False, True):
+        if recomputed:
+            rechecksum(ck)
         with pytest.warns(UserWarning, match=r"added: \['special_tokens_map\.json'\]; changed: \['tokenizer\.json'\]"):
             model, tok = load_compressed(ck)
         assert tok is not None and torch.equal(model(input_ids=ids).logits, want)
@@ -467,7 +390,7 @@ def test_hidden_files_are_not_loader_inputs(saved, tmp_path):
     """Snakemake's .snakemake_timestamp in a directory output and huggingface_hub's .cache/ are not files any
     loader reads: they are not reported as files beside the model."""
     _, path = saved
-    ck = _copy(path, tmp_path / "ck")
+    ck = copy_checkpoint(path, tmp_path / "ck")
     (ck / ".snakemake_timestamp").write_text("")
     (ck / ".cache" / "huggingface").mkdir(parents=True)
     (ck / ".cache" / "huggingface" / "model.safetensors.metadata").write_text("x")
@@ -487,10 +410,10 @@ def test_config_json_must_say_what_base_config_says(saved, tmp_path):
     from caldera.atomic import sha256_file
 
     _, path = saved
-    ck = _copy(path, tmp_path / "ck")
-    _edit_config(lambda c: c.update(hidden_act="relu"), "config.json")(ck)
-    _edit_config(lambda c: c["manifest"]["files"].update({"config.json": sha256_file(ck / "config.json")}))(ck)
-    _rechecksum(ck)
+    ck = copy_checkpoint(path, tmp_path / "ck")
+    edit_config(lambda c: c.update(hidden_act="relu"), "config.json")(ck)
+    edit_config(lambda c: c["manifest"]["files"].update({"config.json": sha256_file(ck / "config.json")}))(ck)
+    rechecksum(ck)
     with pytest.raises(ValueError, match=r"config\.json does not match caldera_config\.json \(its base_config and "
                        r"quantization scheme; keys \['hidden_act'\]\).*re-run"):
         load_compressed(ck)
@@ -500,9 +423,9 @@ def test_hidden_size_mismatch_is_a_value_error(saved, tmp_path):
     """A hidden_size the head count does not divide (manifest resealed, so the model build is reached): a
     ValueError naming base_config, not transformers' StrictDataclassClassValidationError."""
     _, path = saved
-    ck = _copy(path, tmp_path / "ck")
-    _edit_config(lambda c: c["base_config"].update(hidden_size=63))(ck)
-    _reseal(ck)
+    ck = copy_checkpoint(path, tmp_path / "ck")
+    edit_config(lambda c: c["base_config"].update(hidden_size=63))(ck)
+    reseal(ck)
     with pytest.raises(ValueError, match=r"base_config does not build a model \(StrictDataclassClassValidationError"
                        r".*hidden size \(63\) is not a multiple of the number of attention heads.*re-run"):
         load_compressed(ck)
@@ -549,62 +472,6 @@ finally:
     leaked = [k for k, v in sys.modules.items() if k.split(".")[0] in ("caldera", "tests") and v is not None]
     assert not leaked, f"caldera was imported: {leaked}"
 """
-
-
-def _continuation_loglik(model, tok, context: str, continuation: str) -> float:
-    """log p(continuation | context) summed over its tokens, split as lm-eval's HF model splits the pair."""
-    whole = tok(context + continuation, add_special_tokens=False)["input_ids"]
-    n_ctx = len(tok(context, add_special_tokens=False)["input_ids"])
-    ids = torch.tensor([whole])
-    with torch.no_grad():
-        logp = torch.log_softmax(model(ids).logits[0, :-1].double(), dim=-1)
-    return float(sum(logp[i - 1, whole[i]] for i in range(n_ctx, len(whole))))
-
-
-ARC_DOCS = [{"id": f"q{i}", "question": f"w{5 + i} w9 w33", "choices": ["w10 w11", "w20", f"w{30 + i} w31", "w40"],
-             "gold": i % 4} for i in range(6)]
-
-
-def lm_eval_args(pretrained: str, tmp_path) -> tuple[list[str], dict[str, str], Path]:
-    """lm-eval CLI arguments for the project's ARC-Easy task on 4 local documents (ARC_DOCS, built into a
-    CALDERA_CACHE under ``tmp_path``), the offline environment (without PYTHONPATH) and the output folder."""
-    from caldera.eval.zeroshot import tasks_dir
-    from caldera.pipeline.assets import build_atomically
-
-    cache = tmp_path / "cache"
-
-    def build(tmp):  # with the .complete marker the task loader verifies when caldera is importable
-        (tmp / "arc_easy.jsonl").write_text("".join(json.dumps(d) + "\n" for d in ARC_DOCS))
-
-    build_atomically(cache / "tasks", "0" * 64, build)
-    out = tmp_path / "lm_eval_out"
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", CALDERA_CACHE=str(cache))
-    args = ["--model", "hf", "--model_args", pretrained, "--tasks", "caldera_arc_easy",
-            "--include_path", str(tasks_dir()), "--limit", "4", "--batch_size", "2", "--device", "cpu",
-            "--output_path", str(out), "--log_samples"]
-    return args, env, out
-
-
-def check_lm_eval_output(out, model, tok, abs_tol: float) -> None:
-    """lm-eval's result files: 4 documents, every logged log-likelihood equal to ``model``'s own (oracle: a direct
-    forward) within ``abs_tol``, and the accuracy that follows from them."""
-    results = json.loads(next(out.rglob("results_*.json")).read_text())
-    task = results["results"]["caldera_arc_easy"]
-    assert results["n-samples"]["caldera_arc_easy"]["effective"] == 4
-    lines = next(out.rglob("samples_caldera_arc_easy_*.jsonl")).read_text().splitlines()
-    samples = [json.loads(line) for line in lines]
-    assert sorted(s["doc_id"] for s in samples) == [0, 1, 2, 3]
-    correct = []
-    for s in samples:
-        lls = []
-        for arg, resp in zip(s["arguments"].values(), s["resps"]):
-            ours = _continuation_loglik(model, tok, arg["arg_0"], arg["arg_1"])
-            assert float(resp[0][0]) == pytest.approx(ours, abs=abs_tol), (s["doc_id"], arg)
-            lls.append(ours)
-        assert len(lls) == 4
-        correct.append(float(max(range(4), key=lls.__getitem__) == ARC_DOCS[s["doc_id"]]["gold"]))
-    assert task["acc,none"] == pytest.approx(sum(correct) / 4)
 
 
 def test_export_runs_under_lm_eval_cli(saved, tmp_path):

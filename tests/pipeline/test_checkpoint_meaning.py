@@ -16,7 +16,7 @@ from caldera.pipeline import compress as C
 from caldera.pipeline.checkpoint import CONFIG_FILE, MODEL_FILE, load_compressed, weight_fingerprint
 from caldera.pipeline.hessians import collect_hessians
 from tests.helpers import tiny_llama, word_tokenizer
-from tests.pipeline.test_checkpoint import IDS, _copy, _edit_config, _edit_tensors, _reseal
+from tests.pipeline.checkpoint_helpers import IDS, copy_checkpoint, edit_config, edit_tensors, reseal
 
 CALDERA = {"rank": 4, "outer_iters": 1, "inner_iters": 1}
 
@@ -47,12 +47,12 @@ def reseal_as_writer(ck):
         except (ValueError, KeyError, TypeError, RuntimeError, IndexError):
             pass  # the writer could not have decoded it either
     (ck / CONFIG_FILE).write_text(json.dumps(cfg))
-    _reseal(ck)
+    reseal(ck)
 
 
 _M = "model.layers.0.self_attn.q_proj"
 _T = "tensor '" + _M.replace(".", r"\.")
-_set = _edit_tensors
+_set = edit_tensors
 
 
 def _put(name, f):
@@ -85,37 +85,37 @@ MUTATIONS = {
     "dense weight fp16": (_put("model.norm.weight", lambda w: w.half()),
                           r"tensor 'model\.norm\.weight' of model\.safetensors is float16 but "
                           r"'(lm_head|model\.embed_tokens)\.weight' is float32"),
-    "module rank 999": (_edit_config(lambda c: c["modules"][_M].update(rank=999)),
+    "module rank 999": (edit_config(lambda c: c["modules"][_M].update(rank=999)),
                         _T + r"\.L_codes' of model\.safetensors has shape \(4, 8\); e8p-rvq4 codes of a 999x64 "
                              r"matrix have shape \(999, 8\)"),
-    "codes dtype float": (_edit_config(lambda c: c["modules"][_M].update(q_codes_dtype="float32")),
+    "codes dtype float": (edit_config(lambda c: c["modules"][_M].update(q_codes_dtype="float32")),
                           _T + r"\.Q_codes' .*read as codes of dtype 'float32', which is not an integer dtype"),
-    "factor codes dtype int8": (_edit_config(lambda c: c["modules"][_M].update(lr_codes_dtype="int8")),
+    "factor codes dtype int8": (edit_config(lambda c: c["modules"][_M].update(lr_codes_dtype="int8")),
                                 _T + r"\.L_codes' .*invalid codes .*\(int8\).*must lie in \[0, 127\]"),
-    "Q quantizer renamed": (_edit_config(lambda c: c["modules"][_M].update(q_quantizer="e8p-rvq4")),
+    "Q quantizer renamed": (edit_config(lambda c: c["modules"][_M].update(q_quantizer="e8p-rvq4")),
                             r"caldera_config\.json bits\.\w+ is .* but the stored tensors make it"),
-    "bits 0.5": (_edit_config(lambda c: c["bits"].update(average_bits=0.5)),
+    "bits 0.5": (edit_config(lambda c: c["bits"].update(average_bits=0.5)),
                  r"caldera_config\.json bits\.average_bits is 0\.5 but the stored tensors make it 2\.44\d+"),
-    "method rank 999": (_edit_config(lambda c: c["method_config"].update(rank=999)),
+    "method rank 999": (edit_config(lambda c: c["method_config"].update(rank=999)),
                         r"caldera_config\.json method_config\.rank is 999 but its modules have rank \[4\]"),
-    "method q_bits 4": (_edit_config(lambda c: c["method_config"].update(q_bits=4)),
+    "method q_bits 4": (edit_config(lambda c: c["method_config"].update(q_bits=4)),
                         r"caldera_config\.json method_config\.q_bits is 4 but modules\['model\.layers\.0\.mlp\."
                         r"down_proj'\] stores e8p codes \(2 bits per weight\)"),
-    "method l_bits 2": (_edit_config(lambda c: c["method_config"].update(l_bits=2)),
+    "method l_bits 2": (edit_config(lambda c: c["method_config"].update(l_bits=2)),
                         r"caldera_config\.json method_config\.l_bits is 2 but modules\['[\w.]+'\] stores e8p-rvq4 "
                         r"codes \(4 bits per weight\)"),
-    "dense layers": (_edit_config(lambda c: c.update(dense_layers=[1])),
+    "dense layers": (edit_config(lambda c: c.update(dense_layers=[1])),
                      r"caldera_config\.json dense_layers is \[1\] but the layers without a compressed module are \[\]"),
-    "error NaN": (_edit_config(lambda c: c["errors"][_M].update(error=float("nan"))),
+    "error NaN": (edit_config(lambda c: c["errors"][_M].update(error=float("nan"))),
                   r"caldera_config\.json errors\['model\.layers\.0\.self_attn\.q_proj'\]\.error is nan"),
-    "ft_rank": (_edit_config(lambda c: c.update(ft_rank=2)),
+    "ft_rank": (edit_config(lambda c: c.update(ft_rank=2)),
                 r"caldera_config\.json ft_rank is 2 but its modules have ft_rank \[0\]"),
 }
 
 
 def _mutated(path, tmp_path, case):
     edit, msg = MUTATIONS[case]
-    ck = _copy(path, tmp_path / "ck")
+    ck = copy_checkpoint(path, tmp_path / "ck")
     edit(ck)
     reseal_as_writer(ck)
     return ck, msg
@@ -151,8 +151,8 @@ def test_meaningless_content_is_refused_by_every_loader(assembled, tmp_path, cap
 def test_a_plausible_recorded_error_is_not_checkable(assembled, tmp_path):
     """The per-matrix errors are measurements against the original weights and Hessians, which a checkpoint does
     not hold: a changed but plausible value loads (only its type and range are checked)."""
-    ck = _copy(assembled, tmp_path / "ck")
-    _edit_config(lambda c: c["errors"][_M].update(error=0.01))(ck)
+    ck = copy_checkpoint(assembled, tmp_path / "ck")
+    edit_config(lambda c: c["errors"][_M].update(error=0.01))(ck)
     reseal_as_writer(ck)
     load_compressed(ck, load_tokenizer=False)
 

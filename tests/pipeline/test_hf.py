@@ -15,14 +15,14 @@ import torch
 from caldera.nn.compressed_linear import CompressedLinear
 from caldera.pipeline.checkpoint import CHECKSUM_FILE, CONFIG_FILE, MODEL_FILE, load_compressed, save_compressed
 from tests.helpers import word_tokenizer
-from tests.pipeline.test_checkpoint import (
+from tests.pipeline.checkpoint_helpers import (
     IDS,
     ROOT,
-    _copy,
-    _rechecksum,
     check_lm_eval_output,
     compress_in_place,
+    copy_checkpoint,
     lm_eval_args,
+    rechecksum,
     tiny_llama,
 )
 
@@ -125,13 +125,13 @@ def test_save_pretrained_round_trip(saved, tmp_path):
 
 def _as_format1(path, dst):
     """The layout the format-1 writer produced: no config.json, no content manifest."""
-    ck = _copy(path, dst)
+    ck = copy_checkpoint(path, dst)
     (ck / "config.json").unlink()
     cfg = json.loads((ck / CONFIG_FILE).read_text())
     cfg.pop("manifest")
     cfg["format_version"] = 1
     (ck / CONFIG_FILE).write_text(json.dumps(cfg))
-    _rechecksum(ck)
+    rechecksum(ck)
     return ck
 
 
@@ -159,7 +159,7 @@ def test_old_checkpoint_is_converted(saved, tmp_path, capsys):
     cfg = json.loads((old / CONFIG_FILE).read_text())
     cfg.pop("fingerprints")
     (old / CONFIG_FILE).write_text(json.dumps(cfg))
-    _rechecksum(old)
+    rechecksum(old)
     assert main(["convert", str(old), "--out", str(tmp_path / "new2")]) == 2
     assert "has no reconstruction fingerprints" in capsys.readouterr().err
 
@@ -288,14 +288,14 @@ def test_quantization_config_states_the_scheme_and_is_verified(saved, tmp_path):
     assert qc["q_quantizers"] == sorted({m["q_quantizer"] for m in cfg["modules"].values()})
     hf = AutoModelForCausalLM.from_pretrained(str(path))
     assert hf.config.quantization_config.to_dict() == qc
-    ck = _copy(path, tmp_path / "ck")
+    ck = copy_checkpoint(path, tmp_path / "ck")
     hc = json.loads((ck / "config.json").read_text())
     hc["quantization_config"]["ranks"] = [999]
     (ck / "config.json").write_text(json.dumps(hc))
     c = json.loads((ck / CONFIG_FILE).read_text())
     c["manifest"]["files"]["config.json"] = sha256_file(ck / "config.json")
     (ck / CONFIG_FILE).write_text(json.dumps(c))
-    _rechecksum(ck)
+    rechecksum(ck)
     with pytest.raises(ValueError, match=r"config\.json does not match caldera_config\.json \(its base_config and "
                        r"quantization scheme; keys \['quantization_config'\]\)"):
         load_compressed(ck)

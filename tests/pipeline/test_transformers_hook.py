@@ -20,7 +20,7 @@ import torch
 
 from caldera.pipeline.checkpoint import load_compressed, save_compressed
 from tests.helpers import word_tokenizer
-from tests.pipeline.test_checkpoint import (
+from tests.pipeline.checkpoint_helpers import (
     IDS,
     ROOT,
     check_lm_eval_output,

@@ -2,65 +2,29 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 
 from caldera.experiments.report.claims import degradation
-
-N_WIN, TOK = 8, 100
-
-
-def _row(model, method, rank, b_lr, ours, paper, stand_in, variant=None):
-    return {"variant": variant or f"{stand_in}-{method}-{rank}", "paper_model": model, "method": method,
-            "paper_rank": rank, "rank": rank, "b_lr": b_lr, "stand_in": stand_in, "ours": {"wiki2_ppl": ours},
-            "paper": {"wiki2_ppl": paper}}
-
-
-def _windows(ppl: float, spread: float = 0.0, seed: int = 0) -> dict:
-    """Per-window results whose pooled perplexity is exactly ``ppl``: per-token NLL log(ppl) ± ``spread``."""
-    rng = np.random.default_rng(seed)
-    dev = rng.uniform(-spread, spread, N_WIN)
-    dev -= dev.mean()
-    return {"window_nll": list((math.log(ppl) + dev) * TOK), "window_tokens": [TOK] * N_WIN}
-
-
-def _with_windows(table: dict, spread: float = 0.0) -> dict:
-    """Per-window samples for every row; windows share a common per-window difficulty (same seed) plus
-    variant-specific noise of size ``spread``."""
-    base = _windows(1.0, 0.5, seed=99)["window_nll"]
-    samples = {}
-    for i, r in enumerate(table["rows"]):
-        own = _windows(r["ours"]["wiki2_ppl"], spread, seed=i)["window_nll"]
-        samples[r["variant"]] = {"ppl": {"wiki": {"window_nll": [a + b for a, b in zip(own, base)],
-                                                  "window_tokens": [TOK] * N_WIN}}, "zeroshot": {}}
-    # the common difficulty adds the same amount to every variant: shift the pooled ppl back
-    for r in table["rows"]:
-        w = samples[r["variant"]]["ppl"]["wiki"]
-        r["ours"]["wiki2_ppl"] = math.exp(sum(w["window_nll"]) / (TOK * N_WIN))
-    return {**table, **_identical_seeds(samples)}
-
-
-def _identical_seeds(samples: dict, n: int = 3) -> dict:
-    """Every variant realized ``n`` times with identical results (no realization spread): the verdicts are the
-    windows' alone, as when the compression were deterministic. Each seed's entry is the same dict object, so
-    edits of ``samples`` reach every seed."""
-    real = {v: {"random": not v.endswith("dense"), "seeds": list(range(n)) if not v.endswith("dense") else [None],
-                "ids": [v] * n} for v in samples}
-    return {"samples": samples, "realizations": real,
-            "seed_samples": {v: [samples[v]] * n for v in samples if not v.endswith("dense")}}
+from tests.experiments.report.claim_tables import (
+    TOK,
+    row,
+    seeded,
+    table1,
+    throughput_table,
+    with_windows,
+)
 
 
 def _tables(l3_quip, l3_stand="B", spread=0.0):
-    t1 = {"rows": [_row("llama-2-7b", "Unquantized", 0, None, 10.0, 5.12, "A"),
-                   _row("llama-2-7b", "QuIP#", 0, None, 40.0, 8.23, "A"),
-                   _row("llama-2-7b", "CALDERA", 128, 4.0, 30.0, 6.76, "A"),
-                   _row("llama-2-13b", "QuIP#", 0, None, 99.0, 6.06, "A", variant="A-QuIP#-13b")]}
-    t2 = {"rows": [_row("llama-3-8b", "Unquantized", 0, None, 20.0, 5.54, l3_stand),
-                   _row("llama-3-8b", "QuIP#", 0, None, l3_quip, 13.8, l3_stand),
-                   _row("llama-3-8b", "CALDERA", 128, 4.0, 100.0, 9.21, l3_stand)]}
-    return {"table1_llama2_zeroshot": _with_windows(t1, spread), "table2_llama3_zeroshot": _with_windows(t2, spread)}
+    t1 = {"rows": [row("llama-2-7b", "Unquantized", 0, None, 10.0, 5.12, "A"),
+                   row("llama-2-7b", "QuIP#", 0, None, 40.0, 8.23, "A"),
+                   row("llama-2-7b", "CALDERA", 128, 4.0, 30.0, 6.76, "A"),
+                   row("llama-2-13b", "QuIP#", 0, None, 99.0, 6.06, "A", variant="A-QuIP#-13b")]}
+    t2 = {"rows": [row("llama-3-8b", "Unquantized", 0, None, 20.0, 5.54, l3_stand),
+                   row("llama-3-8b", "QuIP#", 0, None, l3_quip, 13.8, l3_stand),
+                   row("llama-3-8b", "CALDERA", 128, 4.0, 100.0, 9.21, l3_stand)]}
+    return {"table1_llama2_zeroshot": with_windows(t1, spread), "table2_llama3_zeroshot": with_windows(t2, spread)}
 
 
 def test_degradation_holds_when_every_matched_row_degrades_more():
@@ -78,8 +42,8 @@ def test_degradation_is_inconclusive_when_the_windows_disagree():
     # ×4.2 vs ×4.0 on average, but ±30 % per window: the interval of the log-difference contains 0
     out = degradation(_tables(l3_quip=84.0, spread=0.3))
     assert out["verdict"] in ("inconclusive", "fails") and "0/2" not in out["numbers"][:4]
-    row = [p for p in out["numbers"].split("; ") if p.startswith("QuIP#")][0]
-    lo, hi = (float(x) for x in row.split("[")[1].split("]")[0].split(", "))
+    quip = [p for p in out["numbers"].split("; ") if p.startswith("QuIP#")][0]
+    lo, hi = (float(x) for x in quip.split("[")[1].split("]")[0].split(", "))
     assert lo < 0 < hi
 
 
@@ -129,23 +93,11 @@ def _fig4(errors=(0.34, 0.33, 0.32)):
     return {"curves": [{"matrix": "k_proj", "rank": 8, "errors": list(errors)}]}
 
 
-def _table1(c4=30.0, quip=40.0, c16=35.0, spread=0.0, c4_top=None):
-    """7B, 13B and 70B blocks whose CALDERA and QuIP# rows map to the same stand-in variants (as in the mini run)."""
-    rows = []
-    for pm, tag in (("llama-2-7b", "7B"), ("llama-2-13b", "13B"), ("llama-2-70b", "70B")):
-        rows += [_row(pm, f"Unquantized ({tag})", 0, None, 10.0, 5.0, "S", variant="dense"),
-                 _row(pm, f"QuIP# ({tag}, No FT)", 0, None, quip, 8.0, "S", variant="quip"),
-                 _row(pm, f"CALDERA ({tag})", 128, 4.0, c4, 6.0, "S", variant="c4-r16")]
-    rows.append(_row("llama-2-7b", "CALDERA (7B)", 256, 4.0, c4_top or c4, 6.0, "S", variant="c4-r32"))
-    rows.append(_row("llama-2-7b", "CALDERA (7B)", 64, 16.0, c16, 6.0, "S", variant="c16-r8"))
-    return _with_windows({"rows": rows}, spread)
-
-
 def _claims(**kw):
     from caldera.experiments.report.claims import check
 
     return check(_fig3(**{k: kw.pop(k) for k in ("no_ldlq_ratio", "four_bit_ratio") if k in kw}),
-                 _fig4(kw.pop("fig4", (0.34, 0.33, 0.32))), {"table1_llama2_zeroshot": _table1(**kw)})
+                 _fig4(kw.pop("fig4", (0.34, 0.33, 0.32))), {"table1_llama2_zeroshot": table1(**kw)})
 
 
 def _verdict(claims, start):
@@ -214,7 +166,7 @@ def test_one_claim_per_distinct_comparison():
 def test_zeroshot_comparison_uses_the_paired_margin():
     from caldera.experiments.report.claims import table_claims
 
-    t = _table1()
+    t = table1()
     rng = np.random.default_rng(0)
     n = 40
     base = rng.normal(0, 1, n)
@@ -240,92 +192,13 @@ def test_extra_claims_are_appended_and_validated():
 
     extra = [{"claim": "CALDERA below QuIP# on every compressed matrix", "source": "compression logs",
               "verdict": "holds", "numbers": "210/210"}]
-    c = check(_fig3(), _fig4(), {"table1_llama2_zeroshot": _table1()}, extra=extra)
+    c = check(_fig3(), _fig4(), {"table1_llama2_zeroshot": table1()}, extra=extra)
     assert _verdict(c, "CALDERA below QuIP# on every")["sdd"].startswith("—")
     with pytest.raises(ValueError, match="verdict"):
         check(_fig3(), _fig4(), {}, extra=[{**extra[0], "verdict": "maybe"}])
 
 
 # ---------------------------------------------------------------------------------------- Table 6 (throughput)
-
-
-def _tp_table(speeds: dict[str, tuple[float, float]], decode_speeds: dict | None = None,
-              margin: float = 0.05) -> dict:
-    """A Table 6 JSON with the paper's 7B rows; ``speeds[variant] = (median, spread)``: 5 repeats at
-    median × (1 + spread · {−1, −½, 0, ½, 1}) for the paper's protocol (decode: ``decode_speeds`` or the same);
-    ``margin``: the config's ``throughput.separation_margin``."""
-    from caldera.experiments.planning.throughput_rows import PROTOCOLS
-
-    def reps(m, s):
-        return [m * (1 + s * d) for d in (-1, -0.5, 0, 0.5, 1)]
-
-    rows = [("Uncompressed", None, "d"), ("CALDERA", 16, "c16"), ("CALDERA", 4, "c4a"), ("CALDERA", 4, "c4b"),
-            ("QuIP#", None, "q")]
-    measured = {}
-    for v, ms in speeds.items():
-        per = {"single_token": ms, "decode": (decode_speeds or speeds)[v]}
-        measured[v] = {p: {"tokens_per_s": reps(*per[p])} for p in PROTOCOLS}
-    return {"rows": [{"paper_method": m, "b_lr": b, "variant": v} for m, b, v in rows], "measured": measured,
-            "settings": {"separation_margin": margin}}
-
-
-def _tp_verdicts(tab) -> list[str]:
-    from caldera.experiments.report.table6 import throughput_claims
-
-    return [c["verdict"] for c in throughput_claims(tab)]
-
-
-def test_throughput_claims_hold_on_separated_repeats():
-    tab = _tp_table({"d": (10, 0.02), "c16": (30, 0.02), "c4a": (20, 0.02), "c4b": (21, 0.02), "q": (40, 0.02)})
-    assert _tp_verdicts(tab) == ["holds", "holds", "holds"]
-
-
-def test_throughput_claims_follow_the_spread_not_the_medians():
-    """Same medians as above, but every variant's repeats spread ±60 %: the ranges overlap, so nothing is
-    resolved (a verdict from the medians alone would say holds)."""
-    tab = _tp_table({"d": (10, 0.6), "c16": (30, 0.6), "c4a": (20, 0.6), "c4b": (21, 0.6), "q": (40, 0.6)})
-    assert _tp_verdicts(tab) == ["inconclusive", "inconclusive", "inconclusive"]
-    # one pair resolved in the claimed direction and one overlapping: still not "holds"
-    tab = _tp_table({"d": (10, 0.02), "c16": (30, 0.02), "c4a": (20, 0.02), "c4b": (29, 0.05), "q": (40, 0.02)})
-    assert _tp_verdicts(tab)[2] == "inconclusive"
-
-
-def test_throughput_claims_use_the_configs_margin():
-    """Ranges apart by 20-25 %: ordered under a 5 % margin, not under the 65 % that the drift between runs on a
-    shared CPU calls for; the claim's text names the margin it used."""
-    from caldera.experiments.report.table6 import throughput_claims
-
-    speeds = {"d": (10, 0.02), "c16": (16, 0.02), "c4a": (13, 0.02), "c4b": (13, 0.02), "q": (20, 0.02)}
-    assert _tp_verdicts(_tp_table(speeds)) == ["holds", "holds", "holds"]
-    claims = throughput_claims(_tp_table(speeds, margin=0.65))
-    assert [c["verdict"] for c in claims] == ["inconclusive"] * 3
-    assert "c16 / d: ×1.60 (within 65%)" in claims[0]["numbers"] and "separate by 65%" in claims[0]["sdd"]
-
-
-def test_throughput_claims_fail_when_the_ordering_is_reversed():
-    """This CPU's finding: compressed slower than dense; one resolved reversal is enough to fail."""
-    tab = _tp_table({"d": (10, 0.02), "c16": (5, 0.02), "c4a": (12, 0.02), "c4b": (13, 0.02), "q": (40, 0.02)})
-    from caldera.experiments.report.table6 import throughput_claims
-
-    claims = throughput_claims(tab)
-    assert [c["verdict"] for c in claims] == ["fails", "holds", "fails"]
-    assert "c16 / d: ×0.50 (slower)" in claims[0]["numbers"]
-
-
-def test_throughput_claims_are_decided_on_the_papers_protocol():
-    """The verdict is the single-token forward's (the paper's protocol); the KV-cache one is only reported."""
-    fast = {"d": (10, 0.02), "c16": (30, 0.02), "c4a": (20, 0.02), "c4b": (21, 0.02), "q": (40, 0.02)}
-    slow_decode = {**fast, "c16": (5, 0.02)}
-    from caldera.experiments.report.table6 import throughput_claims
-
-    claims = throughput_claims(_tp_table(fast, slow_decode))
-    assert claims[0]["verdict"] == "holds" and "generate, KV cache: **fails**" in claims[0]["numbers"]
-
-
-def test_throughput_claims_not_testable_without_a_side():
-    tab = _tp_table({"d": (10, 0.02), "c4a": (20, 0.02), "q": (40, 0.02)})  # no 16-bit variant measured
-    tab["rows"] = [r for r in tab["rows"] if r["variant"] in tab["measured"]]
-    assert _tp_verdicts(tab) == ["holds", "holds", "not testable at this scale"]
 
 
 def test_check_reports_throughput_pending_without_table6():
@@ -335,20 +208,20 @@ def test_check_reports_throughput_pending_without_table6():
     fig4 = {"curves": []}
     pend = [c for c in check(fig3, fig4, {}) if c["source"] == "Table 6"]
     assert len(pend) == 1 and pend[0]["verdict"].startswith("pending")
-    tab = _tp_table({"d": (10, 0.02), "c16": (30, 0.02), "c4a": (20, 0.02), "c4b": (21, 0.02), "q": (40, 0.02)})
+    tab = throughput_table({"d": (10, 0.02), "c16": (30, 0.02), "c4a": (20, 0.02), "c4b": (21, 0.02), "q": (40, 0.02)})
     got = [c for c in check(fig3, fig4, {}, throughput=tab) if "Table 6" in c["source"]]
     assert [c["verdict"] for c in got] == ["holds", "holds", "holds"]
 
 
 def _rhtft_table(before: float, after: float, spread: float = 0.0) -> dict:
     """A Table 3 with one fine-tuned row (variant ``base+rhtft``, base ``base``) and one row pending in this config."""
-    rows = [_row("llama-2-7b", "CALDERA", 64, 4.0, after, 6.30, "S", variant="base+rhtft"),
-            _row("llama-2-7b", "CALDERA", 128, 4.0, None, 6.09, "pending", variant=None)]
+    rows = [row("llama-2-7b", "CALDERA", 64, 4.0, after, 6.30, "S", variant="base+rhtft"),
+            row("llama-2-7b", "CALDERA", 128, 4.0, None, 6.09, "pending", variant=None)]
     rows[1]["variant"] = None
     rows[0]["base_variant"] = "base"
     rows[0]["ours"]["wiki2_ppl_no_ft"] = before
     rows[0]["paper"]["wiki2_ppl_no_ft"] = 7.37
-    tab = _with_windows({"rows": [rows[0], {**rows[0], "variant": "base", "ours": {"wiki2_ppl": before}}]}, spread)
+    tab = with_windows({"rows": [rows[0], {**rows[0], "variant": "base", "ours": {"wiki2_ppl": before}}]}, spread)
     return {**tab, "rows": [tab["rows"][0], rows[1]]}
 
 
@@ -370,9 +243,9 @@ def test_rhtft_claim_decided_by_the_paired_interval():
 def test_rhtft_claim_pending_without_the_tables_and_kept_out_of_the_ranking_claims():
     from caldera.experiments.report.claims import RHTFT_CLAIM, check
 
-    c = check(_fig3(), _fig4(), {"table1_llama2_zeroshot": _table1()})
+    c = check(_fig3(), _fig4(), {"table1_llama2_zeroshot": table1()})
     assert _verdict(c, RHTFT_CLAIM)["verdict"].startswith("pending")
-    c = check(_fig3(), _fig4(), {"table1_llama2_zeroshot": _table1(),
+    c = check(_fig3(), _fig4(), {"table1_llama2_zeroshot": table1(),
                                  "table3_llama2_rhtft": _rhtft_table(before=40.0, after=30.0)})
     assert _verdict(c, RHTFT_CLAIM)["verdict"] == "holds"
     assert not any("table3" in x["source"] and x["claim"] != RHTFT_CLAIM for x in c)
@@ -381,28 +254,14 @@ def test_rhtft_claim_pending_without_the_tables_and_kept_out_of_the_ranking_clai
 # ---- claims across compression seeds ---------------------------------------------------------------------------
 
 
-def _seeded(table: dict, factors: dict[str, tuple[float, ...]]) -> dict:
-    """``table`` with each listed variant realized once per factor: seed s's windows are seed 0's scaled by
-    ``factors[v][s]`` in perplexity (a realization that is better or worse on every window alike)."""
-    out = {**table, "realizations": dict(table["realizations"]), "seed_samples": dict(table["seed_samples"])}
-    for v, fs in factors.items():
-        w = table["samples"][v]["ppl"]["wiki"]
-        out["seed_samples"][v] = [{"ppl": {"wiki": {"window_nll": [x + math.log(f) * t for x, t in
-                                                                   zip(w["window_nll"], w["window_tokens"])],
-                                                    "window_tokens": w["window_tokens"]}}, "zeroshot": {}}
-                                  for f in fs]
-        out["realizations"][v] = {"random": True, "seeds": list(range(len(fs))), "ids": [v] * len(fs)}
-    return out
-
-
 def test_a_window_only_win_is_undone_by_the_seed_spread():
     from caldera.experiments.report.claims import table_claims
 
-    t = _table1(c4=36.0, quip=40.0)  # ×0.90 on every window of seed 0
+    t = table1(c4=36.0, quip=40.0)  # ×0.90 on every window of seed 0
     beats = _verdict(table_claims({"table1_llama2_zeroshot": t}), "4-bit CALDERA beats QuIP# in Wiki2")
     assert beats["verdict"] == "holds"
     # other realizations of the same two variants land ±15 % around: the seeds do not resolve the direction
-    t = _seeded(t, {"c4-r16": (1.0, 1.15, 0.9), "quip": (1.0, 0.85, 1.1), "c4-r32": (1.0, 1.2, 0.85)})
+    t = seeded(t, {"c4-r16": (1.0, 1.15, 0.9), "quip": (1.0, 0.85, 1.1), "c4-r32": (1.0, 1.2, 0.85)})
     beats = _verdict(table_claims({"table1_llama2_zeroshot": t}), "4-bit CALDERA beats QuIP# in Wiki2")
     assert beats["verdict"] == "inconclusive", beats["numbers"]
     iv = beats["intervals"][0]
@@ -416,9 +275,9 @@ def test_realizations_that_move_together_still_count_each_variants_spread():
     counts each variant's own spread instead, so ±20 % realizations leave a ×0.90 win undecided."""
     from caldera.experiments.report.claims import table_claims
 
-    t = _table1(c4=36.0, quip=40.0)
+    t = table1(c4=36.0, quip=40.0)
     same = (1.0, 1.2, 0.8)
-    t = _seeded(t, {"c4-r16": same, "quip": same, "c4-r32": same})
+    t = seeded(t, {"c4-r16": same, "quip": same, "c4-r32": same})
     beats = _verdict(table_claims({"table1_llama2_zeroshot": t}), "4-bit CALDERA beats QuIP# in Wiki2")
     iv = beats["intervals"][0]
     assert not iv["paired_seeds"] and iv["seed_half"] > 0.1, iv
@@ -428,7 +287,7 @@ def test_realizations_that_move_together_still_count_each_variants_spread():
 def test_one_realization_of_a_compressed_side_needs_mini_full():
     from caldera.experiments.report.claims import NEEDS_SEEDS, table_claims
 
-    t = _table1(c4=30.0, quip=40.0)
+    t = table1(c4=30.0, quip=40.0)
     for v in ("c4-r16", "quip"):  # seed 0 only
         t["realizations"][v] = {"random": True, "seeds": [0], "ids": [v]}
         del t["seed_samples"][v]
@@ -441,16 +300,16 @@ def test_one_realization_of_a_compressed_side_needs_mini_full():
 
 
 def _extra_table(extra_ppl):
-    rows = [_row("llama-2-7b", "Unquantized (7B)", 0, None, 10.0, 5.0, "S", variant="dense"),
-            _row("llama-2-7b", "QuIP# (7B, No FT)", 0, None, 40.0, 8.0, "S", variant="quip"),
-            _row("llama-2-7b", "CALDERA (7B)", 128, 4.0, 30.0, 6.0, "S", variant="c4-r16"),
-            _row("llama-2-7b", "CALDERA (7B)", 64, 16.0, 35.0, 6.0, "S", variant="c16-r8"),
-            _row("—", "rtn-3bit (ours only)", "—", "—", extra_ppl, None, "S", variant="rtn3"),
-            _row("—", "unquantized (ours only)", "—", "—", 10.0, None, "S", variant="x-dense")]
+    rows = [row("llama-2-7b", "Unquantized (7B)", 0, None, 10.0, 5.0, "S", variant="dense"),
+            row("llama-2-7b", "QuIP# (7B, No FT)", 0, None, 40.0, 8.0, "S", variant="quip"),
+            row("llama-2-7b", "CALDERA (7B)", 128, 4.0, 30.0, 6.0, "S", variant="c4-r16"),
+            row("llama-2-7b", "CALDERA (7B)", 64, 16.0, 35.0, 6.0, "S", variant="c16-r8"),
+            row("—", "rtn-3bit (ours only)", "—", "—", extra_ppl, None, "S", variant="rtn3"),
+            row("—", "unquantized (ours only)", "—", "—", 10.0, None, "S", variant="x-dense")]
     bits = {"quip": 2.0, "c4-r16": 2.18, "c16-r8": 2.37, "rtn3": 3.0, "x-dense": None, "dense": None}
     for r in rows:
         r["ours"]["avg_bits"] = bits[r["variant"]]
-    return _with_windows({"rows": rows})
+    return with_windows({"rows": rows})
 
 
 def test_an_extra_method_is_compared_with_caldera_and_quip_at_the_nearest_bits():
@@ -533,7 +392,7 @@ def test_one_realization_takes_its_familys_pooled_spread():
     from caldera.experiments.report.claims import check
 
     def beats(factors):
-        t = _one_seed(_seeded(_table1(c4=30.0, quip=40.0), factors), "c4-r16")
+        t = _one_seed(seeded(table1(c4=30.0, quip=40.0), factors), "c4-r16")
         c = [c for c in check(_fig3(), _fig4(), {"table1_llama2_zeroshot": t})
              if c["claim"].startswith("4-bit CALDERA beats QuIP# in Wiki2")][0]
         return c, c["intervals"][0]
@@ -553,11 +412,11 @@ def test_a_window_interval_that_straddles_one_is_inconclusive_without_any_seeds(
     no-difference is inconclusive, whatever its realization spread; one the windows resolve is not decided."""
     from caldera.experiments.report.claims import NEEDS_SEEDS, table_claims
 
-    t = _one_seed(_table1(c4=40.0, quip=40.0, spread=0.05), "c4-r16", "quip", "c4-r32", "c16-r8")
+    t = _one_seed(table1(c4=40.0, quip=40.0, spread=0.05), "c4-r16", "quip", "c4-r32", "c16-r8")
     iv = _verdict(table_claims({"table1_llama2_zeroshot": t}), "4-bit CALDERA beats QuIP# in Wiki2")
     assert iv["verdict"] == "inconclusive" and iv["intervals"][0]["seed_half"] is None
     assert iv["intervals"][0]["window_lo"] < 1.0 < iv["intervals"][0]["window_hi"]
-    t = _one_seed(_table1(c4=30.0, quip=40.0, spread=0.05), "c4-r16", "quip", "c4-r32", "c16-r8")
+    t = _one_seed(table1(c4=30.0, quip=40.0, spread=0.05), "c4-r16", "quip", "c4-r32", "c16-r8")
     assert _verdict(table_claims({"table1_llama2_zeroshot": t}),
                     "4-bit CALDERA beats QuIP# in Wiki2")["verdict"] == NEEDS_SEEDS
 
@@ -570,7 +429,7 @@ def test_a_deterministic_extra_method_is_decided_without_replicates():
     tab = _extra_table(36.0)
     tab["realizations"]["rtn3"] = {"random": False, "seeds": [None], "ids": ["rtn3"], "family": "rtn"}
     tab["seed_samples"].pop("rtn3")
-    tab = _seeded(tab, {"c16-r8": (1.0, 1.01, 0.99), "quip": (1.0, 1.02, 0.98)})
+    tab = seeded(tab, {"c16-r8": (1.0, 1.01, 0.99), "quip": (1.0, 1.02, 0.98)})
     cal, quip = extra_method_claims({"table1_llama2_zeroshot": tab})
     assert cal["verdict"] == "fails" and quip["verdict"] == "holds", (cal["numbers"], quip["numbers"])
     iv = cal["intervals"][0]
@@ -595,12 +454,12 @@ def test_ordering_claims_state_their_kl_reading_beside_the_verdict():
     changes the verdict."""
     from caldera.experiments.report.claims import table_claims
 
-    t = _table1(c4=30.0, quip=40.0)
+    t = table1(c4=30.0, quip=40.0)
     kl = {"c4-r16": 0.30, "quip": 0.50, "c4-r32": 0.25, "c16-r8": 0.40, "dense": 0.0}
     for v, k in kl.items():
         w = t["samples"][v]["ppl"]["wiki"]
         w["window_kl"] = [k * tok + 0.01 * i for i, tok in enumerate(w["window_tokens"])]
-    before = _verdict(table_claims({"table1_llama2_zeroshot": _table1(c4=30.0, quip=40.0)}),
+    before = _verdict(table_claims({"table1_llama2_zeroshot": table1(c4=30.0, quip=40.0)}),
                       "4-bit CALDERA beats QuIP# in Wiki2")
     beats = _verdict(table_claims({"table1_llama2_zeroshot": t}), "4-bit CALDERA beats QuIP# in Wiki2")
     assert beats["verdict"] == before["verdict"] == "holds"

@@ -7,14 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from tests.experiments.report.test_claims import _seeded, _table1
+from tests.experiments.report.claim_tables import seeded, table1
 
 
 def test_spread_report_lists_the_seed_spread_and_the_seeds_needed():
     from caldera.experiments.report.claims import table_claims
     from caldera.experiments.report.spread import seeds_needed, spread_report
 
-    t = _seeded(_table1(c4=36.0, quip=40.0), {"c4-r16": (1.0, 1.02, 0.99), "quip": (1.0, 0.98, 1.01)})
+    t = seeded(table1(c4=36.0, quip=40.0), {"c4-r16": (1.0, 1.02, 0.99), "quip": (1.0, 0.98, 1.01)})
     tables = {"table1_llama2_zeroshot": t}
     md, data = spread_report(tables, table_claims(tables))
     row = [r for r in data["variants"] if r["variant"] == "c4-r16"][0]
@@ -43,7 +43,7 @@ def test_seeds_needed_grows_with_the_spread_and_stops_at_the_windows():
 def test_spread_report_puts_the_zero_shot_seed_spread_beside_the_documents():
     from caldera.experiments.report.spread import spread_report
 
-    t = _table1()
+    t = table1()
     docs = list(range(10))
     per_seed = []
     for s, shift in enumerate((0.0, 0.3, -0.3)):
