@@ -12,14 +12,7 @@ import os
 import shutil
 import sys
 
-#: the rules whose result a CALDERA decomposition amplifies (an E8P code flipped by a last-bit difference changes
-#: every code LDLQ rounds after it): the Hessians, the decompositions and the sweeps over them. They run under the
-#: config's ``numerics`` (caldera.numerics); every other job (evaluation, fine-tuning, throughput) keeps the
-#: machine's own code paths: its last-bit differences are not amplified, and Table 6 times the machine's own kernels.
-#: A seed replicate's job (rule replicate) compresses and then evaluates under the pin: its evaluation takes the
-#: pinned code paths (on a CPU without AVX-512 they are its own).
-PINNED_RULES = frozenset({"hessians", "selection", "profile_layers", "compress_layers", "compress_variant",
-                          "replicate", "ablation_traces", "lplr_traces"})
+from caldera.experiments.planning.rules import PINNED as PINNED_RULES  # torch-free: read before the pin
 
 
 def numerics_mode(config: dict, rule: str) -> str:

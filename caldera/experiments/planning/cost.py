@@ -47,6 +47,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from caldera.experiments.planning.rules import Rule
 from caldera.pipeline.linears import SHORT_NAMES
 
 FORMAT = "caldera-costs/1"
@@ -272,7 +273,7 @@ def job_memory(rule: str, model_key: str, config: dict[str, Any], *, bytes_per: 
     layer_params = sum(n * d for n, d in shapes)
     embed = 2 * h * _vocab(model_key)
     gb = 1e-9
-    if rule == "hessians":
+    if rule == Rule.HESSIANS:
         from caldera.experiments.planning.settings import CalibrationSettings
 
         cal = CalibrationSettings.from_block(config["calibration"])
@@ -281,11 +282,11 @@ def job_memory(rule: str, model_key: str, config: dict[str, Any], *, bytes_per: 
         dev = ((layer_params + embed) * bytes_per + N * T * h * bytes_per + 8 * (3 * h * h + f * f) + 4 * f * f
                + B * T * (4 * h + 3 * f) * bytes_per)
         return {"host": host * gb, "device": dev * gb}
-    if rule == "compress_layers":
+    if rule == Rule.COMPRESS_LAYERS:
         host = layer_params * bytes_per + 4 * (3 * h * h + f * f)
         dev = max(64 * d * d + 28 * n * d for n, d in shapes)
         return {"host": host * gb, "device": dev * gb}
-    if rule == "evaluate":
+    if rule == Rule.EVALUATE:
         T = max(spec["seq_len"] for spec in config["eval"]["ppl"].values())
         B = 1
         batch = B * T * _vocab(model_key) * 4 + B * T * (4 * h + 3 * f) * bytes_per  # logits, activations
@@ -366,14 +367,14 @@ def figure_rules(config: dict[str, Any], costs: dict[str, Any], shape_key: str) 
         for paper_rank in fs.paper_ranks:
             t += predict(costs, "svd_exact", n, d, paper_rank) + fs.lplr_inner_iters * predict(
                 costs, "lplr_iter", n, d, paper_rank)
-    mem = job_memory("compress_layers", shape_key, config)
-    return {"ablation_traces": {"jobs": len(jobs), "s_per_job": max(jobs), "total_s": sum(jobs), "mem_gb": mem},
-            "lplr_traces": {"jobs": 1, "s_per_job": t, "mem_gb": mem}}
+    mem = job_memory(Rule.COMPRESS_LAYERS, shape_key, config)
+    return {Rule.ABLATION_TRACES: {"jobs": len(jobs), "s_per_job": max(jobs), "total_s": sum(jobs), "mem_gb": mem},
+            Rule.LPLR_TRACES: {"jobs": 1, "s_per_job": t, "mem_gb": mem}}
 
 
 #: rules that run the engine or a model forward: a GPU each on a cluster
-GPU_RULES = ("hessians", "compress_layers", "compress_variant", "evaluate", "replicate", "ablation_traces",
-             "lplr_traces")
+GPU_RULES = (Rule.HESSIANS, Rule.COMPRESS_LAYERS, Rule.COMPRESS_VARIANT, Rule.EVALUATE, Rule.REPLICATE,
+             Rule.ABLATION_TRACES, Rule.LPLR_TRACES)
 
 
 def slurm_resources(config: dict[str, Any], costs: dict[str, Any] | None, *, margin: float = 1.5,
@@ -422,7 +423,7 @@ def evaluate_memory(config: dict[str, Any], variants: list[Any], model_key: str,
     dense model streams when it must (:func:`evaluate_streams`); a compressed variant is held whole at its
     :func:`variant_bits` (dense-sized with ``eval.weights: reconstructed``, which materializes every Ŵ)."""
     reconstructed = (config["eval"].get("weights") or "compressed") == "reconstructed"
-    mems = [job_memory("evaluate", model_key, config, device_gb=device_gb,
+    mems = [job_memory(Rule.EVALUATE, model_key, config, device_gb=device_gb,
                        bits=None if reconstructed and v.method != "dense" else variant_bits(v, model_key))
             for v in variants]
     if reconstructed and any(v.method != "dense" for v in variants):  # a materialized model never streams
@@ -460,7 +461,7 @@ def estimate(config: dict[str, Any], costs: dict[str, Any], device_gb: float | N
         per_tok = forward_flops_per_token(h, f, heads * hd, kv * hd, cal["seq_len"])
         s = len(layers) * (predict(costs, "forward", tokens, per_tok)
                            + sum(predict(costs, "hessian_accumulate", tokens, d) for d in groups.values()))
-        rules["hessians"] = {"jobs": 1, "s_per_job": s, "mem_gb": job_memory("hessians", shape_key, config)}
+        rules[Rule.HESSIANS] = {"jobs": 1, "s_per_job": s, "mem_gb": job_memory(Rule.HESSIANS, shape_key, config)}
         # compress_layers (compress_variant when the layers are one chunk): per variant, a job per chunk of
         # layers_per_job layers
         per_variant: dict[str, float] = {}
@@ -491,14 +492,14 @@ def estimate(config: dict[str, Any], costs: dict[str, Any], device_gb: float | N
             worst = max(worst, s_layer * k)
         if jobs:
             # layers of one chunk: rule compress_variant compresses and assembles a variant in one job
-            name = "compress_variant" if one_chunk else "compress_layers"
+            name = Rule.COMPRESS_VARIANT if one_chunk else Rule.COMPRESS_LAYERS
             rules[name] = {"jobs": jobs, "s_per_job": worst, "total_s": total_s,
-                           "mem_gb": job_memory("compress_layers", shape_key, config)}
+                           "mem_gb": job_memory(Rule.COMPRESS_LAYERS, shape_key, config)}
         if profiled:
             per_job = max(profiled) * min(int(config.get("layers_per_job", 1)), len(layers)) / len(layers)
-            rules["profile_layers"] = {"jobs": len(profiled) * math.ceil(len(layers) / int(config.get(
+            rules[Rule.PROFILE_LAYERS] = {"jobs": len(profiled) * math.ceil(len(layers) / int(config.get(
                 "layers_per_job", 1))), "s_per_job": per_job, "total_s": sum(profiled),
-                "mem_gb": job_memory("compress_layers", shape_key, config)}
+                "mem_gb": job_memory(Rule.COMPRESS_LAYERS, shape_key, config)}
         # evaluate: every variant, dense included (layer-streamed when it does not fit the device)
         ev_variants = [v for v in [*variants.values(), *ft_variants] if v.model == mkey]
         T = max(spec["seq_len"] for spec in config["eval"]["ppl"].values())
@@ -511,14 +512,14 @@ def estimate(config: dict[str, Any], costs: dict[str, Any], device_gb: float | N
         stream = any(v.method == "dense" for v in ev_variants) and evaluate_streams(config, shape_key, device_gb)
         extra = stream_seconds(config, shape_key, on_gpu) if stream else 0.0  # the dense job's alone
         own = [v for v in ev_variants if v.id not in replicate_s]
-        rules["evaluate"] = {"jobs": len(own), "s_per_job": max(ev_s[v.id] for v in own) + extra,
+        rules[Rule.EVALUATE] = {"jobs": len(own), "s_per_job": max(ev_s[v.id] for v in own) + extra,
                              "stream": stream, "total_s": sum(ev_s[v.id] for v in own) + extra,
                              "mem_gb": evaluate_memory(config, own, shape_key, device_gb)}
         if replicate_s:
             both = {vid: s + ev_s[vid] for vid, s in replicate_s.items()}
             ev_mem = evaluate_memory(config, [variants[vid] for vid in both], shape_key, device_gb)
-            comp_mem = job_memory("compress_layers", shape_key, config)
-            rules["replicate"] = {"jobs": len(both), "s_per_job": max(both.values()), "total_s": sum(both.values()),
+            comp_mem = job_memory(Rule.COMPRESS_LAYERS, shape_key, config)
+            rules[Rule.REPLICATE] = {"jobs": len(both), "s_per_job": max(both.values()), "total_s": sum(both.values()),
                                   "mem_gb": {k: max(ev_mem[k], comp_mem[k]) for k in ("host", "device")}}
         if mkey == (config.get("figures") or {}).get("model"):
             rules.update(figure_rules(config, costs, shape_key))
@@ -609,8 +610,8 @@ def coverage(config: dict[str, Any], costs: dict[str, Any]) -> dict[str, list[st
 #: the margin within which a prediction counts as right: ±30 % of the measured time
 CHECK_MARGIN = 0.30
 #: the workflow rules :func:`estimate` predicts
-MODELLED_RULES = ("hessians", "compress_layers", "compress_variant", "profile_layers", "evaluate", "replicate",
-                  "ablation_traces", "lplr_traces")
+MODELLED_RULES = (Rule.HESSIANS, Rule.COMPRESS_LAYERS, Rule.COMPRESS_VARIANT, Rule.PROFILE_LAYERS, Rule.EVALUATE,
+                  Rule.REPLICATE, Rule.ABLATION_TRACES, Rule.LPLR_TRACES)
 
 
 def check(config: dict[str, Any], costs: dict[str, Any], timings: dict[str, Any]) -> dict[str, Any]:

@@ -29,46 +29,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from caldera.experiments.planning.rules import STAGES, Rule
 from caldera.pipeline.linears import SHORT_NAMES
 
 FORMAT = "caldera-job-costs/1"
 
-#: workflow rule -> stage of the run (``timings.md``); a rule not listed is its own stage
-STAGES = {
-    "assets": "assets",
-    "hessians": "calibration (Hessians)",
-    "compress_variant": "compression",
-    "compress_layers": "compression",
-    "assemble_checkpoint": "compression",
-    "profile_layers": "compression",
-    "allocate": "compression",
-    "evaluate": "evaluation",
-    "replicate": "seed replicates (compression + evaluation)",
-    "dense_reference": "evaluation",
-    "weight_spectra": "figures",
-    "ablation_traces": "figures",
-    "figure3_data": "figures",
-    "lplr_traces": "figures",
-    "plot_figure": "figures",
-    "plot_ranks": "figures",
-    "make_table": "tables and reports",
-    "pending_table": "tables and reports",
-    "theory_report": "tables and reports",
-    "claims": "tables and reports",
-    "throughput": "throughput (Table 6)",
-    "throughput_table": "tables and reports",
-    "lora_finetune": "LoRA fine-tuning (Table 5)",
-    "rht_finetune": "RHT fine-tuning (Tables 3-4)",
-    "lora_table": "tables and reports",
-    "selection": "selection",
-    "timings": "tables and reports",
-}
 #: rules priced by a constant per job (the calibration run's median): they read small files and write a report
-CONSTANT_RULES = ("assets", "allocate", "weight_spectra", "figure3_data", "plot_figure", "plot_ranks", "make_table",
-                  "pending_table", "theory_report", "claims", "throughput", "throughput_table", "lora_table",
-                  "timings", "assemble_checkpoint")
+CONSTANT_RULES = (Rule.ASSETS, Rule.ALLOCATE, Rule.WEIGHT_SPECTRA, Rule.FIGURE3_DATA, Rule.PLOT_FIGURE,
+                  Rule.PLOT_RANKS, Rule.MAKE_TABLE, Rule.PENDING_TABLE, Rule.THEORY_REPORT, Rule.CLAIMS,
+                  Rule.THROUGHPUT, Rule.THROUGHPUT_TABLE, Rule.LORA_TABLE, Rule.TIMINGS, Rule.ASSEMBLE_CHECKPOINT)
 #: what a job that the calibration run did not have costs: the median of its small report jobs
-SMALL_JOB = "make_table"
+SMALL_JOB = Rule.MAKE_TABLE
 
 
 @dataclass(frozen=True)
@@ -176,61 +147,61 @@ def plan_jobs(config: dict[str, Any]) -> list[PlannedJob]:
     reps = replicate_variants(config, variants)
     variants.update({r.id: r for rs in reps.values() for r in rs[1:]})
     ft = rhtft_variants(config)
-    jobs = [PlannedJob("assets", "assets")]
-    jobs += [PlannedJob("hessians", m, m) for m in config["models"]]
+    jobs = [PlannedJob(Rule.ASSETS, "assets")]
+    jobs += [PlannedJob(Rule.HESSIANS, m, m) for m in config["models"]]
     if (config.get("eval") or {}).get("distribution"):
-        jobs += [PlannedJob("dense_reference", m, m) for m in config["models"]]
+        jobs += [PlannedJob(Rule.DENSE_REFERENCE, m, m) for m in config["models"]]
     for v in sorted(variants.values(), key=lambda v: v.id):
         if v.method == "dense":
-            jobs.append(PlannedJob("evaluate", v.id, v.model, v))
+            jobs.append(PlannedJob(Rule.EVALUATE, v.id, v.model, v))
             continue
         chunks = _chunks(config, v.model)
         if has_model_plan(v):
-            jobs += [PlannedJob("profile_layers", f"{v.id}_{c:03d}", v.model, v, {"layers": len(ch)})
+            jobs += [PlannedJob(Rule.PROFILE_LAYERS, f"{v.id}_{c:03d}", v.model, v, {"layers": len(ch)})
                      for c, ch in enumerate(chunks)]
-            jobs.append(PlannedJob("allocate", v.id, v.model, v))
+            jobs.append(PlannedJob(Rule.ALLOCATE, v.id, v.model, v))
         if len(chunks) == 1 and v.replicate_of is not None:
-            jobs.append(PlannedJob("replicate", v.id, v.model, v, {"layers": len(chunks[0])}))
+            jobs.append(PlannedJob(Rule.REPLICATE, v.id, v.model, v, {"layers": len(chunks[0])}))
             continue
         if len(chunks) == 1:
-            jobs.append(PlannedJob("compress_variant", v.id, v.model, v, {"layers": len(chunks[0])}))
+            jobs.append(PlannedJob(Rule.COMPRESS_VARIANT, v.id, v.model, v, {"layers": len(chunks[0])}))
         else:
-            jobs += [PlannedJob("compress_layers", f"{v.id}_{c:03d}", v.model, v, {"layers": len(ch)})
+            jobs += [PlannedJob(Rule.COMPRESS_LAYERS, f"{v.id}_{c:03d}", v.model, v, {"layers": len(ch)})
                      for c, ch in enumerate(chunks)]
-            jobs.append(PlannedJob("assemble_checkpoint", v.id, v.model, v))
-        jobs.append(PlannedJob("evaluate", v.id, v.model, v))
+            jobs.append(PlannedJob(Rule.ASSEMBLE_CHECKPOINT, v.id, v.model, v))
+        jobs.append(PlannedJob(Rule.EVALUATE, v.id, v.model, v))
     for fv, base in (ft[k] for k in sorted(ft)):
-        jobs.append(PlannedJob("rht_finetune", base.id, base.model, base))
-        jobs.append(PlannedJob("evaluate", fv.id, fv.model, fv))
+        jobs.append(PlannedJob(Rule.RHT_FINETUNE, base.id, base.model, base))
+        jobs.append(PlannedJob(Rule.EVALUATE, fv.id, fv.model, fv))
     rows = lora_rows(config)
     for row in rows:
         for task in LORA_TASKS:
-            jobs.append(PlannedJob("lora_finetune", f"{row.id}_{task}", row.variant.model, row.variant,
+            jobs.append(PlannedJob(Rule.LORA_FINETUNE, f"{row.id}_{task}", row.variant.model, row.variant,
                                    {"task": task}))
     if rows:
-        jobs.append(PlannedJob("lora_table", "table5"))
+        jobs.append(PlannedJob(Rule.LORA_TABLE, "table5"))
     if config.get("selection"):
-        jobs.append(PlannedJob("selection", "selection"))
+        jobs.append(PlannedJob(Rule.SELECTION, "selection"))
     tp = throughput_variants(config, variants)
-    jobs += [PlannedJob("throughput", vid, v.model, v) for vid, v in sorted(tp.items())]
+    jobs += [PlannedJob(Rule.THROUGHPUT, vid, v.model, v) for vid, v in sorted(tp.items())]
     if tp:
-        jobs.append(PlannedJob("throughput_table", THROUGHPUT_TABLE))
+        jobs.append(PlannedJob(Rule.THROUGHPUT_TABLE, THROUGHPUT_TABLE))
     if config.get("figures"):
         from caldera.experiments.planning.figure_plan import figure3_jobs
         from caldera.experiments.planning.settings import FiguresSettings
 
         fm = config["figures"]["model"]
-        jobs.append(PlannedJob("weight_spectra", "figure1", fm))
-        jobs += [PlannedJob("ablation_traces", f"figure3_{t}", fm)
+        jobs.append(PlannedJob(Rule.WEIGHT_SPECTRA, "figure1", fm))
+        jobs += [PlannedJob(Rule.ABLATION_TRACES, f"figure3_{t}", fm)
                  for t in figure3_jobs(FiguresSettings.from_block(config["figures"]))]
-        jobs += [PlannedJob("figure3_data", "figure3", fm), PlannedJob("lplr_traces", "figure4", fm)]
-        jobs += [PlannedJob("plot_figure", f"figure{n}") for n in (1, 3, 4)]
+        jobs += [PlannedJob(Rule.FIGURE3_DATA, "figure3", fm), PlannedJob(Rule.LPLR_TRACES, "figure4", fm)]
+        jobs += [PlannedJob(Rule.PLOT_FIGURE, f"figure{n}") for n in (1, 3, 4)]
     if any(has_model_plan(v) and v.replicate_of is None for v in variants.values()):
-        jobs.append(PlannedJob("plot_figure", "figure_ranks"))  # rule plot_ranks writes its benchmark there
+        jobs.append(PlannedJob(Rule.PLOT_FIGURE, "figure_ranks"))  # rule plot_ranks writes its benchmark there
     pending = pending_tables(config)
-    jobs += [PlannedJob("make_table", t) for t in config.get("tables", []) if t not in pending]
-    jobs += [PlannedJob("pending_table", t) for t in pending]
-    jobs += [PlannedJob("theory_report", "theory"), PlannedJob("claims", "claims")]
+    jobs += [PlannedJob(Rule.MAKE_TABLE, t) for t in config.get("tables", []) if t not in pending]
+    jobs += [PlannedJob(Rule.PENDING_TABLE, t) for t in pending]
+    jobs += [PlannedJob(Rule.THEORY_REPORT, "theory"), PlannedJob(Rule.CLAIMS, "claims")]
     return jobs
 
 
@@ -345,7 +316,7 @@ def _ablations_law(config: dict[str, Any], costs: dict[str, Any]) -> float:
     from caldera.experiments.planning.cost import figure_rules
 
     fm = config["figures"]["model"]
-    return figure_rules(config, costs, config["models"][fm]["shapes"])["ablation_traces"]["total_s"]
+    return figure_rules(config, costs, config["models"][fm]["shapes"])[Rule.ABLATION_TRACES]["total_s"]
 
 
 # ------------------------------------------------------------------------------------------ calibration
@@ -409,7 +380,7 @@ def calibrate(results_dir: str | Path, config: dict[str, Any], costs: dict[str, 
     # evaluation: the dense job's two corpora give a corpus's fixed part and the per-token rate (the same
     # forward for both); the compressed jobs' distribution corpus adds the paired-metrics rate; zero-shot per
     # request token; the rest of the job (start-up, load, building the weights) is its fixed part
-    for model, pairs in by_model("evaluate").items():
+    for model, pairs in by_model(Rule.EVALUATE).items():
         dense = [(p, j) for p, j in pairs if p.variant.method == "dense"]
         comp = [(p, j) for p, j in pairs if p.variant.method != "dense"]
         prof = models.setdefault(model, {})
@@ -440,7 +411,7 @@ def calibrate(results_dir: str | Path, config: dict[str, Any], costs: dict[str, 
 
     # compression: fixed = job − its layers' walls; per-layer setup = layer wall − its matrices; the matrices
     # scale the component laws per method (measured / law at the run's settings)
-    for model, pairs in by_model("compress_variant").items():
+    for model, pairs in by_model(Rule.COMPRESS_VARIANT).items():
         prof = models.setdefault(model, {})
         fixed, per_layer, scales = [], [], {}
         for p, j in pairs:
@@ -455,27 +426,27 @@ def calibrate(results_dir: str | Path, config: dict[str, Any], costs: dict[str, 
         prof.update(compress_fixed_s=_median(fixed, 0.0), layer_setup_s=_median(per_layer, 0.0),
                     matrix_scale={m: _median(s) for m, s in sorted(scales.items())},
                     matrix_scale_default=_median([x for s in scales.values() for x in s], 1.0))
-    for model, pairs in by_model("replicate").items():
+    for model, pairs in by_model(Rule.REPLICATE).items():
         fixed = []
         for p, j in pairs:
             n, layer_s, _ = _layer_walls(results, p.name)
             fixed.append(j["s"] - layer_s - sum(_eval_steps(results, p.name).values()))
         models.setdefault(model, {})["replicate_fixed_s"] = _median(fixed, 0.0)
-    for model, pairs in by_model("profile_layers").items():
+    for model, pairs in by_model(Rule.PROFILE_LAYERS).items():
         prof = models.setdefault(model, {})
         f = prof.get("compress_fixed_s", 0.0)
         prof["profile_layer_s"] = _median((j["s"] - f) / max(p.extra["layers"], 1) for p, j in pairs)
-    for model, pairs in by_model("hessians").items():
+    for model, pairs in by_model(Rule.HESSIANS).items():
         prof = models.setdefault(model, {})
         f = prof.get("compress_fixed_s", 0.0)
         prof["hessian_token_layer_s"] = _median((j["s"] - f) / (_seq_tokens(config) * len(_layers(config, model)))
                                                 for _, j in pairs)
     dist = (config.get("eval") or {}).get("distribution")
-    for model, pairs in by_model("dense_reference").items():  # loads the dense model as a compression job does
+    for model, pairs in by_model(Rule.DENSE_REFERENCE).items():  # loads the dense model as a compression job does
         prof = models.setdefault(model, {})
         f = prof.get("compress_fixed_s", 0.0)
         prof["reference_token_s"] = _median((j["s"] - f) / corpus_tokens(config, dist) for _, j in pairs)
-    for model, pairs in by_model("rht_finetune").items():
+    for model, pairs in by_model(Rule.RHT_FINETUNE).items():
         prof = models.setdefault(model, {})
         rate, fixed = [], []
         for p, j in pairs:
@@ -485,7 +456,7 @@ def calibrate(results_dir: str | Path, config: dict[str, Any], costs: dict[str, 
                 rate.append(ep / rhtft_work(config)["tokens"])
                 fixed.append(j["s"] - ep)
         prof.update(rhtft_token_s=_median(rate, 0.0), rhtft_fixed_s=_median(fixed, 0.0))
-    for model, pairs in by_model("lora_finetune").items():
+    for model, pairs in by_model(Rule.LORA_FINETUNE).items():
         prof = models.setdefault(model, {})
         train, rest = {}, []
         for p, j in pairs:
@@ -503,7 +474,7 @@ def calibrate(results_dir: str | Path, config: dict[str, Any], costs: dict[str, 
     # the engine outside compression: the selection sweep (start-up, per swept layer its Hessians and contexts,
     # the decompositions by their law) and the figure traces (start-up + the law at the compression's scale)
     other: dict[str, Any] = {}
-    sel = jobs.get(("selection", "selection"))
+    sel = jobs.get((Rule.SELECTION, "selection"))
     sel_t = _read(results / "selection" / "selection.timing.json") if sel else None
     if sel and sel_t and config.get("selection"):
         from caldera.experiments.planning.settings import SelectionSettings
@@ -528,7 +499,7 @@ def calibrate(results_dir: str | Path, config: dict[str, Any], costs: dict[str, 
         fm = config["figures"]["model"]
         fig = figure_rules(config, costs, config["models"][fm]["shapes"])
         scale = (models.get(fm) or {}).get("matrix_scale_default", 1.0)
-        for rule in ("ablation_traces", "lplr_traces"):
+        for rule in (Rule.ABLATION_TRACES, Rule.LPLR_TRACES):
             ran = [j["s"] for (r, _), j in jobs.items() if r == rule]
             law = fig[rule]["total_s"] / fig[rule]["jobs"] if "total_s" in fig[rule] else fig[rule]["s_per_job"]
             if ran:
@@ -566,7 +537,7 @@ def job_seconds(job: PlannedJob, config: dict[str, Any], profile: dict[str, Any]
     model = job.model
     prof = (profile.get("models") or {}).get(model)
     eng = profile.get("engine") or {}
-    if job.rule == "selection":
+    if job.rule == Rule.SELECTION:
         from caldera.experiments.planning.settings import SelectionSettings
 
         sel = SelectionSettings.from_block(config["selection"])
@@ -576,7 +547,7 @@ def job_seconds(job: PlannedJob, config: dict[str, Any], profile: dict[str, Any]
         return (_get(eng, "selection_start_s", "") + abl
                 + sum(len(v) for v in sel.layers.values()) * eng.get("selection_layer_s", 0.0)
                 + _get(eng, "selection_scale", "") * selection_units(config, costs))
-    if job.rule in ("ablation_traces", "lplr_traces"):
+    if job.rule in (Rule.ABLATION_TRACES, Rule.LPLR_TRACES):
         from caldera.experiments.planning.cost import figure_rules
 
         fig = figure_rules(config, costs, config["models"][model]["shapes"])[job.rule]
@@ -601,23 +572,23 @@ def job_seconds(job: PlannedJob, config: dict[str, Any], profile: dict[str, Any]
             s += parts["corpora"][parts["kl"]] * prof["kl_token_s"]
         return s + parts["zeroshot"] * prof["zeroshot_token_s"]
 
-    if job.rule == "evaluate":
+    if job.rule == Rule.EVALUATE:
         return _get(prof, "eval_fixed_s", model) + evaluation()
-    if job.rule in ("compress_variant", "compress_layers"):  # a chunk of layers (the whole variant, or one chunk)
+    if job.rule in (Rule.COMPRESS_VARIANT, Rule.COMPRESS_LAYERS):  # a chunk of layers (the whole variant, or one chunk)
         return _get(prof, "compress_fixed_s", model) + compression(job.extra["layers"])
-    if job.rule == "replicate":
+    if job.rule == Rule.REPLICATE:
         return _get(prof, "replicate_fixed_s", model) + compression(job.extra["layers"]) + evaluation()
-    if job.rule == "profile_layers":
+    if job.rule == Rule.PROFILE_LAYERS:
         return _get(prof, "compress_fixed_s", model) + job.extra["layers"] * _get(prof, "profile_layer_s", model)
-    if job.rule == "hessians":
+    if job.rule == Rule.HESSIANS:
         return _get(prof, "compress_fixed_s", model) + _seq_tokens(config) * len(_layers(config, model)) * _get(
             prof, "hessian_token_layer_s", model)
-    if job.rule == "dense_reference":
+    if job.rule == Rule.DENSE_REFERENCE:
         return _get(prof, "compress_fixed_s", model) + corpus_tokens(config, config["eval"]["distribution"]) * _get(
             prof, "reference_token_s", model)
-    if job.rule == "rht_finetune":
+    if job.rule == Rule.RHT_FINETUNE:
         return _get(prof, "rhtft_fixed_s", model) + rhtft_work(config)["tokens"] * _get(prof, "rhtft_token_s", model)
-    if job.rule == "lora_finetune":
+    if job.rule == Rule.LORA_FINETUNE:
         task = job.extra["task"]
         w = lora_work(config, task)
         train = (prof.get("lora_train_token_s") or {}).get(task)
@@ -652,7 +623,7 @@ def _headless(job: PlannedJob) -> bool:
     """A job whose model runs without its language-model head: LoRA on a classification task (a two-way head)."""
     from caldera.experiments.planning.loraft_rows import LM_TASK
 
-    return job.rule == "lora_finetune" and job.extra.get("task") != LM_TASK
+    return job.rule == Rule.LORA_FINETUNE and job.extra.get("task") != LM_TASK
 
 
 def _body_ratio(config: dict[str, Any], profile: dict[str, Any], model: str, like: str) -> float | None:

@@ -182,13 +182,15 @@ def test_defaults_are_the_values_the_workflow_used():
     """The effective defaults of the default run, unchanged (from the schema, the throughput
     module's DEFAULTS dict and `.get(key, default)` calls)."""
     tp = ThroughputSettings.from_block(None)
-    assert tp.as_block() == {"runs": 5, "warmup": 1, "new_tokens": 16, "calls": 8, "kernel": "auto",
-                             "dtype": "float32", "prompt": "The capital of France is"}
+    assert tp.measurement_block() == {"runs": 5, "warmup": 1, "new_tokens": 16, "calls": 8, "kernel": "auto",
+                                      "dtype": "float32", "prompt": "The capital of France is"}
+    assert tp.as_block() == {**tp.measurement_block(), "separation_margin": 0.05}  # the claims' margin
     s = block_settings(load("smoke"))
     assert s.eval.weights == "compressed" and s.eval.zeroshot.batch_size == 16 and s.eval.ppl["c4"].seed == 0
     assert (s.selection.ranks, s.selection.tie_tolerance, s.selection.ablations) == ("extremes", 0.0, True)
     assert (s.lora_ft.ft_dtype, s.lora_ft.seed, s.lora_ft.rows[0].rht_ft, s.lora_ft.loftq) == ("bfloat16", 0, False,
                                                                                               None)
+    assert s.lora_ft.save_model is False  # a LoRA job keeps its result JSON only
     assert s.figures.svd is None  # each ablation preset's own SVD
     ft = RhtFtSettings.from_block({k: v for k, v in load("mini")["rht_ft"].items() if k != "weight_decay"})
     assert ft.weight_decay == 0.01 and ft.finetune_config().weight_decay == 0.01
