@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import torch
 
 from caldera.quantizers.base import Quantizer
@@ -95,3 +97,15 @@ def word_tokenizer():
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<unk>"
     )
+
+
+def tiny_model_dir(path):
+    """A tiny LLaMA and its word tokenizer saved in ``path`` (a model folder the CLI loads)."""
+    tiny_llama(0, bos_token_id=1, eos_token_id=2, pad_token_id=0).save_pretrained(str(path))
+    word_tokenizer().save_pretrained(str(path))
+    return path
+
+
+def printed_json(capsys):
+    """What a `--json` command printed to stdout, parsed."""
+    return json.loads(capsys.readouterr().out)

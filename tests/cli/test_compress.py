@@ -1,0 +1,64 @@
+"""`caldera compress` (caldera.cli.compress)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from caldera import cli
+from tests.helpers import printed_json, tiny_model_dir
+
+COMMANDS = ["assets", "hessians", "compress", "eval", "info", "convert"]
+
+
+def test_compress_with_reversed_layers_exits_nonzero(tmp_path, capsys):
+    argv = ["compress", "--model", "smollm2", "--hessians", str(tmp_path), "--method", "caldera", "--layers", "5-2",
+            "--out", str(tmp_path / "o")]
+    assert cli.main(argv) == 2
+    assert "reversed" in capsys.readouterr().err
+
+
+def test_compress_help_lists_every_methods_parameters(capsys):
+    from caldera.methods import registered_methods
+
+    with pytest.raises(SystemExit):
+        cli.main(["compress", "--help"])
+    out = capsys.readouterr().out
+    for m in registered_methods():
+        assert f"\n  {m}\n      " in out, m
+    assert "\n  rtn\n      bits=2 per_row=True" in out and "lr_rank=64" in out and "authors-2025" in out
+
+
+def test_compress_with_a_per_matrix_rank_method_allocates_over_every_layer_first(tmp_path, monkeypatch, capsys):
+    """`caldera compress --method caldera-rank-per-layer`: the allocation is made from every decoder layer's
+    Hessians (even with --layers), written beside the layers, reused by the next run, and each matrix gets its
+    rank; --allocation of another config is refused."""
+    from caldera.pipeline import text
+
+    model_dir = tiny_model_dir(tmp_path / "tiny")
+    monkeypatch.setattr(text, "calibration_sequences", lambda tok, n, t, seed, source=None: torch.randint(
+        3, 128, (n, t), generator=torch.Generator().manual_seed(seed)))
+    h, ck = tmp_path / "hess", tmp_path / "ck"
+    assert cli.main(["hessians", "--model", str(model_dir), "--out", str(h), "--n-samples", "4", "--seq-len", "16",
+                     "--quiet"]) == 0
+    capsys.readouterr()
+    argv = ["compress", "--model", str(model_dir), "--hessians", str(h), "--method", "caldera-rank-per-layer",
+            "--param", "rank=4", "--param", "min_rank=2", "--param", "rank_multiple=2", "--param", "outer_iters=1",
+            "--param", "l_bits=16", "--param", "r_bits=16", "--out", str(ck), "--quiet"]
+    assert cli.main([*argv, "--layers", "0", "--no-assemble"]) == 0
+    capsys.readouterr()
+    alloc = json.loads((tmp_path / "ck.layers/allocation.json").read_text())
+    assert len(alloc["overrides"]) == 14  # both layers' matrices, though only layer 0 was compressed
+    assert cli.main([*argv, "--json"]) == 0
+    out = printed_json(capsys)
+    assert out["checkpoint"] and out["computed"] == [1] and out["skipped"] == [0]
+    cfg = json.loads((ck / "caldera_config.json").read_text()) if (ck / "caldera_config.json").is_file() else \
+        json.loads((ck / "config.json").read_text())["quantization_config"]
+    ranks = {k.split("layers.", 1)[1]: m["rank"] for k, m in cfg["modules"].items()}
+    assert ranks == {k: o["rank"] for k, o in alloc["overrides"].items()}
+    (tmp_path / "other.json").write_text(json.dumps({**alloc, "method_config": {**alloc["method_config"],
+                                                                                "rank": 6}}))
+    assert cli.main([*argv, "--out", str(tmp_path / "ck2"), "--allocation", str(tmp_path / "other.json")]) == 2
+    assert "run the allocation again" in capsys.readouterr().err
