@@ -88,49 +88,17 @@ def test_pipeline_end_to_end(tmp_path, monkeypatch, capsys):
     )
     assert printed_json(capsys)["computed"] == [0, 1]
 
-    assert (
-        cli.main(
-            [
-                "compress",
-                "--model",
-                str(model_dir),
-                "--hessians",
-                str(h),
-                "--method",
-                "quip#",
-                "--layers",
-                "0",
-                "--out",
-                str(ck),
-                "--quiet",
-                "--json",
-            ]
-        )
-        == 2  # --layers without --allow-partial builds no checkpoint: non-zero, saying why
-    )
+    def compress(*args):
+        return cli.main(["compress", "--model", str(model_dir), "--hessians", str(h), "--method", "quip#", *args])
+
+    # --layers without --allow-partial builds no checkpoint: non-zero, saying why
+    assert compress("--layers", "0", "--out", str(ck), "--quiet", "--json") == 2
     cap = capsys.readouterr()
     r = json.loads(cap.out)
     assert r["computed"] == [0] and r["checkpoint"] is None and not ck.exists()
     assert "no checkpoint written: layers [1] of 2 are not compressed" in cap.err
     assert f"kept in {tmp_path / 'ck.layers'}" in cap.err and "--allow-partial" in cap.err
-    assert (
-        cli.main(
-            [
-                "compress",
-                "--model",
-                str(model_dir),
-                "--hessians",
-                str(h),
-                "--method",
-                "quip#",
-                "--param",
-                "refine_passes=0",
-                "--out",
-                str(ck),
-            ]
-        )
-        == 0
-    )
+    assert compress("--param", "refine_passes=0", "--out", str(ck)) == 0
     out = capsys.readouterr().out.splitlines()  # a short summary by default
     assert out[0] == f"1 layers compressed, 1 already there ({tmp_path / 'ck.layers'})"
     assert out[1] == f"checkpoint {ck}: 2.000 bits per weight" and len(out) == 3
