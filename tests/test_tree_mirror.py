@@ -9,7 +9,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 TESTED_ELSEWHERE = frozenset({
-    "cache.py",
     "cli/__main__.py",
     "cli/assets.py",
     "cli/cost.py",
@@ -24,7 +23,6 @@ TESTED_ELSEWHERE = frozenset({
     "experiments/jobs/models.py",
     "experiments/jobs/paper_local.py",
     "experiments/jobs/rhtft.py",
-    "experiments/planning/figure_plan.py",
     "experiments/planning/loraft_rows.py",
     "experiments/planning/selection_plan.py",
     "experiments/planning/variants.py",
