@@ -35,8 +35,6 @@ TESTED_ELSEWHERE = frozenset({
     "kernels/fused.py",
     "kernels/native.py",
     "methods/caldera_method.py",
-    "methods/quip_sharp.py",
-    "methods/registry.py",
     "methods/rtn.py",
     "nn/dispatch.py",
     "nn/format.py",
