@@ -46,8 +46,7 @@ TESTED_ELSEWHERE = frozenset({
     "pipeline/local_data.py",
     "quantizers/e8p_kernel.py",
     "quantizers/normalfloat.py",
-    "reports/matrix.py",
-    "synthetic.py"
+    "reports/matrix.py"
 })
 
 
