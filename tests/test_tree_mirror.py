@@ -33,7 +33,6 @@ TESTED_ELSEWHERE = frozenset({
     "kernels/fused.py",
     "kernels/native.py",
     "methods/caldera_method.py",
-    "methods/rtn.py",
     "nn/dispatch.py",
     "nn/format.py",
     "pipeline/allocate.py",
