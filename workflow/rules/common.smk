@@ -265,10 +265,10 @@ def get_lora_checkpoint(wildcards):
 
 
 def lora_spec(wildcards):
-    """Rule lora_finetune's declared configuration: the row's variant's, the lora_ft settings (not its rows,
-    nor save_model, which changes no result), the evaluation settings."""
+    """Rule lora_finetune's declared configuration: the row's variant's, the lora_ft settings that change its
+    result (not its rows), the evaluation settings."""
     base = variant_spec(SimpleNamespace(variant=LORA_ROWS[wildcards.lora_row].variant.id))
-    ft = {k: v for k, v in SETTINGS.lora_ft.as_block().items() if k not in ("rows", "save_model")}
+    ft = {k: v for k, v in SETTINGS.lora_ft.measurement_block().items() if k != "rows"}
     return declared(base, ft, SETTINGS.eval.as_block())
 
 

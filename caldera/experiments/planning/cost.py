@@ -513,14 +513,15 @@ def estimate(config: dict[str, Any], costs: dict[str, Any], device_gb: float | N
         extra = stream_seconds(config, shape_key, on_gpu) if stream else 0.0  # the dense job's alone
         own = [v for v in ev_variants if v.id not in replicate_s]
         rules[Rule.EVALUATE] = {"jobs": len(own), "s_per_job": max(ev_s[v.id] for v in own) + extra,
-                             "stream": stream, "total_s": sum(ev_s[v.id] for v in own) + extra,
-                             "mem_gb": evaluate_memory(config, own, shape_key, device_gb)}
+                                "stream": stream, "total_s": sum(ev_s[v.id] for v in own) + extra,
+                                "mem_gb": evaluate_memory(config, own, shape_key, device_gb)}
         if replicate_s:
             both = {vid: s + ev_s[vid] for vid, s in replicate_s.items()}
             ev_mem = evaluate_memory(config, [variants[vid] for vid in both], shape_key, device_gb)
             comp_mem = job_memory(Rule.COMPRESS_LAYERS, shape_key, config)
-            rules[Rule.REPLICATE] = {"jobs": len(both), "s_per_job": max(both.values()), "total_s": sum(both.values()),
-                                  "mem_gb": {k: max(ev_mem[k], comp_mem[k]) for k in ("host", "device")}}
+            rules[Rule.REPLICATE] = {"jobs": len(both), "s_per_job": max(both.values()),
+                                     "total_s": sum(both.values()),
+                                     "mem_gb": {k: max(ev_mem[k], comp_mem[k]) for k in ("host", "device")}}
         if mkey == (config.get("figures") or {}).get("model"):
             rules.update(figure_rules(config, costs, shape_key))
         for r in rules.values():

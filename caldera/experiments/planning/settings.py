@@ -150,6 +150,14 @@ class Settings:
     given: frozenset[str] = dataclasses.field(default=frozenset(), repr=False, compare=False)
 
     BLOCK: ClassVar[str] = ""
+    #: keys that change no job's result (a report reads them, or they say what is kept beside the result): left
+    #: out of :meth:`measurement_block`, so changing one reruns no job
+    NOT_MEASURED: ClassVar[tuple[str, ...]] = ()
+
+    def measurement_block(self) -> dict[str, Any]:
+        """:meth:`as_block` without :data:`NOT_MEASURED`: what a job computes its result with (its rerun trigger
+        and what its result records)."""
+        return {k: v for k, v in self.as_block().items() if k not in self.NOT_MEASURED}
 
     @classmethod
     def keys(cls) -> list[str]:
@@ -246,13 +254,7 @@ class ThroughputSettings(Settings):
     # measurement: only the claims read it.
     separation_margin: float = setting(0.05, number(0.0))
 
-    #: the keys only the report reads (not part of what a throughput job measures)
-    REPORT_ONLY: ClassVar[tuple[str, ...]] = ("separation_margin",)
-
-    def measurement_block(self) -> dict[str, Any]:
-        """:meth:`as_block` without :data:`REPORT_ONLY`: the settings a throughput job measures with (its rerun
-        trigger and what its result records)."""
-        return {k: v for k, v in self.as_block().items() if k not in self.REPORT_ONLY}
+    NOT_MEASURED: ClassVar[tuple[str, ...]] = ("separation_margin",)
 
 
 # ---------------------------------------------------------------------------------------------- rht_ft
@@ -385,8 +387,10 @@ class LoraFtSettings(Settings):
     loftq: LoftqSettings | None = setting(None, optional(nested(LoftqSettings)))
     tasks: LoraTasks = setting(check=nested(LoraTasks))
     # keep each job's best fine-tuned model as a checkpoint (``<task>_work/model``); off, a job leaves its result
-    # JSON only (a Gemma-3 stand-in model is ~0.7 GB, mostly its dense embedding, and mini-full runs 57 jobs)
+    # JSON only
     save_model: bool = setting(False, boolean)
+
+    NOT_MEASURED: ClassVar[tuple[str, ...]] = ("save_model",)
 
 
 # ---------------------------------------------------------------------------------------------- eval
