@@ -26,6 +26,7 @@ include: "workflow/rules/tables.smk"
 include: "workflow/rules/selection.smk"
 include: "workflow/rules/loraft.smk"
 include: "workflow/rules/rhtft.smk"
+include: "workflow/rules/record.smk"
 
 
 rule all:

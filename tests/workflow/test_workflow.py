@@ -61,6 +61,38 @@ def test_dry_run_builds_the_dag(cfg, tmp_path):
         assert "results/mini-full/rhtft/smollm2-caldera-r16-lr4/checkpoint" in job
 
 
+#: the rules whose jobs a run's record holds (workflow/rules/common.smk: record_candidates)
+RECORDED_RULES = ("evaluate", "replicate", "compress_variant", "assemble_checkpoint", "allocate", "rht_finetune",
+                  "lora_finetune", "throughput", "weight_spectra", "lplr_traces", "ablation_traces", "selection")
+
+
+@pytest.mark.parametrize("cfg", ["mini", "mini-full"])
+def test_the_record_can_hold_every_job_of_the_recorded_rules(cfg, tmp_path):
+    """Rule record on a run that has not started: every job it can hold is "not finished", and they are as many
+    as the dry run's jobs of those rules (a candidate whose benchmark or outputs are spelled wrong, or one the run
+    never makes, would make the record miss jobs or wait for one forever)."""
+    copy_workflow(tmp_path)
+    args = ["--cores", "1", "--configfile", f"config/{cfg}.yaml", "--config", "record=rec"]
+    dry = run(["-n"] + args, tmp_path)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    stats = job_stats(dry.stdout + dry.stderr)
+    expected = sum(stats.get(r, 0) for r in RECORDED_RULES)
+    r = run(args + ["--", "record"], tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    said = (tmp_path / f"results/{cfg}/logs/record.log").read_text()
+    assert f"0 jobs recorded, 0 already there, {expected} not finished" in said, (said[:300], stats)
+    assert expected > 50
+    # the same jobs by their benchmark files (a job's key in the record)
+    planned = {_field(b, "benchmark") for b in re.split(r"^(?:local)?rule ", dry.stdout, flags=re.M)
+               if b.split(":")[0] in RECORDED_RULES}
+    assert set(re.findall(r"^not finished: (\S+)$", said, flags=re.M)) == planned
+
+
+def _field(job: str, name: str) -> str:
+    """One field (``benchmark``, ``log``...) of a job block of a dry run's printout."""
+    return re.search(rf"^\s+{name}: (\S+)$", job, flags=re.M).group(1)
+
+
 def _job(dry_run: str, rule: str, output: str) -> str:
     """The block of one job of rule ``rule`` writing ``output`` in a dry run's printout."""
     blocks = [b for b in re.split(r"^(?:local)?rule ", dry_run, flags=re.M) if b.startswith(f"{rule}:") and output in b]
@@ -248,6 +280,39 @@ def test_smoke_workflow_end_to_end(tmp_path):
     r2 = subprocess.run(SNAKEMAKE + ["-n", "--cores", "2", "--configfile", "config/smoke.yaml"], cwd=tmp_path,
                         capture_output=True, text=True, timeout=600, env=env)
     assert "Nothing to be done" in r2.stdout + r2.stderr
+    # the run's record: every job it can hold has finished and is recorded; a fresh folder holding only the record
+    # adopts them (no Hessians, compression, evaluation, fine-tuning or timing), writes the same tables, figures
+    # and claims, and counts every job of the first run once in its timings
+    rec = subprocess.run(SNAKEMAKE + ["--cores", "1", "--configfile", "config/smoke.yaml", "--config", "record=rec",
+                                      "--", "record"], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                         env=env)
+    assert rec.returncode == 0, rec.stdout[-3000:] + rec.stderr[-3000:]
+    said = (tmp_path / "results/smoke/logs/record.log").read_text()
+    recorded = int(re.search(r"(\d+) jobs recorded, 0 already there, 0 not finished", said).group(1))
+    assert recorded >= 20, said
+    again = tmp_path / "again"
+    again.mkdir()
+    copy_workflow(again)
+    shutil.copytree(tmp_path / "rec", again / "rec")
+    args = ["--cores", "2", "--configfile", "config/smoke.yaml", "--config", "record=rec"]
+    r4 = subprocess.run(SNAKEMAKE + ["-n"] + args, cwd=again, capture_output=True, text=True, timeout=600, env=env)
+    rules = job_stats(r4.stdout + r4.stderr)
+    measuring = {"assets", "hessians", "dense_reference", "profile_layers", "allocate", "compress_variant",
+                 "replicate", "evaluate", "lora_finetune", "throughput", "selection", "weight_spectra",
+                 "ablation_traces", "lplr_traces"}
+    assert rules.get("restore_record", 0) >= recorded and not measuring & set(rules), rules
+    assert f"{recorded} finished jobs adopted from the record rec" in r4.stderr
+    r5 = subprocess.run(SNAKEMAKE + args, cwd=again, capture_output=True, text=True, timeout=1200, env=env)
+    assert r5.returncode == 0, r5.stdout[-3000:] + r5.stderr[-3000:]
+    out2 = again / "results/smoke/tables"
+    clocked = {"timings.json", "timings.md", "theory.json", "theory.md"}  # wall-clock content
+    names = {p.name for p in out.iterdir()}
+    assert names == {p.name for p in out2.iterdir()}
+    for name in sorted(names - clocked):
+        assert (out / name).read_bytes() == (out2 / name).read_bytes(), name
+    t2 = json.loads((out2 / "timings.json").read_text())
+    assert t2["n_jobs"] == timings["n_jobs"] and t2["from_record"] >= recorded
+    assert "ran in earlier sittings" in (out2 / "timings.md").read_text()
     # a config edit reruns exactly the jobs that read it: fewer zero-shot documents -> the evaluation jobs
     # (perplexity and zero-shot of a variant share one job), tables, claims; no Hessians, no compression
     cfg = tmp_path / "config/smoke.yaml"

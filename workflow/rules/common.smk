@@ -79,6 +79,7 @@ RUN_CONTEXT = RunContext.from_config(config)
 RUN = config["name"]
 RES = f"results/{RUN}"
 TABLES_DIR = config["tables_dir"]
+RECORD_DIR = config.get("record")  # the run's record (workflow/rules/record.smk)
 # the effective settings (every default filled in) of the configured variants: written to a file below
 _settings_text = json.dumps(effective_settings(config, VARIANTS), indent=1, sort_keys=True, default=str) + "\n"
 # seed replicates (config `replicates`): the same variants compressed again with other seeds, evaluated like any
@@ -443,3 +444,97 @@ def get_throughput_results_dir(wildcards, input):
 
 def get_throughput_targets():
     return [f"{TABLES_DIR}/{THROUGHPUT_TABLE}.{ext}" for ext in ("md", "tex", "csv", "json")]
+
+
+def weight_spectra_spec():
+    """Rule weight_spectra's declared configuration: the figures' model's entry."""
+    return declared(config["models"][FIG_MODEL])
+
+
+def traces_spec():
+    """Rules ablation_traces' and lplr_traces' declared configuration: the figure settings, the stand-ins, the rank
+    multiple and the figures' model's entry."""
+    return declared(SETTINGS.figures.as_block(), config["stand_ins"], config["rank_multiple"],
+                    config["models"][FIG_MODEL])
+
+
+def selection_spec():
+    """Rule selection's declared configuration: the sweep, the QuIP# method, the figure settings (its ablations),
+    the stand-ins, the swept models' entries, the tables and the layers."""
+    return declared(SELECTION and SELECTION.as_block(), config["methods"]["quip#"], SETTINGS.figures.as_block(),
+                    config["stand_ins"], config["rank_multiple"], {m: config["models"][m] for m in SELECTION_MODELS},
+                    config["tables"], config.get("layers"))
+
+
+# The run's record (config `record`; workflow/rules/record.smk): the jobs whose small outputs it can hold
+def get_record_candidates(wildcards):
+    """Rule record's `jobs` param: :func:`record_candidates`."""
+    return record_candidates()
+
+
+def record_candidates():
+    """Every job of this run whose small outputs a record keeps
+    (caldera.experiments.jobs.record.RecordJob: rule, benchmark, small and large outputs, large inputs, spec)."""
+    from caldera.experiments.jobs.record import RecordJob
+
+    jobs = []
+    corpora = list(SETTINGS.eval.ppl)
+
+    def evals(v):
+        return (*[f"{RES}/eval/{v}/ppl_{c}.json" for c in corpora], f"{RES}/eval/{v}/zeroshot.json")
+
+    def reference(v):
+        return (f"{RES}/reference/{VARIANTS[v].model}",) if SETTINGS.eval.distribution is not None else ()
+
+    for v, spec in sorted(VARIANTS.items()):
+        wc = SimpleNamespace(variant=v)
+        ckpt = f"{RES}/compressed/{v}/checkpoint"
+        if v in REPLICATE_JOBS:
+            jobs.append(RecordJob("replicate", f"{RES}/benchmarks/replicate/{v}.tsv",
+                                  (f"{RES}/compressed/{v}/summary.json", *evals(v)), replicate_spec(wc),
+                                  large_outputs=(ckpt,), reads=(get_hessian_dir(wc), *reference(v))))
+            continue
+        reads = () if spec.method == "dense" else (get_eval_input(wc)["checkpoint"], *reference(v))
+        jobs.append(RecordJob("evaluate", f"{RES}/benchmarks/evaluate/{v}.tsv", evals(v), eval_spec(wc),
+                              reads=reads))
+        if v in FT_VARIANTS:
+            base = FT_VARIANTS[v][1].id
+            jobs.append(RecordJob("rht_finetune", f"{RES}/benchmarks/rht_finetune/{base}.tsv",
+                                  (f"{RES}/rhtft/{base}/rhtft.json",),
+                                  rhtft_spec(SimpleNamespace(variant=base)),
+                                  large_outputs=(f"{RES}/rhtft/{base}/checkpoint",),
+                                  reads=(f"{RES}/compressed/{base}/checkpoint",)))
+            continue
+        if spec.method == "dense":
+            continue
+        producer = "compress_variant" if v in ONE_CHUNK else "assemble_checkpoint"
+        jobs.append(RecordJob(producer, f"{RES}/benchmarks/{producer}/{v}.tsv", (f"{RES}/compressed/{v}/summary.json",),
+                              variant_spec(wc), large_outputs=(ckpt,),
+                              reads=(get_hessian_dir(wc),) if v in ONE_CHUNK else tuple(get_chunk_dirs(wc))))
+        if has_model_plan(spec):
+            jobs.append(RecordJob("allocate", f"{RES}/benchmarks/allocate/{v}.tsv",
+                                  (f"{RES}/compressed/{v}/allocation.json",), variant_spec(wc)))
+    for v, spec in sorted(TP_VARIANTS.items()):
+        wc = SimpleNamespace(variant=v)
+        reads = () if spec.method == "dense" else (get_throughput_input(wc)["checkpoint"],)
+        jobs.append(RecordJob("throughput", f"{RES}/benchmarks/throughput/{v}.tsv", (f"{RES}/throughput/{v}.json",),
+                              throughput_spec(wc), reads=reads))
+    if config.get("lora_ft"):
+        for path in lora_inputs(config, RES):
+            if f"{RES}/lora/" not in path:
+                continue
+            row, task = path.removesuffix(".json").split("/")[-2:]
+            wc = SimpleNamespace(lora_row=row, lora_task=task)
+            jobs.append(RecordJob("lora_finetune", f"{RES}/benchmarks/lora_finetune/{row}_{task}.tsv", (path,),
+                                  lora_spec(wc), reads=(get_lora_checkpoint(wc),)))
+    jobs.append(RecordJob("weight_spectra", f"{RES}/benchmarks/weight_spectra/figure1.tsv",
+                          (f"{RES}/figures/figure1.json",), weight_spectra_spec()))
+    jobs.append(RecordJob("lplr_traces", f"{RES}/benchmarks/lplr_traces/figure4.tsv",
+                          (f"{RES}/figures/figure4.json",), traces_spec()))
+    for trace in figure3_jobs(SETTINGS.figures):
+        jobs.append(RecordJob("ablation_traces", f"{RES}/benchmarks/ablation_traces/figure3_{trace}.tsv",
+                              (f"{RES}/figures/figure3/{trace}.json",), traces_spec()))
+    if SELECTION:
+        jobs.append(RecordJob("selection", f"{RES}/benchmarks/selection/selection.tsv",
+                              (f"{RES}/selection/selection.json", f"{TABLES_DIR}/selection.md"), selection_spec()))
+    return list({job.benchmark: job for job in jobs}.values())  # RHT-FT rows that share a base: one job

@@ -8,7 +8,7 @@ rule weight_spectra:
     log:
         f"{RES}/logs/figures/figure1.log",
     params:
-        spec=declared(config["models"][FIG_MODEL]),
+        spec=weight_spectra_spec(),
         run=run_context(FIG_MODEL),
         settings=SETTINGS.figures,
     conda:
@@ -29,8 +29,7 @@ rule ablation_traces:
     log:
         f"{RES}/logs/figures/figure3_{{trace}}.log",
     params:
-        spec=declared(SETTINGS.figures.as_block(), config["stand_ins"], config["rank_multiple"],
-                      config["models"][FIG_MODEL]),
+        spec=traces_spec(),
         settings=SETTINGS.figures,
         run=run_context(FIG_MODEL),
     resources:
@@ -69,8 +68,7 @@ rule lplr_traces:
     log:
         f"{RES}/logs/figures/figure4.log",
     params:
-        spec=declared(SETTINGS.figures.as_block(), config["stand_ins"], config["rank_multiple"],
-                      config["models"][FIG_MODEL]),
+        spec=traces_spec(),
         settings=SETTINGS.figures,
         run=run_context(FIG_MODEL),
     conda:

@@ -11,9 +11,7 @@ rule selection:
     log:
         f"{RES}/logs/selection.log",
     params:
-        spec=declared(SELECTION and SELECTION.as_block(), config["methods"]["quip#"], SETTINGS.figures.as_block(),
-                      config["stand_ins"], config["rank_multiple"], {m: config["models"][m] for m in SELECTION_MODELS},
-                      config["tables"], config.get("layers")),
+        spec=selection_spec(),
         settings=SELECTION,
         plan=SelectionPlan.from_config(config) if SELECTION else None,
     resources:

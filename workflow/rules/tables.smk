@@ -92,6 +92,7 @@ rule timings:
     params:
         benchmarks=f"{RES}/benchmarks",
         run=RUN,
+        record=RECORD_DIR,  # the jobs of earlier sittings (workflow/rules/record.smk)
     conda:
         "../envs/caldera.yaml"
     script:

@@ -6,7 +6,8 @@ from caldera_job import job
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with job(sm):
-    from caldera.experiments.planning.job_costs import read_benchmarks
+    from caldera.experiments.jobs.record import run_timings
     from caldera.experiments.report.timings import step_timings
 
-    step_timings(read_benchmarks(Path(sm.params.benchmarks)), sm.params.run, sm.output.json, sm.output.md)
+    jobs, earlier = run_timings(Path(sm.params.benchmarks), sm.params.record)
+    step_timings(jobs, sm.params.run, sm.output.json, sm.output.md, from_record=earlier)

@@ -39,6 +39,8 @@ class Rule(StrEnum):
     THEORY_REPORT = "theory_report"
     CLAIMS = "claims"
     TIMINGS = "timings"
+    RESTORE_RECORD = "restore_record"
+    RECORD = "record"
     ALL = "all"
 
 
@@ -71,6 +73,8 @@ STAGES: dict[Rule, str] = {
     Rule.LORA_TABLE: "tables and reports",
     Rule.SELECTION: "selection",
     Rule.TIMINGS: "tables and reports",
+    Rule.RESTORE_RECORD: "record",
+    Rule.RECORD: "record",
 }
 
 #: the rules whose result a CALDERA decomposition amplifies (an E8P code flipped by a last-bit difference changes

@@ -8,13 +8,15 @@ from typing import Any
 from caldera.atomic import write_atomic, write_json
 
 
-def step_timings(jobs: list[dict[str, Any]], run: str, out_json: str, out_md: str | None = None) -> dict[str, Any]:
+def step_timings(jobs: list[dict[str, Any]], run: str, out_json: str, out_md: str | None = None,
+                 from_record: int = 0) -> dict[str, Any]:
     """Per workflow stage: number of jobs, summed job seconds, the stage's span on the wall clock (first job
     start to last job end) and the peak memory of a job; plus the whole run's span.
 
     ``jobs``: one record per finished job, ``{"stage", "s" (wall seconds), "max_rss_mb", "end" (epoch s)}`` and
     ``"rule"`` / ``"job"`` (:func:`caldera.experiments.planning.job_costs.read_benchmarks`; named jobs are listed in the
-    JSON too); ``run``: the run's name, for the report's title.
+    JSON too); ``run``: the run's name, for the report's title; ``from_record``: how many of ``jobs`` ran in
+    earlier sittings and come from the run's record (:func:`caldera.experiments.jobs.record.recorded_timings`).
     """
     stages: dict[str, dict[str, Any]] = {}
     for j in jobs:
@@ -39,7 +41,8 @@ def step_timings(jobs: list[dict[str, Any]], run: str, out_json: str, out_md: st
             r["job_s"] += j["s"]
             r["max_s"] = max(r["max_s"], j["s"])
     res = {"stages": stages, "span_s": total, "job_s": sum(st["job_s"] for st in stages.values()),
-           "n_jobs": len(jobs), **({"rules": rules} if rules else {})}
+           "n_jobs": len(jobs), **({"rules": rules} if rules else {}),
+           **({"from_record": from_record} if from_record else {})}
     if jobs and all("job" in j and "rule" in j for j in jobs):  # per job: what `caldera cost --check` compares
         res["jobs"] = [{"rule": j["rule"], "job": j["job"], "s": j["s"]}
                        for j in sorted(jobs, key=lambda j: (j["rule"], j["job"]))]
@@ -56,6 +59,10 @@ def step_timings(jobs: list[dict[str, Any]], run: str, out_json: str, out_md: st
                          f"{st['to_s'] / 60:.1f} | {st['job_s'] / 60:.1f} | {st['max_rss_mb'] / 1024:.2f} |")
         lines += ["", f"Whole run (first job start → last job end before this report): {total / 60:.1f} min; "
                   f"{len(jobs)} jobs, {res['job_s'] / 60:.1f} min of job time."]
+        if from_record:
+            lines += ["", f"{from_record} of these jobs ran in earlier sittings: their times are the ones measured "
+                      "then, kept in the run's record (config `record`). The spans then reach across the sittings "
+                      "and the time between them; the job times do not."]
         if rules:
             lines += ["", "Per rule (largest job time first):", "",
                       "| rule | stage | jobs | job time (min) | mean per job (s) | longest job (s) |",

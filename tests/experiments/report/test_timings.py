@@ -29,3 +29,12 @@ def test_step_timings_sums_and_spans_per_stage(tmp_path):
     assert res["rules"]["x"] == {"stage": "a", "jobs": 2, "job_s": 40.0, "max_s": 30.0}
     md = (tmp_path / "t.md").read_text()
     assert md.index("| x | a | 2 | 0.7 | 20 | 30 |") < md.index("| y | a | 1 | 0.1 | 5 | 5 |")  # largest first
+
+
+def test_jobs_of_earlier_sittings_are_said_to_come_from_the_record(tmp_path):
+    jobs = [{"stage": "a", "s": 10.0, "max_rss_mb": 1.0, "end": 110.0}]
+    res = step_timings(jobs, "run-x", str(tmp_path / "t.json"), str(tmp_path / "t.md"))
+    assert "from_record" not in res and "earlier sittings" not in (tmp_path / "t.md").read_text()
+    res = step_timings(jobs, "run-x", str(tmp_path / "t.json"), str(tmp_path / "t.md"), from_record=1)
+    assert res["from_record"] == 1
+    assert "1 of these jobs ran in earlier sittings" in (tmp_path / "t.md").read_text()

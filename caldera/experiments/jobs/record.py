@@ -1,0 +1,289 @@
+"""A run's record: the small results of its finished jobs, kept (and committed) so that a later run on another
+machine or in another sitting adopts them instead of redoing the jobs.
+
+A run longer than one sitting (``config/mini-full.yaml``) loses its ``results/`` folder when the machine goes.
+Its record keeps what the tables, figures and claims read: each finished job's small outputs (evaluation,
+LoRA and throughput JSON, compression summaries, allocations, figure traces, the selection sweep), the
+``.timing.json`` beside them and the job's Snakemake benchmark. The large outputs (Hessians, checkpoints, dense
+reference distributions) are never recorded: a later run rebuilds the ones that a job it still has to run reads.
+
+* :func:`write_record` (rule ``record``) copies every finished candidate job into ``<record>/files/`` and lists
+  it in ``<record>/record.json``: its rule, the sha256 of its declared configuration (the rule's ``spec``
+  param), the sha256 of each file and the commit that ran it.
+* :func:`adopted_files` (read when the workflow is parsed) decides which recorded jobs the current run adopts:
+  those whose configuration is unchanged, whose files are all there with their recorded hashes, and whose
+  large outputs no job still to run reads (:func:`adoption_closure`). A hash that differs is an error, never a
+  silent rerun: the committed record was edited or damaged.
+* :func:`restore_file` (rule ``restore_record``) copies one adopted file into the run, checking its hash again,
+  with the job's benchmark and timing files beside it; :func:`run_timings` counts every job of the run once,
+  with the time measured when it ran.
+
+Torch-free: the workflow imports it while it is parsed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+
+from caldera.atomic import sha256_file, timing_path, write_atomic
+
+#: the record's index, inside the record folder
+INDEX = "record.json"
+#: the folder, inside the record folder, that mirrors the recorded files' paths
+FILES = "files"
+FORMAT = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordJob:
+    """One job of the run that a record can hold.
+
+    ``benchmark`` is its Snakemake benchmark file (unique per job: the job's key in the record). ``outputs`` are
+    its small outputs, the ones rules downstream read; ``large_outputs`` the outputs that are never recorded
+    (checkpoints); ``reads`` the large files it reads (a checkpoint, Hessians). Paths are relative to the
+    workflow's folder. ``spec`` is the rule's declared configuration (its ``spec`` param)."""
+
+    rule: str
+    benchmark: str
+    outputs: tuple[str, ...]
+    spec: str
+    large_outputs: tuple[str, ...] = ()
+    reads: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if not self.outputs:
+            raise ValueError(f"record job {self.benchmark}: no small outputs to record")
+
+
+def spec_sha256(spec: str) -> str:
+    """The sha256 of a declared configuration string (what the record compares, not the string itself)."""
+    return hashlib.sha256(spec.encode()).hexdigest()
+
+
+def read_index(record_dir: str | os.PathLike) -> dict:
+    """The record's index (``{"format", "jobs": {benchmark: entry}}``); an empty one when there is no record."""
+    path = Path(record_dir) / INDEX
+    if not path.is_file():
+        return {"format": FORMAT, "jobs": {}}
+    index = json.loads(path.read_text())
+    if index.get("format") != FORMAT or not isinstance(index.get("jobs"), dict):
+        raise ValueError(f"{path}: not a run record of format {FORMAT}; delete the folder to start a new record")
+    return index
+
+
+def _extras(root: Path, job: RecordJob) -> list[str]:
+    """The files recorded with a job beside its outputs: its benchmark and each output's ``.timing.json``."""
+    extra = [job.benchmark]
+    for out in job.outputs:
+        t = timing_path(out)
+        if str(t) != out and (root / t).is_file():
+            extra.append(str(t))
+    return extra
+
+
+def _finished(root: Path, job: RecordJob) -> bool:
+    """Has ``job`` finished in the run under ``root``? Snakemake writes a job's benchmark after it succeeded, and
+    each output is written atomically, so both being there means the job is done."""
+    return (root / job.benchmark).is_file() and all((root / o).is_file() for o in job.outputs)
+
+
+def write_record(jobs: Iterable[RecordJob], record_dir: str | os.PathLike, *, root: str | os.PathLike = ".",
+                 benchmarks: str | None = None, commit: str = "unknown",
+                 now: datetime | None = None) -> dict[str, int]:
+    """Record every finished job of ``jobs`` (paths relative to ``root``) in ``record_dir``.
+
+    A job already recorded with the same configuration and the same file hashes keeps its entry (its commit
+    and time are those of the run that measured it). ``benchmarks``: the run's benchmark folder (relative to
+    ``root``); the benchmark of every other finished job there (Hessians, dense references: jobs whose outputs
+    are not recorded) is kept under ``"timings"``, so that the run's ``timings.md`` still counts it
+    (:func:`run_timings`). Returns ``{"recorded": new, "kept": unchanged, "unfinished": not finished,
+    "timings": benchmarks of other jobs}``."""
+    root, record_dir = Path(root), Path(record_dir)
+    index = read_index(record_dir)
+    stamp = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    counts = {"recorded": 0, "kept": 0, "unfinished": 0, "timings": 0}
+    jobs = list(jobs)
+    for job in jobs:
+        if not _finished(root, job):
+            counts["unfinished"] += 1
+            continue
+        files = {p: sha256_file(root / p) for p in (*job.outputs, *_extras(root, job))}
+        old = index["jobs"].get(job.benchmark)
+        outputs_same = old is not None and all(old["files"].get(p) == files[p] for p in job.outputs)
+        if outputs_same and old["spec_sha256"] == spec_sha256(job.spec):
+            counts["kept"] += 1
+            continue
+        for p in files:
+            dst = record_dir / FILES / p
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(dst, (root / p).read_bytes())
+        index["jobs"][job.benchmark] = {"rule": job.rule, "outputs": list(job.outputs), "files": files,
+                                        "benchmark": job.benchmark,
+                                        "finished_at": (root / job.benchmark).stat().st_mtime,
+                                        "spec_sha256": spec_sha256(job.spec), "commit": commit, "recorded_at": stamp}
+        counts["recorded"] += 1
+    index["jobs"] = dict(sorted(index["jobs"].items()))
+    if benchmarks is not None:
+        keys = {job.benchmark for job in jobs}
+        timings = index.setdefault("timings", {})
+        for path in sorted((root / benchmarks).glob("*/*.tsv")):
+            rel = str(path.relative_to(root))
+            if rel in keys:
+                continue
+            digest = sha256_file(path)
+            if timings.get(rel, {}).get("sha256") != digest:
+                dst = record_dir / FILES / rel
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                write_atomic(dst, path.read_bytes())
+                timings[rel] = {"sha256": digest, "finished_at": path.stat().st_mtime, "commit": commit}
+            counts["timings"] += 1
+        index["timings"] = dict(sorted(timings.items()))
+    record_dir.mkdir(parents=True, exist_ok=True)
+    write_atomic(record_dir / INDEX, json.dumps(index, indent=1, sort_keys=True) + "\n")
+    return counts
+
+
+def adoption_closure(candidates: Mapping[str, RecordJob], recorded: set[str]) -> set[str]:
+    """The recorded jobs a run can adopt: ``recorded`` (keys of ``candidates``) less each job that writes a large
+    output some job that is not adopted reads. That job must run, and it would write the adopted job's small
+    outputs too (a compression's summary beside its checkpoint), so it is not adopted. Repeated until stable:
+    dropping one job can make its producers' large outputs needed."""
+    adopted = set(recorded)
+    readers: dict[str, set[str]] = {}
+    for key, job in candidates.items():
+        for path in job.reads:
+            readers.setdefault(path, set()).add(key)
+    changed = True
+    while changed:
+        changed = False
+        for key in sorted(adopted):
+            needed = any(r not in adopted for p in candidates[key].large_outputs for r in readers.get(p, ()))
+            if needed:
+                adopted.discard(key)
+                changed = True
+    return adopted
+
+
+def adopted_files(candidates: Iterable[RecordJob], record_dir: str | os.PathLike) -> dict[str, str]:
+    """``{output path: job key}`` for every small output of the jobs the run adopts from ``record_dir``.
+
+    Adopted: recorded with the configuration the job has now and the same outputs, and not dropped by
+    :func:`adoption_closure`. Raises ``ValueError`` naming the file when a recorded file is missing or its bytes
+    differ from its recorded hash."""
+    record_dir = Path(record_dir)
+    index = read_index(record_dir)
+    by_key = {job.benchmark: job for job in candidates}
+    matching = set()
+    for key, job in by_key.items():
+        entry = index["jobs"].get(key)
+        if entry is None or entry["spec_sha256"] != spec_sha256(job.spec) or entry["outputs"] != list(job.outputs):
+            continue
+        for p, digest in entry["files"].items():
+            _check(record_dir, p, digest)
+        matching.add(key)
+    return {p: key for key in sorted(adoption_closure(by_key, matching)) for p in by_key[key].outputs}
+
+
+def _check(record_dir: Path, path: str, digest: str) -> Path:
+    src = record_dir / FILES / path
+    if not src.is_file():
+        raise ValueError(f"run record {record_dir}: {src} is listed in {INDEX} but missing; restore it "
+                         f"(git checkout -- {src}) or remove its job from {INDEX}")
+    if sha256_file(src) != digest:
+        raise ValueError(f"run record {record_dir}: {src} does not match its sha256 in {INDEX} (edited or damaged); "
+                         f"restore it (git checkout -- {src}) or remove its job from {INDEX}")
+    return src
+
+
+def restore_file(record_dir: str | os.PathLike, path: str, *, root: str | os.PathLike = ".") -> None:
+    """Copy the recorded ``path`` into the run under ``root``, with its job's benchmark and timing files (each
+    checked against its recorded sha256, each written atomically)."""
+    record_dir, root = Path(record_dir), Path(root)
+    index = read_index(record_dir)
+    entries = [e for e in index["jobs"].values() if path in e["outputs"]]
+    if len(entries) != 1:
+        raise ValueError(f"run record {record_dir}: {path} is the output of {len(entries)} recorded jobs, not 1")
+    entry = entries[0]
+    extras = [p for p in entry["files"] if p not in entry["outputs"]]
+    for p in (path, *extras):
+        src = _check(record_dir, p, entry["files"][p])
+        dst = root / p
+        if p != path and dst.is_file() and sha256_file(dst) == entry["files"][p]:
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(dst, src.read_bytes())
+        if p == entry["benchmark"]:  # the job's end time, as timings.md reads it from the benchmark's mtime
+            os.utime(dst, (entry["finished_at"], entry["finished_at"]))
+
+
+def run_timings(bench_dir: str | os.PathLike, record_dir: str | os.PathLike | None = None) -> tuple[list[dict], int]:
+    """Every job of the run once, as :func:`caldera.experiments.planning.job_costs.read_benchmarks` gives it, and how
+    many of them ran in earlier sittings: the run's own benchmarks in ``bench_dir``, plus each job of
+    ``record_dir`` (adopted, or timing-only) that the run has not measured again. A benchmark whose bytes are the
+    recorded ones is that earlier measurement (restored with its job); it keeps its recorded end time."""
+    from caldera.experiments.planning.job_costs import read_benchmarks
+
+    bench_dir = Path(bench_dir)
+    own = read_benchmarks(bench_dir)
+    if not record_dir:
+        return own, 0
+    record_dir = Path(record_dir)
+    index = read_index(record_dir)
+    recorded = {e["benchmark"]: (e["files"][e["benchmark"]], e["finished_at"]) for e in index["jobs"].values()}
+    recorded.update({p: (t["sha256"], t["finished_at"]) for p, t in index.get("timings", {}).items()})
+    by_name = {(Path(p).parent.name, Path(p).stem): (p, *v) for p, v in recorded.items()}
+    out, earlier, seen = [], 0, set()
+    for job in own:
+        key = (job["rule"], job["job"])
+        seen.add(key)
+        rec = by_name.get(key)
+        if rec and sha256_file(bench_dir / key[0] / f"{key[1]}.tsv") == rec[1]:
+            out.append({**job, "end": rec[2]})
+            earlier += 1
+        else:
+            out.append(job)
+    for folder in sorted({str(Path(p).parent.parent) for p in recorded}):
+        for job in read_benchmarks(record_dir / FILES / folder):
+            key = (job["rule"], job["job"])
+            if key in by_name and key not in seen:
+                out.append({**job, "end": by_name[key][2]})
+                earlier += 1
+                seen.add(key)
+    return out, earlier
+
+
+def source_commit(root: str | os.PathLike = ".") -> str:
+    """The git commit checked out at ``root`` (with ``+changes`` when the work tree differs from it), or
+    ``unknown`` outside a git checkout."""
+    import subprocess
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=60)
+
+    head = git("rev-parse", "HEAD")
+    if head.returncode != 0:
+        return "unknown"
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "caldera", "workflow", "Snakefile", "config")
+    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+
+
+def step_record(jobs: Iterable[RecordJob], record_dir: str | os.PathLike | None, log: str | os.PathLike,
+                benchmarks: str | None = None) -> dict:
+    """Rule ``record``: :func:`write_record` with the checked-out commit, its counts written to ``log``."""
+    if not record_dir:
+        raise ValueError("rule record: the config sets no `record` folder; add `record: <folder>` to the config "
+                         "(config/mini-full.yaml: paper_tables/mini-full/record) or pass --config record=<folder>")
+    jobs = list(jobs)
+    counts = write_record(jobs, record_dir, benchmarks=benchmarks, commit=source_commit())
+    line = (f"record {record_dir}: {counts['recorded']} jobs recorded, {counts['kept']} already there, "
+            f"{counts['unfinished']} not finished; {counts['timings']} other jobs' benchmarks kept\n")
+    waiting = [job.benchmark for job in jobs if not _finished(Path("."), job)]
+    write_atomic(log, line + "".join(f"not finished: {b}\n" for b in waiting))
+    print(line, end="")
+    return counts
