@@ -76,7 +76,7 @@ def profile(n: int, d: int, device: str, rank: int, inner: int, outer: int, svd:
     head = (
         f"# profile_engine: {n}x{d} on {device}, rank {rank}, T_in {inner}, T_out {outer}, svd {svd}; "
         f"torch {torch.__version__}\n"
-        f"wall {plain:.2f} s (unprofiled); kernel launches {launches}; memcpy/sync calls {syncs}\n"
+        f"wall {plain:.4g} s (unprofiled); kernel launches {launches}; memcpy/sync calls {syncs}\n"
     )
     parts = [head, "## caldera functions (cProfile, cumulative)", functions, "## torch operators, CPU self time",
              ops_cpu, "## torch operators, device self time", ops_dev]  # fmt: skip

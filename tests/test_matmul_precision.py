@@ -18,8 +18,10 @@ def _flag_value() -> str:
 
 @pytest.fixture
 def native(monkeypatch):
-    """Pretend the CPU has bfloat16 instructions and no pin is set (the case where "auto" picks bf16)."""
+    """Pretend the CPU has bfloat16 instructions that keep float32 accuracy and no pin is set (the case where "auto"
+    picks bf16)."""
     monkeypatch.setattr(matmul_precision, "bf16_native", lambda: True)
+    monkeypatch.setattr(matmul_precision, "bf16_accurate", lambda: True)
     for v in matmul_precision.PIN_VARS:
         monkeypatch.delenv(v, raising=False)
 
@@ -36,6 +38,23 @@ def test_auto_picks_bf16_only_on_an_unpinned_bf16_cpu(native, monkeypatch):
         monkeypatch.delenv(var)
     monkeypatch.setattr(matmul_precision, "bf16_native", lambda: False)
     assert matmul_precision.resolve("auto", "cpu") == "ieee"
+    monkeypatch.setattr(matmul_precision, "bf16_native", lambda: True)
+    monkeypatch.setattr(matmul_precision, "bf16_accurate", lambda: False)  # a plain bfloat16 product (AMX here)
+    assert matmul_precision.resolve("auto", "cpu") == "ieee"
+    assert matmul_precision.resolve("bf16", "cpu") == "bf16"  # asked for by name: given
+
+
+@needs_flag
+def test_the_accuracy_probe_agrees_with_a_measured_product():
+    """bf16_accurate() says what a fresh measurement on another product says: float32 accuracy (within 4× IEEE's
+    error) or a bfloat16 product's (above 1e-4). It restores the caller's setting."""
+    g = torch.Generator().manual_seed(7)
+    A, B = torch.randn(384, 256, generator=g), torch.randn(256, 320, generator=g)
+    before = _flag_value()
+    accurate = matmul_precision.bf16_accurate()
+    assert _flag_value() == before
+    e = _product_errors(A, B)
+    assert (e["bf16"] <= 4 * e["ieee"]) == accurate and (e["bf16"] > 1e-4) == (not accurate), e
 
 
 def test_unknown_mode_is_refused():
@@ -83,6 +102,8 @@ def _product_errors(A: torch.Tensor, B: torch.Tensor, small: torch.Tensor | None
 
 
 @needs_flag
+@pytest.mark.skipif(matmul_precision._flag() is not None and not matmul_precision.bf16_accurate(),
+                    reason="oneDNN's bf16 mode is a plain bfloat16 product on this CPU; auto gives IEEE here")
 def test_bf16_arithmetic_is_float32_accurate_not_a_bfloat16_product():
     """The speed-up is worth taking only because oneDNN's bf16 mode keeps float32 accuracy (measured ≈ 2× IEEE's
     error): a plain bfloat16 product (8 mantissa bits) has a relative error ≈ 1e-3 and drops an operand term of

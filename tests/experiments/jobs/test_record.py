@@ -17,8 +17,8 @@ from caldera.experiments.jobs.record import (
     adopted_files,
     adoption_closure,
     read_index,
-    run_timings,
     restore_file,
+    run_timings,
     step_record,
     write_record,
 )
