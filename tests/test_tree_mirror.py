@@ -22,11 +22,6 @@ TESTED_ELSEWHERE = frozenset({
     "experiments/jobs/eval_profile.py",
     "experiments/jobs/paper_local.py",
     "experiments/jobs/rhtft.py",
-    "experiments/planning/loraft_rows.py",
-    "experiments/planning/selection_plan.py",
-    "experiments/planning/variants.py",
-    "experiments/report/claim_definitions.py",
-    "experiments/report/selection_report.py",
     "kernels/cpu.py",
     "kernels/e8p_decode.py",
     "kernels/factors.py",
@@ -42,10 +37,7 @@ TESTED_ELSEWHERE = frozenset({
     "pipeline/checkpoint/verify.py",
     "pipeline/checkpoint/writer.py",
     "pipeline/export.py",
-    "pipeline/local_data.py",
-    "quantizers/e8p_kernel.py",
-    "quantizers/normalfloat.py",
-    "reports/matrix.py"
+    "quantizers/e8p_kernel.py"
 })
 
 
