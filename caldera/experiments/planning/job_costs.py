@@ -772,11 +772,34 @@ def report(config: dict[str, Any], profile: dict[str, Any], costs: dict[str, Any
         hows = sorted({p["how"] for p in ps} - {"measured"})
         lines.append(f"{rule:<20}{len(ps):>6}{_dur(sum(s) / len(s)) if s else '—':>14}"
                      f"{_dur(max(s)) if s else '—':>10}{_dur(sum(s)):>12}" + (f"  ({', '.join(hows)})" if hows else ""))
+    left = _left_after_record(config, pred)
+    if left is not None:
+        n_rec, rest = left
+        s_rest = sum(p["s"] for p in rest if p["s"] is not None)
+        lines += ["", f"The run's record ({config['record']}) holds {n_rec} of these jobs; left to run: {len(rest)} "
+                  f"jobs, {_dur(s_rest)} of job time, about {_dur(s_rest / cores)} on the wall clock (a recorded "
+                  "job whose configuration changed, or whose checkpoint a job left to run reads, runs again)."]
     lines += ["", "Each job: its fixed part (start-up, model load) + its work (perplexity tokens, zero-shot requests, "
               "layers and the engine's law at the config's rank and iterations, training tokens) at the rates "
               f"measured on run `{profile.get('run')}` (caldera.experiments.planning.job_costs). borrowed: another "
               "model's rates scaled by the two models' forward speed; unpriced: nothing measured prices it."]
     return "\n".join(lines)
+
+
+def _left_after_record(config: dict[str, Any], pred: list[dict[str, Any]]):
+    """``(recorded, the predicted jobs not in it)`` when the config's ``record`` folder holds jobs, else None."""
+    from caldera.experiments.jobs.record import read_index
+
+    if not config.get("record"):
+        return None
+    try:
+        done = {(Path(b).parent.name, Path(b).stem) for b in read_index(config["record"])["jobs"]}
+    except (OSError, ValueError):
+        return None
+    if not done:
+        return None
+    rest = [p for p in pred if (p["rule"], p["job"]) not in done]
+    return len(pred) - len(rest), rest
 
 
 def check_report(res: dict[str, Any]) -> str:

@@ -226,3 +226,22 @@ def test_a_classification_lora_job_borrows_by_the_decoder_layers_speed():
     body = (0.0005 * 18) / (0.0003 * 30)
     assert pred[f"{row}_rte"]["s"] == pytest.approx(0.01 * body * J.lora_work(mini, "rte")["train"])
     assert pred[f"{row}_wiki"]["s"] == pytest.approx(0.01 * 3.0 * J.lora_work(mini, "wiki")["train"])
+
+
+def test_the_report_says_what_the_runs_record_leaves_to_run(tmp_path):
+    """A config whose record holds jobs: the report counts them out of the plan and prices the rest."""
+    profile = J.load_profile("cpu")
+    if profile is None:
+        pytest.skip("no committed profile")
+    costs = load_costs("cpu")
+    cfg = _cfg("smoke")
+    pred = J.predict(cfg, profile, costs)
+    assert "record" not in J.report(cfg, profile, costs)
+    done = [p for p in pred if p["rule"] == "evaluate"][:2]
+    index = {"format": 1, "jobs": {f"results/smoke/benchmarks/{p['rule']}/{p['job']}.tsv": {} for p in done}}
+    (tmp_path / "record.json").write_text(json.dumps(index))
+    text = J.report({**cfg, "record": str(tmp_path)}, profile, costs)
+    rest = sum(p["s"] for p in pred if p["s"] is not None and p not in done)
+    m = re.search(r"holds 2 of these jobs; left to run: (\d+) jobs, ([\d.]+) (s|min|h) of job time", text)
+    assert m and int(m.group(1)) == len(pred) - 2, text[-600:]
+    assert float(m.group(2)) == pytest.approx(rest / {"s": 1, "min": 60, "h": 3600}[m.group(3)], rel=0.05)
