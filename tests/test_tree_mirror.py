@@ -31,11 +31,6 @@ TESTED_ELSEWHERE = frozenset({
     "nn/dispatch.py",
     "nn/format.py",
     "pipeline/allocate.py",
-    "pipeline/checkpoint/convert.py",
-    "pipeline/checkpoint/format.py",
-    "pipeline/checkpoint/loader.py",
-    "pipeline/checkpoint/verify.py",
-    "pipeline/checkpoint/writer.py",
     "pipeline/export.py",
     "quantizers/e8p_kernel.py"
 })

@@ -1,8 +1,10 @@
-"""What the checkpoint tests share: a tiny LLaMA compressed in place, token ids, edits of a saved checkpoint
-(with or without recomputed checksums), and lm-eval's CLI on the project's ARC-Easy task."""
+"""What the checkpoint tests share: a tiny LLaMA compressed in place and saved, token ids and the logits on them,
+edits of a saved checkpoint (with or without recomputed checksums), and lm-eval's CLI on the project's ARC-Easy
+task."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -12,10 +14,11 @@ import torch
 
 from caldera.methods import get_method
 from caldera.nn.compressed_linear import CompressedLinear
-from caldera.pipeline.checkpoint import CHECKSUM_FILE, CONFIG_FILE, MODEL_FILE, replace_module
+from caldera.pipeline.checkpoint import CHECKSUM_FILE, CONFIG_FILE, MODEL_FILE, replace_module, save_compressed
 from caldera.pipeline.hessians import decoder_layers
 from caldera.pipeline.linears import LINEARS
 from tests.helpers import tiny_llama as _tiny_llama
+from tests.helpers import word_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,7 +41,22 @@ def compress_in_place(model):
     return model, cfg
 
 
+def save_tiny_checkpoint(folder, seed: int = 0, extra=None):
+    """``(model, path)``: a tiny LLaMA compressed in place (:func:`compress_in_place`) and saved to ``folder``
+    with a word tokenizer and the further config keys ``extra``."""
+    model, cfg = compress_in_place(tiny_llama(seed))
+    path = save_compressed(model, folder, method="quip#", method_config=dataclasses.asdict(cfg),
+                           tokenizer=word_tokenizer(), extra=extra)
+    return model, path
+
+
 IDS = [[1, 5, 9, 33, 7, 100, 2, 64], [1, 3, 3, 3, 90, 91, 92, 93]]
+
+
+def ids_logits(model):
+    """The logits of ``model`` on :data:`IDS`."""
+    with torch.no_grad():
+        return model(torch.tensor(IDS)).logits
 
 
 def copy_checkpoint(path, dst):

@@ -1,9 +1,8 @@
 """The ``caldera`` quantization method of transformers (caldera.pipeline.hf): from_pretrained, save_pretrained,
-lm-eval's own CLI on a compressed checkpoint, and old (format 1) checkpoints through `caldera convert`."""
+a hub id, lm-eval's own CLI on a compressed checkpoint, and the scheme config.json states."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -13,34 +12,23 @@ import pytest
 import torch
 
 from caldera.nn.compressed_linear import CompressedLinear
-from caldera.pipeline.checkpoint import CHECKSUM_FILE, CONFIG_FILE, MODEL_FILE, load_compressed, save_compressed
+from caldera.pipeline.checkpoint import CHECKSUM_FILE, CONFIG_FILE, MODEL_FILE, load_compressed
 from tests.helpers import word_tokenizer
 from tests.pipeline.checkpoint_helpers import (
     IDS,
     ROOT,
     check_lm_eval_output,
-    compress_in_place,
     copy_checkpoint,
+    ids_logits,
     lm_eval_args,
     rechecksum,
-    tiny_llama,
+    save_tiny_checkpoint,
 )
 
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("hf")
-    model, cfg = compress_in_place(tiny_llama(seed=3))
-    path = save_compressed(
-        model, tmp / "ck", method="quip#", method_config=dataclasses.asdict(cfg), tokenizer=word_tokenizer(),
-        extra={"bits": {"avg_bits": 2.0}},
-    )
-    return model, path
-
-
-def _logits(model):
-    with torch.no_grad():
-        return model(torch.tensor(IDS)).logits
+    return save_tiny_checkpoint(tmp_path_factory.mktemp("hf") / "ck", seed=3, extra={"bits": {"avg_bits": 2.0}})
 
 
 def test_from_pretrained_equals_load_compressed(saved):
@@ -59,8 +47,8 @@ def test_from_pretrained_equals_load_compressed(saved):
     assert sum(isinstance(m, CompressedLinear) for m in hf.modules()) == 14
     assert hf.lm_head.weight is hf.model.embed_tokens.weight
     assert hf.config.quantization_config.quant_method == "caldera"
-    a, b = _logits(hf), _logits(ref)
-    assert torch.equal(a, b) and torch.equal(a, _logits(model))
+    a, b = ids_logits(hf), ids_logits(ref)
+    assert torch.equal(a, b) and torch.equal(a, ids_logits(model))
     ids = torch.tensor(IDS)[:1, :4]
     gen = dict(max_new_tokens=5, min_new_tokens=5, do_sample=False, pad_token_id=0)
     with torch.no_grad():
@@ -88,7 +76,7 @@ def test_import_caldera_then_transformers_in_a_fresh_process(saved, tmp_path):
     r = subprocess.run([sys.executable, "-c", CHILD, str(path), json.dumps(IDS), str(out)], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert torch.equal(torch.load(out), _logits(model))
+    assert torch.equal(torch.load(out), ids_logits(model))
 
 
 def test_save_pretrained_round_trip(saved, tmp_path):
@@ -111,9 +99,9 @@ def test_save_pretrained_round_trip(saved, tmp_path):
     assert {k: v for k, v in ca["base_config"].items() if k != "dtype"} == {
         k: v for k, v in cb["base_config"].items() if k != "dtype"} and ca["base_config"]["dtype"] == "float32"
     assert json.loads((out / "config.json").read_text())["quantization_config"]["quant_method"] == "caldera"
-    assert torch.equal(_logits(AutoModelForCausalLM.from_pretrained(str(out))), _logits(model))
+    assert torch.equal(ids_logits(AutoModelForCausalLM.from_pretrained(str(out))), ids_logits(model))
     lc, tok = load_compressed(out)
-    assert tok is not None and torch.equal(_logits(lc), _logits(model))
+    assert tok is not None and torch.equal(ids_logits(lc), ids_logits(model))
     out2 = tmp_path / "again2"
     lc.save_pretrained(out2)  # a load_compressed model saves the same way
     assert torch.equal(load_file(str(out2 / MODEL_FILE))["model.norm.weight"], b["model.norm.weight"])
@@ -121,62 +109,6 @@ def test_save_pretrained_round_trip(saved, tmp_path):
         hf.save_pretrained(out)
     with pytest.raises(ValueError, match=r"does not support \['push_to_hub'\]"):
         hf.save_pretrained(tmp_path / "x", push_to_hub=True)
-
-
-def _as_format1(path, dst):
-    """The layout the format-1 writer produced: no config.json, no content manifest."""
-    ck = copy_checkpoint(path, dst)
-    (ck / "config.json").unlink()
-    cfg = json.loads((ck / CONFIG_FILE).read_text())
-    cfg.pop("manifest")
-    cfg["format_version"] = 1
-    (ck / CONFIG_FILE).write_text(json.dumps(cfg))
-    rechecksum(ck)
-    return ck
-
-
-def test_old_checkpoint_is_converted(saved, tmp_path, capsys):
-    """A format-1 checkpoint is refused by load_compressed with the convert command to run; `caldera convert`
-    (which checks its checksums and fingerprints) writes the current format, which loads both ways with the same
-    logits. A format-1 checkpoint whose fingerprints are gone cannot be converted."""
-    from transformers import AutoModelForCausalLM
-
-    from caldera.cli import main
-
-    model, path = saved
-    old = _as_format1(path, tmp_path / "old")
-    with pytest.raises(ValueError, match=r"format_version 1 .*`caldera convert .*old --out NEW`"):
-        load_compressed(old)
-    new = tmp_path / "new"
-    assert main(["convert", str(old), "--out", str(new)]) == 0
-    assert (new / "config.json").exists() and (new / CHECKSUM_FILE).exists()
-    assert torch.equal(_logits(load_compressed(new)[0]), _logits(model))
-    assert torch.equal(_logits(AutoModelForCausalLM.from_pretrained(str(new))), _logits(model))
-    assert json.loads((new / CONFIG_FILE).read_text())["bits"] == json.loads((path / CONFIG_FILE).read_text())["bits"]
-    capsys.readouterr()
-    assert main(["convert", str(old), "--out", str(new)]) == 2
-    assert "already exists" in capsys.readouterr().err
-    cfg = json.loads((old / CONFIG_FILE).read_text())
-    cfg.pop("fingerprints")
-    (old / CONFIG_FILE).write_text(json.dumps(cfg))
-    rechecksum(old)
-    assert main(["convert", str(old), "--out", str(tmp_path / "new2")]) == 2
-    assert "has no reconstruction fingerprints" in capsys.readouterr().err
-
-
-def test_load_compressed_dtype_and_device(saved):
-    """dtype casts the uncompressed parameters only (the compressed layers keep their stored dtypes and compute
-    in float32); a per-module device_map is refused with the from_pretrained alternative."""
-    _, path = saved
-    m, _ = load_compressed(path, dtype="bfloat16", device_map="cpu", load_tokenizer=False)
-    assert m.model.embed_tokens.weight.dtype == torch.bfloat16 and m.model.norm.weight.dtype == torch.bfloat16
-    q = m.model.layers[0].self_attn.q_proj
-    assert q.Q_scale.dtype == torch.float32 and q.S_U.dtype == torch.int8
-    assert _logits(m).dtype == torch.bfloat16
-    with pytest.raises(ValueError, match=r"device_map='auto'.*from_pretrained\(CKPT, device_map=...\)"):
-        load_compressed(path, device_map="auto")
-    with pytest.raises(FileNotFoundError, match=r"neither a local folder nor a hub repository"):
-        load_compressed("nosuch-org/nosuch-model-xyz")
 
 
 def test_lm_eval_cli_on_the_compressed_checkpoint(saved, tmp_path):
@@ -224,17 +156,17 @@ def test_hub_id_loads_from_the_hub_cache(saved, tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     got = torch.load(out)
-    assert torch.equal(got["lc"], _logits(model)) and torch.equal(got["hf"], _logits(model))
+    assert torch.equal(got["lc"], ids_logits(model)) and torch.equal(got["hf"], ids_logits(model))
 
 
 def _both_loaders_match(folder, model):
     from transformers import AutoModelForCausalLM
 
-    assert torch.equal(_logits(AutoModelForCausalLM.from_pretrained(str(folder))), _logits(model))
-    assert torch.equal(_logits(load_compressed(folder)[0]), _logits(model))
+    assert torch.equal(ids_logits(AutoModelForCausalLM.from_pretrained(str(folder))), ids_logits(model))
+    assert torch.equal(ids_logits(load_compressed(folder)[0]), ids_logits(model))
 
 
-def test_the_usual_hugging_face_save_patterns_reload_with_identical_logits(saved, tmp_path):
+def test_the_usual_hugging_face_save_patterns_reload_with_identicalids_logits(saved, tmp_path):
     """model.save_pretrained then the tokenizer's own save_pretrained, a README.md model card, .gitattributes:
     files that cannot change the model's computation load with both loaders and give the same logits."""
     from transformers import AutoModelForCausalLM
@@ -250,7 +182,7 @@ def test_the_usual_hugging_face_save_patterns_reload_with_identical_logits(saved
         _both_loaders_match(out, model)  # the tokenizer saved after the model is named, not refused
 
 
-def test_the_folder_push_to_hub_uploads_reloads_with_identical_logits(saved, tmp_path, monkeypatch):
+def test_the_folder_push_to_hub_uploads_reloads_with_identicalids_logits(saved, tmp_path, monkeypatch):
     """model.push_to_hub as transformers runs it (save_pretrained into an empty folder, then the model card),
     with the hub calls replaced by a copy of the folder it would upload."""
     import shutil
