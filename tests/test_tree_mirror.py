@@ -9,12 +9,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 TESTED_ELSEWHERE = frozenset({
-    "cli/__main__.py",
-    "cli/assets.py",
-    "cli/cost.py",
-    "cli/export.py",
-    "cli/hessians.py",
-    "cli/info.py",
     "eval/tasks/utils.py",
     "eval/throughput.py",
     "experiments/jobs/calibrate.py",

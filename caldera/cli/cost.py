@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from caldera.cli.common import CLIError, _example
@@ -48,10 +46,16 @@ def cmd_cost(args: argparse.Namespace) -> int:
             measured = job_costs.measured_jobs(args.check)
         except ValueError as e:
             raise CLIError(f"--check {args.check}: {e}; pass a run's results folder or its timings.json") from None
-        if profile is None:
+        if profile is None:  # the engine's component laws, compared per rule
             from caldera.experiments.planning.cost import check, check_report
 
-            print(check_report(check(config, costs, json.loads(Path(args.check).read_text()))))
+            rules: dict = {}
+            for m in measured:
+                r = rules.setdefault(m["rule"], {"jobs": 0, "job_s": 0.0})
+                r["jobs"] += m.get("jobs", 1)
+                r["job_s"] += m["s"]
+            timings = {"rules": rules, "job_s": sum(r["job_s"] for r in rules.values())}
+            print(check_report(check(config, costs, timings)))
             return 0
         print(job_costs.check_report(job_costs.check_runs(job_costs.predict(config, profile, costs), measured)))
         return 0

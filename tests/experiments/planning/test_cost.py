@@ -33,22 +33,6 @@ def test_missing_device_costs_are_an_error_not_a_guess(tmp_path):
         C.load_costs("cuda", tmp_path / "costs-cuda.json")
 
 
-def test_cli_prints_every_model_and_the_paper_figure(tmp_path, capsys):
-    from caldera.cli import main
-
-    p = tmp_path / "costs.json"
-    p.write_text(json.dumps(_fake_costs()))
-    assert main(["cost", "--configfile", "config/paper.yaml", "--costs", str(p)]) == 0
-    out = capsys.readouterr().out
-    for m in ("llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "mistral-7b"):
-        assert f"## {m}:" in out
-    assert "llama-2-7b-caldera-r256-lr4" in out and "(paper: 34 A10G-hours)" in out
-    for rule in ("hessians", "compress_layers", "evaluate"):
-        assert rule in out
-    assert main(["cost", "--configfile", "config/paper.yaml", "--device", "cuda",
-                 "--costs", str(tmp_path / "none.json")]) == 2
-
-
 def test_estimate_scales_with_the_config():
     """Twice the outer iterations: the compression about doubles; 70B jobs need more memory than 7B's."""
     cfg = C.load_workflow_config("config/paper.yaml")
