@@ -474,8 +474,8 @@ def get_record_candidates(wildcards):
 
 def record_candidates():
     """Every job of this run whose small outputs a record keeps
-    (caldera.experiments.jobs.record.RecordJob: rule, benchmark, small and large outputs, large inputs, spec)."""
-    from caldera.experiments.jobs.record import RecordJob
+    (caldera.experiments.planning.record.RecordJob: rule, benchmark, small and large outputs, large inputs, spec)."""
+    from caldera.experiments.planning.record import RecordJob
 
     jobs = []
     corpora = list(SETTINGS.eval.ppl)

@@ -1,8 +1,9 @@
 # The run's record (config `record`: a folder, committed for runs longer than a sitting). Rule `record` keeps the
 # small outputs of every finished job there; a later run in a fresh folder adopts the jobs whose configuration is
 # unchanged (rule restore_record copies their files in) and rebuilds only the large files that the jobs it still
-# has to run read (caldera.experiments.jobs.record).
-from caldera.experiments.jobs.record import adopted_files, restore_file, step_record
+# has to run read (caldera.experiments.planning.record, caldera.experiments.jobs.record).
+from caldera.experiments.jobs.record import restore_file, step_record
+from caldera.experiments.planning.record import adopted_files
 
 try:
     ADOPTED = adopted_files(record_candidates(), RECORD_DIR) if RECORD_DIR else {}

@@ -788,7 +788,7 @@ def report(config: dict[str, Any], profile: dict[str, Any], costs: dict[str, Any
 
 def _left_after_record(config: dict[str, Any], pred: list[dict[str, Any]]):
     """``(recorded, the predicted jobs not in it)`` when the config's ``record`` folder holds jobs, else None."""
-    from caldera.experiments.jobs.record import read_index
+    from caldera.experiments.planning.record import read_index
 
     if not config.get("record"):
         return None

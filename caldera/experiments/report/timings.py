@@ -16,7 +16,7 @@ def step_timings(jobs: list[dict[str, Any]], run: str, out_json: str, out_md: st
     ``jobs``: one record per finished job, ``{"stage", "s" (wall seconds), "max_rss_mb", "end" (epoch s)}`` and
     ``"rule"`` / ``"job"`` (:func:`caldera.experiments.planning.job_costs.read_benchmarks`; named jobs are listed in the
     JSON too); ``run``: the run's name, for the report's title; ``from_record``: how many of ``jobs`` ran in
-    earlier sittings and come from the run's record (:func:`caldera.experiments.jobs.record.recorded_timings`).
+    earlier sittings and come from the run's record (:func:`caldera.experiments.jobs.record.run_timings`).
     """
     stages: dict[str, dict[str, Any]] = {}
     for j in jobs:
