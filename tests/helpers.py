@@ -109,3 +109,26 @@ def tiny_model_dir(path):
 def printed_json(capsys):
     """What a `--json` command printed to stdout, parsed."""
     return json.loads(capsys.readouterr().out)
+
+
+def quip_sharp_copy(model):
+    """``(copy of model, method config)``: every decoder linear of the copy QuIP# (2-bit E8P + RHT) with an identity
+    Hessian, as a :class:`caldera.nn.compressed_linear.CompressedLinear`."""
+    import copy
+    import dataclasses
+
+    from caldera.methods import get_method
+    from caldera.nn.compressed_linear import CompressedLinear
+    from caldera.pipeline.checkpoint import replace_module
+    from caldera.pipeline.hessians import decoder_layers
+    from caldera.pipeline.linears import LINEARS
+
+    student = copy.deepcopy(model)
+    spec = get_method("quip#")
+    cfg = spec.make_config({})
+    for li, layer in enumerate(decoder_layers(student)):
+        for name in LINEARS:
+            W = layer.get_submodule(name).weight.detach().float()
+            dec = spec.fn(W, torch.eye(W.shape[1], dtype=torch.float64), cfg)
+            replace_module(student, f"model.layers.{li}.{name}", CompressedLinear.from_decomposition(dec))
+    return student, dataclasses.asdict(cfg)

@@ -211,10 +211,10 @@ def stored_tensor_problem(meta: dict, tensors: dict[str, Tensor]) -> tuple[str, 
         if tuple(t.shape) != shape:
             return f"has shape {tuple(t.shape)}; expected {shape} (out_features {n}, in_features {d}, rank {k}, " \
                    f"ft_rank {r})"
+        if dtype == "float":  # any floating dtype (a bias keeps the dtype of the layer it came from)
+            return None if t.is_floating_point() else f"has dtype {_dtype_name(t.dtype)}; expected a floating dtype"
         if isinstance(dtype, str) and _dtype_name(t.dtype) != dtype:
             return f"has dtype {_dtype_name(t.dtype)}; the metadata says {dtype}"
-        if dtype == "float" and not t.is_floating_point():
-            return f"has dtype {_dtype_name(t.dtype)}; expected a floating dtype"
         return None
 
     checks: list[tuple[str, Any]] = []

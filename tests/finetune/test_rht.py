@@ -11,18 +11,14 @@ import pytest
 import torch
 
 from caldera.finetune.rht import RHTFTConfig, heldout_kl, kl_sum, rht_finetune, sign_parameters
-from caldera.methods import get_method
 from caldera.nn.compressed_linear import CompressedLinear
-from caldera.pipeline.checkpoint import load_compressed, replace_module, save_compressed
-from caldera.pipeline.hessians import decoder_layers
-from tests.helpers import tiny_llama
+from caldera.pipeline.checkpoint import load_compressed, save_compressed
+from tests.helpers import quip_sharp_copy, tiny_llama
 
 # every warning is an error here: the fine-tuning code must not warn (e.g. float() of a tensor that requires
 # grad in the checkpoint fingerprint of a model with trainable factors / signs)
 pytestmark = pytest.mark.filterwarnings("error")
 
-LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
-           "mlp.up_proj", "mlp.down_proj")
 TRAIN = torch.randint(3, 128, (8, 24), generator=torch.Generator().manual_seed(1))
 HELD = torch.randint(3, 128, (4, 24), generator=torch.Generator().manual_seed(2))
 
@@ -48,15 +44,8 @@ def _teacher():
 def compressed():
     """(teacher, student): QuIP# (2-bit E8P + RHT) on every linear of the teacher, identity Hessian."""
     teacher = _teacher()
-    student = copy.deepcopy(teacher)
-    spec = get_method("quip#")
-    cfg = spec.make_config({})
-    for li, layer in enumerate(decoder_layers(student)):
-        for name in LINEARS:
-            W = layer.get_submodule(name).weight.detach().float()
-            dec = spec.fn(W, torch.eye(W.shape[1], dtype=torch.float64), cfg)
-            replace_module(student, f"model.layers.{li}.{name}", CompressedLinear.from_decomposition(dec))
-    return teacher, student, dataclasses.asdict(cfg)
+    student, method_config = quip_sharp_copy(teacher)
+    return teacher, student, method_config
 
 
 def _signs(model):

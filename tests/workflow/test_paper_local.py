@@ -59,36 +59,6 @@ def test_paper_local_changes_only_locations_and_sizes():
     assert set(cfg["stand_ins"]) == set(load_yaml_strict(ROOT / "config/paper.yaml")["stand_ins"])
 
 
-def test_generated_inputs_load_through_the_paper_loaders(tmp_path, monkeypatch):
-    from caldera.experiments.jobs.paper_local import write_inputs
-    from caldera.pipeline import local_data
-    from caldera.pipeline.assets import load_model
-    from caldera.pipeline.text import HF_TEXT, load_documents
-
-    a = write_inputs(tmp_path / "a")
-    b = write_inputs(tmp_path / "b")
-    for name in ("text/c4.jsonl", "tasks/rte.jsonl", "tasks/winogrande-train.jsonl"):  # deterministic
-        assert (Path(a["data"]) / name).read_bytes() == (Path(b["data"]) / name).read_bytes()
-    assert (Path(a["llama-3"]) / "model.safetensors").read_bytes() == (
-        Path(b["llama-3"]) / "model.safetensors").read_bytes()
-    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf"))
-    monkeypatch.delenv(local_data.ENV, raising=False)
-    local_data.use({"local_data": a["data"]})
-    for name in HF_TEXT:
-        assert len(load_documents(name)) > 3
-    from caldera.eval.zeroshot import prepare_task_data
-
-    assert prepare_task_data() == Path(a["data"]) / "tasks"
-    mdl, tok = load_model(a["llama-3"])
-    assert type(mdl).__name__ == "LlamaForCausalLM" and mdl.config.num_key_value_heads == 2
-    hub = json.loads((Path(a["llama-3"]) / "config.json").read_text())  # rope theta: LLaMa-3's 5e5
-    assert (hub.get("rope_parameters") or hub)["rope_theta"] == 500000.0
-    assert tok("w1 w2")["input_ids"][0] == tok.bos_token_id
-    mdl, _ = load_model(a["mistral"])
-    assert type(mdl).__name__ == "MistralForCausalLM"
-    local_data.use({})
-
-
 def _paper_products(workdir: Path, env: dict[str, str]) -> set[str]:
     """File names under paper.yaml's tables_dir that its `all` rule builds (a dry run in ``workdir``, a copy of the
     workflow)."""
