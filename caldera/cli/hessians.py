@@ -22,6 +22,7 @@ def cmd_hessians(args: argparse.Namespace) -> int:
     from caldera.pipeline.hessians import collect_hessians
     from caldera.pipeline.text import calibration_sequences
 
+    layers = parse_layers(args.layers)  # a malformed --layers is refused before the model loads
     path = resolve_model_path(args.model)
     if is_checkpoint(path):
         raise CLIError("--model is a compressed checkpoint; Hessians are collected on the original model")
@@ -34,7 +35,7 @@ def cmd_hessians(args: argparse.Namespace) -> int:
         model,
         ids,
         args.out,
-        layers=parse_layers(args.layers),
+        layers=layers,
         batch_size=args.batch_size,
         progress=not args.quiet,
         seed=args.seed,

@@ -52,6 +52,19 @@ def test_a_compressed_checkpoint_is_refused(tmp_path, calls, capsys):
     assert calls == [] and not (tmp_path / "H").exists()
 
 
+def test_a_malformed_layer_list_is_refused_before_the_model_loads(tmp_path, calls, monkeypatch, capsys):
+    from caldera.cli import hessians
+
+    def no_load(*a, **k):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(hessians, "load_dense_model", no_load)
+    model = tiny_model_dir(tmp_path / "tiny")
+    assert cli.main(["hessians", "--model", str(model), "--out", str(tmp_path / "H"), "--layers", "5-2"]) == 2
+    assert "the range 5-2 is reversed" in capsys.readouterr().err
+    assert calls == [] and not (tmp_path / "H").exists()
+
+
 def test_missing_calibration_text_says_to_run_assets(tmp_path, monkeypatch, capsys):
     from caldera.pipeline import text
 

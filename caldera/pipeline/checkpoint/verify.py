@@ -179,7 +179,8 @@ def check_config(cfg: dict[str, Any], folder: str | os.PathLike, *, legacy: bool
 
 def check_tensors(cfg: dict[str, Any], tensors: dict[str, Tensor], folder: str | os.PathLike) -> None:
     """Tensors against a config that passed :func:`check_config`: every floating tensor finite, every tied
-    source present, no tensor of a compressed module outside its known names."""
+    source present. (A compressed module's tensors outside its known names are refused later, by
+    :func:`check_module`'s unused-tensor check.)"""
     folder = Path(folder)
     nonfinite = [k for k, v in tensors.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
     if nonfinite:
