@@ -118,21 +118,6 @@ def test_task_yamls_exist_and_name_the_tasks():
         assert f"task: {p.stem}" in body and "/" not in body.split("custom_dataset:")[1].split("\n")[0]
 
 
-def test_winogrande_partial_evaluation_helpers():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("caldera_task_utils", zs.tasks_dir() / "utils.py")
-    u = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(u)
-    doc = WINO[2]
-    assert u.winogrande_doc_to_choice(doc) == [
-        "The sun warmed the rock so sun",
-        "The sun warmed the rock so rock",
-    ]
-    assert u.winogrande_doc_to_target(doc) == "was hot."
-    assert u.winogrande_doc_to_text(doc) == 1
-
-
 def test_task_documents_render_like_lm_eval(prepared):
     lm_eval = pytest.importorskip("lm_eval")
     from lm_eval.tasks import TaskManager
