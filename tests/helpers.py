@@ -51,11 +51,13 @@ class IntegerGrid(Quantizer):
 
 
 def tiny_llama(seed: int = 0, vocab_size: int = 128, max_positions: int = 64, **overrides):
-    """A 2-layer random LlamaForCausalLM (hidden 64, intermediate 128, 4 heads, 2 KV heads) in eval mode."""
+    """A 2-layer random LlamaForCausalLM (hidden 64, intermediate 128, 4 heads, 2 KV heads, untied embeddings) in
+    eval mode."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
     overrides.setdefault("num_hidden_layers", 2)
+    overrides.setdefault("tie_word_embeddings", False)
     cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4,
                       num_key_value_heads=2, vocab_size=vocab_size, max_position_embeddings=max_positions,
                       **overrides)
@@ -96,6 +98,27 @@ def word_tokenizer():
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<unk>"
+    )
+
+
+def byte_tokenizer(add_bos: bool = False):
+    """A byte-level tokenizer (every UTF-8 byte is one token; ids 0-2 are <unk>, <s>, </s>) with optional automatic
+    BOS."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for ch in sorted(pre_tokenizers.ByteLevel.alphabet()):
+        vocab[ch] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    if add_bos:
+        tok.post_processor = processors.TemplateProcessing(
+            single="<s> $A", pair="<s> $A $B", special_tokens=[("<s>", 1)]
+        )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="</s>"
     )
 
 

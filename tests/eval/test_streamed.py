@@ -10,7 +10,7 @@ from caldera.eval.perplexity import perplexity
 from caldera.pipeline.hessians import decoder_layers
 from caldera.pipeline.partial import LazyLayers
 from tests.eval.test_zeroshot import prepared  # noqa: F401  (the fixture task data)
-from tests.helpers import tiny_gemma3, tiny_llama
+from tests.helpers import byte_tokenizer, tiny_gemma3, tiny_llama
 
 
 def _saved(tmp_path, make: str):
@@ -104,8 +104,6 @@ def test_streamed_zeroshot_gives_the_in_memory_scores(tmp_path, make):
     same padded batches through the same layers), one layer real at a time, each layer read once."""
     pytest.importorskip("lm_eval")
     from caldera.eval.zeroshot import continuation_lm_class
-    from tests.eval.test_zeroshot import byte_tokenizer
-
     tok = byte_tokenizer()
     model = (tiny_llama(0, vocab_size=len(tok), num_hidden_layers=3, tie_word_embeddings=False) if make == "llama"
              else tiny_gemma3(0, vocab_size=len(tok)))
@@ -135,8 +133,6 @@ def test_streamed_zeroshot_tasks_match(tmp_path):
     log-likelihoods of the in-memory path."""
     pytest.importorskip("lm_eval")
     from caldera.eval import zeroshot as zs
-    from tests.eval.test_zeroshot import byte_tokenizer
-
     tok = byte_tokenizer()
     model = tiny_llama(0, vocab_size=len(tok), num_hidden_layers=3, tie_word_embeddings=False)
     model.save_pretrained(tmp_path / "m", max_shard_size="40KB")

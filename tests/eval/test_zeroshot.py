@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from caldera.eval import zeroshot as zs
-from tests.helpers import tiny_llama as _tiny_llama
+from tests.helpers import byte_tokenizer, tiny_llama
 
 WINO = [
     {
@@ -42,25 +42,6 @@ def missing_assets(reason: str):
     if os.environ.get("CALDERA_REQUIRE_ASSETS") == "1":
         pytest.fail(reason + " and CALDERA_REQUIRE_ASSETS=1")
     pytest.skip(reason)
-
-
-def byte_tokenizer():
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
-    for ch in sorted(pre_tokenizers.ByteLevel.alphabet()):
-        vocab[ch] = len(vocab)
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="</s>"
-    )
-
-
-def tiny_llama(vocab_size: int):
-    return _tiny_llama(0, vocab_size=vocab_size, max_positions=512)
 
 
 def write_fake_olmo(root: Path) -> Path:
@@ -144,7 +125,7 @@ def test_task_documents_render_like_lm_eval(prepared):
 def test_zeroshot_on_fixture_tasks(prepared):
     pytest.importorskip("lm_eval")
     tok = byte_tokenizer()
-    model = tiny_llama(len(tok))
+    model = tiny_llama(vocab_size=len(tok), max_positions=512)
     res = zs.zeroshot(model, tok, tasks=["piqa", "caldera_winogrande", "arc_easy"], limit=2, batch_size=4)
     assert res["lm_eval_version"] and res["limit"] == 2
     for name, n_total in [("caldera_piqa", 3), ("caldera_winogrande", 3), ("caldera_arc_easy", 2)]:
@@ -197,7 +178,7 @@ def test_continuation_logits_give_lm_evals_scores(monkeypatch):
     from lm_eval.models.huggingface import HFLM
 
     tok = byte_tokenizer()
-    model = tiny_llama(len(tok))
+    model = tiny_llama(vocab_size=len(tok), max_positions=512)
     g = torch.Generator().manual_seed(0)
 
     def ids(n):

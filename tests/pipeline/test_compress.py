@@ -14,14 +14,9 @@ from caldera.nn.compressed_linear import CompressedLinear
 from caldera.pipeline import compress as C
 from caldera.pipeline.checkpoint import load_compressed
 from caldera.pipeline.hessians import collect_hessians, decoder_layers
-from tests.helpers import tiny_gemma3
-from tests.helpers import tiny_llama as _tiny_llama
+from tests.helpers import tiny_gemma3, tiny_llama
 
 CALDERA = {"rank": 4, "outer_iters": 2, "inner_iters": 2}
-
-
-def tiny_llama(seed: int = 0):
-    return _tiny_llama(seed, tie_word_embeddings=False)
 
 
 @pytest.fixture(scope="module")

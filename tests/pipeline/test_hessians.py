@@ -16,12 +16,7 @@ from caldera.pipeline.hessians import (
     load_layer_hessians,
     read_layer_hessians,
 )
-from tests.helpers import tiny_gemma3
-from tests.helpers import tiny_llama as _tiny_llama
-
-
-def tiny_llama(seed: int = 0):
-    return _tiny_llama(seed, tie_word_embeddings=False)
+from tests.helpers import tiny_gemma3, tiny_llama
 
 
 def calib(n=5, t=12, seed=0):

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from caldera.pipeline import text
+from tests.helpers import byte_tokenizer
 
 WORDS = (
     "river stone light house window garden winter summer letter story music forest bridge market "
@@ -23,26 +24,6 @@ def missing_assets(reason: str):
     if os.environ.get("CALDERA_REQUIRE_ASSETS") == "1":
         pytest.fail(reason + " and CALDERA_REQUIRE_ASSETS=1")
     pytest.skip(reason)
-
-
-def byte_tokenizer(add_bos: bool):
-    """A byte-level tokenizer (every UTF-8 byte is one token) with optional automatic BOS."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
-    for ch in sorted(pre_tokenizers.ByteLevel.alphabet()):
-        vocab[ch] = len(vocab)
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    if add_bos:
-        tok.post_processor = processors.TemplateProcessing(
-            single="<s> $A", pair="<s> $A $B", special_tokens=[("<s>", 1)]
-        )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="</s>"
-    )
 
 
 def _sentence(rng: random.Random, n: int) -> str:
