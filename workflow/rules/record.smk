@@ -45,7 +45,7 @@ ruleorder: restore_record > selection
 
 
 rule record:
-    # `snakemake --configfile C record`: add every finished job of this run to the record (run it at the end of a
+    # `snakemake --cores 1 --configfile C -- record`: add every finished job of this run to the record (run it at the end of a
     # sitting, with the code and config that ran the jobs)
     log:
         f"{RES}/logs/record.log",
