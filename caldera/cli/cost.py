@@ -20,7 +20,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
             print(f"# {e}\n# runtime left out: only mem_mb and gpu below", file=sys.stderr)
             costs = None
         print(f"# caldera cost --configfile {args.configfile} --device {args.device} --slurm\nset-resources:")
-        print(slurm_yaml(slurm_resources(config, costs)))
+        print(slurm_yaml(slurm_resources(config, costs, device=args.device)))
         return 0
     costs = load_costs(args.device, args.costs)
     from caldera.experiments.planning import job_costs

@@ -51,6 +51,16 @@ def test_slurm_without_measured_costs_requests_memory_only(tmp_path, capsys):
     assert cap.err == "" and all("runtime: " in ln for ln in _slurm_lines(cap.out))
 
 
+@pytest.mark.parametrize("device, gpus", [("cpu", {0}), ("cuda", {1})])
+def test_slurm_without_measured_costs_requests_gpus_only_for_cuda(tmp_path, capsys, device, gpus):
+    """Without a costs file the device comes from --device: CPU jobs request no GPU, CUDA ones do (the rules that
+    run the engine or a forward, the only rules priced)."""
+    argv = ["cost", "--configfile", SMOKE, "--slurm", "--device", device, "--costs", str(tmp_path / "none.json")]
+    assert main(argv) == 0
+    lines = _slurm_lines(capsys.readouterr().out)
+    assert {int(ln.split("gpu: ")[1].split(",")[0].rstrip("}")) for ln in lines} == gpus
+
+
 def test_calibrated_profile_prices_the_config_and_checks_the_run(tmp_path, capsys):
     """--calibrate writes the profile of a finished run; with it the report is the per-job prediction, and --check
     of that same run finds every predicted job at its measured time."""

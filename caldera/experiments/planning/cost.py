@@ -378,14 +378,16 @@ GPU_RULES = (Rule.HESSIANS, Rule.COMPRESS_LAYERS, Rule.COMPRESS_VARIANT, Rule.EV
 
 
 def slurm_resources(config: dict[str, Any], costs: dict[str, Any] | None, *, margin: float = 1.5,
-                    overhead_gb: float = 4.0) -> dict[str, dict[str, Any]]:
+                    overhead_gb: float = 4.0, device: str | None = None) -> dict[str, dict[str, Any]]:
     """``set-resources`` of the SLURM profile from the predictions: per rule the largest job over the models,
     ``runtime`` (minutes) = predicted time x ``margin`` (at least 10; omitted without ``costs``: memory needs
     no timing) and ``mem_mb`` = (host memory, plus the device's when the device is the CPU, + ``overhead_gb``
-    for the runtime and CUDA context) x 1.25. A GPU for every rule of :data:`GPU_RULES`."""
+    for the runtime and CUDA context) x 1.25. A GPU for every rule of :data:`GPU_RULES`, unless the jobs run on
+    the CPU: the device of ``costs``, else ``device`` (None: CUDA)."""
     zero = {"components": {name: {"coef": [0.0] * len(LAWS[name])} for name in LAWS}, "device": "cuda"}
     est = estimate(config, costs or zero)
-    on_cpu = costs is not None and not str(costs["device"]).startswith("cuda")
+    where = costs["device"] if costs is not None else (device or "cuda")
+    on_cpu = not str(where).startswith("cuda")
     out: dict[str, dict[str, Any]] = {}
     for e in est.values():
         for rule, r in e["rules"].items():
