@@ -41,8 +41,8 @@ def _finished(root: Path, job: RecordJob) -> bool:
 
 
 def write_record(jobs: Iterable[RecordJob], record_dir: str | os.PathLike, *, root: str | os.PathLike = ".",
-                 benchmarks: str | None = None, commit: str = "unknown",
-                 now: datetime | None = None) -> dict[str, int]:
+                 benchmarks: str | None = None, commit: str = "unknown", now: datetime | None = None,
+                 waiting: list[str] | None = None) -> dict[str, int]:
     """Record every finished job of ``jobs`` (paths relative to ``root``) in ``record_dir``.
 
     A job already recorded with the same configuration and the same file hashes keeps its entry (its commit
@@ -50,7 +50,8 @@ def write_record(jobs: Iterable[RecordJob], record_dir: str | os.PathLike, *, ro
     ``root``); the benchmark of every other finished job there (Hessians, dense references: jobs whose outputs
     are not recorded) is kept under ``"timings"``, so that the run's ``timings.md`` still counts it
     (:func:`run_timings`). Returns ``{"recorded": new, "kept": unchanged, "unfinished": not finished,
-    "timings": benchmarks of other jobs}``."""
+    "timings": benchmarks of other jobs}``; ``waiting``, when given, receives the benchmark of each job not
+    finished."""
     root, record_dir = Path(root), Path(record_dir)
     index = read_index(record_dir)
     stamp = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -59,6 +60,8 @@ def write_record(jobs: Iterable[RecordJob], record_dir: str | os.PathLike, *, ro
     for job in jobs:
         if not _finished(root, job):
             counts["unfinished"] += 1
+            if waiting is not None:
+                waiting.append(job.benchmark)
             continue
         files = {p: sha256_file(root / p) for p in (*job.outputs, *_extras(root, job))}
         old = index["jobs"].get(job.benchmark)
@@ -174,11 +177,10 @@ def step_record(jobs: Iterable[RecordJob], record_dir: str | os.PathLike | None,
     if not record_dir:
         raise ValueError("rule record: the config sets no `record` folder; add `record: <folder>` to the config "
                          "(config/mini-full.yaml: paper_tables/mini-full/record) or pass --config record=<folder>")
-    jobs = list(jobs)
-    counts = write_record(jobs, record_dir, benchmarks=benchmarks, commit=source_commit())
+    waiting: list[str] = []
+    counts = write_record(jobs, record_dir, benchmarks=benchmarks, commit=source_commit(), waiting=waiting)
     line = (f"record {record_dir}: {counts['recorded']} jobs recorded, {counts['kept']} already there, "
             f"{counts['unfinished']} not finished; {counts['timings']} other jobs' benchmarks kept\n")
-    waiting = [job.benchmark for job in jobs if not _finished(Path("."), job)]
     write_atomic(log, line + "".join(f"not finished: {b}\n" for b in waiting))
     print(line, end="")
     return counts
