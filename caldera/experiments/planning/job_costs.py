@@ -14,14 +14,16 @@ write beside their results). :func:`plan_jobs` lists the jobs the workflow runs 
 model), :func:`predict` prices each one, and :func:`check` compares the prediction with a run's timings, per job,
 rule and stage, and says where the model is off.
 
-The profile is machine-specific (``benchmarks/results/jobs-<machine>.json``): a config whose models are not in it,
-or a device it was not measured on, is priced by the component laws alone.
+The profile is specific to a machine type (``benchmarks/results/jobs-cpu-<type>.json``, :func:`machine_type`); on
+a type with no profile of its own another type's is used, and the reports say so. A config whose models are not in
+it, or a device it was not measured on, is priced by the component laws alone.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 import time
 from collections.abc import Iterable
@@ -57,25 +59,68 @@ class PlannedJob:
         return STAGES.get(self.rule, self.rule)
 
 
-def profile_file(device: str) -> Path:
-    """Where the job profile of ``device`` on this machine type lives (beside the component costs)."""
+def machine_type(cpuinfo: str | None = None) -> str:
+    """This machine's type as job profiles name it: the CPU's vendor and family from ``/proc/cpuinfo``'s model name
+    and the widest vector unit its flags announce (``amx``, ``avx512``, ``avx2`` or ``base``), e.g.
+    ``intel-xeon-amx`` or ``amd-epyc-avx2``. The native kernels and oneDNN pick their code by that unit, so two
+    machines of one type run a job at about the same speed; across types a stage differs by up to ×2.
+    ``cpuinfo``: the file's text (read from the machine when None); without it, the OS and architecture."""
+    import platform
+
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    model = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.M)
+    flags = re.search(r"^(?:flags|Features)\s*:\s*(.+)$", cpuinfo, re.M)
+    if not model:
+        return f"{platform.system()}-{platform.machine()}".lower() or "unknown"
+    name = re.sub(r"\((?:r|tm)\)|\bprocessor\b|\bcpu\b|@.*$", " ", model.group(1), flags=re.I)
+    family = "-".join(re.findall(r"[a-z0-9]+", name.lower())[:2]) or "cpu"
+    have = set(flags.group(1).split()) if flags else set()
+    unit = next((u for u, f in (("amx", "amx_tile"), ("avx512", "avx512f"), ("avx2", "avx2")) if f in have), "base")
+    return f"{family}-{unit}"
+
+
+def profile_file(device: str, machine: str | None = None) -> Path:
+    """Where the job profile of ``device`` on a machine of type ``machine`` (:func:`machine_type`, this one's by
+    default) lives, beside the component costs: ``jobs-cpu-<machine>.json``, ``jobs-<device>.json`` for a GPU."""
     from caldera.experiments.planning.cost import COSTS_DIR
 
-    return COSTS_DIR / f"jobs-{device}.json"
+    if device != "cpu":
+        return COSTS_DIR / f"jobs-{device}.json"
+    return COSTS_DIR / f"jobs-cpu-{machine or machine_type()}.json"
 
 
 def load_profile(device: str, path: str | Path | None = None) -> dict[str, Any] | None:
-    """The job profile (:func:`calibrate`) of ``device``, or None when none was measured; ``ValueError`` for a file
-    of another format."""
-    p = Path(path) if path else profile_file(device)
-    if not p.is_file():
-        if path:
+    """The job profile (:func:`calibrate`) of ``device`` on this machine type, else one measured on another type
+    (its ``machine`` then differs from :func:`machine_type`, and the reports say so), or None when none was
+    measured; ``ValueError`` for a file of another format."""
+    from caldera.experiments.planning.cost import COSTS_DIR
+
+    if path:
+        p = Path(path)
+        if not p.is_file():
             raise ValueError(f"{p}: no such job profile")
-        return None
+    else:
+        p = profile_file(device)
+        if not p.is_file():
+            others = sorted(COSTS_DIR.glob(f"jobs-{device}-*.json")) if device == "cpu" else []
+            if not others:
+                return None
+            p = others[0]
     prof = json.loads(p.read_text())
     if prof.get("format") != FORMAT:
         raise ValueError(f"{p}: not a {FORMAT} file")
     return prof
+
+
+def other_machine(profile: dict[str, Any]) -> str | None:
+    """The machine type ``profile`` was measured on when it is not this one's (None when it is, or for a GPU
+    profile, which names no type)."""
+    theirs = profile.get("machine")
+    return theirs if theirs and theirs != machine_type() else None
 
 
 def covers(profile: dict[str, Any], config: dict[str, Any], costs: dict[str, Any]) -> str | None:
@@ -511,6 +556,7 @@ def calibrate(results_dir: str | Path, config: dict[str, Any], costs: dict[str, 
             constants[rule] = statistics.median(xs)
     return {"format": FORMAT, "source": source or str(results), "run": config.get("name"),
             "calibrated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "machine": machine_type() if costs.get("device", "cpu") == "cpu" else None,
             "costs_measured_at": costs.get("measured_at"), "models": models, "engine": other,
             "constants": constants}
 
@@ -756,8 +802,9 @@ def report(config: dict[str, Any], profile: dict[str, Any], costs: dict[str, Any
     pred = predict(config, profile, costs)
     priced = [p for p in pred if p["s"] is not None]
     total = sum(p["s"] for p in priced)
+    where = f" on machine type {profile['machine']}" if profile.get("machine") else ""
     lines = [f"Predicted job time of `{config.get('name', '?')}` on this machine (profile calibrated on run "
-             f"`{profile.get('run')}`, {profile.get('calibrated_at')}): {_dur(total)} of job time in "
+             f"`{profile.get('run')}`{where}, {profile.get('calibrated_at')}): {_dur(total)} of job time in "
              f"{len(pred)} jobs; about {_dur(total / cores)} on the wall clock with {cores} jobs side by side", "",
              f"{'stage':<44}{'jobs':>6}{'job time':>12}"]
     for name, t in sorted(totals(pred, "stage").items(), key=lambda kv: -kv[1]["s"]):
@@ -779,6 +826,12 @@ def report(config: dict[str, Any], profile: dict[str, Any], costs: dict[str, Any
         lines += ["", f"The run's record ({config['record']}) holds {n_rec} of these jobs; left to run: {len(rest)} "
                   f"jobs, {_dur(s_rest)} of job time, about {_dur(s_rest / cores)} on the wall clock (a recorded "
                   "job whose configuration changed, or whose checkpoint a job left to run reads, runs again)."]
+    theirs = other_machine(profile)
+    if theirs:
+        lines += ["", f"This machine's type is {machine_type()}, and no profile of that type is committed: these "
+                  f"predictions use the {theirs}'s. A stage can differ by ×2 across machine types; measure this "
+                  "one with `caldera cost --configfile config/mini.yaml --calibrate results/mini` after a default "
+                  "run."]
     lines += ["", "Each job: its fixed part (start-up, model load) + its work (perplexity tokens, zero-shot requests, "
               "layers and the engine's law at the config's rank and iterations, training tokens) at the rates "
               f"measured on run `{profile.get('run')}` (caldera.experiments.planning.job_costs). borrowed: another "
@@ -849,4 +902,5 @@ def plan_line(config: dict[str, Any], cores: int | None, device: str = "cpu") ->
     par = max(1, int(cores or 1))
     return (f"predicted here: {len(pred)} jobs, {_dur(s)} of job time, about {_dur(s / par)} with {par} "
             f"job{'s' if par > 1 else ''} at a time" + (f" ({unpriced} jobs unpriced)" if unpriced else "")
-            + " (caldera cost; a machine of another type differs)")
+            + (f" (caldera cost, with the profile of another machine type, {theirs}: expect up to ×2)"
+               if (theirs := other_machine(profile)) else " (caldera cost; a machine of another type differs)"))

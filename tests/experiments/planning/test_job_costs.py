@@ -183,19 +183,70 @@ def test_measured_jobs_reads_a_results_folder_or_a_timings_file(tmp_path):
         J.measured_jobs(tmp_path / "bad.json")
 
 
-def test_the_committed_profile_predicts_a_measured_smoke_run():
-    """The profile calibrated on the default run (benchmarks/results/jobs-cpu.json) against a smoke run measured on
-    the same machine (benchmarks/results/timings-smoke-cpu.json, a run the profile never saw): every stage and the
-    total within ±30 %."""
-    profile = J.load_profile("cpu")
-    measured = ROOT / "benchmarks/results/timings-smoke-cpu.json"
-    if profile is None or not measured.is_file():
-        pytest.skip("no committed profile or smoke timings")
+PROFILES = sorted((ROOT / "benchmarks/results").glob("jobs-cpu-*.json"))
+
+
+@pytest.mark.parametrize("path", PROFILES, ids=[p.stem for p in PROFILES])
+def test_each_committed_profile_predicts_a_smoke_run_measured_on_its_machine_type(path):
+    """Each committed profile (calibrated on a default run) against a smoke run measured on the same machine type
+    (``timings-smoke-cpu-<type>.json``, a run the profile never saw): every stage and the total within ±30 %."""
+    profile = J.load_profile("cpu", path)
+    assert path.stem == f"jobs-cpu-{profile['machine']}"
+    measured = ROOT / f"benchmarks/results/timings-smoke-cpu-{profile['machine']}.json"
+    assert measured.is_file(), f"{path.name} has no smoke run of its machine type to be checked against"
     costs = load_costs("cpu")
     res = J.check_runs(J.predict(_cfg("smoke"), profile, costs), J.measured_jobs(measured))
     off = [(s["stage"], round(s["ratio"], 2)) for s in res["stages"] if not s["within"]]
     assert not off and res["total"]["within"], (off, res["total"])
     assert not res["not_predicted"] and not res["unpriced"]
+
+
+EPYC = ("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13 64-Core Processor\n"
+        "flags\t\t: fpu sse2 avx avx2 fma\n")
+XEON = ("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8480C @ 2.0GHz\n"
+        "flags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n")
+
+
+@pytest.mark.parametrize("text, want", [
+    (EPYC, "amd-epyc-avx2"),
+    (XEON, "intel-xeon-amx"),
+    (XEON.replace(" amx_bf16 amx_tile", ""), "intel-xeon-avx512"),
+    (EPYC.replace(" avx avx2 fma", ""), "amd-epyc-base"),
+    ("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor\nflags\t: avx2 avx512f amx_tile\n", "intel-xeon-amx"),
+])
+def test_the_machine_type_is_the_cpus_family_and_its_widest_vector_unit(text, want):
+    assert J.machine_type(text) == want
+
+
+def test_the_machine_type_without_a_model_name_is_the_os_and_architecture():
+    import platform
+
+    assert J.machine_type("") == f"{platform.system()}-{platform.machine()}".lower()
+
+
+def test_a_machine_without_its_own_profile_borrows_another_types_and_the_reports_say_so(tmp_path, monkeypatch):
+    """The profile of this machine's type when committed; else another type's, named in the report and the plan
+    line; no profile at all: None."""
+    from caldera.experiments.planning import cost as C
+
+    src = json.loads(PROFILES[0].read_text())
+    costs = load_costs("cpu")
+    (tmp_path / "costs-cpu.json").write_text(json.dumps(costs))
+    monkeypatch.setattr(C, "COSTS_DIR", tmp_path)
+    (tmp_path / "jobs-cpu-zz-other-avx2.json").write_text(json.dumps({**src, "machine": "zz-other-avx2"}))
+    monkeypatch.setattr(J, "machine_type", lambda cpuinfo=None: "aa-this-amx")
+    prof = J.load_profile("cpu")
+    assert prof["machine"] == "zz-other-avx2" and J.other_machine(prof) == "zz-other-avx2"
+    text = J.report(_cfg("mini"), prof, costs)
+    assert "This machine's type is aa-this-amx, and no profile of that type is committed" in text
+    assert "with the profile of another machine type, zz-other-avx2" in J.plan_line(_cfg("mini"), 2)
+    (tmp_path / "jobs-cpu-aa-this-amx.json").write_text(json.dumps({**src, "machine": "aa-this-amx"}))
+    prof = J.load_profile("cpu")
+    assert prof["machine"] == "aa-this-amx" and J.other_machine(prof) is None
+    assert "no profile of that type" not in J.report(_cfg("mini"), prof, costs)
+    for f in tmp_path.glob("jobs-*.json"):
+        f.unlink()
+    assert J.load_profile("cpu") is None
 
 
 def test_the_plan_line_states_the_predicted_time_or_nothing(monkeypatch):
@@ -205,7 +256,8 @@ def test_the_plan_line_states_the_predicted_time_or_nothing(monkeypatch):
         pytest.skip("no committed profile")
     line = J.plan_line(_cfg("mini"), 2)
     assert re.fullmatch(r"predicted here: 87 jobs, [\d.]+ min of job time, about [\d.]+ min with 2 jobs at a time "
-                        r"\(caldera cost; a machine of another type differs\)", line), line
+                        r"\(caldera cost(; a machine of another type differs|, with the profile of another machine "
+                        r"type, [a-z0-9-]+: expect up to ×2)\)", line), line
     assert J.plan_line(_cfg("paper"), 2) is None
 
 
