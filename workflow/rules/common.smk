@@ -110,7 +110,7 @@ print(f"CALDERA workflow {RUN} (config {', '.join(map(str, CONFIG_FILES))}): {le
       f"{len(COMPRESSED)} compressed variants ({sum(len(r) - 1 for r in REPLICATES.values())} of them seed "
       f"replicates), {len(FT_VARIANTS)} RHT-fine-tuned; tables in {TABLES_DIR}/; effective settings in "
       f"{SETTINGS_FILE}", file=sys.stderr)
-if str(config.get("device", "auto")) != "cuda":
+if str(config.get("device", "auto")) != "cuda" and not RECORD_DIR:  # with a record: after adoption (record.smk)
     _plan = plan_line(config, workflow.cores)
     if _plan:
         print(f"CALDERA workflow {RUN}: {_plan}", file=sys.stderr)

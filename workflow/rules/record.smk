@@ -12,6 +12,10 @@ except ValueError as e:
 if ADOPTED:
     print(f"CALDERA workflow {RUN}: {len(set(ADOPTED.values()))} finished jobs adopted from the record "
           f"{RECORD_DIR}", file=sys.stderr)
+if RECORD_DIR and str(config.get("device", "auto")) != "cuda":
+    _plan = plan_line(config, workflow.cores, done=set(ADOPTED.values()))
+    if _plan:
+        print(f"CALDERA workflow {RUN}: {_plan}", file=sys.stderr)
 
 
 rule restore_record:

@@ -884,9 +884,12 @@ def check_report(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def plan_line(config: dict[str, Any], cores: int | None, device: str = "cpu") -> str | None:
+def plan_line(config: dict[str, Any], cores: int | None, device: str = "cpu",
+              done: Iterable[str] = ()) -> str | None:
     """One line for the start of a run's log: its predicted job time and wall time on ``cores`` jobs side by side
-    (:func:`predict` with this machine type's profile), or None when no profile prices this config."""
+    (:func:`predict` with this machine type's profile), or None when no profile prices this config. ``done``: the
+    benchmark files (``…/benchmarks/<rule>/<job>.tsv``) of jobs adopted from the run's record; the line then prices
+    the jobs left."""
     from caldera.experiments.planning.cost import load_costs
 
     try:
@@ -897,10 +900,13 @@ def plan_line(config: dict[str, Any], cores: int | None, device: str = "cpu") ->
     if profile is None or covers(profile, config, costs):
         return None
     pred = predict(config, profile, costs)
-    s = sum(p["s"] for p in pred if p["s"] is not None)
-    unpriced = sum(p["s"] is None for p in pred)
+    finished = {(Path(b).parent.name, Path(b).stem) for b in done}
+    rest = [p for p in pred if (p["rule"], p["job"]) not in finished]
+    s = sum(p["s"] for p in rest if p["s"] is not None)
+    unpriced = sum(p["s"] is None for p in rest)
     par = max(1, int(cores or 1))
-    return (f"predicted here: {len(pred)} jobs, {_dur(s)} of job time, about {_dur(s / par)} with {par} "
+    left = f" (of {len(pred)}; the others are adopted from the record)" if len(rest) < len(pred) else ""
+    return (f"predicted here: {len(rest)} jobs{left}, {_dur(s)} of job time, about {_dur(s / par)} with {par} "
             f"job{'s' if par > 1 else ''} at a time" + (f" ({unpriced} jobs unpriced)" if unpriced else "")
             + (f" (caldera cost, with the profile of another machine type, {theirs}: expect up to ×2)"
                if (theirs := other_machine(profile)) else " (caldera cost; a machine of another type differs)"))

@@ -261,6 +261,24 @@ def test_the_plan_line_states_the_predicted_time_or_nothing(monkeypatch):
     assert J.plan_line(_cfg("paper"), 2) is None
 
 
+def test_the_plan_line_prices_only_the_jobs_the_record_leaves():
+    """Jobs adopted from the record (their benchmark files) are counted out of the line and their time with them."""
+    if J.load_profile("cpu") is None:
+        pytest.skip("no committed profile")
+    cfg = _cfg("mini")
+    pred = J.predict(cfg, J.load_profile("cpu"), load_costs("cpu"))
+    done = [p for p in pred if p["rule"] == "evaluate"][:3]
+    bench = [f"results/mini/benchmarks/{p['rule']}/{p['job']}.tsv" for p in done]
+
+    def minutes(line):
+        m = re.search(r", ([\d.]+) (s|min|h) of job time", line)
+        return float(m.group(1)) * {"s": 1 / 60, "min": 1, "h": 60}[m.group(2)]
+
+    full, left = J.plan_line(cfg, 2), J.plan_line(cfg, 2, done=bench)
+    assert left.startswith("predicted here: 84 jobs (of 87; the others are adopted from the record), "), left
+    assert minutes(full) - minutes(left) == pytest.approx(sum(p["s"] for p in done) / 60, abs=0.15)
+
+
 def test_a_classification_lora_job_borrows_by_the_decoder_layers_speed():
     """A classification LoRA job never runs the LM head: another model's rates are scaled by the two models' decoder
     layers (their Hessian rates x layers), not by their evaluation speed, which the head dominates; the language-
