@@ -90,7 +90,7 @@ def test_paper_local_workflow_end_to_end(tmp_path):
     assert {"table1_llama2_zeroshot.md", "table5_finetune.csv", "figure3.pdf", "claims.md"} <= products
     missing = sorted(p for p in products if not (out / p).is_file() or (out / p).stat().st_size == 0)
     assert not missing, missing
-    from caldera.experiments.report.claims import VERDICTS
+    from caldera.experiments.report.verdicts import VERDICTS
 
     claims = json.loads((out / "claims.json").read_text())
     assert claims and {c["verdict"] for c in claims} <= set(VERDICTS)

@@ -229,7 +229,7 @@ def test_smoke_workflow_end_to_end(tmp_path):
     assert timings["span_s"] > 0 and timings["n_jobs"] >= 10 and "evaluate" in timings["rules"]
     assert f"; {timings['n_jobs']} jobs, " in (out / "timings.md").read_text()  # the same run's two files
     claims = json.loads((out / "claims.json").read_text())
-    from caldera.experiments.report.claims import VERDICTS  # holds / fails / inconclusive / not testable / pending
+    from caldera.experiments.report.verdicts import VERDICTS  # holds / fails / inconclusive / not testable / pending
 
     assert {c["verdict"] for c in claims} <= set(VERDICTS)
     # seed replicates (config replicates): the Table 7 rows average three realizations and the claims count them

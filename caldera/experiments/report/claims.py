@@ -29,6 +29,7 @@ from caldera import stats
 from caldera.atomic import write_atomic
 from caldera.experiments.planning.plan import RHTFT_TABLES
 from caldera.experiments.report.claim_definitions import ABLATION_CLAIMS, LPLR_CLAIM
+from caldera.experiments.report.finetune_claims import LORA_CLAIM, RHTFT_CLAIM, lora_claims, rhtft_claims
 from caldera.experiments.report.spread import spread_report
 from caldera.experiments.report.tables import (  # noqa: F401
     EXTRA_LABEL,
@@ -39,6 +40,15 @@ from caldera.experiments.report.tables import (  # noqa: F401
     ppl_ratio,
     realizations,
     seed_parts,
+)
+from caldera.experiments.report.verdicts import (
+    NOT_COMPARED,
+    VERDICTS,
+    lower_verdict,
+    ratio_text,
+    row_bits,
+    sdd_ratio_text,
+    seeds_verdict,
 )
 
 
@@ -58,21 +68,6 @@ def _pairwise(curves, a: str, b: str, pred: Callable[[float, float], bool]) -> t
     return len(ok), len(keys), detail
 
 
-def _bits(r: dict[str, Any]) -> str:
-    """A row's B_LR as "4" / "16" whether the table wrote 4, 4.0, "4.0" or "—" (tables written before
-    :func:`caldera.experiments.report.tables._bits_label` normalised it hold floats)."""
-    return str(_bits_label(r["b_lr"]))
-
-
-#: A comparison whose windows alone resolve a direction, taken on one realization of a side whose family has no
-#: pooled spread in this run (:mod:`caldera.experiments.report.realization_pool`): not decided; ``replicates`` gives it
-#: seeds. A window-only interval that already straddles no-difference is decided inconclusive instead: the seed
-#: part only widens it (:func:`seeds_verdict`).
-NEEDS_SEEDS = "needs replicates (one realization, no pooled spread)"
-#: an ``extra_methods`` row whose Q is stored as floats: no compressed row sits at its bits
-NOT_COMPARED = "not compared (Q stored dense)"
-VERDICTS = ("holds", "fails", "inconclusive", NEEDS_SEEDS, "not testable at this scale",
-            "pending (its issue has not landed)", NOT_COMPARED)
 CORPUS = "wiki"  # the tables' "Wiki2" column: the perplexity the paper's ranking claims are about
 
 
@@ -91,69 +86,13 @@ def _ppl_ratios(table: dict[str, Any], paper_model: str) -> tuple[str | None, di
     for r in rows:
         if r is d or r["paper"].get("wiki2_ppl") is None:
             continue
-        out[(r["method"].split(" (")[0], int(r["paper_rank"]), _bits(r))] = (
+        out[(r["method"].split(" (")[0], int(r["paper_rank"]), row_bits(r))] = (
             r["ours"]["wiki2_ppl"] / d["ours"]["wiki2_ppl"], r["paper"]["wiki2_ppl"] / d["paper"]["wiki2_ppl"])
     return d["stand_in"], out
 
 
 def _windows(table: dict[str, Any], variant: str) -> dict[str, Any] | None:
     return table.get("samples", {}).get(variant, {}).get("ppl", {}).get(CORPUS)
-
-
-def _ratio_text(r: dict[str, Any]) -> str:
-    """``×est [lo, hi]`` of a combined interval, with its seeds, the two parts' half-widths (as ±%) and the
-    pooled spreads it took; for an undetermined seed part, the window-only interval."""
-    if r.get("seed_half", 0.0) is None:
-        return (f"×{r['estimate']:.3f}, windows only [{r['window_lo']:.3f}, {r['window_hi']:.3f}] "
-                f"(seeds {'/'.join(map(str, r['seeds']))}: spread unknown)")
-    text = f"×{r['estimate']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]"
-    pooled = r.get("pooled_from") or {}
-    if "window_half" in r and (pooled or any(s > 1 for s in r.get("seeds", []))):
-        text += (f" ({'/'.join(map(str, r['seeds']))} seeds; windows ±{100 * math.expm1(r['window_half']):.1f} %, "
-                 f"seeds ±{100 * math.expm1(r['seed_half']):.1f} %{_pool_text(pooled)})")
-    return text
-
-
-def _pool_text(pooled: dict[str, dict[str, Any]]) -> str:
-    """``; v: pooled <family> spread ±x % (df d, from …)`` for each side that took its family's pooled spread."""
-    return "".join(f"; {v}: pooled {p['family']} spread ±{100 * math.expm1(math.sqrt(p['var'])):.1f} % per seed "
-                   f"(df {p['df']}, from {', '.join(p['variants'])})" for v, p in pooled.items())
-
-
-def _sdd_ratio(rs: list[dict[str, Any]]) -> str:
-    """Largest half-width of the combined log-ratio intervals, as ±% of perplexity, with windows and seeds."""
-    w = max(r["sdd"] for r in rs)
-    if not math.isfinite(w):
-        half = max(r["window_half"] for r in rs)
-        return f"undetermined: one realization (window part ±{100 * math.expm1(half):.1f} %)"
-    seeds = max(max(r.get("seeds") or [1]) for r in rs)
-    return f"±{100 * math.expm1(w):.1f} % ppl ({rs[0]['n']} windows, {seeds} seed{'s' if seeds > 1 else ''})"
-
-
-def window_only(iv: dict[str, Any]) -> dict[str, Any]:
-    """``iv`` with its bounds replaced by the window / document part's (the interval without the seed part)."""
-    return {**iv, "lo": iv["window_lo"], "hi": iv["window_hi"]}
-
-
-def seeds_verdict(intervals: list[dict[str, Any]], decide: Callable[[list[dict[str, Any]]], str]) -> str:
-    """``decide(intervals)``, or where a seed part is undetermined (a random side with one realization and no
-    pooled spread): "inconclusive" when ``decide`` on the window-only intervals is already inconclusive, else
-    :data:`NEEDS_SEEDS`. Sound because every decision rule here is monotone: the seed part only widens an
-    interval, and a wider interval moves holds / fails towards inconclusive, never the reverse."""
-    if not any(iv.get("seed_half", 0.0) is None for iv in intervals):
-        return decide(intervals)
-    return "inconclusive" if decide([window_only(iv) for iv in intervals]) == "inconclusive" else NEEDS_SEEDS
-
-
-def lower_verdict(intervals: list[dict[str, Any]], null: float = 1.0) -> str:
-    """"A is lower than each B": holds when every interval of A/B (or A−B) lies below ``null``, fails when any
-    lies above it, otherwise inconclusive."""
-    dirs = [stats.direction(r, null) for r in intervals]
-    if dirs and all(d < 0 for d in dirs):
-        return "holds"
-    if any(d > 0 for d in dirs):
-        return "fails"
-    return "inconclusive"
 
 
 def zeroshot_pair(table: dict[str, Any], a: str, b: str) -> dict[str, Any] | None:
@@ -237,7 +176,7 @@ def degradation(tables: dict[str, dict[str, Any]]) -> dict[str, str]:
 def _row_for(table: dict[str, Any], paper_model: str, key: tuple) -> tuple[dict, dict] | tuple[None, None]:
     rows = [r for r in _ppl_rows(table) if r["paper_model"] == paper_model]
     dense = [r for r in rows if r["method"].startswith("Unquantized")]
-    hit = [r for r in rows if (r["method"].split(" (")[0], int(r["paper_rank"]), _bits(r)) == key]
+    hit = [r for r in rows if (r["method"].split(" (")[0], int(r["paper_rank"]), row_bits(r)) == key]
     return (hit[0], dense[0]) if hit and dense else (None, None)
 
 
@@ -273,7 +212,7 @@ def table_claims(tables: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         for pm in sorted({r["paper_model"] for r in comp}):
             block = [r for r in comp if r["paper_model"] == pm]
             src = f"{name} [{pm}]"
-            cald = [r for r in block if r["method"].startswith("CALDERA") and _bits(r) == "4"]
+            cald = [r for r in block if r["method"].startswith("CALDERA") and row_bits(r) == "4"]
             if cald:
                 top = max(cald, key=lambda r: int(r["paper_rank"]))
                 others = sorted({r["variant"] for r in block} - {top["variant"]})
@@ -289,7 +228,7 @@ def table_claims(tables: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
                     src, lambda pair=pair, tab=tab: _decide_ppl_pair(tab, *pair))
                 add(("beats-zs", *pair), "4-bit CALDERA beats QuIP# zero-shot (same best rows; all tasks pooled)",
                     src, lambda pair=pair, tab=tab, rows=(c_best, q_best): _decide_zeroshot_pair(tab, *pair, rows))
-            c16 = [r for r in block if r["method"].startswith("CALDERA") and _bits(r) == "16"]
+            c16 = [r for r in block if r["method"].startswith("CALDERA") and row_bits(r) == "16"]
             if c16 and cald:
                 hi = max(cald, key=lambda r: int(r["paper_rank"]))
                 pair = (hi["variant"], c16[0]["variant"])
@@ -378,11 +317,11 @@ def _decide_lowest(tab, top: dict, others: list[str]) -> tuple:
     ivs = [ppl_ratio(tab, top["variant"], o) for o in others]
     if not others or any(iv is None for iv in ivs):
         return "inconclusive", "no per-window results (rerun the evaluation)", "—"
-    detail = "; ".join(f"vs {o}: {_ratio_text(iv)}" for o, iv in zip(others, ivs))
+    detail = "; ".join(f"vs {o}: {ratio_text(iv)}" for o, iv in zip(others, ivs))
     kl_text, kl = kl_reading(tab, [(top["variant"], o) for o in others])
     return (seeds_verdict(ivs, lower_verdict), f"{top['variant']} (ppl {top['ours']['wiki2_ppl']:.2f}) / each "
-            f"other compressed row: {detail}{kl_text}", _sdd_ratio(ivs), [{**iv, "kind": "ppl ratio"} for iv in ivs],
-            kl)
+            f"other compressed row: {detail}{kl_text}", sdd_ratio_text(ivs),
+            [{**iv, "kind": "ppl ratio"} for iv in ivs], kl)
 
 
 def _decide_ppl_pair(tab, a: str, b: str) -> tuple:
@@ -390,7 +329,7 @@ def _decide_ppl_pair(tab, a: str, b: str) -> tuple:
     if iv is None:
         return "inconclusive", "no per-window results (rerun the evaluation)", "—"
     kl_text, kl = kl_reading(tab, [(a, b)])
-    return (seeds_verdict([iv], lower_verdict), f"ppl {a} / {b}: {_ratio_text(iv)}{kl_text}", _sdd_ratio([iv]),
+    return (seeds_verdict([iv], lower_verdict), f"ppl {a} / {b}: {ratio_text(iv)}{kl_text}", sdd_ratio_text([iv]),
             [{**iv, "kind": "ppl ratio"}], kl)
 
 
@@ -449,133 +388,6 @@ def _decide_zeroshot_pair(tab, a: str, b: str, rows: tuple[dict | None, dict | N
                f"{100 * acc['estimate']:+.1f} [{100 * acc['lo']:+.1f}, {100 * acc['hi']:+.1f}] points{paper}")
     return (verdict, numbers, f"±{m['sdd']:.3f} nats margin, ±{100 * acc['sdd']:.1f} accuracy points ({m['n']} docs)",
             [{**m, "pair": [a, b], "kind": "margin", "documents_needed": need}])
-
-
-LORA_CLAIM = "LoRA fine-tuning recovers accuracy"
-LM_TASK_NAME = "wiki"
-
-
-def recovery_verdict(gains_vs_compressed: list[int], gains_vs_dense: list[int]) -> str:
-    """Table 5's claim from per-(row, task) directions (+1: the fine-tuned model is better with its paired 95 %
-    interval excluding no-difference, −1: worse likewise, 0: unresolved): **holds** when every comparison with
-    the un-fine-tuned compressed model is +1 and none with the dense model is −1; **fails** when any comparison
-    with either is −1; **inconclusive** otherwise (or with no comparisons)."""
-    if not gains_vs_compressed:
-        return "inconclusive"
-    if any(g < 0 for g in gains_vs_compressed) or any(g < 0 for g in gains_vs_dense):
-        return "fails"
-    return "holds" if all(g > 0 for g in gains_vs_compressed) else "inconclusive"
-
-
-def _lora_pair(task: str, ft: dict[str, Any], base: dict[str, Any] | None) -> tuple[int, str, float] | None:
-    """Paired comparison of a fine-tuned result with a baseline on the same windows / documents: (gain direction,
-    text, sdd). Perplexity: ratio fine-tuned / baseline (gain when below 1); accuracy: difference in points."""
-    if not base:
-        return None
-    if task == "wiki":
-        iv = stats.paired_ppl_ratio(ft["window_nll"], ft["window_tokens"], base["window_nll"], base["window_tokens"])
-        return -stats.direction(iv, 1.0), f"ppl ratio {_ratio_text(iv)}", iv["sdd"]
-    by_doc = dict(zip(base["doc_id"], base["correct"]))
-    pairs = [(c, by_doc[d]) for d, c in zip(ft["doc_id"], ft["correct"]) if d in by_doc]
-    if not pairs:
-        return None
-    iv = stats.paired_mean_difference([a for a, _ in pairs], [b for _, b in pairs])
-    return (stats.direction(iv), f"acc {100 * iv['estimate']:+.1f} [{100 * iv['lo']:+.1f}, {100 * iv['hi']:+.1f}] "
-            f"points ({iv['n']} docs)", iv["sdd"])
-
-
-def lora_claim(table5: dict[str, Any], method: str = "CALDERA") -> dict[str, Any]:
-    """"LoRA recovers accuracy" on Table 5's measured rows of paper method ``method`` (CALDERA, or LoftQ: this
-    project's loftq method fine-tuned the same way) (:func:`recovery_verdict`): the best-on-held-out fine-tuned
-    model against the row's un-fine-tuned model (every task) and against the dense model (RTE, Winogrande; Wiki2
-    perplexity vs dense is shown only), paired on the same evaluation windows / documents (accuracy: the
-    fine-tuned classifier vs zero-shot log-likelihood choice, as the paper compares Table 5 with Tables 1–2)."""
-    vs_c, vs_d, parts, sdds = [], [], [], []
-    seen = set()
-    for e in table5.get("rows", []):
-        if not str(e.get("status", "")).startswith("measured") or e["paper"]["method"] != method:
-            continue
-        if e["row"] in seen:  # two paper rows on one stand-in row (e.g. both families on SmolLM2): once
-            continue
-        seen.add(e["row"])
-        for task in ("wiki", "rte", "winogrande"):
-            m = e.get(task)
-            if not m:
-                continue
-            # Wiki2 perplexity vs dense is shown, not decided on: the paper's own fine-tuned perplexities stay
-            # above the dense model's (6.06 vs 5.12 for LLaMa-2 7B); its accuracies exceed dense zero-shot
-            info_only = {(LM_TASK_NAME, "dense")}
-            for base_key, sink, name in ((f"{task}_no_ft", vs_c, "no FT"), (f"{task}_dense", vs_d, "dense")):
-                r = _lora_pair(task, m["best"], e.get(base_key))
-                if r is None:
-                    continue
-                if (task, name) not in info_only:
-                    sink.append(r[0])
-                parts.append(f"{e['row']} {task} vs {name}: {r[1]}" + (" (shown, not decided on)"
-                                                                        if (task, name) in info_only else ""))
-                sdds.append(f"{task} vs {name}: ±{r[2]:.3f}")
-    verdict = recovery_verdict(vs_c, vs_d)
-    name = LORA_CLAIM + ("" if method == "CALDERA" else f", {method} (this project's method) rows")
-    if not vs_c:
-        return {"claim": name, "source": "Table 5", "verdict": "not testable at this scale",
-                "numbers": f"no measured {method} row with un-fine-tuned results", "sdd": "—"}
-    # one compression realization per row (Table 5 has no seed replicates): the fine-tuning gain of another
-    # realization is not measured, so a window verdict of holds / fails is not taken (shown)
-    # a wider interval only moves a direction to 0, so a window verdict of inconclusive is final
-    return {"claim": name + " (vs the un-fine-tuned compressed and the dense model)", "source": "Table 5",
-            "verdict": "inconclusive" if verdict == "inconclusive" else NEEDS_SEEDS, "window_verdict": verdict,
-            "numbers": f"windows / documents only: {verdict}; " + "; ".join(parts),
-            "sdd": ", ".join(dict.fromkeys(sdds)) + " (windows / documents only)"}
-
-
-def lora_claims(table5: dict[str, Any]) -> list[dict[str, Any]]:
-    """:func:`lora_claim` for CALDERA's rows and, where Table 5 has measured LoftQ rows, for those (one verdict
-    per method: a LoftQ result never decides CALDERA's claim)."""
-    out = [lora_claim(table5, "CALDERA")]
-    if any(str(e.get("status", "")).startswith("measured") and e["paper"]["method"] == "LoftQ"
-           for e in table5.get("rows", [])):
-        out.append(lora_claim(table5, "LoftQ"))
-    return out
-
-
-RHTFT_CLAIM = "RHT fine-tuning lowers perplexity"
-
-
-def rhtft_claims(tables: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """§5.2 "perplexities are substantially lower than without the fine-tuning of RHT parameters", one claim per
-    fine-tuned row of the RHT-FT tables (Tables 3–4) in ``tables``: the paired 95 % interval of Wiki2 perplexity
-    after / before fine-tuning on the same windows (:func:`ppl_ratio`, fine-tuned variant vs its ``base_variant``)
-    decides (:func:`lower_verdict`: holds when the interval lies below 1, fails when above, else inconclusive);
-    the C4 stand-in's ratio is shown beside it. Empty when no RHT-FT table has a measured row."""
-    out = []
-    for name in (t for t in RHTFT_TABLES if t in tables):
-        tab = tables[name]
-        for r in tab["rows"]:
-            a, b = r.get("variant"), r.get("base_variant")
-            if not a or not b:
-                continue
-            src = f"§5.2, {name} [{r['paper_model']} {r['method']} k={r['paper_rank']} B_LR={_bits(r)}]"
-            iv = ppl_ratio(tab, a, b)
-            if iv is None:
-                out.append({"claim": RHTFT_CLAIM, "source": src, "verdict": "inconclusive",
-                            "numbers": "no per-window results (rerun the evaluation)", "sdd": "—"})
-                continue
-            ours, paper = r["ours"], r["paper"]
-            numbers = (f"Wiki2 ppl after / before, {a} / {b}: {_ratio_text(iv)} "
-                       f"({_num(ours.get('wiki2_ppl_no_ft'))} → {_num(ours.get('wiki2_ppl'))}; paper "
-                       f"{_num(paper.get('wiki2_ppl_no_ft'))} → {_num(paper.get('wiki2_ppl'))})")
-            c4 = [tab.get("samples", {}).get(v, {}).get("ppl", {}).get("c4") for v in (a, b)]
-            if all(c4):
-                c = stats.paired_ppl_ratio(c4[0]["window_nll"], c4[0]["window_tokens"], c4[1]["window_nll"],
-                                           c4[1]["window_tokens"])
-                numbers += f"; C4 stand-in (not deciding): {_ratio_text(c)} ({c['n']} windows)"
-            out.append({"claim": RHTFT_CLAIM, "source": src, "verdict": seeds_verdict([iv], lower_verdict),
-                        "numbers": numbers, "sdd": _sdd_ratio([iv]), "intervals": [{**iv, "kind": "ppl ratio"}]})
-    return out
-
-
-def _num(x: Any) -> str:
-    return "—" if x is None else f"{x:.2f}"
 
 
 def check(fig3: dict[str, Any], fig4: dict[str, Any], tables: dict[str, dict[str, Any]],

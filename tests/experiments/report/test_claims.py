@@ -57,9 +57,10 @@ def test_degradation_not_testable_with_one_stand_in_or_one_table():
 def test_bits_and_method_labels_as_the_tables_write_them():
     # Reference tables give B_LR as 4.0 / "16.0" and label rows "CALDERA (7B)", "Unquantized (7B)": the table
     # claims must still find their rows (they were silently dropped before).
-    from caldera.experiments.report.claims import _bits, _ppl_ratios
+    from caldera.experiments.report.claims import _ppl_ratios
+    from caldera.experiments.report.verdicts import row_bits
 
-    assert [_bits({"b_lr": b}) for b in (4, 4.0, "16.0", "—")] == ["4", "4", "16", "—"]
+    assert [row_bits({"b_lr": b}) for b in (4, 4.0, "16.0", "—")] == ["4", "4", "16", "—"]
     rows = [
         {"method": "Unquantized (7B)", "paper_model": "llama-2-7b", "paper_rank": 0, "b_lr": "—", "variant": "d",
          "stand_in": "S", "ours": {"wiki2_ppl": 10.0}, "paper": {"wiki2_ppl": 5.0}},
@@ -226,7 +227,7 @@ def _rhtft_table(before: float, after: float, spread: float = 0.0) -> dict:
 
 
 def test_rhtft_claim_decided_by_the_paired_interval():
-    from caldera.experiments.report.claims import RHTFT_CLAIM, rhtft_claims
+    from caldera.experiments.report.finetune_claims import RHTFT_CLAIM, rhtft_claims
 
     holds = rhtft_claims({"table3_llama2_rhtft": _rhtft_table(before=40.0, after=30.0)})
     assert len(holds) == 1 and holds[0]["claim"] == RHTFT_CLAIM  # one claim per fine-tuned row, pending rows skipped
@@ -241,7 +242,8 @@ def test_rhtft_claim_decided_by_the_paired_interval():
 
 
 def test_rhtft_claim_pending_without_the_tables_and_kept_out_of_the_ranking_claims():
-    from caldera.experiments.report.claims import RHTFT_CLAIM, check
+    from caldera.experiments.report.claims import check
+    from caldera.experiments.report.finetune_claims import RHTFT_CLAIM
 
     c = check(_fig3(), _fig4(), {"table1_llama2_zeroshot": table1()})
     assert _verdict(c, RHTFT_CLAIM)["verdict"].startswith("pending")
@@ -285,7 +287,8 @@ def test_realizations_that_move_together_still_count_each_variants_spread():
 
 
 def test_one_realization_of_a_compressed_side_needs_mini_full():
-    from caldera.experiments.report.claims import NEEDS_SEEDS, table_claims
+    from caldera.experiments.report.claims import table_claims
+    from caldera.experiments.report.verdicts import NEEDS_SEEDS
 
     t = table1(c4=30.0, quip=40.0)
     for v in ("c4-r16", "quip"):  # seed 0 only
@@ -330,7 +333,8 @@ def test_an_extra_method_is_compared_with_caldera_and_quip_at_the_nearest_bits()
 def test_an_extra_method_storing_a_float_q_is_not_compared_at_the_nearest_bits():
     """A row whose Q is stored as floats (32 bits by the formula) is never set against the 2-bit rows: one entry per
     variant says why, naming every table it is in, and no nearest-bits claim is made for it."""
-    from caldera.experiments.report.claims import NOT_COMPARED, VERDICTS, extra_method_claims
+    from caldera.experiments.report.claims import extra_method_claims
+    from caldera.experiments.report.verdicts import NOT_COMPARED, VERDICTS
 
     def table():
         tab = _extra_table(36.0)
@@ -410,7 +414,8 @@ def test_one_realization_takes_its_familys_pooled_spread():
 def test_a_window_interval_that_straddles_one_is_inconclusive_without_any_seeds():
     """The seed part only widens an interval, so a one-realization comparison whose windows alone straddle
     no-difference is inconclusive, whatever its realization spread; one the windows resolve is not decided."""
-    from caldera.experiments.report.claims import NEEDS_SEEDS, table_claims
+    from caldera.experiments.report.claims import table_claims
+    from caldera.experiments.report.verdicts import NEEDS_SEEDS
 
     t = _one_seed(table1(c4=40.0, quip=40.0, spread=0.05), "c4-r16", "quip", "c4-r32", "c16-r8")
     iv = _verdict(table_claims({"table1_llama2_zeroshot": t}), "4-bit CALDERA beats QuIP# in Wiki2")
@@ -424,7 +429,8 @@ def test_a_window_interval_that_straddles_one_is_inconclusive_without_any_seeds(
 def test_a_deterministic_extra_method_is_decided_without_replicates():
     """A deterministic method (no seed, no realization spread) against a replicated baseline: decided on the
     baseline's spread alone; against a one-seed baseline with no pool in its family, not decided."""
-    from caldera.experiments.report.claims import NEEDS_SEEDS, extra_method_claims
+    from caldera.experiments.report.claims import extra_method_claims
+    from caldera.experiments.report.verdicts import NEEDS_SEEDS
 
     tab = _extra_table(36.0)
     tab["realizations"]["rtn3"] = {"random": False, "seeds": [None], "ids": ["rtn3"], "family": "rtn"}

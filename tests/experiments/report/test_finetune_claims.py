@@ -1,8 +1,10 @@
-"""The "LoRA recovers accuracy" claim is decided by paired intervals, never by point estimates alone."""
+"""caldera.experiments.report.finetune_claims: the "LoRA recovers accuracy" claim is decided by paired intervals,
+never by point estimates alone."""
 
 from __future__ import annotations
 
-from caldera.experiments.report.claims import NEEDS_SEEDS, lora_claim, recovery_verdict
+from caldera.experiments.report.finetune_claims import lora_claim, recovery_verdict
+from caldera.experiments.report.verdicts import NEEDS_SEEDS
 
 
 def _row(ft_correct, base_correct, dense_correct, ft_nll=None, base_nll=None, dense_nll=None):
@@ -65,7 +67,7 @@ def test_perplexity_direction():
 def test_loftq_rows_get_their_own_claim():
     """The LoftQ (ours) row is judged against its own un-fine-tuned model, in its own claim: a LoftQ failure
     never decides CALDERA's verdict, and a table without a measured LoftQ row has no LoftQ claim."""
-    from caldera.experiments.report.claims import lora_claims
+    from caldera.experiments.report.finetune_claims import lora_claims
 
     cal = _row([1] * 60, [0] * 55 + [1] * 5, [1] * 60)["rows"][0]  # CALDERA: holds
     lq = dict(_row([0] * 60, [1] * 60, [1] * 60)["rows"][0], row="q", paper={"method": "LoftQ"},

@@ -1,0 +1,142 @@
+"""The fine-tuning claims: Table 5's "LoRA fine-tuning recovers accuracy" (per method) and §5.2's "RHT fine-tuning
+lowers perplexity" (per row of Tables 3–4), each decided by paired 95 % intervals on the same evaluation windows /
+documents (:mod:`caldera.stats`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from caldera import stats
+from caldera.experiments.planning.plan import RHTFT_TABLES
+from caldera.experiments.report.tables import ppl_ratio
+from caldera.experiments.report.verdicts import (
+    NEEDS_SEEDS,
+    lower_verdict,
+    number_text,
+    ratio_text,
+    row_bits,
+    sdd_ratio_text,
+    seeds_verdict,
+)
+
+LORA_CLAIM = "LoRA fine-tuning recovers accuracy"
+LM_TASK_NAME = "wiki"
+
+
+def recovery_verdict(gains_vs_compressed: list[int], gains_vs_dense: list[int]) -> str:
+    """Table 5's claim from per-(row, task) directions (+1: the fine-tuned model is better with its paired 95 %
+    interval excluding no-difference, −1: worse likewise, 0: unresolved): **holds** when every comparison with
+    the un-fine-tuned compressed model is +1 and none with the dense model is −1; **fails** when any comparison
+    with either is −1; **inconclusive** otherwise (or with no comparisons)."""
+    if not gains_vs_compressed:
+        return "inconclusive"
+    if any(g < 0 for g in gains_vs_compressed) or any(g < 0 for g in gains_vs_dense):
+        return "fails"
+    return "holds" if all(g > 0 for g in gains_vs_compressed) else "inconclusive"
+
+
+def _lora_pair(task: str, ft: dict[str, Any], base: dict[str, Any] | None) -> tuple[int, str, float] | None:
+    """Paired comparison of a fine-tuned result with a baseline on the same windows / documents: (gain direction,
+    text, sdd). Perplexity: ratio fine-tuned / baseline (gain when below 1); accuracy: difference in points."""
+    if not base:
+        return None
+    if task == "wiki":
+        iv = stats.paired_ppl_ratio(ft["window_nll"], ft["window_tokens"], base["window_nll"], base["window_tokens"])
+        return -stats.direction(iv, 1.0), f"ppl ratio {ratio_text(iv)}", iv["sdd"]
+    by_doc = dict(zip(base["doc_id"], base["correct"]))
+    pairs = [(c, by_doc[d]) for d, c in zip(ft["doc_id"], ft["correct"]) if d in by_doc]
+    if not pairs:
+        return None
+    iv = stats.paired_mean_difference([a for a, _ in pairs], [b for _, b in pairs])
+    return (stats.direction(iv), f"acc {100 * iv['estimate']:+.1f} [{100 * iv['lo']:+.1f}, {100 * iv['hi']:+.1f}] "
+            f"points ({iv['n']} docs)", iv["sdd"])
+
+
+def lora_claim(table5: dict[str, Any], method: str = "CALDERA") -> dict[str, Any]:
+    """"LoRA recovers accuracy" on Table 5's measured rows of paper method ``method`` (CALDERA, or LoftQ: this
+    project's loftq method fine-tuned the same way) (:func:`recovery_verdict`): the best-on-held-out fine-tuned
+    model against the row's un-fine-tuned model (every task) and against the dense model (RTE, Winogrande; Wiki2
+    perplexity vs dense is shown only), paired on the same evaluation windows / documents (accuracy: the
+    fine-tuned classifier vs zero-shot log-likelihood choice, as the paper compares Table 5 with Tables 1–2)."""
+    vs_c, vs_d, parts, sdds = [], [], [], []
+    seen = set()
+    for e in table5.get("rows", []):
+        if not str(e.get("status", "")).startswith("measured") or e["paper"]["method"] != method:
+            continue
+        if e["row"] in seen:  # two paper rows on one stand-in row (e.g. both families on SmolLM2): once
+            continue
+        seen.add(e["row"])
+        for task in ("wiki", "rte", "winogrande"):
+            m = e.get(task)
+            if not m:
+                continue
+            # Wiki2 perplexity vs dense is shown, not decided on: the paper's own fine-tuned perplexities stay
+            # above the dense model's (6.06 vs 5.12 for LLaMa-2 7B); its accuracies exceed dense zero-shot
+            info_only = {(LM_TASK_NAME, "dense")}
+            for base_key, sink, name in ((f"{task}_no_ft", vs_c, "no FT"), (f"{task}_dense", vs_d, "dense")):
+                r = _lora_pair(task, m["best"], e.get(base_key))
+                if r is None:
+                    continue
+                if (task, name) not in info_only:
+                    sink.append(r[0])
+                parts.append(f"{e['row']} {task} vs {name}: {r[1]}" + (" (shown, not decided on)"
+                                                                        if (task, name) in info_only else ""))
+                sdds.append(f"{task} vs {name}: ±{r[2]:.3f}")
+    verdict = recovery_verdict(vs_c, vs_d)
+    name = LORA_CLAIM + ("" if method == "CALDERA" else f", {method} (this project's method) rows")
+    if not vs_c:
+        return {"claim": name, "source": "Table 5", "verdict": "not testable at this scale",
+                "numbers": f"no measured {method} row with un-fine-tuned results", "sdd": "—"}
+    # one compression realization per row (Table 5 has no seed replicates): the fine-tuning gain of another
+    # realization is not measured, so a window verdict of holds / fails is not taken (shown)
+    # a wider interval only moves a direction to 0, so a window verdict of inconclusive is final
+    return {"claim": name + " (vs the un-fine-tuned compressed and the dense model)", "source": "Table 5",
+            "verdict": "inconclusive" if verdict == "inconclusive" else NEEDS_SEEDS, "window_verdict": verdict,
+            "numbers": f"windows / documents only: {verdict}; " + "; ".join(parts),
+            "sdd": ", ".join(dict.fromkeys(sdds)) + " (windows / documents only)"}
+
+
+def lora_claims(table5: dict[str, Any]) -> list[dict[str, Any]]:
+    """:func:`lora_claim` for CALDERA's rows and, where Table 5 has measured LoftQ rows, for those (one verdict
+    per method: a LoftQ result never decides CALDERA's claim)."""
+    out = [lora_claim(table5, "CALDERA")]
+    if any(str(e.get("status", "")).startswith("measured") and e["paper"]["method"] == "LoftQ"
+           for e in table5.get("rows", [])):
+        out.append(lora_claim(table5, "LoftQ"))
+    return out
+
+
+RHTFT_CLAIM = "RHT fine-tuning lowers perplexity"
+
+
+def rhtft_claims(tables: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """§5.2 "perplexities are substantially lower than without the fine-tuning of RHT parameters", one claim per
+    fine-tuned row of the RHT-FT tables (Tables 3–4) in ``tables``: the paired 95 % interval of Wiki2 perplexity
+    after / before fine-tuning on the same windows (:func:`ppl_ratio`, fine-tuned variant vs its ``base_variant``)
+    decides (:func:`lower_verdict`: holds when the interval lies below 1, fails when above, else inconclusive);
+    the C4 stand-in's ratio is shown beside it. Empty when no RHT-FT table has a measured row."""
+    out = []
+    for name in (t for t in RHTFT_TABLES if t in tables):
+        tab = tables[name]
+        for r in tab["rows"]:
+            a, b = r.get("variant"), r.get("base_variant")
+            if not a or not b:
+                continue
+            src = f"§5.2, {name} [{r['paper_model']} {r['method']} k={r['paper_rank']} B_LR={row_bits(r)}]"
+            iv = ppl_ratio(tab, a, b)
+            if iv is None:
+                out.append({"claim": RHTFT_CLAIM, "source": src, "verdict": "inconclusive",
+                            "numbers": "no per-window results (rerun the evaluation)", "sdd": "—"})
+                continue
+            ours, paper = r["ours"], r["paper"]
+            numbers = (f"Wiki2 ppl after / before, {a} / {b}: {ratio_text(iv)} "
+                       f"({number_text(ours.get('wiki2_ppl_no_ft'))} → {number_text(ours.get('wiki2_ppl'))}; paper "
+                       f"{number_text(paper.get('wiki2_ppl_no_ft'))} → {number_text(paper.get('wiki2_ppl'))})")
+            c4 = [tab.get("samples", {}).get(v, {}).get("ppl", {}).get("c4") for v in (a, b)]
+            if all(c4):
+                c = stats.paired_ppl_ratio(c4[0]["window_nll"], c4[0]["window_tokens"], c4[1]["window_nll"],
+                                           c4[1]["window_tokens"])
+                numbers += f"; C4 stand-in (not deciding): {ratio_text(c)} ({c['n']} windows)"
+            out.append({"claim": RHTFT_CLAIM, "source": src, "verdict": seeds_verdict([iv], lower_verdict),
+                        "numbers": numbers, "sdd": sdd_ratio_text([iv]), "intervals": [{**iv, "kind": "ppl ratio"}]})
+    return out

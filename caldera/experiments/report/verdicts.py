@@ -1,0 +1,87 @@
+"""The verdict rules and number formats that every claim family shares (:mod:`caldera.experiments.report.claims`,
+:mod:`caldera.experiments.report.finetune_claims`): the verdict names, how an interval with an undetermined seed
+part is decided, "A is lower than B", and the text of a combined interval."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from caldera import stats
+from caldera.experiments.report.tables import _bits_label
+
+#: A comparison whose windows alone resolve a direction, taken on one realization of a side whose family has no
+#: pooled spread in this run (:mod:`caldera.experiments.report.realization_pool`): not decided; ``replicates`` gives it
+#: seeds. A window-only interval that already straddles no-difference is decided inconclusive instead: the seed
+#: part only widens it (:func:`seeds_verdict`).
+NEEDS_SEEDS = "needs replicates (one realization, no pooled spread)"
+#: an ``extra_methods`` row whose Q is stored as floats: no compressed row sits at its bits
+NOT_COMPARED = "not compared (Q stored dense)"
+VERDICTS = ("holds", "fails", "inconclusive", NEEDS_SEEDS, "not testable at this scale",
+            "pending (its issue has not landed)", NOT_COMPARED)
+
+
+def row_bits(r: dict[str, Any]) -> str:
+    """A row's B_LR as "4" / "16" whether the table wrote 4, 4.0, "4.0" or "—" (tables written before
+    :func:`caldera.experiments.report.tables._bits_label` normalised it hold floats)."""
+    return str(_bits_label(r["b_lr"]))
+
+
+def ratio_text(r: dict[str, Any]) -> str:
+    """``×est [lo, hi]`` of a combined interval, with its seeds, the two parts' half-widths (as ±%) and the
+    pooled spreads it took; for an undetermined seed part, the window-only interval."""
+    if r.get("seed_half", 0.0) is None:
+        return (f"×{r['estimate']:.3f}, windows only [{r['window_lo']:.3f}, {r['window_hi']:.3f}] "
+                f"(seeds {'/'.join(map(str, r['seeds']))}: spread unknown)")
+    text = f"×{r['estimate']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]"
+    pooled = r.get("pooled_from") or {}
+    if "window_half" in r and (pooled or any(s > 1 for s in r.get("seeds", []))):
+        text += (f" ({'/'.join(map(str, r['seeds']))} seeds; windows ±{100 * math.expm1(r['window_half']):.1f} %, "
+                 f"seeds ±{100 * math.expm1(r['seed_half']):.1f} %{pool_text(pooled)})")
+    return text
+
+
+def pool_text(pooled: dict[str, dict[str, Any]]) -> str:
+    """``; v: pooled <family> spread ±x % (df d, from …)`` for each side that took its family's pooled spread."""
+    return "".join(f"; {v}: pooled {p['family']} spread ±{100 * math.expm1(math.sqrt(p['var'])):.1f} % per seed "
+                   f"(df {p['df']}, from {', '.join(p['variants'])})" for v, p in pooled.items())
+
+
+def sdd_ratio_text(rs: list[dict[str, Any]]) -> str:
+    """Largest half-width of the combined log-ratio intervals, as ±% of perplexity, with windows and seeds."""
+    w = max(r["sdd"] for r in rs)
+    if not math.isfinite(w):
+        half = max(r["window_half"] for r in rs)
+        return f"undetermined: one realization (window part ±{100 * math.expm1(half):.1f} %)"
+    seeds = max(max(r.get("seeds") or [1]) for r in rs)
+    return f"±{100 * math.expm1(w):.1f} % ppl ({rs[0]['n']} windows, {seeds} seed{'s' if seeds > 1 else ''})"
+
+
+def window_only(iv: dict[str, Any]) -> dict[str, Any]:
+    """``iv`` with its bounds replaced by the window / document part's (the interval without the seed part)."""
+    return {**iv, "lo": iv["window_lo"], "hi": iv["window_hi"]}
+
+
+def seeds_verdict(intervals: list[dict[str, Any]], decide: Callable[[list[dict[str, Any]]], str]) -> str:
+    """``decide(intervals)``, or where a seed part is undetermined (a random side with one realization and no
+    pooled spread): "inconclusive" when ``decide`` on the window-only intervals is already inconclusive, else
+    :data:`NEEDS_SEEDS`. Sound because every decision rule here is monotone: the seed part only widens an
+    interval, and a wider interval moves holds / fails towards inconclusive, never the reverse."""
+    if not any(iv.get("seed_half", 0.0) is None for iv in intervals):
+        return decide(intervals)
+    return "inconclusive" if decide([window_only(iv) for iv in intervals]) == "inconclusive" else NEEDS_SEEDS
+
+
+def lower_verdict(intervals: list[dict[str, Any]], null: float = 1.0) -> str:
+    """"A is lower than each B": holds when every interval of A/B (or A−B) lies below ``null``, fails when any
+    lies above it, otherwise inconclusive."""
+    dirs = [stats.direction(r, null) for r in intervals]
+    if dirs and all(d < 0 for d in dirs):
+        return "holds"
+    if any(d > 0 for d in dirs):
+        return "fails"
+    return "inconclusive"
+
+
+def number_text(x: Any) -> str:
+    return "—" if x is None else f"{x:.2f}"
