@@ -155,3 +155,13 @@ def quip_sharp_copy(model):
             dec = spec.fn(W, torch.eye(W.shape[1], dtype=torch.float64), cfg)
             replace_module(student, f"model.layers.{li}.{name}", CompressedLinear.from_decomposition(dec))
     return student, dataclasses.asdict(cfg)
+
+
+def fake_costs(device="cpu"):
+    """Component costs of a made-up device (caldera.experiments.planning.cost's format): positive coefficients
+    for every law, so every prediction is finite and grows with the shapes."""
+    coef = {"prepare": [1e-10, 0], "ldlq": [2e-10, 1e-7], "hessian_update": [1e-10, 1e-10], "error": [1e-10],
+            "svd_exact": [5e-10], "svd_randomized": [1e-10], "lplr_iter": [1e-10, 1e-8],
+            "hessian_accumulate": [2e-11], "forward": [2e-11]}
+    return {"format": "caldera-costs/1", "device": device, "threads": 2, "torch": "x", "points": {},
+            "components": {k: {"coef": v} for k, v in coef.items()}}

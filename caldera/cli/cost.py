@@ -10,7 +10,8 @@ from caldera.cli.common import CLIError, _example
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
-    from caldera.experiments.planning.cost import load_costs, load_workflow_config, report, slurm_resources, slurm_yaml
+    from caldera.experiments.planning.cost import load_costs, load_workflow_config, report
+    from caldera.experiments.planning.slurm import slurm_resources, slurm_yaml
 
     config = load_workflow_config(args.configfile)
     if args.slurm:  # memory needs no measured timings: without them the block has no runtime, and says so

@@ -10,8 +10,8 @@ import pytest
 
 from caldera.cli import main
 from caldera.experiments.planning.cost import load_costs, load_workflow_config
-from tests.experiments.planning.test_cost import _fake_costs
 from tests.experiments.planning.test_job_costs import _fake_run
+from tests.helpers import fake_costs
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE, MINI = str(ROOT / "config/smoke.yaml"), str(ROOT / "config/mini.yaml")
@@ -19,7 +19,7 @@ SMOKE, MINI = str(ROOT / "config/smoke.yaml"), str(ROOT / "config/mini.yaml")
 
 def test_cli_prints_every_model_and_the_paper_figure(tmp_path, capsys):
     p = tmp_path / "costs.json"
-    p.write_text(json.dumps(_fake_costs()))
+    p.write_text(json.dumps(fake_costs()))
     assert main(["cost", "--configfile", "config/paper.yaml", "--costs", str(p)]) == 0
     out = capsys.readouterr().out
     for m in ("llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "mistral-7b"):
@@ -45,7 +45,7 @@ def test_slurm_without_measured_costs_requests_memory_only(tmp_path, capsys):
     assert cap.err.splitlines()[-1] == "# runtime left out: only mem_mb and gpu below"
     assert all("mem_mb: " in ln and "runtime" not in ln for ln in _slurm_lines(cap.out))
     p = tmp_path / "costs.json"
-    p.write_text(json.dumps(_fake_costs()))
+    p.write_text(json.dumps(fake_costs()))
     assert main([*argv, "--costs", str(p)]) == 0
     cap = capsys.readouterr()
     assert cap.err == "" and all("runtime: " in ln for ln in _slurm_lines(cap.out))

@@ -47,7 +47,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from caldera.experiments.planning.memory import DEVICE_GB, evaluate_memory, evaluate_streams, job_memory
 from caldera.experiments.planning.rules import Rule
+from caldera.experiments.planning.workload import dense_eval_bytes, eval_pass_tokens, eval_tokens, shapes_of, vocab_size
 from caldera.pipeline.linears import SHORT_NAMES
 
 FORMAT = "caldera-costs/1"
@@ -73,30 +75,6 @@ LAWS: dict[str, tuple[tuple[str, Callable[..., float]], ...]] = {
 #: paper figures beside the prediction (§5: "34 A10G-hours" to compress LLaMa-2 7B with CALDERA)
 PAPER_GPU_HOURS = {"llama-2-7b": 34.0}
 
-#: zero-shot tasks: (documents of the scored split, choices per document, mean tokens per request); estimates from
-#: the tasks' validation/test sizes, LLaMa tokenizer. ``eval.zeroshot.limit`` caps the documents.
-ZEROSHOT_DOCS = {
-    "caldera_winogrande": (1267, 2, 30),
-    "caldera_rte": (277, 2, 80),
-    "caldera_piqa": (1838, 2, 50),
-    "caldera_arc_easy": (2376, 4, 40),
-    "caldera_arc_challenge": (1172, 4, 45),
-}
-
-
-def zeroshot_tokens(task: str, limit: float | int | None) -> int:
-    """Tokens one evaluation runs forward for ``task`` (:data:`ZEROSHOT_DOCS`) with lm-eval's ``limit`` (a
-    document count, or a fraction of the split below 1; None: every document); 0 for an unknown task."""
-    docs, choices, per = ZEROSHOT_DOCS.get(task if task.startswith("caldera_") else f"caldera_{task}", (0, 0, 0))
-    if limit is not None:
-        docs = min(docs, int(limit * docs) if 0 < limit < 1 else int(limit))
-    return docs * choices * per
-#: tokens of the WikiText-2 test stream (LLaMa tokenizer)
-STREAM_TOKENS = {"wikitext2": 341_469}
-
-#: memory of the device one job gets, GB (the SLURM profile's GPUs: 80 GB A100/H100; a CPU job: a 128 GB node),
-#: against which ``eval.stream_layers: auto`` decides (:func:`evaluate_streams`)
-DEVICE_GB = {"cuda": 80.0, "cpu": 128.0}
 #: layer-streamed evaluation's assumed bandwidths, GB/s: reading the checkpoint's layers (local disk or page
 #: cache; once per evaluation pass) and moving the hidden states between host and GPU (pinned-less PCIe copies)
 STREAM_READ_GBPS = 1.0
@@ -220,111 +198,6 @@ def method_matrix_seconds(costs: dict[str, Any], method: str, cfg: Any, n: int, 
     return ldlq
 
 
-def shapes_of(model_key: str) -> tuple[list[tuple[int, int]], tuple[int, int, int, int, int], int]:
-    from caldera.bits import CONFIG_NUM_HIDDEN_LAYERS, CONFIG_SHAPES, MODEL_CONFIGS, TINY_CONFIGS
-
-    cfg = MODEL_CONFIGS[model_key] if model_key in MODEL_CONFIGS else TINY_CONFIGS[model_key][:5]
-    return CONFIG_SHAPES[model_key], cfg, CONFIG_NUM_HIDDEN_LAYERS[model_key]
-
-
-def _vocab(model_key: str) -> int:
-    return {"llama-3-8b": 128_256, "mistral-7b": 32_000}.get(model_key, 32_000)
-
-
-def dense_eval_bytes(model_key: str, bytes_per: int = 2) -> float:
-    """Bytes of the dense model's weights that evaluation loads: every decoder layer's linears, the embeddings
-    and the LM head, ``bytes_per`` each (norms: negligible)."""
-    shapes, (h, _f, _heads, _kv, _hd), n_layers = shapes_of(model_key)
-    return (sum(n * d for n, d in shapes) * n_layers + 2 * h * _vocab(model_key)) * bytes_per
-
-
-def evaluate_streams(config: dict[str, Any], model_key: str, device_gb: float, bytes_per: int = 2) -> bool:
-    """Whether the dense evaluation of ``model_key`` runs layer-streamed on a device of ``device_gb`` GB: the
-    rule of :func:`caldera.eval.streamed.should_stream` (``eval.stream_layers``; ``auto``: the weights take
-    more than 80 % of the device) applied to the predicted weights."""
-    from caldera.eval.streamed import should_stream
-    from caldera.experiments.planning.settings import EvalSettings
-
-    mode = EvalSettings.from_block(config["eval"]).stream_layers
-    return should_stream(mode, dense_eval_bytes(model_key, bytes_per), device_gb * 1e9)
-
-
-def job_memory(rule: str, model_key: str, config: dict[str, Any], *, bytes_per: int = 2,
-               bits: float | None = None, device_gb: float = DEVICE_GB["cuda"]) -> dict[str, float]:
-    """Peak memory of one job in GB, from shapes and dtypes: ``{"host", "device"}`` (device 0 on the CPU path:
-    everything is host). ``bytes_per``: the dense dtype's bytes (2: fp16/bf16).
-
-    * hessians (:class:`caldera.pipeline.partial.LazyLayers`: one decoder layer read at a time): host = one
-      layer's tensors on their way; device = one layer + embeddings and lm_head + the hidden states
-      (N·T·hidden, once) + float64 accumulators 8·(3 h² + f²) (+ a float32 xᵀx) + one batch's activations
-      B·T·(4h + 3f);
-    * compress_layers: host = the layer's weights (stored dtype) + its four float32 Hessians; device = the
-      engine's working set for its largest matrix, 64·d² (float64 H, H_rot, its square root and inverse, the
-      LDL of H and of H̃; float32 copies) + 28·n·d bytes (float32 W, rotated W, Q, A, Y, residuals);
-    * evaluate: device = the model (dense in its dtype, or compressed: ``bits``/8 per linear weight plus the
-      rest in its dtype) + logits B·T·vocab in float32 + one layer's activations; host = the model (it is
-      loaded there, then moved). A dense model (``bits`` None) that :func:`evaluate_streams` on a device of
-      ``device_gb`` is evaluated layer-streamed (:mod:`caldera.eval.streamed`): device = one decoder layer +
-      embeddings, final norm and head + one batch's hidden states (in and out) + its activations and logits;
-      host = the hidden states of the largest pass's windows / requests (:func:`eval_pass_tokens` · hidden, in
-      the model's dtype: held on the host between layers) + one layer on its way from the checkpoint.
-    """
-    shapes, (h, f, heads, kv, hd), n_layers = shapes_of(model_key)
-    layer_params = sum(n * d for n, d in shapes)
-    embed = 2 * h * _vocab(model_key)
-    gb = 1e-9
-    if rule == Rule.HESSIANS:
-        from caldera.experiments.planning.settings import CalibrationSettings
-
-        cal = CalibrationSettings.from_block(config["calibration"])
-        N, T, B = cal.n_samples, cal.seq_len, cal.batch_size
-        host = layer_params * bytes_per  # a layer's tensors pass through the host as they are read
-        dev = ((layer_params + embed) * bytes_per + N * T * h * bytes_per + 8 * (3 * h * h + f * f) + 4 * f * f
-               + B * T * (4 * h + 3 * f) * bytes_per)
-        return {"host": host * gb, "device": dev * gb}
-    if rule == Rule.COMPRESS_LAYERS:
-        host = layer_params * bytes_per + 4 * (3 * h * h + f * f)
-        dev = max(64 * d * d + 28 * n * d for n, d in shapes)
-        return {"host": host * gb, "device": dev * gb}
-    if rule == Rule.EVALUATE:
-        T = max(spec["seq_len"] for spec in config["eval"]["ppl"].values())
-        B = 1
-        batch = B * T * _vocab(model_key) * 4 + B * T * (4 * h + 3 * f) * bytes_per  # logits, activations
-        if bits is None and evaluate_streams(config, model_key, device_gb, bytes_per):
-            dev = (layer_params + embed) * bytes_per + 2 * B * T * h * bytes_per + batch
-            host = max(eval_pass_tokens(config)) * h * bytes_per + layer_params * bytes_per
-            return {"host": host * gb, "device": dev * gb}
-        lin = layer_params * n_layers * ((bits / 8) if bits else bytes_per)
-        dev = lin + embed * bytes_per + batch
-        return {"host": (lin + embed * bytes_per) * gb, "device": dev * gb}  # loaded on the host, then moved
-    raise ValueError(f"no memory model for rule {rule!r}")
-
-
-def eval_pass_tokens(config: dict[str, Any], zeroshot: bool = True, corpora: list[str] | None = None) -> list[int]:
-    """Tokens of each forward pass of one evaluate job: each perplexity corpus (the WikiText-2 stream or
-    n_windows × seq_len; only those of ``corpora`` when given), then, with ``zeroshot``, the zero-shot tasks
-    together (:func:`zeroshot_tokens` at ``eval.zeroshot.limit``; lm-eval scores every task's requests in one
-    call), if any. A layer-streamed evaluation reads every layer once per pass."""
-    passes = []
-    for name, spec in config["eval"]["ppl"].items():
-        if corpora is not None and name not in corpora:
-            continue
-        if spec["protocol"] == "stream":
-            passes.append(min(STREAM_TOKENS.get(spec["source"], 341_469),
-                              (spec.get("n_windows") or 10**9) * spec["seq_len"]))
-        else:
-            passes.append(spec["n_windows"] * spec["seq_len"])
-    zs = config["eval"].get("zeroshot") or {}
-    if zeroshot and zs.get("tasks"):
-        passes.append(sum(zeroshot_tokens(t, zs.get("limit")) for t in zs["tasks"]))
-    return passes
-
-
-def eval_tokens(config: dict[str, Any], zeroshot: bool = True, corpora: list[str] | None = None) -> int:
-    """Tokens one evaluate job runs forward (every pass of :func:`eval_pass_tokens`)."""
-    return sum(eval_pass_tokens(config, zeroshot, corpora))
-
-
 def stream_seconds(config: dict[str, Any], model_key: str, on_gpu: bool, bytes_per: int = 2) -> float:
     """Seconds a layer-streamed evaluation adds to the forwards (which it shares with the in-memory path):
     every pass reads the whole checkpoint once (:data:`STREAM_READ_GBPS`) and, on a GPU, moves each layer's
@@ -370,68 +243,6 @@ def figure_rules(config: dict[str, Any], costs: dict[str, Any], shape_key: str) 
     mem = job_memory(Rule.COMPRESS_LAYERS, shape_key, config)
     return {Rule.ABLATION_TRACES: {"jobs": len(jobs), "s_per_job": max(jobs), "total_s": sum(jobs), "mem_gb": mem},
             Rule.LPLR_TRACES: {"jobs": 1, "s_per_job": t, "mem_gb": mem}}
-
-
-#: rules that run the engine or a model forward: a GPU each on a cluster
-GPU_RULES = (Rule.HESSIANS, Rule.COMPRESS_LAYERS, Rule.COMPRESS_VARIANT, Rule.EVALUATE, Rule.REPLICATE,
-             Rule.ABLATION_TRACES, Rule.LPLR_TRACES)
-
-
-def slurm_resources(config: dict[str, Any], costs: dict[str, Any] | None, *, margin: float = 1.5,
-                    overhead_gb: float = 4.0, device: str | None = None) -> dict[str, dict[str, Any]]:
-    """``set-resources`` of the SLURM profile from the predictions: per rule the largest job over the models,
-    ``runtime`` (minutes) = predicted time x ``margin`` (at least 10; omitted without ``costs``: memory needs
-    no timing) and ``mem_mb`` = (host memory, plus the device's when the device is the CPU, + ``overhead_gb``
-    for the runtime and CUDA context) x 1.25. A GPU for every rule of :data:`GPU_RULES`, unless the jobs run on
-    the CPU: the device of ``costs``, else ``device`` (None: CUDA)."""
-    zero = {"components": {name: {"coef": [0.0] * len(LAWS[name])} for name in LAWS}, "device": "cuda"}
-    est = estimate(config, costs or zero)
-    where = costs["device"] if costs is not None else (device or "cuda")
-    on_cpu = not str(where).startswith("cuda")
-    out: dict[str, dict[str, Any]] = {}
-    for e in est.values():
-        for rule, r in e["rules"].items():
-            mem = r["mem_gb"]["host"] + (r["mem_gb"]["device"] if on_cpu else 0.0)
-            res = out.setdefault(rule, {"gpu": 0 if on_cpu else 1, "mem_mb": 0})
-            res["mem_mb"] = max(res["mem_mb"], int(math.ceil((mem + overhead_gb) * 1.25 * 1000 / 1000) * 1000))
-            if costs is not None:
-                res["runtime"] = max(res.get("runtime", 10), int(math.ceil(r["s_per_job"] * margin / 60)))
-    return out
-
-
-def slurm_yaml(resources: dict[str, dict[str, Any]]) -> str:
-    return "\n".join(f"  {rule}: {{{', '.join(f'{k}: {v}' for k, v in sorted(r.items()))}}}"
-                     for rule, r in sorted(resources.items()))
-
-
-def variant_bits(v: Any, model_key: str) -> float | None:
-    """Average bits per linear weight of a compressed variant as evaluation holds it (:func:`caldera.bits.
-    average_bits` of its backbone bits, rank and factor bits), or None for the dense model and for a method
-    whose bits it cannot read (counted dense: an upper bound)."""
-    from caldera.bits import average_bits
-
-    cfg = v.config
-    b_q = getattr(cfg, "q_bits", None) or getattr(cfg, "bits", None)
-    if v.method == "dense" or not isinstance(b_q, (int, float)):
-        return None
-    rank = int(getattr(cfg, "rank", 0) or getattr(cfg, "lr_rank", 0) or 0)
-    b_lr = max(getattr(cfg, "l_bits", None) or 16, getattr(cfg, "r_bits", None) or 16) if rank else None
-    return average_bits(shapes_of(model_key)[0], b_q, b_lr, rank)
-
-
-def evaluate_memory(config: dict[str, Any], variants: list[Any], model_key: str,
-                    device_gb: float) -> dict[str, float]:
-    """Peak memory of the evaluate jobs of ``variants`` (one model's): per side the largest over the jobs. The
-    dense model streams when it must (:func:`evaluate_streams`); a compressed variant is held whole at its
-    :func:`variant_bits` (dense-sized with ``eval.weights: reconstructed``, which materializes every Ŵ)."""
-    reconstructed = (config["eval"].get("weights") or "compressed") == "reconstructed"
-    mems = [job_memory(Rule.EVALUATE, model_key, config, device_gb=device_gb,
-                       bits=None if reconstructed and v.method != "dense" else variant_bits(v, model_key))
-            for v in variants]
-    if reconstructed and any(v.method != "dense" for v in variants):  # a materialized model never streams
-        lin = dense_eval_bytes(model_key) * 1e-9
-        mems.append({"host": lin, "device": lin})
-    return {side: max(m[side] for m in mems) for side in ("host", "device")}
 
 
 def estimate(config: dict[str, Any], costs: dict[str, Any], device_gb: float | None = None) -> dict[str, Any]:
@@ -505,7 +316,7 @@ def estimate(config: dict[str, Any], costs: dict[str, Any], device_gb: float | N
         # evaluate: every variant, dense included (layer-streamed when it does not fit the device)
         ev_variants = [v for v in [*variants.values(), *ft_variants] if v.model == mkey]
         T = max(spec["seq_len"] for spec in config["eval"]["ppl"].values())
-        per_tok_eval = n_layers * forward_flops_per_token(h, f, heads * hd, kv * hd, T) + 2 * h * _vocab(shape_key)
+        per_tok_eval = n_layers * forward_flops_per_token(h, f, heads * hd, kv * hd, T) + 2 * h * vocab_size(shape_key)
 
         # the forwards of each variant's evaluate job (lm_head included; replicates: perplexity only)
         ev_s = {v.id: predict(costs, "forward", eval_tokens(config, v.replicate_of is None or replicate_zeroshot,

@@ -259,10 +259,10 @@ def corpus_tokens(config: dict[str, Any], corpus: str) -> int:
 
 
 def zeroshot_work(config: dict[str, Any]) -> int:
-    """Zero-shot request tokens of one evaluation (:func:`caldera.experiments.planning.cost.zeroshot_tokens` over the
+    """Zero-shot request tokens of one evaluation (:func:`caldera.experiments.planning.workload.zeroshot_tokens` over the
     tasks
     at ``eval.zeroshot.limit``): the unit zero-shot time is priced in (tasks differ in choices and length)."""
-    from caldera.experiments.planning.cost import zeroshot_tokens
+    from caldera.experiments.planning.workload import zeroshot_tokens
 
     zs = config["eval"].get("zeroshot") or {}
     return sum(zeroshot_tokens(t, zs.get("limit")) for t in zs.get("tasks") or [])
@@ -286,7 +286,8 @@ def law_layer_seconds(costs: dict[str, Any], config: dict[str, Any], v: Any) -> 
     """The component laws' seconds for one decoder layer of variant ``v`` (its four Hessian contexts and seven
     matrices at the config's rank and iterations): the relative cost of one layer, which the profile scales to
     the machine."""
-    from caldera.experiments.planning.cost import method_matrix_seconds, predict, shapes_of
+    from caldera.experiments.planning.cost import method_matrix_seconds, predict
+    from caldera.experiments.planning.workload import shapes_of
 
     shapes = shapes_of(config["models"][v.model]["shapes"])[0]
     groups = (shapes[0][1], shapes[3][1], shapes[4][1], shapes[6][1])
@@ -313,8 +314,8 @@ def lora_work(config: dict[str, Any], task: str) -> dict[str, float]:
     the held-out set at each checkpoint and at the end, and the best and the final model on the task's evaluation
     data (the language-modelling task: the Wiki2 windows of ``eval.ppl``; a classification task: its documents
     at ``eval.zeroshot.limit``, one block each)."""
-    from caldera.experiments.planning.cost import ZEROSHOT_DOCS
     from caldera.experiments.planning.loraft_rows import LM_TASK
+    from caldera.experiments.planning.workload import ZEROSHOT_DOCS
 
     t = config["lora_ft"]["tasks"][task]
     n_ck = int(config["lora_ft"]["n_checkpoints"])
@@ -333,8 +334,9 @@ def selection_units(config: dict[str, Any], costs: dict[str, Any]) -> float:
     """The component laws' seconds of the selection sweep: per model, its layers × matrices × (QuIP# once, each
     candidate at each factor precision and rank), at ``selection.iters``; the unit the profile scales."""
     from caldera.config import CalderaConfig
-    from caldera.experiments.planning.cost import decompose_seconds, method_matrix_seconds, predict, shapes_of
+    from caldera.experiments.planning.cost import decompose_seconds, method_matrix_seconds, predict
     from caldera.experiments.planning.settings import SelectionSettings
+    from caldera.experiments.planning.workload import shapes_of
 
     sel = SelectionSettings.from_block(config["selection"])
     names = SHORT_NAMES

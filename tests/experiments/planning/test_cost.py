@@ -7,6 +7,8 @@ import json
 import pytest
 
 from caldera.experiments.planning import cost as C
+from caldera.experiments.planning import workload as W
+from tests.helpers import fake_costs
 
 
 def test_fit_recovers_a_known_law():
@@ -20,14 +22,6 @@ def test_fit_recovers_a_known_law():
         true[0] * 4096**3 + true[1] * 4096**2, rel=1e-6)
 
 
-def _fake_costs(device="cpu"):
-    coef = {"prepare": [1e-10, 0], "ldlq": [2e-10, 1e-7], "hessian_update": [1e-10, 1e-10], "error": [1e-10],
-            "svd_exact": [5e-10], "svd_randomized": [1e-10], "lplr_iter": [1e-10, 1e-8],
-            "hessian_accumulate": [2e-11], "forward": [2e-11]}
-    return {"format": C.FORMAT, "device": device, "threads": 2, "torch": "x", "points": {},
-            "components": {k: {"coef": v} for k, v in coef.items()}}
-
-
 def test_missing_device_costs_are_an_error_not_a_guess(tmp_path):
     with pytest.raises(FileNotFoundError, match="measure_costs.py --device cuda"):
         C.load_costs("cuda", tmp_path / "costs-cuda.json")
@@ -36,7 +30,7 @@ def test_missing_device_costs_are_an_error_not_a_guess(tmp_path):
 def test_estimate_scales_with_the_config():
     """Twice the outer iterations: the compression about doubles; 70B jobs need more memory than 7B's."""
     cfg = C.load_workflow_config("config/paper.yaml")
-    costs = _fake_costs()
+    costs = fake_costs()
     a = C.estimate(cfg, costs)
     cfg["methods"]["caldera"]["params"] = {"preset": "paper", "outer_iters": 30}
     b = C.estimate(cfg, costs)
@@ -52,7 +46,7 @@ def test_warm_svd_costs_one_range_finder_and_cheaper_subspace_iterations():
     ``svd_gram`` component (the exact Gram route) does not enter the prediction."""
     from caldera.config import CalderaConfig
 
-    costs = _fake_costs()
+    costs = fake_costs()
     n, d = 4096, 11008
     cfg = CalderaConfig.preset("paper", rank=256)
     sec = {s: C.decompose_seconds(costs, n, d, cfg.replace(svd=s)) for s in ("exact", "randomized", "warm")}
@@ -65,111 +59,22 @@ def test_warm_svd_costs_one_range_finder_and_cheaper_subspace_iterations():
     assert C.decompose_seconds(costs, n, d, cfg.replace(svd="warm")) == pytest.approx(sec["warm"])
 
 
-def test_slurm_profile_memory_and_gpus_come_from_caldera_cost():
-    """The SLURM profile's mem_mb and gpu requests are `caldera cost --device cuda --slurm`'s (memory needs no
-    timings); every rule that runs the engine or a forward gets a GPU."""
-    from caldera.strict_yaml import load_yaml_strict
-
-    want = C.slurm_resources(C.load_workflow_config("config/paper.yaml"), None)
-    profile = load_yaml_strict("workflow/profiles/slurm/config.yaml")["set-resources"]
-    assert {"hessians", "compress_layers", "evaluate"} <= set(want)  # paper.yaml: one layer per compression job
-    for rule in C.GPU_RULES:
-        assert profile[rule]["gpu"] == 1, rule
-        if rule in want:
-            assert want[rule]["gpu"] == 1 and profile[rule]["mem_mb"] == want[rule]["mem_mb"], rule
-    # a variant of one chunk (compress_variant) needs what its compress_layers job would
-    assert profile["compress_variant"] == profile["compress_layers"]
-    # a seed replicate of one chunk (replicate) needs what its evaluate job would, and more time
-    assert profile["replicate"]["mem_mb"] == profile["evaluate"]["mem_mb"]
-    assert profile["replicate"]["runtime"] >= profile["evaluate"]["runtime"]
-    # 70B: one layer per compression job fits far below a node (the whole model never loads there)
-    assert want["compress_layers"]["mem_mb"] < 32000
-
-
-def test_slurm_profile_runtimes_are_caldera_cost_from_the_committed_cuda_costs():
-    """With ``benchmarks/results/costs-cuda.json`` committed, every runtime `caldera cost --slurm` predicts is the
-    profile's; the rules it does not price run its rules' work (compress_variant, profile_layers: compress_layers;
-    replicate: compress_variant then evaluate)."""
-    from caldera.strict_yaml import load_yaml_strict
-
-    want = C.slurm_resources(C.load_workflow_config("config/paper.yaml"), C.load_costs("cuda"))
-    profile = load_yaml_strict("workflow/profiles/slurm/config.yaml")["set-resources"]
-    for rule, res in want.items():
-        assert profile[rule]["runtime"] == res["runtime"], rule
-    for rule in ("compress_variant", "profile_layers"):
-        assert profile[rule]["runtime"] == want["compress_layers"]["runtime"], rule
-    assert profile["replicate"]["runtime"] == want["compress_layers"]["runtime"] + want["evaluate"]["runtime"]
-
-
-def test_slurm_runtime_from_measured_costs_scales_with_the_prediction():
-    cfg = C.load_workflow_config("config/paper.yaml")
-    a = C.slurm_resources(cfg, _fake_costs("cuda"))
-    costs = _fake_costs("cuda")
-    costs["components"]["ldlq"]["coef"] = [x * 10 for x in costs["components"]["ldlq"]["coef"]]
-    b = C.slurm_resources(cfg, costs)
-    assert b["compress_layers"]["runtime"] > a["compress_layers"]["runtime"] >= 10
-    assert "runtime" not in C.slurm_resources(cfg, None)["compress_layers"]
-
-
 def test_a_per_matrix_rank_method_adds_its_profile_jobs_to_the_estimate():
     """caldera-rank-per-layer beside the 7B rank-256 row: one profile job per compression chunk (an LDLQ and a
     full SVD per matrix: priced above the LDLQ alone), and its compression priced as CALDERA's at the same rank."""
     cfg = C.load_workflow_config("config/paper.yaml")
-    costs = _fake_costs()
+    costs = fake_costs()
     base = C.estimate(cfg, costs)["llama-2-7b"]["rules"]
     cfg["extra_methods"] = [{"name": "rpl", "method": "caldera-rank-per-layer",
                              "beside": ["llama-2-7b-caldera-r256-lr4"]}]
     est = C.estimate(cfg, costs)["llama-2-7b"]
     prof = est["rules"]["profile_layers"]
     assert prof["jobs"] == 32 // int(cfg.get("layers_per_job", 1))  # LLaMa-2 7B: 32 decoder layers
-    shapes, _, _ = C.shapes_of("llama-2-7b")
+    shapes, _, _ = W.shapes_of("llama-2-7b")
     ldlq_only = 32 * sum(C.predict(costs, "ldlq", n, d, 0) for n, d in shapes)
     assert prof["total_s"] > ldlq_only
     added = est["rules"]["compress_layers"]["total_s"] - base["compress_layers"]["total_s"]
     assert added == pytest.approx(est["caldera_variant_hours"]["llama-2-7b-caldera-r256-lr4"] * 3600)
-
-
-def test_70b_evaluate_streams_and_fits_a_gpu_and_the_slurm_profile():
-    """Dense LLaMa-2 70B (138 GB in fp16) is over 80 % of an 80 GB GPU, so its evaluation streams its
-    layers: one layer + embeddings/head + one window on the device, the hidden states of the largest pass (256
-    C4 windows x 4096 tokens x 8192 x 2 bytes = 17.2 GB) + one layer on the host. The whole-model numbers come
-    back with stream_layers: never, and a 7B model never streams."""
-    from caldera.strict_yaml import load_yaml_strict
-
-    cfg = C.load_workflow_config("config/paper.yaml")
-    dense = C.job_memory("evaluate", "llama-2-70b", cfg)
-    layer = sum(n * d for n, d in C.shapes_of("llama-2-70b")[0]) * 2 * 1e-9
-    states = 256 * 4096 * 8192 * 2 * 1e-9
-    assert dense["host"] == pytest.approx(states + layer, rel=1e-6)
-    assert layer < dense["device"] < 6 and dense["host"] < 20
-    whole = C.job_memory("evaluate", "llama-2-70b", {**cfg, "eval": {**cfg["eval"], "stream_layers": "never"}})
-    assert whole["host"] > 130 and whole["device"] > 130
-    assert C.job_memory("evaluate", "llama-2-70b", cfg, device_gb=1000) == whole  # a device it fits: in memory
-    assert not C.evaluate_streams(cfg, "llama-2-7b", 80.0) and C.evaluate_streams(cfg, "llama-2-70b", 80.0)
-    est = C.estimate(cfg, _fake_costs("cuda"))
-    row = est["llama-2-70b"]["rules"]["evaluate"]
-    assert row["stream"] and not est["llama-2-13b"]["rules"]["evaluate"]["stream"]
-    assert row["mem_gb"]["device"] < 0.8 * C.DEVICE_GB["cuda"] and row["mem_gb"]["host"] < 25
-    # the row's largest job is a compressed variant held whole (~2.2 bits per weight), above the streamed dense one
-    assert row["mem_gb"]["device"] > dense["device"]
-    # the SLURM profile's per-job memory holds every evaluate job
-    want = C.slurm_resources(cfg, None)["evaluate"]["mem_mb"]
-    profile = load_yaml_strict("workflow/profiles/slurm/config.yaml")
-    assert want == profile["set-resources"]["evaluate"]["mem_mb"] <= profile["default-resources"]["mem_mb"]
-    # the time: the same forwards plus one read of the checkpoint per pass (and the state copies on a GPU)
-    never = C.estimate({**cfg, "eval": {**cfg["eval"], "stream_layers": "never"}}, _fake_costs("cuda"))
-    extra = row["s_per_job"] - never["llama-2-70b"]["rules"]["evaluate"]["s_per_job"]
-    assert extra == pytest.approx(C.stream_seconds(cfg, "llama-2-70b", True)) and extra > 3 * 138 / C.STREAM_READ_GBPS
-    # ... for the dense job alone: the rule's hours count it once, not once per variant
-    hours = row["hours"] - never["llama-2-70b"]["rules"]["evaluate"]["hours"]
-    assert hours * 3600 == pytest.approx(extra)
-
-
-def test_eval_pass_tokens_are_the_corpora_then_zero_shot():
-    cfg = C.load_workflow_config("config/paper.yaml")
-    passes = C.eval_pass_tokens(cfg)
-    assert passes[:2] == [C.STREAM_TOKENS["wikitext2"], 256 * 4096] and len(passes) == 3
-    assert sum(passes) == C.eval_tokens(cfg)
 
 
 def test_zero_shot_tokens_follow_the_limit_and_every_job_of_the_run_is_counted():
@@ -177,14 +82,14 @@ def test_zero_shot_tokens_follow_the_limit_and_every_job_of_the_run_is_counted()
     RHT-fine-tuned variants evaluated: the job counts are the workflow's."""
     from caldera.experiments.planning.plan import all_variants, replicate_variants, rhtft_variants
 
-    assert C.zeroshot_tokens("caldera_arc_easy", None) == 2376 * 4 * 40
-    assert C.zeroshot_tokens("caldera_arc_easy", 8) == 8 * 4 * 40 and C.zeroshot_tokens("arc_easy", 0.5) == 1188 * 160
+    assert W.zeroshot_tokens("caldera_arc_easy", None) == 2376 * 4 * 40
+    assert W.zeroshot_tokens("caldera_arc_easy", 8) == 8 * 4 * 40 and W.zeroshot_tokens("arc_easy", 0.5) == 1188 * 160
     cfg = C.load_workflow_config("config/mini.yaml")
-    passes = C.eval_pass_tokens(cfg)
+    passes = W.eval_pass_tokens(cfg)
     limit = cfg["eval"]["zeroshot"]["limit"]
-    assert passes[-1] == sum(C.zeroshot_tokens(t, limit) for t in cfg["eval"]["zeroshot"]["tasks"]) < 20_000
-    assert C.eval_pass_tokens(cfg, zeroshot=False) == passes[:-1]
-    est = C.estimate(cfg, _fake_costs())
+    assert passes[-1] == sum(W.zeroshot_tokens(t, limit) for t in cfg["eval"]["zeroshot"]["tasks"]) < 20_000
+    assert W.eval_pass_tokens(cfg, zeroshot=False) == passes[:-1]
+    est = C.estimate(cfg, fake_costs())
     variants = all_variants(cfg)
     reps = replicate_variants(cfg, variants)
     for m in cfg["models"]:
@@ -204,7 +109,7 @@ def test_zero_shot_tokens_follow_the_limit_and_every_job_of_the_run_is_counted()
         primaries = [vid for vid in reps if variants[vid].model == m and vid in compressions]
         assert rules["replicate"]["s_per_job"] > max(compressions[p] for p in primaries) * 3600
     # the same config in chunks of layers: the replicates are compress_layers jobs and evaluate jobs again
-    est = C.estimate({**cfg, "layers_per_job": 1}, _fake_costs())
+    est = C.estimate({**cfg, "layers_per_job": 1}, fake_costs())
     for m in cfg["models"]:
         n_rep = sum(len(r) - 1 for vid, r in reps.items() if variants[vid].model == m)
         own = [v for v in variants.values() if v.model == m]
@@ -219,7 +124,7 @@ def test_check_compares_each_rule_with_a_runs_timings_and_names_the_rules_that_a
     from caldera.cli import main
 
     cfg = C.load_workflow_config("config/smoke.yaml")
-    costs = _fake_costs()
+    costs = fake_costs()
     est = C.estimate(cfg, costs)
     pred = {r: sum(e["rules"][r]["hours"] * 3600 for e in est.values() if r in e["rules"])
             for r in ("hessians", "compress_variant", "evaluate")}
