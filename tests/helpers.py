@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import torch
 
 from caldera.quantizers.base import Quantizer
 from caldera.synthetic import llm_like  # noqa: F401  (re-exported for tests)
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def at_thread_counts(fn, counts=(1, 2)) -> list:
@@ -165,3 +168,55 @@ def fake_costs(device="cpu"):
             "hessian_accumulate": [2e-11], "forward": [2e-11]}
     return {"format": "caldera-costs/1", "device": device, "threads": 2, "torch": "x", "points": {},
             "components": {k: {"coef": v} for k, v in coef.items()}}
+
+
+def bench_file(results: Path, rule: str, job: str, s: float) -> None:
+    p = results / "benchmarks" / rule / f"{job}.tsv"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(f"s\th:m:s\tmax_rss\tcpu_time\n{s}\t0:00:00\t100.0\t{s}\n")
+
+
+def timing_file(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+
+
+#: the fixed parts and rates :func:`fake_timed_run` makes its jobs of
+FAKE_RATES = {"eval_fixed_s": 15.0, "corpus_fixed_s": 2.0, "token_s": 0.004, "kl_token_s": 0.001,
+        "zeroshot_token_s": 0.005, "compress_fixed_s": 12.0, "layer_setup_s": 0.7}
+
+
+def fake_timed_run(tmp_path: Path, config: dict, costs: dict, scale: float = 3.0) -> Path:
+    """A results folder of ``config`` whose evaluate and compress_variant jobs took exactly what :data:`FAKE_RATES`
+    and an engine ``scale`` say (step timing files included), every other job absent."""
+    from caldera.experiments.planning.job_plan import eval_parts, law_layer_seconds, plan_jobs
+
+    results = tmp_path / "results"
+    for job in plan_jobs(config):
+        v = job.variant
+        if job.rule == "evaluate" and job.model == "smollm2":
+            parts = eval_parts(config, v)
+            steps = {f"ppl_{c}": FAKE_RATES["corpus_fixed_s"] + t * FAKE_RATES["token_s"]
+                     + (t * FAKE_RATES["kl_token_s"] if c == parts["kl"] else 0.0) for c, t in parts["corpora"].items()}
+            if parts["zeroshot"]:
+                steps["zeroshot"] = parts["zeroshot"] * FAKE_RATES["zeroshot_token_s"]
+            for name, s in steps.items():
+                timing_file(results / "eval" / v.id / f"{name}.timing.json", {"wall_s": s})
+            bench_file(results, "evaluate", job.name, FAKE_RATES["eval_fixed_s"] + sum(steps.values()))
+        if job.rule == "compress_variant" and job.model == "smollm2":
+            law = law_layer_seconds(costs, config, v)
+            mats = scale * law  # one layer's matrices
+            for li in range(job.extra["layers"]):
+                timing_file(results / "compressed" / v.id / "chunks/000" / f"layer_{li:03d}.timing.json",
+                        {"wall_s": mats + FAKE_RATES["layer_setup_s"], "matrices": {"q_proj": {"wall_s": mats}}})
+            bench_file(results, "compress_variant", job.name,
+                   FAKE_RATES["compress_fixed_s"] + job.extra["layers"] * (mats + FAKE_RATES["layer_setup_s"]))
+    return results
+
+
+def workflow_config(name: str) -> dict:
+    """``config/<name>.yaml`` as the workflow reads it
+    (:func:`caldera.experiments.planning.cost.load_workflow_config`)."""
+    from caldera.experiments.planning.cost import load_workflow_config
+
+    return load_workflow_config(ROOT / "config" / f"{name}.yaml")

@@ -24,21 +24,21 @@ def cmd_cost(args: argparse.Namespace) -> int:
         print(slurm_yaml(slurm_resources(config, costs, device=args.device)))
         return 0
     costs = load_costs(args.device, args.costs)
-    from caldera.experiments.planning import job_costs
+    from caldera.experiments.planning import job_costs, job_profile
 
     if args.calibrate:
         from caldera.atomic import write_json
 
         try:
-            profile = job_costs.calibrate(args.calibrate, config, costs, source=args.calibrate)
+            profile = job_profile.calibrate(args.calibrate, config, costs, source=args.calibrate)
         except ValueError as e:
             raise CLIError(f"--calibrate {args.calibrate}: {e}") from None
-        out = args.profile or str(job_costs.profile_file(args.device))
+        out = args.profile or str(job_profile.profile_file(args.device))
         write_json(out, profile)
         print(f"wrote {out}: the job costs of run `{profile['run']}` ({', '.join(profile['models'])})")
         return 0
-    profile = job_costs.load_profile(args.device, args.profile)
-    why = job_costs.covers(profile, config, costs) if profile is not None else None
+    profile = job_profile.load_profile(args.device, args.profile)
+    why = job_profile.covers(profile, config, costs) if profile is not None else None
     if why:
         print(f"# {why}: the engine's component laws only", file=sys.stderr)
         profile = None

@@ -10,8 +10,7 @@ import pytest
 
 from caldera.cli import main
 from caldera.experiments.planning.cost import load_costs, load_workflow_config
-from tests.experiments.planning.test_job_costs import _fake_run
-from tests.helpers import fake_costs
+from tests.helpers import fake_costs, fake_timed_run
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE, MINI = str(ROOT / "config/smoke.yaml"), str(ROOT / "config/mini.yaml")
@@ -64,7 +63,7 @@ def test_slurm_without_measured_costs_requests_gpus_only_for_cuda(tmp_path, caps
 def test_calibrated_profile_prices_the_config_and_checks_the_run(tmp_path, capsys):
     """--calibrate writes the profile of a finished run; with it the report is the per-job prediction, and --check
     of that same run finds every predicted job at its measured time."""
-    run = _fake_run(tmp_path, load_workflow_config(MINI), load_costs("cpu"))
+    run = fake_timed_run(tmp_path, load_workflow_config(MINI), load_costs("cpu"))
     prof = tmp_path / "jobs.json"
     assert main(["cost", "--configfile", MINI, "--calibrate", str(run), "--profile", str(prof)]) == 0
     assert capsys.readouterr().out == f"wrote {prof}: the job costs of run `mini` (smollm2)\n"
@@ -79,7 +78,7 @@ def test_calibrated_profile_prices_the_config_and_checks_the_run(tmp_path, capsy
 
 
 def test_a_profile_of_other_models_falls_back_to_the_laws(tmp_path, capsys):
-    run = _fake_run(tmp_path, load_workflow_config(MINI), load_costs("cpu"))
+    run = fake_timed_run(tmp_path, load_workflow_config(MINI), load_costs("cpu"))
     prof = tmp_path / "jobs.json"
     assert main(["cost", "--configfile", MINI, "--calibrate", str(run), "--profile", str(prof)]) == 0
     capsys.readouterr()
@@ -93,15 +92,15 @@ def test_a_profile_of_other_models_falls_back_to_the_laws(tmp_path, capsys):
 def test_check_by_the_laws_reads_a_results_folder_or_a_timings_file_alike(tmp_path, capsys):
     """Without a profile for the config (the component laws), --check compares per rule, and a run's results
     folder gives the same comparison as the timings.json summing the same jobs."""
-    run = _fake_run(tmp_path, load_workflow_config(MINI), load_costs("cpu"))
+    run = fake_timed_run(tmp_path, load_workflow_config(MINI), load_costs("cpu"))
     prof = tmp_path / "jobs.json"
     assert main(["cost", "--configfile", MINI, "--calibrate", str(run), "--profile", str(prof)]) == 0
     capsys.readouterr()
     argv = ["cost", "--configfile", "config/paper.yaml", "--profile", str(prof)]  # a profile of other models
-    from caldera.experiments.planning import job_costs
+    from caldera.experiments.planning import job_profile
     from caldera.experiments.report.timings import step_timings
 
-    step_timings(job_costs.read_benchmarks(run / "benchmarks"), "mini", str(tmp_path / "timings.json"))
+    step_timings(job_profile.read_benchmarks(run / "benchmarks"), "mini", str(tmp_path / "timings.json"))
     outs = []
     for where in (run, tmp_path / "timings.json"):
         assert main([*argv, "--check", str(where)]) == 0, where

@@ -121,11 +121,11 @@ def restore_file(record_dir: str | os.PathLike, path: str, *, root: str | os.Pat
 
 
 def run_timings(bench_dir: str | os.PathLike, record_dir: str | os.PathLike | None = None) -> tuple[list[dict], int]:
-    """Every job of the run once, as :func:`caldera.experiments.planning.job_costs.read_benchmarks` gives it, and how
+    """Every job of the run once, as :func:`caldera.experiments.planning.job_profile.read_benchmarks` gives it, and how
     many of them ran in earlier sittings: the run's own benchmarks in ``bench_dir``, plus each job of
     ``record_dir`` (adopted, or timing-only) that the run has not measured again. A benchmark whose bytes are the
     recorded ones is that earlier measurement (restored with its job); it keeps its recorded end time."""
-    from caldera.experiments.planning.job_costs import read_benchmarks
+    from caldera.experiments.planning.job_profile import read_benchmarks
 
     bench_dir = Path(bench_dir)
     own = read_benchmarks(bench_dir)

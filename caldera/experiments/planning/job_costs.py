@@ -1,567 +1,51 @@
 """Every job of a workflow config and its predicted wall time on one machine, per rule and stage.
 
-``caldera cost`` prices the engine from component laws (:mod:`caldera.experiments.planning.cost`); a small run's jobs
-spend
-most of their time elsewhere: the interpreter and imports, loading the model and the Hessians, per-layer setup and
-writes, perplexity windows, zero-shot documents, fine-tuning steps. This module models each job as
+``caldera cost`` prices the engine from component laws (:mod:`caldera.experiments.planning.cost`); a small run's
+jobs spend most of their time elsewhere: the interpreter and imports, loading the model and the Hessians, per-layer
+setup and writes, perplexity windows, zero-shot documents, fine-tuning steps. This module models each job as
 
     fixed part (start-up, model load) + Σ rate × work,
 
-with the work read from the config (windows × tokens per corpus, zero-shot requests, layers, the engine's law for
-a matrix at the config's rank and iterations, training tokens) and the fixed parts and rates measured on the
-machine from one finished run (:func:`calibrate`: its Snakemake benchmark files and the timing files its jobs
-write beside their results). :func:`plan_jobs` lists the jobs the workflow runs for a config (rule, job name,
-model), :func:`predict` prices each one, and :func:`check` compares the prediction with a run's timings, per job,
-rule and stage, and says where the model is off.
-
-The profile is specific to a machine type (``benchmarks/results/jobs-cpu-<type>.json``, :func:`machine_type`); on
-a type with no profile of its own another type's is used, and the reports say so. A config whose models are not in
-it, or a device it was not measured on, is priced by the component laws alone.
+with the jobs and their work read from the config (:mod:`caldera.experiments.planning.job_plan`: windows × tokens
+per corpus, zero-shot requests, layers, the engine's law for a matrix at the config's rank and iterations, training
+tokens) and the fixed parts and rates from the machine type's job profile
+(:mod:`caldera.experiments.planning.job_profile`, measured from one finished run). :func:`predict` prices each job,
+and :func:`check` compares the prediction with a run's timings, per job, rule and stage, and says where the model
+is off. A config whose models are not in the profile, or a device it was not measured on, is priced by the
+component laws alone.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
-import statistics
-import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from caldera.experiments.planning import job_profile
+from caldera.experiments.planning.job_plan import (
+    PlannedJob,
+    ablations_law,
+    corpus_tokens,
+    eval_parts,
+    law_layer_seconds,
+    lora_work,
+    model_layers,
+    plan_jobs,
+    rhtft_work,
+    selection_units,
+    seq_tokens,
+)
+from caldera.experiments.planning.job_profile import (
+    CONSTANT_RULES,
+    SMALL_JOB,
+    covers,
+    load_profile,
+    other_machine,
+    read_benchmarks,
+)
 from caldera.experiments.planning.rules import STAGES, Rule
-from caldera.pipeline.linears import SHORT_NAMES
-
-FORMAT = "caldera-job-costs/1"
-
-#: rules priced by a constant per job (the calibration run's median): they read small files and write a report
-CONSTANT_RULES = (Rule.ASSETS, Rule.ALLOCATE, Rule.WEIGHT_SPECTRA, Rule.FIGURE3_DATA, Rule.PLOT_FIGURE,
-                  Rule.PLOT_RANKS, Rule.MAKE_TABLE, Rule.PENDING_TABLE, Rule.THEORY_REPORT, Rule.CLAIMS,
-                  Rule.THROUGHPUT, Rule.THROUGHPUT_TABLE, Rule.LORA_TABLE, Rule.TIMINGS, Rule.ASSEMBLE_CHECKPOINT)
-#: what a job that the calibration run did not have costs: the median of its small report jobs
-SMALL_JOB = Rule.MAKE_TABLE
-
-
-@dataclass(frozen=True)
-class PlannedJob:
-    """One job of the workflow: its rule, its benchmark file's name (``name``), its model and what it prices."""
-
-    rule: str
-    name: str
-    model: str | None = None
-    variant: Any = None  # caldera.experiments.planning.variants.Variant
-    extra: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
-
-    @property
-    def stage(self) -> str:
-        return STAGES.get(self.rule, self.rule)
-
-
-def machine_type(cpuinfo: str | None = None) -> str:
-    """This machine's type as job profiles name it: the CPU's vendor and family from ``/proc/cpuinfo``'s model name
-    and the widest vector unit its flags announce (``amx``, ``avx512``, ``avx2`` or ``base``), e.g.
-    ``intel-xeon-amx`` or ``amd-epyc-avx2``. The native kernels and oneDNN pick their code by that unit, so two
-    machines of one type run a job at about the same speed; across types a stage differs by up to ×2.
-    ``cpuinfo``: the file's text (read from the machine when None); without it, the OS and architecture."""
-    import platform
-
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            cpuinfo = ""
-    model = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.M)
-    flags = re.search(r"^(?:flags|Features)\s*:\s*(.+)$", cpuinfo, re.M)
-    if not model:
-        return f"{platform.system()}-{platform.machine()}".lower() or "unknown"
-    name = re.sub(r"\((?:r|tm)\)|\bprocessor\b|\bcpu\b|@.*$", " ", model.group(1), flags=re.I)
-    family = "-".join(re.findall(r"[a-z0-9]+", name.lower())[:2]) or "cpu"
-    have = set(flags.group(1).split()) if flags else set()
-    unit = next((u for u, f in (("amx", "amx_tile"), ("avx512", "avx512f"), ("avx2", "avx2")) if f in have), "base")
-    return f"{family}-{unit}"
-
-
-def profile_file(device: str, machine: str | None = None) -> Path:
-    """Where the job profile of ``device`` on a machine of type ``machine`` (:func:`machine_type`, this one's by
-    default) lives, beside the component costs: ``jobs-cpu-<machine>.json``, ``jobs-<device>.json`` for a GPU."""
-    from caldera.experiments.planning.cost import COSTS_DIR
-
-    if device != "cpu":
-        return COSTS_DIR / f"jobs-{device}.json"
-    return COSTS_DIR / f"jobs-cpu-{machine or machine_type()}.json"
-
-
-def load_profile(device: str, path: str | Path | None = None) -> dict[str, Any] | None:
-    """The job profile (:func:`calibrate`) of ``device`` on this machine type, else one measured on another type
-    (its ``machine`` then differs from :func:`machine_type`, and the reports say so), or None when none was
-    measured; ``ValueError`` for a file of another format."""
-    from caldera.experiments.planning.cost import COSTS_DIR
-
-    if path:
-        p = Path(path)
-        if not p.is_file():
-            raise ValueError(f"{p}: no such job profile")
-    else:
-        p = profile_file(device)
-        if not p.is_file():
-            others = sorted(COSTS_DIR.glob(f"jobs-{device}-*.json")) if device == "cpu" else []
-            if not others:
-                return None
-            p = others[0]
-    prof = json.loads(p.read_text())
-    if prof.get("format") != FORMAT:
-        raise ValueError(f"{p}: not a {FORMAT} file")
-    return prof
-
-
-def other_machine(profile: dict[str, Any]) -> str | None:
-    """The machine type ``profile`` was measured on when it is not this one's (None when it is, or for a GPU
-    profile, which names no type)."""
-    theirs = profile.get("machine")
-    return theirs if theirs and theirs != machine_type() else None
-
-
-def covers(profile: dict[str, Any], config: dict[str, Any], costs: dict[str, Any]) -> str | None:
-    """Why the profile cannot price ``config`` with ``costs`` (None when it can): it measured none of the
-    config's models, or it was calibrated against other component costs (its engine scales are relative to
-    them)."""
-    if not any(m in (profile.get("models") or {}) for m in config["models"]):
-        return f"the job profile ({profile.get('run')}) measured none of this config's models"
-    if profile.get("costs_measured_at") != costs.get("measured_at"):
-        return (f"the job profile was calibrated against the component costs of {profile.get('costs_measured_at')}, "
-                f"not these ({costs.get('measured_at')}); recalibrate with --calibrate")
-    return None
-
-
-# ------------------------------------------------------------------------------------------ benchmarks
-
-
-def read_benchmarks(bench_dir: str | Path) -> list[dict[str, Any]]:
-    """One record per finished job from ``<bench_dir>/<rule>/<job>.tsv`` (the layout of the rules' ``benchmark:``):
-    rule, job name, stage, wall seconds ``s``, CPU seconds, peak RSS (MB) and end time (the file's mtime)."""
-    out = []
-    for path in sorted(Path(bench_dir).glob("*/*.tsv")):
-        lines = path.read_text().splitlines()
-        if len(lines) < 2:
-            continue
-        row = dict(zip(lines[0].split("\t"), lines[1].split("\t")))
-        try:
-            s, rss = float(row["s"]), float(row.get("max_rss", "nan"))
-        except (KeyError, ValueError):
-            continue
-        try:
-            cpu = float(row.get("cpu_time", "nan"))
-        except ValueError:
-            cpu = math.nan
-        rule = path.parent.name
-        out.append({"stage": STAGES.get(rule, rule), "rule": rule, "job": path.stem, "s": s, "cpu_s": cpu,
-                    "max_rss_mb": rss, "end": path.stat().st_mtime})
-    return out
-
-
-# ------------------------------------------------------------------------------------------ the jobs
-
-
-def _layers(config: dict[str, Any], model: str) -> list[int]:
-    return list(range(int(config["models"][model]["num_layers"]))) if config.get("layers") is None \
-        else list(config["layers"])
-
-
-def _chunks(config: dict[str, Any], model: str) -> list[list[int]]:
-    layers, k = _layers(config, model), int(config.get("layers_per_job", 1))
-    return [layers[i:i + k] for i in range(0, len(layers), k)]
-
-
-def plan_jobs(config: dict[str, Any]) -> list[PlannedJob]:
-    """Every job the workflow runs for ``config``, as its rules name them (``workflow/rules``)."""
-    from caldera.experiments.planning.loraft_rows import TASKS as LORA_TASKS
-    from caldera.experiments.planning.loraft_rows import lora_rows
-    from caldera.experiments.planning.plan import (
-        all_variants,
-        has_model_plan,
-        pending_tables,
-        replicate_variants,
-        rhtft_variants,
-    )
-    from caldera.experiments.planning.throughput_rows import TABLE as THROUGHPUT_TABLE
-    from caldera.experiments.planning.throughput_rows import throughput_variants
-
-    variants = all_variants(config)
-    reps = replicate_variants(config, variants)
-    variants.update({r.id: r for rs in reps.values() for r in rs[1:]})
-    ft = rhtft_variants(config)
-    jobs = [PlannedJob(Rule.ASSETS, "assets")]
-    jobs += [PlannedJob(Rule.HESSIANS, m, m) for m in config["models"]]
-    if (config.get("eval") or {}).get("distribution"):
-        jobs += [PlannedJob(Rule.DENSE_REFERENCE, m, m) for m in config["models"]]
-    for v in sorted(variants.values(), key=lambda v: v.id):
-        if v.method == "dense":
-            jobs.append(PlannedJob(Rule.EVALUATE, v.id, v.model, v))
-            continue
-        chunks = _chunks(config, v.model)
-        if has_model_plan(v):
-            jobs += [PlannedJob(Rule.PROFILE_LAYERS, f"{v.id}_{c:03d}", v.model, v, {"layers": len(ch)})
-                     for c, ch in enumerate(chunks)]
-            jobs.append(PlannedJob(Rule.ALLOCATE, v.id, v.model, v))
-        if len(chunks) == 1 and v.replicate_of is not None:
-            jobs.append(PlannedJob(Rule.REPLICATE, v.id, v.model, v, {"layers": len(chunks[0])}))
-            continue
-        if len(chunks) == 1:
-            jobs.append(PlannedJob(Rule.COMPRESS_VARIANT, v.id, v.model, v, {"layers": len(chunks[0])}))
-        else:
-            jobs += [PlannedJob(Rule.COMPRESS_LAYERS, f"{v.id}_{c:03d}", v.model, v, {"layers": len(ch)})
-                     for c, ch in enumerate(chunks)]
-            jobs.append(PlannedJob(Rule.ASSEMBLE_CHECKPOINT, v.id, v.model, v))
-        jobs.append(PlannedJob(Rule.EVALUATE, v.id, v.model, v))
-    for fv, base in (ft[k] for k in sorted(ft)):
-        jobs.append(PlannedJob(Rule.RHT_FINETUNE, base.id, base.model, base))
-        jobs.append(PlannedJob(Rule.EVALUATE, fv.id, fv.model, fv))
-    rows = lora_rows(config)
-    for row in rows:
-        for task in LORA_TASKS:
-            jobs.append(PlannedJob(Rule.LORA_FINETUNE, f"{row.id}_{task}", row.variant.model, row.variant,
-                                   {"task": task}))
-    if rows:
-        jobs.append(PlannedJob(Rule.LORA_TABLE, "table5"))
-    if config.get("selection"):
-        jobs.append(PlannedJob(Rule.SELECTION, "selection"))
-    tp = throughput_variants(config, variants)
-    jobs += [PlannedJob(Rule.THROUGHPUT, vid, v.model, v) for vid, v in sorted(tp.items())]
-    if tp:
-        jobs.append(PlannedJob(Rule.THROUGHPUT_TABLE, THROUGHPUT_TABLE))
-    if config.get("figures"):
-        from caldera.experiments.planning.figure_plan import figure3_jobs
-        from caldera.experiments.planning.settings import FiguresSettings
-
-        fm = config["figures"]["model"]
-        jobs.append(PlannedJob(Rule.WEIGHT_SPECTRA, "figure1", fm))
-        jobs += [PlannedJob(Rule.ABLATION_TRACES, f"figure3_{t}", fm)
-                 for t in figure3_jobs(FiguresSettings.from_block(config["figures"]))]
-        jobs += [PlannedJob(Rule.FIGURE3_DATA, "figure3", fm), PlannedJob(Rule.LPLR_TRACES, "figure4", fm)]
-        jobs += [PlannedJob(Rule.PLOT_FIGURE, f"figure{n}") for n in (1, 3, 4)]
-    if any(has_model_plan(v) and v.replicate_of is None for v in variants.values()):
-        jobs.append(PlannedJob(Rule.PLOT_FIGURE, "figure_ranks"))  # rule plot_ranks writes its benchmark there
-    pending = pending_tables(config)
-    jobs += [PlannedJob(Rule.MAKE_TABLE, t) for t in config.get("tables", []) if t not in pending]
-    jobs += [PlannedJob(Rule.PENDING_TABLE, t) for t in pending]
-    jobs += [PlannedJob(Rule.THEORY_REPORT, "theory"), PlannedJob(Rule.CLAIMS, "claims")]
-    return jobs
-
-
-# ------------------------------------------------------------------------------------------ work of a job
-
-
-def corpus_tokens(config: dict[str, Any], corpus: str) -> int:
-    spec = config["eval"]["ppl"][corpus]
-    return int(spec["n_windows"]) * int(spec["seq_len"])
-
-
-def zeroshot_work(config: dict[str, Any]) -> int:
-    """Zero-shot request tokens of one evaluation (:func:`caldera.experiments.planning.workload.zeroshot_tokens` over the
-    tasks
-    at ``eval.zeroshot.limit``): the unit zero-shot time is priced in (tasks differ in choices and length)."""
-    from caldera.experiments.planning.workload import zeroshot_tokens
-
-    zs = config["eval"].get("zeroshot") or {}
-    return sum(zeroshot_tokens(t, zs.get("limit")) for t in zs.get("tasks") or [])
-
-
-def eval_parts(config: dict[str, Any], v: Any) -> dict[str, Any]:
-    """What one evaluation of ``v`` runs: ``{corpus: tokens}`` of its perplexity corpora (a seed replicate: those
-    of ``replicates.corpora``), the corpus scored against the dense model (``kl``, compressed variants only) and
-    its zero-shot work (0 for a replicate unless ``replicates.zeroshot``)."""
-    rep = config.get("replicates") or {}
-    corpora = list(config["eval"]["ppl"])
-    if v.replicate_of is not None and rep.get("corpora"):
-        corpora = [c for c in corpora if c in rep["corpora"]]
-    zs = zeroshot_work(config) if v.replicate_of is None or rep.get("zeroshot", False) else 0
-    dist = (config.get("eval") or {}).get("distribution")
-    return {"corpora": {c: corpus_tokens(config, c) for c in corpora},
-            "kl": dist if v.method != "dense" and dist in corpora else None, "zeroshot": zs}
-
-
-def law_layer_seconds(costs: dict[str, Any], config: dict[str, Any], v: Any) -> float:
-    """The component laws' seconds for one decoder layer of variant ``v`` (its four Hessian contexts and seven
-    matrices at the config's rank and iterations): the relative cost of one layer, which the profile scales to
-    the machine."""
-    from caldera.experiments.planning.cost import method_matrix_seconds, predict
-    from caldera.experiments.planning.workload import shapes_of
-
-    shapes = shapes_of(config["models"][v.model]["shapes"])[0]
-    groups = (shapes[0][1], shapes[3][1], shapes[4][1], shapes[6][1])
-    return sum(predict(costs, "prepare", 0, d, 0) for d in groups) + sum(
-        method_matrix_seconds(costs, v.method, v.config, n, d) for n, d in shapes)
-
-
-def _seq_tokens(config: dict[str, Any]) -> int:
-    cal = config["calibration"]
-    return int(cal["n_samples"]) * int(cal["seq_len"])
-
-
-def rhtft_work(config: dict[str, Any]) -> dict[str, float]:
-    """Token counts of one RHT fine-tuning: the held-out evaluation before training and after each epoch, and a
-    training step's tokens, counted 3× (forward and backward)."""
-    r = config["rht_ft"]
-    held = int(r["held_out"]) * int(r["seq_len"])
-    train = (int(r["n_samples"]) - int(r["held_out"])) * int(r["seq_len"])
-    return {"tokens": held + int(r["epochs"]) * (3 * train + held)}
-
-
-def lora_work(config: dict[str, Any], task: str) -> dict[str, float]:
-    """A LoRA job's training tokens (epochs × sequences × block, 3× for the backward pass) and its evaluation tokens:
-    the held-out set at each checkpoint and at the end, and the best and the final model on the task's evaluation
-    data (the language-modelling task: the Wiki2 windows of ``eval.ppl``; a classification task: its documents
-    at ``eval.zeroshot.limit``, one block each)."""
-    from caldera.experiments.planning.loraft_rows import LM_TASK
-    from caldera.experiments.planning.workload import ZEROSHOT_DOCS
-
-    t = config["lora_ft"]["tasks"][task]
-    n_ck = int(config["lora_ft"]["n_checkpoints"])
-    block = int(t["block_size"])
-    if task == LM_TASK:
-        final = corpus_tokens(config, LM_TASK)
-    else:
-        limit = (config["eval"].get("zeroshot") or {}).get("limit")
-        docs = ZEROSHOT_DOCS.get(f"caldera_{task}", (0, 0, 0))[0]
-        final = (min(docs, int(limit)) if limit else docs) * block
-    return {"train": 3 * int(t["epochs"]) * int(t["n_train"]) * block,
-            "eval": (n_ck + 1) * int(t["n_heldout"]) * block + 2 * final}
-
-
-def selection_units(config: dict[str, Any], costs: dict[str, Any]) -> float:
-    """The component laws' seconds of the selection sweep: per model, its layers × matrices × (QuIP# once, each
-    candidate at each factor precision and rank), at ``selection.iters``; the unit the profile scales."""
-    from caldera.config import CalderaConfig
-    from caldera.experiments.planning.cost import decompose_seconds, method_matrix_seconds, predict
-    from caldera.experiments.planning.settings import SelectionSettings
-    from caldera.experiments.planning.workload import shapes_of
-
-    sel = SelectionSettings.from_block(config["selection"])
-    names = SHORT_NAMES
-    bits = sel.bits if isinstance(sel.bits, list) else [sel.bits]
-    n_ranks = 2 if sel.ranks == "extremes" else 4
-    total = 0.0
-    for model, layers in sel.layers.items():
-        shapes = dict(zip(names, shapes_of(config["models"][model]["shapes"])[0]))
-        mats = sel.matrices or list(names)
-        for m in mats:
-            n, d = shapes[m]
-            cfg = CalderaConfig.preset("paper", rank=8, outer_iters=sel.iters[0], inner_iters=sel.iters[1])
-            per = predict(costs, "prepare", 0, d, 0) + method_matrix_seconds(costs, "quip#", None, n, d)
-            per += len(sel.candidates) * len(bits) * n_ranks * decompose_seconds(costs, n, d, cfg)
-            total += len(layers) * per
-    return total
-
-
-def _ablations_law(config: dict[str, Any], costs: dict[str, Any]) -> float:
-    """The component laws' seconds of Figure 3's comparisons (rule ablation_traces' work), which the selection
-    job re-runs under its chosen configuration; 0 without figures."""
-    if not config.get("figures"):
-        return 0.0
-    from caldera.experiments.planning.cost import figure_rules
-
-    fm = config["figures"]["model"]
-    return figure_rules(config, costs, config["models"][fm]["shapes"])[Rule.ABLATION_TRACES]["total_s"]
-
-
-# ------------------------------------------------------------------------------------------ calibration
-
-
-def _median(xs: Iterable[float], default: float | None = None) -> float | None:
-    xs = [x for x in xs if x == x]
-    return statistics.median(xs) if xs else default
-
-
-def _read(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _layer_walls(results: Path, vid: str) -> tuple[int, float, float]:
-    """(layers, summed per-layer wall seconds, summed per-matrix seconds) of a compressed variant's timing files."""
-    n, layer_s, mat_s = 0, 0.0, 0.0
-    for f in sorted((results / "compressed" / vid).glob("chunks/*/layer_*.timing.json")):
-        t = _read(f) or {}
-        n += 1
-        layer_s += float(t.get("wall_s", 0.0))
-        mat_s += sum(float(m.get("wall_s", 0.0)) for m in (t.get("matrices") or {}).values())
-    return n, layer_s, mat_s
-
-
-def _eval_steps(results: Path, vid: str) -> dict[str, float]:
-    """Seconds of each evaluation step of ``vid`` (``ppl_<corpus>``, ``zeroshot``) from its timing files."""
-    out = {}
-    for f in (results / "eval" / vid).glob("*.timing.json"):
-        t = _read(f)
-        if t and "wall_s" in t:
-            out[f.name.split(".")[0]] = float(t["wall_s"])
-    return out
-
-
-def calibrate(results_dir: str | Path, config: dict[str, Any], costs: dict[str, Any], *,
-              source: str = "") -> dict[str, Any]:
-    """The machine profile from one finished run of ``config`` in ``results_dir`` (``results/<name>``): per model,
-    the fixed seconds of each kind of job and the rates of its work (module docstring); per constant rule the
-    median job. ``costs``: the component costs the engine laws use (their relative scale is what is calibrated).
-    ``ValueError`` when the run has no benchmark files."""
-    results = Path(results_dir)
-    bench = read_benchmarks(results / "benchmarks")
-    if not bench:
-        raise ValueError(f"{results}/benchmarks holds no benchmark files: calibrate on a finished run")
-    jobs = {(j["rule"], j["job"]): j for j in bench}
-    planned = {(p.rule, p.name): p for p in plan_jobs(config)}
-    models: dict[str, dict[str, Any]] = {}
-
-    def by_model(rule: str) -> dict[str, list[tuple[PlannedJob, dict[str, Any]]]]:
-        out: dict[str, list] = {}
-        for key, j in jobs.items():
-            p = planned.get(key)
-            if key[0] == rule and p is not None and p.model is not None:
-                out.setdefault(p.model, []).append((p, j))
-        return out
-
-    # evaluation: the dense job's two corpora give a corpus's fixed part and the per-token rate (the same
-    # forward for both); the compressed jobs' distribution corpus adds the paired-metrics rate; zero-shot per
-    # request token; the rest of the job (start-up, load, building the weights) is its fixed part
-    for model, pairs in by_model(Rule.EVALUATE).items():
-        dense = [(p, j) for p, j in pairs if p.variant.method == "dense"]
-        comp = [(p, j) for p, j in pairs if p.variant.method != "dense"]
-        prof = models.setdefault(model, {})
-        corpus_fixed, token_s = 0.0, None
-        if dense:
-            p, _ = dense[0]
-            steps = _eval_steps(results, p.name)
-            pts = [(corpus_tokens(config, c), steps[f"ppl_{c}"]) for c in config["eval"]["ppl"]
-                   if f"ppl_{c}" in steps]
-            if len(pts) >= 2 and pts[0][0] != pts[1][0]:
-                (t0, s0), (t1, s1) = sorted(pts)[:2]
-                token_s = max((s1 - s0) / (t1 - t0), 0.0)
-                corpus_fixed = max(s0 - token_s * t0, 0.0)
-            elif pts:
-                token_s = sum(s for _, s in pts) / sum(t for t, _ in pts)
-        kl_s, zs_s, fixed = [], [], []
-        for p, j in comp + dense:
-            steps = _eval_steps(results, p.name)
-            parts = eval_parts(config, p.variant)
-            if parts["kl"] and f"ppl_{parts['kl']}" in steps and token_s is not None:
-                t = parts["corpora"][parts["kl"]]
-                kl_s.append((steps[f"ppl_{parts['kl']}"] - corpus_fixed - token_s * t) / t)
-            if "zeroshot" in steps and parts["zeroshot"]:
-                zs_s.append(steps["zeroshot"] / parts["zeroshot"])
-            fixed.append(j["s"] - sum(steps.values()))
-        prof.update(eval_fixed_s=_median(fixed, 0.0), corpus_fixed_s=corpus_fixed, token_s=token_s or 0.0,
-                    kl_token_s=max(_median(kl_s, 0.0), 0.0), zeroshot_token_s=_median(zs_s, 0.0))
-
-    # compression: fixed = job − its layers' walls; per-layer setup = layer wall − its matrices; the matrices
-    # scale the component laws per method (measured / law at the run's settings)
-    for model, pairs in by_model(Rule.COMPRESS_VARIANT).items():
-        prof = models.setdefault(model, {})
-        fixed, per_layer, scales = [], [], {}
-        for p, j in pairs:
-            n, layer_s, mat_s = _layer_walls(results, p.name)
-            if not n:
-                continue
-            fixed.append(j["s"] - layer_s)
-            per_layer.append((layer_s - mat_s) / n)
-            law = law_layer_seconds(costs, config, p.variant)
-            if law > 0:
-                scales.setdefault(p.variant.method, []).append(mat_s / n / law)
-        prof.update(compress_fixed_s=_median(fixed, 0.0), layer_setup_s=_median(per_layer, 0.0),
-                    matrix_scale={m: _median(s) for m, s in sorted(scales.items())},
-                    matrix_scale_default=_median([x for s in scales.values() for x in s], 1.0))
-    for model, pairs in by_model(Rule.REPLICATE).items():
-        fixed = []
-        for p, j in pairs:
-            n, layer_s, _ = _layer_walls(results, p.name)
-            fixed.append(j["s"] - layer_s - sum(_eval_steps(results, p.name).values()))
-        models.setdefault(model, {})["replicate_fixed_s"] = _median(fixed, 0.0)
-    for model, pairs in by_model(Rule.PROFILE_LAYERS).items():
-        prof = models.setdefault(model, {})
-        f = prof.get("compress_fixed_s", 0.0)
-        prof["profile_layer_s"] = _median((j["s"] - f) / max(p.extra["layers"], 1) for p, j in pairs)
-    for model, pairs in by_model(Rule.HESSIANS).items():
-        prof = models.setdefault(model, {})
-        f = prof.get("compress_fixed_s", 0.0)
-        prof["hessian_token_layer_s"] = _median((j["s"] - f) / (_seq_tokens(config) * len(_layers(config, model)))
-                                                for _, j in pairs)
-    dist = (config.get("eval") or {}).get("distribution")
-    for model, pairs in by_model(Rule.DENSE_REFERENCE).items():  # loads the dense model as a compression job does
-        prof = models.setdefault(model, {})
-        f = prof.get("compress_fixed_s", 0.0)
-        prof["reference_token_s"] = _median((j["s"] - f) / corpus_tokens(config, dist) for _, j in pairs)
-    for model, pairs in by_model(Rule.RHT_FINETUNE).items():
-        prof = models.setdefault(model, {})
-        rate, fixed = [], []
-        for p, j in pairs:
-            t = _read(results / "rhtft" / p.name / "rhtft.timing.json") or {}
-            ep = sum(t.get("epoch_wall_s") or [])
-            if ep:
-                rate.append(ep / rhtft_work(config)["tokens"])
-                fixed.append(j["s"] - ep)
-        prof.update(rhtft_token_s=_median(rate, 0.0), rhtft_fixed_s=_median(fixed, 0.0))
-    for model, pairs in by_model(Rule.LORA_FINETUNE).items():
-        prof = models.setdefault(model, {})
-        train, rest = {}, []
-        for p, j in pairs:
-            row, task = p.name.rsplit("_", 1)
-            t = _read(results / "lora" / row / f"{task}.timing.json") or {}
-            if "train_s" not in t:
-                continue
-            w = lora_work(config, task)
-            train.setdefault(task, []).append(t["train_s"] / w["train"])
-            rest.append((w["eval"], j["s"] - t["train_s"]))
-        # the rest of a job: its start-up and model load (as a compression job's) + its evaluations
-        fixed = prof.get("compress_fixed_s", 0.0)
-        prof.update(lora_train_token_s={k: _median(v) for k, v in sorted(train.items())}, lora_fixed_s=fixed,
-                    lora_eval_token_s=max(_median(((s - fixed) / w for w, s in rest if w), 0.0), 0.0))
-    # the engine outside compression: the selection sweep (start-up, per swept layer its Hessians and contexts,
-    # the decompositions by their law) and the figure traces (start-up + the law at the compression's scale)
-    other: dict[str, Any] = {}
-    sel = jobs.get((Rule.SELECTION, "selection"))
-    sel_t = _read(results / "selection" / "selection.timing.json") if sel else None
-    if sel and sel_t and config.get("selection"):
-        from caldera.experiments.planning.settings import SelectionSettings
-
-        layers = SelectionSettings.from_block(config["selection"]).layers
-        cpu = sel_t.get("cpu_s") or {}
-        recs = sel_t.get("records") or []
-        rec_s = sum(float(r.get("seconds", 0.0)) for r in recs)
-        units = selection_units(config, costs)
-        start = statistics.median([j["s"] for (r, _), j in jobs.items() if r == SMALL_JOB] or [0.0])
-        ablations = float(cpu.get("ablations", 0.0))
-        n_layers = sum(len(v) for v in layers.values())
-        # a job's start-up as the small jobs'; what is neither the decompositions nor the ablations (reading each
-        # swept layer's Hessians, its contexts, the sweep's bookkeeping) per swept layer
-        other.update(selection_start_s=start, selection_ablations_s=ablations,
-                     selection_ablations_law=_ablations_law(config, costs),
-                     selection_layer_s=max((sel["s"] - start - ablations - rec_s) / n_layers, 0.0),
-                     selection_scale=rec_s / units if units else 0.0)
-    if config.get("figures"):
-        from caldera.experiments.planning.cost import figure_rules
-
-        fm = config["figures"]["model"]
-        fig = figure_rules(config, costs, config["models"][fm]["shapes"])
-        scale = (models.get(fm) or {}).get("matrix_scale_default", 1.0)
-        for rule in (Rule.ABLATION_TRACES, Rule.LPLR_TRACES):
-            ran = [j["s"] for (r, _), j in jobs.items() if r == rule]
-            law = fig[rule]["total_s"] / fig[rule]["jobs"] if "total_s" in fig[rule] else fig[rule]["s_per_job"]
-            if ran:
-                other[f"{rule}_fixed_s"] = max(statistics.median(ran) - scale * law, 0.0)
-    constants = {}
-    for rule in CONSTANT_RULES:
-        xs = [j["s"] for (r, _), j in jobs.items() if r == rule]
-        if xs:
-            constants[rule] = statistics.median(xs)
-    return {"format": FORMAT, "source": source or str(results), "run": config.get("name"),
-            "calibrated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "machine": machine_type() if costs.get("device", "cpu") == "cpu" else None,
-            "costs_measured_at": costs.get("measured_at"), "models": models, "engine": other,
-            "constants": constants}
-
 
 # ------------------------------------------------------------------------------------------ prediction
 
@@ -591,7 +75,7 @@ def job_seconds(job: PlannedJob, config: dict[str, Any], profile: dict[str, Any]
         sel = SelectionSettings.from_block(config["selection"])
         abl = 0.0
         if sel.ablations and eng.get("selection_ablations_law"):
-            abl = eng["selection_ablations_s"] * _ablations_law(config, costs) / eng["selection_ablations_law"]
+            abl = eng["selection_ablations_s"] * ablations_law(config, costs) / eng["selection_ablations_law"]
         return (_get(eng, "selection_start_s", "") + abl
                 + sum(len(v) for v in sel.layers.values()) * eng.get("selection_layer_s", 0.0)
                 + _get(eng, "selection_scale", "") * selection_units(config, costs))
@@ -629,7 +113,7 @@ def job_seconds(job: PlannedJob, config: dict[str, Any], profile: dict[str, Any]
     if job.rule == Rule.PROFILE_LAYERS:
         return _get(prof, "compress_fixed_s", model) + job.extra["layers"] * _get(prof, "profile_layer_s", model)
     if job.rule == Rule.HESSIANS:
-        return _get(prof, "compress_fixed_s", model) + _seq_tokens(config) * len(_layers(config, model)) * _get(
+        return _get(prof, "compress_fixed_s", model) + seq_tokens(config) * len(model_layers(config, model)) * _get(
             prof, "hessian_token_layer_s", model)
     if job.rule == Rule.DENSE_REFERENCE:
         return _get(prof, "compress_fixed_s", model) + corpus_tokens(config, config["eval"]["distribution"]) * _get(
@@ -680,8 +164,8 @@ def _body_ratio(config: dict[str, Any], profile: dict[str, Any], model: str, lik
     a, b = profile["models"].get(model, {}), profile["models"].get(like, {})
     if not a.get("hessian_token_layer_s") or not b.get("hessian_token_layer_s") or like not in config["models"]:
         return None
-    return (a["hessian_token_layer_s"] * len(_layers(config, model))) / (
-        b["hessian_token_layer_s"] * len(_layers(config, like)))
+    return (a["hessian_token_layer_s"] * len(model_layers(config, model))) / (
+        b["hessian_token_layer_s"] * len(model_layers(config, like)))
 
 
 def predict(config: dict[str, Any], profile: dict[str, Any], costs: dict[str, Any]) -> list[dict[str, Any]]:
@@ -830,10 +314,10 @@ def report(config: dict[str, Any], profile: dict[str, Any], costs: dict[str, Any
                   "job whose configuration changed, or whose checkpoint a job left to run reads, runs again)."]
     theirs = other_machine(profile)
     if theirs:
-        lines += ["", f"This machine's type is {machine_type()}, and no profile of that type is committed: these "
-                  f"predictions use the {theirs}'s. A stage can differ by ×2 across machine types; measure this "
-                  "one with `caldera cost --configfile config/mini.yaml --calibrate results/mini` after a default "
-                  "run."]
+        lines += ["", f"This machine's type is {job_profile.machine_type()}, and no profile of that type is "
+                  f"committed: these predictions use the {theirs}'s. A stage can differ by ×2 across machine "
+                  "types; measure this one with `caldera cost --configfile config/mini.yaml --calibrate "
+                  "results/mini` after a default run."]
     lines += ["", "Each job: its fixed part (start-up, model load) + its work (perplexity tokens, zero-shot requests, "
               "layers and the engine's law at the config's rank and iterations, training tokens) at the rates "
               f"measured on run `{profile.get('run')}` (caldera.experiments.planning.job_costs). borrowed: another "

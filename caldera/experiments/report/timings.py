@@ -1,5 +1,5 @@
 """The run's time per workflow stage and per rule (``timings.json``, ``timings.md``), from the Snakemake benchmark
-records of its jobs (:func:`caldera.experiments.planning.job_costs.read_benchmarks`)."""
+records of its jobs (:func:`caldera.experiments.planning.job_profile.read_benchmarks`)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ def step_timings(jobs: list[dict[str, Any]], run: str, out_json: str, out_md: st
     start to last job end) and the peak memory of a job; plus the whole run's span.
 
     ``jobs``: one record per finished job, ``{"stage", "s" (wall seconds), "max_rss_mb", "end" (epoch s)}`` and
-    ``"rule"`` / ``"job"`` (:func:`caldera.experiments.planning.job_costs.read_benchmarks`; named jobs are listed in the
-    JSON too); ``run``: the run's name, for the report's title; ``from_record``: how many of ``jobs`` ran in
-    earlier sittings and come from the run's record (:func:`caldera.experiments.jobs.record.run_timings`).
+    ``"rule"`` / ``"job"`` (:func:`caldera.experiments.planning.job_profile.read_benchmarks`; named jobs are listed
+    in the JSON too); ``run``: the run's name, for the report's title; ``from_record``: how many of ``jobs`` ran
+    in earlier sittings and come from the run's record (:func:`caldera.experiments.jobs.record.run_timings`).
     """
     stages: dict[str, dict[str, Any]] = {}
     for j in jobs:

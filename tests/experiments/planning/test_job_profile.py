@@ -1,0 +1,105 @@
+"""caldera.experiments.planning.job_profile: a machine type's job profile, its calibration from a finished run, and
+which profile a machine uses."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from caldera.experiments.planning import job_costs as J
+from caldera.experiments.planning import job_plan as JP
+from caldera.experiments.planning import job_profile as PR
+from caldera.experiments.planning.cost import load_costs
+from tests.helpers import FAKE_RATES, ROOT, fake_timed_run, workflow_config
+
+
+def test_calibration_recovers_the_rates_a_run_was_made_of(tmp_path):
+    """A run made of known fixed parts and rates (the dense job's two corpora give a corpus's fixed part and the
+    per-token rate; the compressed jobs' distribution corpus the paired-metrics rate) gives them back, and the
+    engine's scale per method; the profile then prices another config's jobs by the same formula."""
+    costs = load_costs("cpu")
+    mini = workflow_config("mini")
+    prof = PR.calibrate(fake_timed_run(tmp_path, mini, costs), mini, costs)
+    got = prof["models"]["smollm2"]
+    for key, want in FAKE_RATES.items():
+        assert got[key] == pytest.approx(want, rel=1e-9, abs=1e-12), key
+    assert got["matrix_scale"]["caldera"] == pytest.approx(3.0) and got["matrix_scale"]["quip#"] == pytest.approx(3.0)
+    smoke = workflow_config("smoke")
+    ev = next(j for j in JP.plan_jobs(smoke) if j.rule == "evaluate" and j.name == "smollm2-caldera-r16-lr4")
+    parts = JP.eval_parts(smoke, ev.variant)
+    want = (15.0 + sum(2.0 + t * 0.004 for t in parts["corpora"].values()) + parts["corpora"]["wiki"] * 0.001
+            + parts["zeroshot"] * 0.005)
+    assert J.job_seconds(ev, smoke, prof, costs) == pytest.approx(want)
+    cv = next(j for j in JP.plan_jobs(smoke) if j.rule == "compress_variant" and j.name == "smollm2-quipsharp")
+    law = JP.law_layer_seconds(costs, smoke, cv.variant)
+    assert cv.extra["layers"] == 2
+    assert J.job_seconds(cv, smoke, prof, costs) == pytest.approx(12.0 + 2 * (0.7 + 3.0 * law))
+
+
+PROFILES = sorted((ROOT / "benchmarks/results").glob("jobs-cpu-*.json"))
+
+
+@pytest.mark.parametrize("path", PROFILES, ids=[p.stem for p in PROFILES])
+def test_each_committed_profile_predicts_a_smoke_run_measured_on_its_machine_type(path):
+    """Each committed profile (calibrated on a default run) against a smoke run measured on the same machine type
+    (``timings-smoke-cpu-<type>.json``, a run the profile never saw): every stage and the total within ±30 %."""
+    profile = PR.load_profile("cpu", path)
+    assert path.stem == f"jobs-cpu-{profile['machine']}"
+    measured = ROOT / f"benchmarks/results/timings-smoke-cpu-{profile['machine']}.json"
+    assert measured.is_file(), f"{path.name} has no smoke run of its machine type to be checked against"
+    costs = load_costs("cpu")
+    res = J.check_runs(J.predict(workflow_config("smoke"), profile, costs), J.measured_jobs(measured))
+    off = [(s["stage"], round(s["ratio"], 2)) for s in res["stages"] if not s["within"]]
+    assert not off and res["total"]["within"], (off, res["total"])
+    assert not res["not_predicted"] and not res["unpriced"]
+
+
+EPYC = ("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13 64-Core Processor\n"
+        "flags\t\t: fpu sse2 avx avx2 fma\n")
+
+
+XEON = ("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8480C @ 2.0GHz\n"
+        "flags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n")
+
+
+@pytest.mark.parametrize("text, want", [
+    (EPYC, "amd-epyc-avx2"),
+    (XEON, "intel-xeon-amx"),
+    (XEON.replace(" amx_bf16 amx_tile", ""), "intel-xeon-avx512"),
+    (EPYC.replace(" avx avx2 fma", ""), "amd-epyc-base"),
+    ("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor\nflags\t: avx2 avx512f amx_tile\n", "intel-xeon-amx"),
+])
+def test_the_machine_type_is_the_cpus_family_and_its_widest_vector_unit(text, want):
+    assert PR.machine_type(text) == want
+
+
+def test_the_machine_type_without_a_model_name_is_the_os_and_architecture():
+    import platform
+
+    assert PR.machine_type("") == f"{platform.system()}-{platform.machine()}".lower()
+
+
+def test_a_machine_without_its_own_profile_borrows_another_types_and_the_reports_say_so(tmp_path, monkeypatch):
+    """The profile of this machine's type when committed; else another type's, named in the report and the plan
+    line; no profile at all: None."""
+    from caldera.experiments.planning import cost as C
+
+    src = json.loads(PROFILES[0].read_text())
+    costs = load_costs("cpu")
+    (tmp_path / "costs-cpu.json").write_text(json.dumps(costs))
+    monkeypatch.setattr(C, "COSTS_DIR", tmp_path)
+    (tmp_path / "jobs-cpu-zz-other-avx2.json").write_text(json.dumps({**src, "machine": "zz-other-avx2"}))
+    monkeypatch.setattr(PR, "machine_type", lambda cpuinfo=None: "aa-this-amx")
+    prof = PR.load_profile("cpu")
+    assert prof["machine"] == "zz-other-avx2" and PR.other_machine(prof) == "zz-other-avx2"
+    text = J.report(workflow_config("mini"), prof, costs)
+    assert "This machine's type is aa-this-amx, and no profile of that type is committed" in text
+    assert "with the profile of another machine type, zz-other-avx2" in J.plan_line(workflow_config("mini"), 2)
+    (tmp_path / "jobs-cpu-aa-this-amx.json").write_text(json.dumps({**src, "machine": "aa-this-amx"}))
+    prof = PR.load_profile("cpu")
+    assert prof["machine"] == "aa-this-amx" and PR.other_machine(prof) is None
+    assert "no profile of that type" not in J.report(workflow_config("mini"), prof, costs)
+    for f in tmp_path.glob("jobs-*.json"):
+        f.unlink()
+    assert PR.load_profile("cpu") is None
