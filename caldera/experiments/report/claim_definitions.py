@@ -20,3 +20,11 @@ ABLATION_CLAIMS: tuple[tuple[str, str, str, Callable[[float, float], bool], str]
     ("no-RHT worse for some matrices", "4bit-no-rht", "4bit-factors", lambda x, y: x > y, "some"),
 )
 LPLR_CLAIM = "LPLRFactorize iterations lower the error"
+
+
+def pairs_verdict(k: int, n: int, need: str) -> str:
+    """The verdict of a Figure 3 comparison that ``k`` of its ``n`` matrix×rank pairs satisfy: **holds** when
+    ``need`` is "all" and every pair does, or "some" and at least one does; **fails** otherwise (no pairs: fails)."""
+    if need not in ("all", "some"):
+        raise ValueError(f"quantifier {need!r}: give 'all' or 'some'")
+    return "holds" if n > 0 and (k == n if need == "all" else k > 0) else "fails"

@@ -28,7 +28,7 @@ from typing import Any, Callable
 from caldera import stats
 from caldera.atomic import write_atomic
 from caldera.experiments.planning.plan import RHTFT_TABLES
-from caldera.experiments.report.claim_definitions import ABLATION_CLAIMS, LPLR_CLAIM
+from caldera.experiments.report.claim_definitions import ABLATION_CLAIMS, LPLR_CLAIM, pairs_verdict
 from caldera.experiments.report.finetune_claims import LORA_CLAIM, RHTFT_CLAIM, lora_claims, rhtft_claims
 from caldera.experiments.report.spread import spread_report
 from caldera.experiments.report.tables import (  # noqa: F401
@@ -408,9 +408,7 @@ def check(fig3: dict[str, Any], fig4: dict[str, Any], tables: dict[str, dict[str
     curves = fig3["curves"]
     for claim, a, b, pred, need in ABLATION_CLAIMS:
         k, n, detail = _pairwise(curves, a, b, pred)
-        holds = (k == n and n > 0) if need == "all" else k > 0
-        verdict = "holds" if holds else "fails"
-        add(claim, "App. G.1 / Fig. 3", verdict, f"{k}/{n} matrix×rank pairs; " + "; ".join(detail))
+        add(claim, "App. G.1 / Fig. 3", pairs_verdict(k, n, need), f"{k}/{n} matrix×rank pairs; " + "; ".join(detail))
 
     H, P = _by(curves, "16bit-hessian-update"), _by(curves, "16bit-factors")
     keys = sorted(set(H) & set(P))

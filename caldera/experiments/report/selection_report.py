@@ -24,16 +24,16 @@ def ablation_claims(pairs: Sequence[dict[str, Any]], choice: Mapping[str, Any]) 
     selected configuration (``pairs`` as :func:`ablation_comparisons` returns them)."""
     label = _choice_label(choice)
     out = []
-    from caldera.experiments.report.claim_definitions import ABLATION_CLAIMS, LPLR_CLAIM
+    from caldera.experiments.report.claim_definitions import ABLATION_CLAIMS, LPLR_CLAIM, pairs_verdict
 
-    for claim, a, b, pred, _ in ABLATION_CLAIMS:
+    for claim, a, b, pred, need in ABLATION_CLAIMS:
         if any(a not in p["errors"] for p in pairs):
             continue  # a comparison the selection does not re-run (no-RHT)
         ok = [p for p in pairs if pred(p["errors"][a], p["errors"][b])]
         detail = "; ".join(f"{p['matrix']}@{p['paper_rank']}: {p['errors'][a]:.4f} vs {p['errors'][b]:.4f}"
                            for p in pairs)
         out.append({"claim": claim, "source": "App. G.1 / Fig. 3 (selected configuration)",
-                    "verdict": "holds" if pairs and len(ok) == len(pairs) else "fails",
+                    "verdict": pairs_verdict(len(ok), len(pairs), need),
                     "numbers": f"{len(ok)}/{len(pairs)} matrix×rank pairs with {label}; {detail}"})
     steps = [(p, i, errs) for p in pairs for i, errs in enumerate(p["lplr"])]
     lower = [s for s in steps if len(s[2]) > 1 and min(s[2][1:]) < s[2][0]]

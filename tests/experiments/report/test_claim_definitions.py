@@ -44,3 +44,13 @@ def test_the_module_imports_nothing_of_caldera_and_claims_reexports_the_same_obj
     imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     assert not [m for m in imported if m and m.split(".")[0] == "caldera"]
     assert claims.ABLATION_CLAIMS is D.ABLATION_CLAIMS and claims.LPLR_CLAIM is D.LPLR_CLAIM
+
+
+def test_pairs_verdict_reads_the_quantifier():
+    assert [D.pairs_verdict(k, 3, "all") for k in (0, 2, 3)] == ["fails", "fails", "holds"]
+    assert [D.pairs_verdict(k, 3, "some") for k in (0, 1, 3)] == ["fails", "holds", "holds"]
+    assert D.pairs_verdict(0, 0, "some") == D.pairs_verdict(0, 0, "all") == "fails"
+    import pytest
+
+    with pytest.raises(ValueError, match="'most'"):
+        D.pairs_verdict(1, 2, "most")

@@ -210,3 +210,16 @@ def test_the_page_has_a_section_per_precision_the_long_iterations_and_the_ablati
     assert f"| x | {math.sqrt(0.4):.3f} · {math.sqrt(0.36):.3f} | — |" in s4
     assert "T 15/10" not in s16.split("## Figure 3")[0]
     assert "## Figure 3 comparisons under the selected configuration" in md and "| c1 | **holds** | 1/1 |" in md
+
+
+def test_a_some_claim_holds_when_one_pair_satisfies_it_and_an_all_claim_needs_every_pair():
+    """The no-RHT claim is stated for "some matrices": under the selected configuration it holds with one of two
+    pairs worse without RHT, as the run's own check decides it; the 4-bit claim ("all") fails on one bad pair."""
+    pairs = [pair("k_proj", 64, 0.070, 0.075, 0.100, 0.071, []), pair("up_proj", 64, 0.170, 0.200, 0.260, 0.175, [])]
+    pairs[0]["errors"]["4bit-no-rht"] = 0.090  # worse than 4-bit (0.075)
+    pairs[1]["errors"]["4bit-no-rht"] = 0.150  # better than 4-bit (0.200)
+    claims = {c["claim"]: c for c in R.ablation_claims(pairs, {})}
+    rht = claims["no-RHT worse for some matrices"]
+    assert rht["verdict"] == "holds" and rht["numbers"].startswith("1/2")
+    four = claims["4-bit factors slightly above 16-bit (≤ 10% higher)"]  # 0.200 / 0.170 = 1.18 on up_proj
+    assert four["verdict"] == "fails" and four["numbers"].startswith("1/2")
