@@ -45,6 +45,18 @@ _HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
 _TMP_RE = re.compile(r"\.tmp-(?P<pid>\d+)(?:-(?P<host>[0-9a-f]{8})-[0-9a-f]+)?$")
 
 
+class OutputExists(ValueError):
+    """A writer of a new folder found it already there (its message names the folder and the fix)."""
+
+
+def new_folder(path: str | os.PathLike) -> Path:
+    """``path`` as a :class:`Path` after checking that nothing is there yet (:class:`OutputExists` otherwise)."""
+    path = Path(path)
+    if path.exists():
+        raise OutputExists(f"{path} already exists; remove it or choose a new folder")
+    return path
+
+
 def timing_path(path: str | os.PathLike) -> Path:
     """``<name>.timing.json`` beside the result file ``<name>.json``: where the wall-clock seconds of the step that
     wrote it go, so that the result itself holds no clock reading."""

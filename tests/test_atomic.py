@@ -142,3 +142,15 @@ def test_write_result_keeps_the_clock_out_of_the_result(tmp_path):
     assert atomic.read_json(path) == {"ppl": 12.5}
     assert atomic.read_json(atomic.timing_path(path)) == {"wall_s": 9.0}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ppl_wiki.json", "ppl_wiki.timing.json"]
+
+
+def test_new_folder_refuses_an_existing_path_and_names_it(tmp_path):
+    from caldera.atomic import OutputExists, new_folder
+
+    assert new_folder(tmp_path / "fresh") == tmp_path / "fresh" and not (tmp_path / "fresh").exists()
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(OutputExists, match=r"taken already exists; remove it or choose a new folder"):
+        new_folder(tmp_path / "taken")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match="file already exists"):  # OutputExists is a ValueError
+        new_folder(str(tmp_path / "file"))

@@ -9,10 +9,13 @@ from caldera.cli.common import CLIError, _example, _print_json
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from caldera.atomic import OutputExists
     from caldera.pipeline.export import export_hf
 
     try:
         out = export_hf(args.checkpoint, args.out)
+    except OutputExists as e:
+        raise CLIError(f"--out {e}") from None
     except ValueError as e:
         raise CLIError(str(e)) from None
     _print_json({"exported": str(out)})
@@ -20,9 +23,13 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
+    from caldera.atomic import OutputExists
     from caldera.pipeline.checkpoint import convert_checkpoint
 
-    out = convert_checkpoint(args.checkpoint, args.out)
+    try:
+        out = convert_checkpoint(args.checkpoint, args.out)
+    except OutputExists as e:
+        raise CLIError(f"--out {e}") from None
     _print_json({"converted": str(out)})
     return 0
 

@@ -13,15 +13,15 @@ import os
 import shutil
 from pathlib import Path
 
+from caldera.atomic import new_folder
+
 
 def export_hf(checkpoint: str | os.PathLike, out: str | os.PathLike) -> Path:
     """Write the reconstructed model of ``checkpoint`` to the new folder ``out`` (atomically: a temporary
     sibling folder renamed at the end). Returns ``out``. ``out`` must not exist yet."""
     from caldera.pipeline.checkpoint import load_compressed, materialize
 
-    out = Path(out)
-    if out.exists():
-        raise ValueError(f"--out {out} already exists; remove it or choose a new folder")
+    out = new_folder(out)
     model, tok = load_compressed(checkpoint)
     n = materialize(model)
     if n == 0:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from caldera.atomic import new_folder
 from caldera.pipeline.checkpoint.loader import _DERIVED_KEYS, _assemble
 from caldera.pipeline.checkpoint.verify import read_checkpoint
 from caldera.pipeline.checkpoint.writer import save_compressed
@@ -13,9 +14,7 @@ from caldera.pipeline.checkpoint.writer import save_compressed
 def convert_checkpoint(old: str | os.PathLike, out: str | os.PathLike) -> Path:
     """Rewrite a format-1 checkpoint (verified as far as format 1 allows: checksums, structure, reconstruction
     fingerprints) in the current format (``config.json`` + content manifest) to the new folder ``out``."""
-    old, out = Path(old), Path(out)
-    if out.exists():
-        raise ValueError(f"--out {out} already exists; remove it or choose a new folder")
+    old, out = Path(old), new_folder(out)
     cfg, tensors = read_checkpoint(old, legacy=True)
     model = _assemble(cfg, tensors, old, verify=True, cache_dequantized=False, kernel="reference")
     tok = None
