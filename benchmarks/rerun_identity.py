@@ -1,8 +1,8 @@
 """Is a killed and resumed run byte-identical to an uninterrupted one? Two fresh clones of this repository's HEAD
 run the same workflow config on this machine: run A to the end, run B killed with SIGKILL (the whole process
-group: Snakemake and its running jobs, as a power cut would) after ``--kill-after`` seconds and then rerun with
-``--rerun-incomplete`` to the end. Every file of the two runs' tables folder and results folder is compared by
-sha256.
+group: Snakemake and its running jobs, as a power cut would) after ``--kill-after`` seconds, then resumed with
+``--unlock`` (the killed Snakemake's lock stays on the folder) and ``--rerun-incomplete`` to the end. Every file
+of the two runs' tables folder and results folder is compared by sha256.
 
     python benchmarks/rerun_identity.py --configfile config/smoke.yaml --kill-after 150 \\
         --out benchmarks/results/rerun_identity_smoke
@@ -122,25 +122,40 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--workdir", help="where the two clones go (default: a new temporary folder)")
     ap.add_argument("--out", required=True, help="write OUT.json and OUT.md")
+    ap.add_argument("--reuse-a", action="store_true",
+                    help="keep run A of an earlier call in WORKDIR/a (finished, same config) and redo only run B")
     args = ap.parse_args(argv)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="rerun-identity-"))
     work.mkdir(parents=True, exist_ok=True)
     a, b = work / "a", work / "b"
-    commit = clone(a)
+    if args.reuse_a:
+        if not (a / "results").is_dir():
+            raise SystemExit(f"--reuse-a: {a} holds no finished run; run without --reuse-a first")
+        commit = subprocess.run(["git", "-C", str(a), "rev-parse", "--short", "HEAD"], check=True,
+                                capture_output=True, text=True).stdout.strip()
+        wall_a = float("nan")
+    else:
+        commit = clone(a)
+    if b.exists():
+        subprocess.run(["rm", "-rf", str(b)], check=True)
     clone(b)
-    print(f"run A (uninterrupted) in {a}", flush=True)
-    wall_a = run_to_end(a, args.configfile, args.cores, work / "a.log")
+    if not args.reuse_a:
+        print(f"run A (uninterrupted) in {a}", flush=True)
+        wall_a = run_to_end(a, args.configfile, args.cores, work / "a.log")
     print(f"run A: {wall_a:.0f} s; run B in {b}, killed after {args.kill_after:.0f} s", flush=True)
     t0 = time.time()
     proc = snakemake(b, args.configfile, args.cores, [], work / "b.log")
     try:
-        proc.wait(timeout=args.kill_after)
-        raise SystemExit(f"run B finished within {args.kill_after} s: nothing was killed; give a shorter --kill-after")
+        rc = proc.wait(timeout=args.kill_after)
+        raise SystemExit(f"run B ended (exit {rc}) within {args.kill_after} s, before the kill; "
+                         + ("give a shorter --kill-after" if rc == 0 else f"see {work / 'b.log'}"))
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     killed_at = time.time() - t0
     done_before = len(list((b / "results").rglob("benchmarks/*/*.tsv")))
+    # a killed Snakemake leaves its lock on the folder; the resume starts as its message says, with --unlock
+    run_to_end(b, args.configfile, args.cores, work / "b.log", ["--unlock"])
     wall_b = run_to_end(b, args.configfile, args.cores, work / "b.log", ["--rerun-incomplete"])
     print(f"run B resumed to the end in {wall_b:.0f} s", flush=True)
 
