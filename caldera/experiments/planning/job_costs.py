@@ -332,13 +332,20 @@ def _left_after_record(config: dict[str, Any], pred: list[dict[str, Any]]):
     if not config.get("record"):
         return None
     try:
-        done = {(Path(b).parent.name, Path(b).stem) for b in read_index(config["record"])["jobs"]}
+        done = list(read_index(config["record"])["jobs"])
     except (OSError, ValueError):
         return None
     if not done:
         return None
-    rest = [p for p in pred if (p["rule"], p["job"]) not in done]
+    rest = jobs_left(pred, done)
     return len(pred) - len(rest), rest
+
+
+def jobs_left(pred: list[dict[str, Any]], done: Iterable[str]) -> list[dict[str, Any]]:
+    """The predicted jobs (:func:`predict`) whose benchmark file (``…/benchmarks/<rule>/<job>.tsv``, a job's key
+    in the run's record) is not among ``done``."""
+    finished = {(Path(b).parent.name, Path(b).stem) for b in done}
+    return [p for p in pred if (p["rule"], p["job"]) not in finished]
 
 
 def check_report(res: dict[str, Any]) -> str:
@@ -386,8 +393,7 @@ def plan_line(config: dict[str, Any], cores: int | None, device: str = "cpu",
     if profile is None or covers(profile, config, costs):
         return None
     pred = predict(config, profile, costs)
-    finished = {(Path(b).parent.name, Path(b).stem) for b in done}
-    rest = [p for p in pred if (p["rule"], p["job"]) not in finished]
+    rest = jobs_left(pred, done)
     s = sum(p["s"] for p in rest if p["s"] is not None)
     unpriced = sum(p["s"] is None for p in rest)
     par = max(1, int(cores or 1))
