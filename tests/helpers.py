@@ -188,15 +188,28 @@ def timing_file(path: Path, data: dict) -> None:
 
 #: the fixed parts and rates :func:`fake_timed_run` makes its jobs of
 FAKE_RATES = {"eval_fixed_s": 15.0, "corpus_fixed_s": 2.0, "token_s": 0.004, "kl_token_s": 0.001,
-        "zeroshot_token_s": 0.005, "compress_fixed_s": 12.0, "layer_setup_s": 0.7}
+              "zeroshot_token_s": 0.005, "compress_fixed_s": 12.0, "layer_setup_s": 0.7, "dense_fixed_s": 15.0,
+              "hessian_token_layer_s": 0.0002, "lora_fixed_s": 5.0, "lora_eval_token_s": 0.003}
+#: the LoRA training rate per task of :func:`fake_timed_run`
+FAKE_LORA_TRAIN = {"wiki": 0.004, "rte": 0.002, "winogrande": 0.0025}
 
 
 def fake_timed_run(tmp_path: Path, config: dict, costs: dict, scale: float = 3.0) -> Path:
-    """A results folder of ``config`` whose evaluate and compress_variant jobs took exactly what :data:`FAKE_RATES`
-    and an engine ``scale`` say (step timing files included), every other job absent."""
-    from caldera.experiments.planning.job_plan import eval_parts, law_layer_seconds, plan_jobs
+    """A results folder of ``config`` whose evaluate, compress_variant, hessians and lora_finetune jobs of
+    SmolLM2 took exactly what :data:`FAKE_RATES`, :data:`FAKE_LORA_TRAIN` and an engine ``scale`` say (step
+    timing files included; every other LoRA job evaluates a second, earlier best checkpoint), every other job
+    absent."""
+    from caldera.experiments.planning.job_plan import (
+        eval_parts,
+        law_layer_seconds,
+        lora_work,
+        model_layers,
+        plan_jobs,
+        seq_tokens,
+    )
 
     results = tmp_path / "results"
+    n_lora = 0
     for job in plan_jobs(config):
         v = job.variant
         if job.rule == "evaluate" and job.model == "smollm2":
@@ -216,6 +229,19 @@ def fake_timed_run(tmp_path: Path, config: dict, costs: dict, scale: float = 3.0
                         {"wall_s": mats + FAKE_RATES["layer_setup_s"], "matrices": {"q_proj": {"wall_s": mats}}})
             bench_file(results, "compress_variant", job.name,
                    FAKE_RATES["compress_fixed_s"] + job.extra["layers"] * (mats + FAKE_RATES["layer_setup_s"]))
+        if job.rule == "hessians" and job.model == "smollm2":
+            bench_file(results, "hessians", job.name, FAKE_RATES["dense_fixed_s"] + seq_tokens(config)
+                       * len(model_layers(config, "smollm2")) * FAKE_RATES["hessian_token_layer_s"])
+        if job.rule == "lora_finetune" and job.model == "smollm2":
+            row, task = job.name.rsplit("_", 1)
+            w = lora_work(config, task)
+            n_lora += 1
+            evals = 1 + n_lora % 2
+            train_s = w["train"] * FAKE_LORA_TRAIN[task]
+            timing_file(results / "lora" / row / f"{task}.timing.json", {"train_s": train_s, "wall_s": 0.0})
+            timing_file(results / "lora" / row / f"{task}.json", {"best_step": 1, "final_step": evals})
+            bench_file(results, "lora_finetune", job.name, FAKE_RATES["lora_fixed_s"] + train_s
+                       + evals * w["final"] * FAKE_RATES["lora_eval_token_s"])
     return results
 
 

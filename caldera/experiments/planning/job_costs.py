@@ -60,6 +60,11 @@ def _get(prof: dict[str, Any], key: str, model: str) -> Any:
     return prof[key]
 
 
+def _dense_fixed(prof: dict[str, Any], model: str) -> float:
+    """The fixed part of a job that loads the dense model alone (Hessians, the dense reference)."""
+    return prof["dense_fixed_s"] if "dense_fixed_s" in prof else _get(prof, "compress_fixed_s", model)
+
+
 def job_seconds(job: PlannedJob, config: dict[str, Any], profile: dict[str, Any], costs: dict[str, Any]) -> float:
     """Predicted wall seconds of one job (module docstring). ``MissingCalibration`` when the profile lacks what it
     needs (then the job is priced by the component laws alone, or not at all, by the caller)."""
@@ -113,10 +118,10 @@ def job_seconds(job: PlannedJob, config: dict[str, Any], profile: dict[str, Any]
     if job.rule == Rule.PROFILE_LAYERS:
         return _get(prof, "compress_fixed_s", model) + job.extra["layers"] * _get(prof, "profile_layer_s", model)
     if job.rule == Rule.HESSIANS:
-        return _get(prof, "compress_fixed_s", model) + seq_tokens(config) * len(model_layers(config, model)) * _get(
+        return _dense_fixed(prof, model) + seq_tokens(config) * len(model_layers(config, model)) * _get(
             prof, "hessian_token_layer_s", model)
     if job.rule == Rule.DENSE_REFERENCE:
-        return _get(prof, "compress_fixed_s", model) + corpus_tokens(config, config["eval"]["distribution"]) * _get(
+        return _dense_fixed(prof, model) + corpus_tokens(config, config["eval"]["distribution"]) * _get(
             prof, "reference_token_s", model)
     if job.rule == Rule.RHT_FINETUNE:
         return _get(prof, "rhtft_fixed_s", model) + rhtft_work(config)["tokens"] * _get(prof, "rhtft_token_s", model)
@@ -126,8 +131,9 @@ def job_seconds(job: PlannedJob, config: dict[str, Any], profile: dict[str, Any]
         train = (prof.get("lora_train_token_s") or {}).get(task)
         if train is None:
             raise MissingCalibration(f"the profile has no LoRA {task!r} rate for model {model!r}")
+        evals = 1.0 + (prof.get("lora_second_eval") or {}).get(task, 0.5)
         return (_get(prof, "lora_fixed_s", model) + w["train"] * train
-                + w["eval"] * _get(prof, "lora_eval_token_s", model))
+                + evals * w["final"] * _get(prof, "lora_eval_token_s", model))
     raise MissingCalibration(f"no model for rule {job.rule!r}")
 
 

@@ -6,6 +6,7 @@ profile (:mod:`caldera.experiments.planning.job_profile`) gives the rates that p
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -174,24 +175,28 @@ def rhtft_work(config: dict[str, Any]) -> dict[str, float]:
 
 
 def lora_work(config: dict[str, Any], task: str) -> dict[str, float]:
-    """A LoRA job's training tokens (epochs × sequences × block, 3× for the backward pass) and its evaluation tokens:
-    the held-out set at each checkpoint and at the end, and the best and the final model on the task's evaluation
-    data (the language-modelling task: the Wiki2 windows of ``eval.ppl``; a classification task: its documents
-    at ``eval.zeroshot.limit``, one block each)."""
+    """A LoRA job's work in tokens. ``train``: what its training loop runs, the training blocks (epochs ×
+    sequences × block, 3× for the backward pass) and the held-out set, scored at each of the loop's checkpoints
+    (:func:`caldera.finetune.lora.checkpoint_steps`).
+    ``final``: one evaluation of a trained model on the task's evaluation data (the language-modelling task: the
+    Wiki2 windows of ``eval.ppl``; a classification task: its documents at ``eval.zeroshot.limit``, one block
+    each). The job evaluates the final model, and the best-on-held-out one too when that is an earlier
+    checkpoint."""
     from caldera.experiments.planning.loraft_rows import LM_TASK
     from caldera.experiments.planning.workload import ZEROSHOT_DOCS
+    from caldera.finetune.lora import checkpoint_steps
 
     t = config["lora_ft"]["tasks"][task]
-    n_ck = int(config["lora_ft"]["n_checkpoints"])
-    block = int(t["block_size"])
+    block, epochs, n_train = int(t["block_size"]), int(t["epochs"]), int(t["n_train"])
+    per_epoch = math.ceil(math.ceil(n_train / int(t["batch_size"])) / int(t["grad_acc"]))
+    scored = len(checkpoint_steps(epochs * per_epoch, int(config["lora_ft"]["n_checkpoints"]), per_epoch))
     if task == LM_TASK:
         final = corpus_tokens(config, LM_TASK)
     else:
         limit = (config["eval"].get("zeroshot") or {}).get("limit")
         docs = ZEROSHOT_DOCS.get(f"caldera_{task}", (0, 0, 0))[0]
         final = (min(docs, int(limit)) if limit else docs) * block
-    return {"train": 3 * int(t["epochs"]) * int(t["n_train"]) * block,
-            "eval": (n_ck + 1) * int(t["n_heldout"]) * block + 2 * final}
+    return {"train": (3 * epochs * n_train + scored * int(t["n_heldout"])) * block, "final": final}
 
 
 def selection_units(config: dict[str, Any], costs: dict[str, Any]) -> float:

@@ -149,6 +149,21 @@ def _median(xs: Iterable[float], default: float | None = None) -> float | None:
     return statistics.median(xs) if xs else default
 
 
+def _line(points: list[tuple[float, float]], fixed: float) -> tuple[float, float]:
+    """``(intercept, slope)`` of the least-squares line through ``(x, y)`` points, both kept >= 0; with fewer
+    than two distinct x, the slope through the points above the intercept ``fixed``."""
+    pts = [(x, y) for x, y in points if x > 0]
+    if len({x for x, _ in pts}) >= 2:
+        mx, my = sum(x for x, _ in pts) / len(pts), sum(y for _, y in pts) / len(pts)
+        slope = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+        if slope >= 0 and my - slope * mx >= 0:
+            return my - slope * mx, slope
+        if slope < 0:
+            return max(my, 0.0), 0.0
+        return 0.0, sum(x * y for x, y in pts) / sum(x * x for x, _ in pts)
+    return fixed, max(_median(((y - fixed) / x for x, y in pts), 0.0), 0.0)
+
+
 def _read(path: Path) -> dict[str, Any] | None:
     try:
         return json.loads(path.read_text())
@@ -230,6 +245,10 @@ def calibrate(results_dir: str | Path, config: dict[str, Any], costs: dict[str, 
             fixed.append(j["s"] - sum(steps.values()))
         prof.update(eval_fixed_s=_median(fixed, 0.0), corpus_fixed_s=corpus_fixed, token_s=token_s or 0.0,
                     kl_token_s=max(_median(kl_s, 0.0), 0.0), zeroshot_token_s=_median(zs_s, 0.0))
+        # start-up and loading the dense model alone: the dense evaluation's fixed part
+        dense_fixed = [j["s"] - sum(_eval_steps(results, p.name).values()) for p, j in dense]
+        if dense_fixed:
+            prof["dense_fixed_s"] = max(_median(dense_fixed), 0.0)
 
     # compression: fixed = job − its layers' walls; per-layer setup = layer wall − its matrices; the matrices
     # scale the component laws per method (measured / law at the run's settings)
@@ -260,13 +279,13 @@ def calibrate(results_dir: str | Path, config: dict[str, Any], costs: dict[str, 
         prof["profile_layer_s"] = _median((j["s"] - f) / max(p.extra["layers"], 1) for p, j in pairs)
     for model, pairs in by_model(Rule.HESSIANS).items():
         prof = models.setdefault(model, {})
-        f = prof.get("compress_fixed_s", 0.0)
+        f = prof.get("dense_fixed_s", prof.get("compress_fixed_s", 0.0))
         prof["hessian_token_layer_s"] = _median((j["s"] - f) / (seq_tokens(config) * len(model_layers(config, model)))
                                                 for _, j in pairs)
     dist = (config.get("eval") or {}).get("distribution")
-    for model, pairs in by_model(Rule.DENSE_REFERENCE).items():  # loads the dense model as a compression job does
+    for model, pairs in by_model(Rule.DENSE_REFERENCE).items():  # loads the dense model and runs it
         prof = models.setdefault(model, {})
-        f = prof.get("compress_fixed_s", 0.0)
+        f = prof.get("dense_fixed_s", prof.get("compress_fixed_s", 0.0))
         prof["reference_token_s"] = _median((j["s"] - f) / corpus_tokens(config, dist) for _, j in pairs)
     for model, pairs in by_model(Rule.RHT_FINETUNE).items():
         prof = models.setdefault(model, {})
@@ -278,21 +297,27 @@ def calibrate(results_dir: str | Path, config: dict[str, Any], costs: dict[str, 
                 rate.append(ep / rhtft_work(config)["tokens"])
                 fixed.append(j["s"] - ep)
         prof.update(rhtft_token_s=_median(rate, 0.0), rhtft_fixed_s=_median(fixed, 0.0))
+    # LoRA: the training loop (training blocks and held-out scoring) per token and task; the rest of the job is
+    # its start-up and model load plus its final evaluations (one, or two when the best held-out checkpoint is an
+    # earlier one), fitted as fixed + rate × evaluated tokens; each task's share of jobs that evaluate twice
     for model, pairs in by_model(Rule.LORA_FINETUNE).items():
         prof = models.setdefault(model, {})
-        train, rest = {}, []
+        train, rest, twice = {}, [], {}
         for p, j in pairs:
             row, task = p.name.rsplit("_", 1)
             t = _read(results / "lora" / row / f"{task}.timing.json") or {}
-            if "train_s" not in t:
+            r = _read(results / "lora" / row / f"{task}.json") or {}
+            if "train_s" not in t or "best_step" not in r:
                 continue
             w = lora_work(config, task)
             train.setdefault(task, []).append(t["train_s"] / w["train"])
-            rest.append((w["eval"], j["s"] - t["train_s"]))
-        # the rest of a job: its start-up and model load (as a compression job's) + its evaluations
-        fixed = prof.get("compress_fixed_s", 0.0)
+            n_eval = 1 if r["best_step"] == r["final_step"] else 2
+            twice.setdefault(task, []).append(n_eval - 1)
+            rest.append((n_eval * w["final"], j["s"] - t["train_s"]))
+        fixed, rate = _line(rest, prof.get("compress_fixed_s", 0.0))
         prof.update(lora_train_token_s={k: _median(v) for k, v in sorted(train.items())}, lora_fixed_s=fixed,
-                    lora_eval_token_s=max(_median(((s - fixed) / w for w, s in rest if w), 0.0), 0.0))
+                    lora_eval_token_s=rate,
+                    lora_second_eval={k: sum(v) / len(v) for k, v in sorted(twice.items())})
     # the engine outside compression: the selection sweep (start-up, per swept layer its Hessians and contexts,
     # the decompositions by their law) and the figure traces (start-up + the law at the compression's scale)
     other: dict[str, Any] = {}

@@ -11,7 +11,7 @@ from caldera.experiments.planning import job_costs as J
 from caldera.experiments.planning import job_plan as JP
 from caldera.experiments.planning import job_profile as PR
 from caldera.experiments.planning.cost import load_costs
-from tests.helpers import FAKE_RATES, ROOT, fake_timed_run, workflow_config
+from tests.helpers import FAKE_LORA_TRAIN, FAKE_RATES, ROOT, fake_timed_run, workflow_config
 
 
 def test_calibration_recovers_the_rates_a_run_was_made_of(tmp_path):
@@ -24,6 +24,14 @@ def test_calibration_recovers_the_rates_a_run_was_made_of(tmp_path):
     got = prof["models"]["smollm2"]
     for key, want in FAKE_RATES.items():
         assert got[key] == pytest.approx(want, rel=1e-9, abs=1e-12), key
+    assert got["lora_train_token_s"] == pytest.approx(FAKE_LORA_TRAIN, rel=1e-9)
+    twice = {}
+    for j in JP.plan_jobs(mini):
+        if j.rule == "lora_finetune":
+            r = json.loads((tmp_path / "results/lora" / j.name.rsplit("_", 1)[0] / f"{j.extra['task']}.json")
+                           .read_text())
+            twice.setdefault(j.extra["task"], []).append(r["final_step"] != r["best_step"])
+    assert got["lora_second_eval"] == {t: sum(v) / len(v) for t, v in twice.items()}
     assert got["matrix_scale"]["caldera"] == pytest.approx(3.0) and got["matrix_scale"]["quip#"] == pytest.approx(3.0)
     smoke = workflow_config("smoke")
     ev = next(j for j in JP.plan_jobs(smoke) if j.rule == "evaluate" and j.name == "smollm2-caldera-r16-lr4")
@@ -35,6 +43,13 @@ def test_calibration_recovers_the_rates_a_run_was_made_of(tmp_path):
     law = JP.law_layer_seconds(costs, smoke, cv.variant)
     assert cv.extra["layers"] == 2
     assert J.job_seconds(cv, smoke, prof, costs) == pytest.approx(12.0 + 2 * (0.7 + 3.0 * law))
+    hs = next(j for j in JP.plan_jobs(smoke) if j.rule == "hessians" and j.model == "smollm2")
+    assert J.job_seconds(hs, smoke, prof, costs) == pytest.approx(
+        15.0 + JP.seq_tokens(smoke) * len(JP.model_layers(smoke, "smollm2")) * 0.0002)
+    lj = next(j for j in JP.plan_jobs(smoke) if j.rule == "lora_finetune" and j.extra["task"] == "wiki")
+    w = JP.lora_work(smoke, "wiki")
+    assert J.job_seconds(lj, smoke, prof, costs) == pytest.approx(
+        5.0 + w["train"] * 0.004 + (1 + got["lora_second_eval"]["wiki"]) * w["final"] * 0.003)
 
 
 PROFILES = sorted((ROOT / "benchmarks/results").glob("jobs-cpu-*.json"))
