@@ -123,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", help="where the two clones go (default: a new temporary folder)")
     ap.add_argument("--out", required=True, help="write OUT.json and OUT.md")
     ap.add_argument("--reuse-a", action="store_true",
-                    help="keep run A of an earlier call in WORKDIR/a (finished, same config) and redo only run B")
+                    help="keep run A of an earlier call in WORKDIR/a (finished, same config; at an earlier commit, "
+                         "the report names both) and redo only run B")
     args = ap.parse_args(argv)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="rerun-identity-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         commit = clone(a)
     if b.exists():
         subprocess.run(["rm", "-rf", str(b)], check=True)
-    clone(b)
+    commit_b = clone(b)
     if not args.reuse_a:
         print(f"run A (uninterrupted) in {a}", flush=True)
         wall_a = run_to_end(a, args.configfile, args.cores, work / "a.log")
@@ -173,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
             differ.append({"path": rel, "a": ha.get(rel), "b": hb.get(rel)})
     claims = f"{tables_dir(a, args.configfile)}/claims.json"
     differ = [d for d in differ if d["path"] not in (claims, claims.replace(".json", ".md"))]
-    res = {"config": args.configfile, "commit": commit, "machine": os.uname().nodename, "cores": args.cores,
+    res = {"config": args.configfile, "commit": commit, "commit_b": commit_b, "machine": os.uname().nodename,
+           "cores": args.cores,
            "run_a_wall_s": round(wall_a, 1), "run_b_killed_at_s": round(killed_at, 1),
            "run_b_jobs_finished_before_the_kill": done_before, "run_b_rerun_wall_s": round(wall_b, 1),
            "files": len(set(ha) | set(hb)), "identical": sum(ha.get(p) == hb.get(p) for p in set(ha) | set(hb)),
@@ -191,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def render(r: dict[str, Any]) -> str:
     c = r["claims"]
-    lines = [f"# Kill and rerun against an uninterrupted run: `{r['config']}` at {r['commit']}", "",
+    at = r["commit"] if r.get("commit_b", r["commit"]) == r["commit"] else f"{r['commit']} (A) and {r['commit_b']} (B)"
+    lines = [f"# Kill and rerun against an uninterrupted run: `{r['config']}` at {at}", "",
              f"- Run A, uninterrupted: {r['run_a_wall_s']:.0f} s. Run B: SIGKILL to the whole process group at "
              f"{r['run_b_killed_at_s']:.0f} s ({r['run_b_jobs_finished_before_the_kill']} jobs finished), then "
              f"`--rerun-incomplete` to the end in {r['run_b_rerun_wall_s']:.0f} s ({r['cores']} cores).",
