@@ -12,6 +12,8 @@ Snakemake's benchmark and log files, the jobs' ``*.timing.json``, the run's ``ti
 measurements and the theory report (its runtime and the complexity exponents fitted to timings). In the claims,
 the throughput rows print measured tokens/s: they are compared by verdict, every other claim byte for byte.
 Every other file must be identical; the report lists any that is not, and any lock file left behind.
+``--reuse-a`` / ``--reuse-b`` keep a finished run of an earlier call, so one killed run B can be compared with
+uninterrupted runs of more than one commit.
 """
 
 from __future__ import annotations
@@ -109,6 +111,28 @@ def run_to_end(run_dir: Path, configfile: str, cores: int, log: Path, extra: lis
     return time.time() - t0
 
 
+def kill_run_b(b: Path, configfile: str, cores: int, kill_after: float, log: Path) -> dict[str, Any]:
+    """Run B: started, SIGKILLed with its whole process group after ``kill_after`` seconds, unlocked and resumed
+    with ``--rerun-incomplete`` to the end; when it was killed, how many jobs had finished, the resume's wall."""
+    print(f"run B in {b}, killed after {kill_after:.0f} s", flush=True)
+    t0 = time.time()
+    proc = snakemake(b, configfile, cores, [], log)
+    try:
+        rc = proc.wait(timeout=kill_after)
+        raise SystemExit(f"run B ended (exit {rc}) within {kill_after} s, before the kill; "
+                         + ("give a shorter --kill-after" if rc == 0 else f"see {log}"))
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    killed_at = time.time() - t0
+    done_before = len(list((b / "results").rglob("benchmarks/*/*.tsv")))
+    # a killed Snakemake leaves its lock on the folder; the resume starts as its message says, with --unlock
+    run_to_end(b, configfile, cores, log, ["--unlock"])
+    wall_b = run_to_end(b, configfile, cores, log, ["--rerun-incomplete"])
+    return {"run_b_killed_at_s": round(killed_at, 1), "run_b_jobs_finished_before_the_kill": done_before,
+            "run_b_rerun_wall_s": round(wall_b, 1)}
+
+
 def tables_dir(run_dir: Path, configfile: str) -> str:
     from caldera.strict_yaml import load_yaml_strict
 
@@ -125,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reuse-a", action="store_true",
                     help="keep run A of an earlier call in WORKDIR/a (finished, same config; at an earlier commit, "
                          "the report names both) and redo only run B")
+    ap.add_argument("--reuse-b", action="store_true",
+                    help="keep the killed and resumed run B of an earlier call in WORKDIR/b (its kill and resume "
+                         "in WORKDIR/b.run.json) and compare it with WORKDIR/a")
     args = ap.parse_args(argv)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="rerun-identity-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -137,28 +164,23 @@ def main(argv: list[str] | None = None) -> int:
         wall_a = float("nan")
     else:
         commit = clone(a)
-    if b.exists():
-        subprocess.run(["rm", "-rf", str(b)], check=True)
-    commit_b = clone(b)
+    if args.reuse_b:
+        try:
+            run_b = json.loads((work / "b.run.json").read_text())
+        except (OSError, ValueError):
+            raise SystemExit(f"--reuse-b: {work / 'b.run.json'} is missing or unreadable; run without --reuse-b "
+                             "first") from None
+    else:
+        if b.exists():
+            subprocess.run(["rm", "-rf", str(b)], check=True)
+        run_b = {"commit_b": clone(b)}
     if not args.reuse_a:
         print(f"run A (uninterrupted) in {a}", flush=True)
         wall_a = run_to_end(a, args.configfile, args.cores, work / "a.log")
-    print(f"run A: {wall_a:.0f} s; run B in {b}, killed after {args.kill_after:.0f} s", flush=True)
-    t0 = time.time()
-    proc = snakemake(b, args.configfile, args.cores, [], work / "b.log")
-    try:
-        rc = proc.wait(timeout=args.kill_after)
-        raise SystemExit(f"run B ended (exit {rc}) within {args.kill_after} s, before the kill; "
-                         + ("give a shorter --kill-after" if rc == 0 else f"see {work / 'b.log'}"))
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    killed_at = time.time() - t0
-    done_before = len(list((b / "results").rglob("benchmarks/*/*.tsv")))
-    # a killed Snakemake leaves its lock on the folder; the resume starts as its message says, with --unlock
-    run_to_end(b, args.configfile, args.cores, work / "b.log", ["--unlock"])
-    wall_b = run_to_end(b, args.configfile, args.cores, work / "b.log", ["--rerun-incomplete"])
-    print(f"run B resumed to the end in {wall_b:.0f} s", flush=True)
+    if not args.reuse_b:
+        run_b.update(kill_run_b(b, args.configfile, args.cores, args.kill_after, work / "b.log"))
+        (work / "b.run.json").write_text(json.dumps(run_b, indent=1) + "\n")
+        print(f"run B resumed to the end in {run_b['run_b_rerun_wall_s']:.0f} s", flush=True)
 
     td = tables_dir(a, args.configfile)
     folders = ["results"] + ([] if td.startswith("results/") else [td])
@@ -174,10 +196,11 @@ def main(argv: list[str] | None = None) -> int:
             differ.append({"path": rel, "a": ha.get(rel), "b": hb.get(rel)})
     claims = f"{tables_dir(a, args.configfile)}/claims.json"
     differ = [d for d in differ if d["path"] not in (claims, claims.replace(".json", ".md"))]
-    res = {"config": args.configfile, "commit": commit, "commit_b": commit_b, "machine": os.uname().nodename,
-           "cores": args.cores,
-           "run_a_wall_s": round(wall_a, 1), "run_b_killed_at_s": round(killed_at, 1),
-           "run_b_jobs_finished_before_the_kill": done_before, "run_b_rerun_wall_s": round(wall_b, 1),
+    res = {"config": args.configfile, "commit": commit, "commit_b": run_b["commit_b"],
+           "machine": os.uname().nodename, "cores": args.cores, "run_a_wall_s": round(wall_a, 1),
+           "run_b_killed_at_s": run_b["run_b_killed_at_s"],
+           "run_b_jobs_finished_before_the_kill": run_b["run_b_jobs_finished_before_the_kill"],
+           "run_b_rerun_wall_s": run_b["run_b_rerun_wall_s"],
            "files": len(set(ha) | set(hb)), "identical": sum(ha.get(p) == hb.get(p) for p in set(ha) | set(hb)),
            "clock_files_differing": clock, "differing": differ,
            "claims": compare_claims(a / claims, b / claims),

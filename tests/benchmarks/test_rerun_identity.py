@@ -54,3 +54,46 @@ def test_hashes_cover_every_file_under_the_folders(tmp_path):
     h = R.hashes(tmp_path, ["results", "tables"])
     assert set(h) == {"results/s/eval/a.json", "tables/t.md"}
     assert h["tables/t.md"] == R.sha256(tmp_path / "tables/t.md") != h["results/s/eval/a.json"]
+
+
+def _finished_run(root: Path, table: str) -> Path:
+    """A git clone's folder holding a finished run of a one-key config: a result, a timing file, a table, claims."""
+    import subprocess
+
+    (root / "config").mkdir(parents=True)
+    (root / "config/c.yaml").write_text("tables_dir: tables\n")
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    subprocess.run(["git", "-C", str(root), "-c", "user.email=x@y", "-c", "user.name=x", "commit", "-q",
+                    "--allow-empty", "-m", "x"], check=True)
+    (root / "results/c/eval").mkdir(parents=True)
+    (root / "results/c/eval/v.json").write_text("1")
+    (root / "results/c/eval/v.timing.json").write_text(str(len(table)))  # differs between runs: a clock file
+    (root / "tables").mkdir()
+    (root / "tables/table1.md").write_text(table)
+    _claims(root / "tables", "claims", [("x", "Table 1", "holds", "1.0")])
+    return root
+
+
+def test_reused_runs_are_compared_without_running_anything(tmp_path, monkeypatch):
+    """--reuse-a and --reuse-b compare two finished runs: a clock file may differ, a table may not; the report
+    names both commits and run B's kill from its b.run.json."""
+    monkeypatch.setattr(R, "snakemake", lambda *a, **k: pytest.fail("nothing may run"))
+    work = tmp_path / "w"
+    _finished_run(work / "a", "| 1 |")
+    _finished_run(work / "b", "| 1 |")
+    (work / "b/results/c/eval/v.timing.json").write_text("other seconds")
+    argv = ["--configfile", "config/c.yaml", "--kill-after", "1", "--workdir", str(work), "--reuse-a",
+            "--reuse-b", "--out", str(tmp_path / "out")]
+    with pytest.raises(SystemExit, match="b.run.json"):
+        R.main(argv)
+    (work / "b.run.json").write_text(json.dumps({"commit_b": "abc1234", "run_b_killed_at_s": 9.0,
+                                                 "run_b_jobs_finished_before_the_kill": 3,
+                                                 "run_b_rerun_wall_s": 20.0}))
+    assert R.main(argv) == 0
+    res = json.loads((tmp_path / "out.json").read_text())
+    assert res["differing"] == [] and list(res["clock_files_differing"]) == ["results/c/eval/v.timing.json"]
+    assert res["commit_b"] == "abc1234" and res["run_b_jobs_finished_before_the_kill"] == 3
+    assert "(A) and abc1234 (B)" in (tmp_path / "out.md").read_text()
+    (work / "b/tables/table1.md").write_text("| 2 |")
+    assert R.main(argv) == 1
+    assert [d["path"] for d in json.loads((tmp_path / "out.json").read_text())["differing"]] == ["tables/table1.md"]
