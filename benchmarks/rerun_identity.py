@@ -98,9 +98,18 @@ def snakemake(run_dir: Path, configfile: str, cores: int, extra: list[str], log:
 
 
 def clone(dest: Path) -> str:
+    """A clone of this repository's HEAD in ``dest`` with its C extension built in place (the runs import the
+    clone's package, so without it they would take the Numba kernels); its short commit."""
     subprocess.run(["git", "clone", "-q", str(ROOT), str(dest)], check=True)
+    subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=dest, check=False,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return subprocess.run(["git", "-C", str(dest), "rev-parse", "--short", "HEAD"], check=True,
                           capture_output=True, text=True).stdout.strip()
+
+
+def kernels(run_dir: Path) -> str:
+    """Which CPU kernels the run in ``run_dir`` used: the C extension when the clone holds it, else Numba's."""
+    return "C extension" if list((run_dir / "caldera/kernels").glob("_caldera_layer*.so")) else "Numba"
 
 
 def run_to_end(run_dir: Path, configfile: str, cores: int, log: Path, extra: list[str] = ()) -> float:
@@ -197,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     claims = f"{tables_dir(a, args.configfile)}/claims.json"
     differ = [d for d in differ if d["path"] not in (claims, claims.replace(".json", ".md"))]
     res = {"config": args.configfile, "commit": commit, "commit_b": run_b["commit_b"],
-           "machine": os.uname().nodename, "cores": args.cores, "run_a_wall_s": round(wall_a, 1),
+           "machine": os.uname().nodename, "cores": args.cores, "kernels_a": kernels(a), "kernels_b": kernels(b),
+           "run_a_wall_s": round(wall_a, 1),
            "run_b_killed_at_s": run_b["run_b_killed_at_s"],
            "run_b_jobs_finished_before_the_kill": run_b["run_b_jobs_finished_before_the_kill"],
            "run_b_rerun_wall_s": run_b["run_b_rerun_wall_s"],
@@ -225,6 +235,7 @@ def render(r: dict[str, Any]) -> str:
              f"{len(r['clock_files_differing'])}; **other differing files: {len(r['differing'])}**.",
              f"- Claims: {c.get('other_identical')}/{c.get('other')} non-throughput claims identical; throughput "
              f"claims with the same verdict: {c.get('throughput_same_verdict')}/{c.get('throughput')}.",
+             f"- CPU kernels: {r.get('kernels_a', '?')} (A), {r.get('kernels_b', '?')} (B).",
              f"- Lock files left: {len(r['locks_left'])}."]
     if r["differing"]:
         lines += ["", "Differing files that hold no clock reading:", *(f"- `{d['path']}`" for d in r["differing"])]

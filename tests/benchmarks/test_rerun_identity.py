@@ -93,6 +93,10 @@ def test_reused_runs_are_compared_without_running_anything(tmp_path, monkeypatch
     res = json.loads((tmp_path / "out.json").read_text())
     assert res["differing"] == [] and list(res["clock_files_differing"]) == ["results/c/eval/v.timing.json"]
     assert res["commit_b"] == "abc1234" and res["run_b_jobs_finished_before_the_kill"] == 3
+    assert (res["kernels_a"], res["kernels_b"]) == ("Numba", "Numba")
+    (work / "b/caldera/kernels").mkdir(parents=True)
+    (work / "b/caldera/kernels/_caldera_layer.cpython-311-x86_64-linux-gnu.so").write_bytes(b"\0")
+    assert R.main(argv) == 0 and json.loads((tmp_path / "out.json").read_text())["kernels_b"] == "C extension"
     assert "(A) and abc1234 (B)" in (tmp_path / "out.md").read_text()
     (work / "b/tables/table1.md").write_text("| 2 |")
     assert R.main(argv) == 1
