@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,7 +91,10 @@ class DenseReference:
         """``(ln p̃ (B, T − 1, V) float16 as stored, c (B, T − 1), Σ p ln p (B, T − 1), ln p(y) (B, T − 1),
         argmax (B, T − 1))`` of windows ``start:stop``, with p = exp(ln p̃ − c) the renormalised distribution
         (:func:`renormalised`). The float16 array is the memory map's, read as :func:`paired_window_sums` uses it."""
-        return (torch.from_numpy(np.asarray(self.logprobs[start:stop])),
+        with warnings.catch_warnings():  # the map is read-only, and so is every use of the tensor over it
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            lp16 = torch.from_numpy(np.asarray(self.logprobs[start:stop]))
+        return (lp16,
                 *(torch.from_numpy(getattr(self, k)[start:stop]) for k in ("lse", "negentropy", "target", "argmax")))
 
 
