@@ -1,7 +1,7 @@
 # RHT fine-tuning (paper §5.2, Tables 3-4): the signs of a variant's checkpoint trained against its dense model.
 # The fine-tuned checkpoint is evaluated by rule `evaluate` under the id <variant>+rhtft (common.smk FT_VARIANTS).
 # state.safetensors (not an output: Snakemake keeps it when a job fails) lets a killed job resume after its last
-# finished epoch.
+# finished epoch; the job removes it once its summary is written.
 rule rht_finetune:
     input:
         checkpoint=f"{RES}/compressed/{{variant}}/checkpoint",

@@ -11,6 +11,7 @@ last ``rht_ft.held_out`` are held out for choosing the epoch, as the authors hol
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from caldera.experiments.planning.plan import Variant
@@ -33,7 +34,9 @@ def step_rht_finetune(settings: RhtFtSettings, run: RunContext, source: str, v: 
     device) with ``settings`` on text source ``source`` (``calibration.source``); write the fine-tuned
     checkpoint to ``out_dir`` (:func:`caldera.pipeline.checkpoint.save_compressed`, the base checkpoint's method
     and method config, plus an ``rht_ft`` record) and the summary (history, best epoch, wall time) to
-    ``summary_out``. ``state_path``: per-epoch resume state (:func:`caldera.finetune.rht.rht_finetune`)."""
+    ``summary_out``. ``state_path``: per-epoch resume state (:func:`caldera.finetune.rht.rht_finetune`), removed
+    once the summary is written. What depends on the run's clock or on whether it was resumed (the seconds, the
+    epoch it resumed from) goes to the summary's timing file, so a killed and resumed job writes the same bytes."""
     from caldera.atomic import write_result
     from caldera.experiments.jobs.models import load_dense, run_device
     from caldera.finetune.rht import rht_finetune
@@ -58,8 +61,10 @@ def step_rht_finetune(settings: RhtFtSettings, run: RunContext, source: str, v: 
     save_compressed(student.cpu(), out_dir, method=base_cfg["method"], method_config=base_cfg["method_config"],
                     tokenizer=tok, extra={"rht_ft": record})
     summary = {"variant": v.id, **record, "heldout_kl_before": res["heldout_kl_before"],
-               "heldout_kl_best": res["heldout_kl_best"], "n_sign_params": res["n_params"],
-               "resumed_from": res["resumed_from"]}
+               "heldout_kl_best": res["heldout_kl_best"], "n_sign_params": res["n_params"]}
     write_result(summary_out, summary, {"wall_s": time.perf_counter() - t0,
-                                        "epoch_wall_s": [h.get("wall_s") for h in res["history"]]})
+                                        "epoch_wall_s": [h.get("wall_s") for h in res["history"]],
+                                        "resumed_from": res["resumed_from"]})
+    if state_path is not None:
+        Path(state_path).unlink(missing_ok=True)
     return summary

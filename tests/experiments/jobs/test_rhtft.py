@@ -88,3 +88,42 @@ def test_writes_the_finetuned_checkpoint_and_summary(checkpoint, tmp_path, numbe
     for k in a:
         if not k.endswith((".S_U", ".S_V")):
             assert torch.equal(a[k], b[k]), k
+
+
+def test_a_killed_and_resumed_job_writes_the_same_bytes_and_removes_its_state(checkpoint, tmp_path, monkeypatch,
+                                                                              numbered_sequences):
+    """A job killed after epoch 1 resumes from its state; its summary and checkpoint are byte-identical to an
+    uninterrupted job's, the epoch it resumed from is in the timing file only, and the state is gone."""
+    import caldera.finetune.rht as rht
+
+    src, base, _ = checkpoint
+    run = RunContext(name="t", device="cpu", dtype="auto", models={"m": {"source": str(src)}})
+    v = Variant(id="v", model="m", method="quip#", params={}, config=None)
+    settings = RhtFtSettings.from_block(FT)
+
+    def job(folder, state):
+        return J.step_rht_finetune(settings, run, "lambada-books", v, str(base), str(folder / "ft"),
+                                   str(folder / "rhtft.json"), str(state))
+
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    job(whole, whole / "state.safetensors")
+    assert not (whole / "state.safetensors").exists()
+    real = rht.rht_finetune
+
+    def killed_after_epoch_1(*a, **k):
+        def kill(rec):
+            if rec["epoch"] == 1:
+                raise KeyboardInterrupt
+        return real(*a, **k, on_epoch=kill)
+
+    monkeypatch.setattr(rht, "rht_finetune", killed_after_epoch_1)
+    with pytest.raises(KeyboardInterrupt):
+        job(killed, killed / "state.safetensors")
+    assert (killed / "state.safetensors").is_file() and not (killed / "rhtft.json").exists()
+    monkeypatch.setattr(rht, "rht_finetune", real)
+    job(killed, killed / "state.safetensors")
+    assert not (killed / "state.safetensors").exists()
+    assert json.loads(timing_path(killed / "rhtft.json").read_text())["resumed_from"] == 1
+    assert json.loads(timing_path(whole / "rhtft.json").read_text())["resumed_from"] is None
+    for rel in ["rhtft.json", *(p.relative_to(whole) for p in sorted((whole / "ft").rglob("*")) if p.is_file())]:
+        assert (killed / rel).read_bytes() == (whole / rel).read_bytes(), rel
