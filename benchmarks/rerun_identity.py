@@ -170,7 +170,10 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"--reuse-a: {a} holds no finished run; run without --reuse-a first")
         commit = subprocess.run(["git", "-C", str(a), "rev-parse", "--short", "HEAD"], check=True,
                                 capture_output=True, text=True).stdout.strip()
-        wall_a = float("nan")
+        try:
+            wall_a = float(json.loads((work / "a.run.json").read_text())["run_a_wall_s"])
+        except (OSError, ValueError, KeyError):
+            wall_a = float("nan")
     else:
         commit = clone(a)
     if args.reuse_b:
@@ -186,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.reuse_a:
         print(f"run A (uninterrupted) in {a}", flush=True)
         wall_a = run_to_end(a, args.configfile, args.cores, work / "a.log")
+        (work / "a.run.json").write_text(json.dumps({"run_a_wall_s": round(wall_a, 1)}) + "\n")
     if not args.reuse_b:
         run_b.update(kill_run_b(b, args.configfile, args.cores, args.kill_after, work / "b.log"))
         (work / "b.run.json").write_text(json.dumps(run_b, indent=1) + "\n")
@@ -226,9 +230,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def render(r: dict[str, Any]) -> str:
     c = r["claims"]
+    kept = " (not recorded: kept from an earlier call)" if r["run_a_wall_s"] != r["run_a_wall_s"] else ""
     at = r["commit"] if r.get("commit_b", r["commit"]) == r["commit"] else f"{r['commit']} (A) and {r['commit_b']} (B)"
     lines = [f"# Kill and rerun against an uninterrupted run: `{r['config']}` at {at}", "",
-             f"- Run A, uninterrupted: {r['run_a_wall_s']:.0f} s. Run B: SIGKILL to the whole process group at "
+             f"- Run A, uninterrupted: {r['run_a_wall_s']:.0f} s{kept}. Run B: SIGKILL to the whole process group at "
              f"{r['run_b_killed_at_s']:.0f} s ({r['run_b_jobs_finished_before_the_kill']} jobs finished), then "
              f"`--rerun-incomplete` to the end in {r['run_b_rerun_wall_s']:.0f} s ({r['cores']} cores).",
              f"- Files compared by sha256: {r['files']}; identical: {r['identical']}; differing clock files: "
