@@ -21,9 +21,8 @@ Speed (CPU): ``H_{2^p}`` is factored into Sylvester Kronecker factors of size �
 (``H_{2^p} = H_{2^a} ⊗ H_{2^b} ⊗ …``), so ``U_n = (H_K/√K) ⊗ (H_{2^a}/√2^a) ⊗ …``; each factor is a small
 matmul over a reshaped view (2·f flops per element for a factor of size f). The CPU kernel works on
 cache-sized blocks of the input (all factors applied while the block is in cache), which makes the transform
-about one memory pass. Notes measured on a 2-core VM: a fresh 64 MiB output costs ~15–30 ms of page faults
-(PyTorch's ``THP_MEM_ALLOC_ENABLE=1`` roughly halves that); on an oversubscribed machine every OpenMP
-region waits for a time slice, so many small ops get slow — ``torch.set_num_threads(1)`` helps there.
+about one memory pass. A fresh output's page faults and an oversubscribed machine's OpenMP regions are the
+other costs (``benchmarks/results/SETTINGS.md``).
 """
 
 from __future__ import annotations

@@ -4,14 +4,11 @@ bfloat16 arithmetic on CPUs with bfloat16 dot-product instructions.
 Why. About two thirds of a CALDERA outer iteration are float32 matrix products (``(W − Q) M``, BlockLDLQ's feedback,
 LPLR's ``R M``, ``Y Pᵀ``, ``Aᵀ L``, the subspace iteration). Since PyTorch 2.9, ``torch.backends.mkldnn.matmul.
 fp32_precision = "bf16"`` lets oneDNN compute float32 products with bfloat16 instructions (AVX512-BF16, AMX), with
-float32 inputs, float32 accumulation and float32 outputs. Measured on this repository's 2-core AMD EPYC (AVX512-BF16,
-torch 2.13; ``benchmarks/results/ENGINE.md``): 4096×4096 · 4096×4096 in 0.33 s instead of 0.67 s, the engine's other
-products 1.3–2.1× faster; it is not a plain bfloat16 product (8 mantissa bits, relative error ≈ 1.7e-3): oneDNN
-splits each float32 operand into bfloat16 parts, and the relative Frobenius error of a 4096² product against a
-float64 reference is 4–6e-7, against 2.4–2.6e-7 for IEEE float32; the contribution of an operand term of relative
-size 2⁻¹⁶ carries a relative error of 2.6 % (IEEE float32: 1.6 %; a plain bfloat16 product drops it entirely:
-``tests/test_matmul_precision.py`` checks both). The decomposition's error is unchanged within the compression's
-own randomness (ENGINE.md: 6.4× the engine of 1a49d41 at 4096×4096 with the bfloat16 arithmetic, 4.6–4.8× without).
+float32 inputs, float32 accumulation and float32 outputs. Where oneDNN splits each float32 operand into bfloat16
+parts, the product keeps close to float32 accuracy (unlike a plain bfloat16 product, 8 mantissa bits) at about
+half the time; on some CPUs the mode is a plain bfloat16 product, which :func:`bf16_accurate` detects.
+``tests/test_matmul_precision.py`` checks both properties; the speeds and errors measured on the CPUs of this
+project are in ``benchmarks/results/SETTINGS.md``.
 
 Modes:
 
@@ -20,8 +17,7 @@ Modes:
   the setting, < 2.9). On a CPU without bfloat16 instructions oneDNN emulates them: slower than ``"ieee"``.
 * ``"auto"`` (the default) — ``"bf16"`` where it is fast, float32-accurate and the job did not ask for
   CPU-independent numerics: CPU tensors, a torch with the setting and oneDNN, a CPU with AVX512-BF16 or AMX on
-  which the mode passes :func:`bf16_accurate` (on an Intel Xeon with AMX, torch 2.13, oneDNN's bf16 mode is a
-  plain bfloat16 product: relative error 2.3e-3 on the probe, against 2.9e-7 for IEEE), and none of the variables that
+  which the mode passes :func:`bf16_accurate` (a probe product against float64), and none of the variables that
   the workflow's ``numerics: avx2`` / ``portable`` pins set (``MKL_CBWR``, ``ATEN_CPU_CAPABILITY``,
   ``NUMBA_CPU_NAME``: :data:`PIN_VARS`) in the environment (pinned results are meant to be the same on every CPU,
   and the bfloat16 path exists only on some); else ``"ieee"``.

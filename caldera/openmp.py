@@ -5,11 +5,8 @@ After a region ends, libgomp's worker threads spin, waiting for the next one, fo
 by default: a few milliseconds here) before they sleep. The engine's compiled E8P searches (the fused BlockLDLQ
 chunk, the E8P/E8P-RVQ4 quantizers) run on Python threads right after such GEMMs (the feedback of the later
 chunks, LPLR's least-squares products), so for their first milliseconds they share the cores with spinning
-OpenMP workers. Measured on this repository's 2-core CPU (2 threads, 4096×4096 BlockLDLQ, 32 chunks): the
-compiled chunks take 0.49 s after the feedback GEMMs with the default spin and 0.31 s with ``GOMP_SPINCOUNT=10000``
-(the GEMMs themselves 0.36 s either way). With the faster chunk kernel that followed, the gain on a whole
-paper-settings decomposition is small: 63.2 → 61.9 s at 4096×4096, T_out 15 (``benchmarks/results/ENGINE.md``).
-No result changes: only when idle threads go to sleep.
+OpenMP workers. A shorter spin lets those workers sleep sooner; what it saves is measured in
+``benchmarks/results/SETTINGS.md``. No result changes: only when idle threads go to sleep.
 
 :func:`limit_spin` sets ``GOMP_SPINCOUNT=10000`` unless the user set it. libgomp reads it once, when it loads
 (with torch), so it must run before the first ``import torch``: the ``caldera`` command, the workflow's job

@@ -4,10 +4,9 @@ The Hessian's square root M (H = M Mᵀ, Cholesky) and its inverse are lower tri
 by them in every outer iteration: ``Y = (W − Q) M`` (n·d² flops), ``R M`` in every LPLR update and error. A dense
 GEMM spends half of those flops on the zeros above the diagonal. Here the columns of M are cut into ``blocks``
 slices and column slice J of ``A M`` reads only the rows of M from J's first column on, so the product costs
-``(½ + 1/(2·blocks))`` of the dense flops in ``blocks`` GEMMs. Measured on this repository's 2-core CPU (fp32, 2
-threads; ``benchmarks/results/ENGINE.md``): 4096×4096 · 4096×4096 0.75 → 0.46 s, 256×4096 · 4096×4096 75 → 39 ms,
-576×576 · 576×576 2.3 → 2.0 ms. The result equals ``A @ M`` up to float rounding (the sums are grouped
-differently; the zeros contribute exactly nothing).
+``(½ + 1/(2·blocks))`` of the dense flops in ``blocks`` GEMMs (times: ``benchmarks/results/SETTINGS.md``). The
+result equals ``A @ M`` up to float rounding (the sums are grouped differently; the zeros contribute exactly
+nothing).
 """
 
 from __future__ import annotations

@@ -38,8 +38,7 @@ size. On CPU (``"native"`` backend) the whole forward — both randomized Hadama
 the factor products, ``L_ft R_ft`` and the bias — is one C call of :mod:`caldera.kernels.native`, prepared
 once per layer; without a C compiler the Numba products (``"numba"``) with the transforms in Python. On CUDA,
 the Triton kernel. ``kernel="auto"`` (the default) takes the faster path as measured (``kernels/README.md``):
-the fused C layer on CPU (SmolLM2 batch-1 decoding faster than the dense fp32 model, one thread), the Triton
-kernel on CUDA (52 µs vs 67 µs for a cached fp32 4096×11008 matvec on an H100), and the reference path where
+the fused C layer on CPU, the Triton kernel on CUDA, and the reference path where
 only the Numba products exist (they are slower than a cached fp32 matmul). ``kernel="kernel"`` uses a kernel
 whenever one applies; ``kernel="reference"`` never does. The fused C layer runs on one thread.
 
