@@ -1,17 +1,23 @@
-"""The evaluation profiler (caldera.experiments.jobs.eval_profile): its timers around library functions and the
+"""The evaluation profiler (benchmarks/eval_profile.py): its timers around library functions and the
 split of one forward into decoder body and LM head."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import types
+from pathlib import Path
 
 import pytest
 import torch
 
-from caldera.experiments.jobs import eval_profile as E
-from caldera.experiments.jobs.eval_profile import _wrap, head_split
 from tests.helpers import printed_json, tiny_llama
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "eval_profile.py"
+_spec = importlib.util.spec_from_file_location("_eval_profile", SCRIPT)
+E = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(E)
+_wrap, head_split = E._wrap, E.head_split
 
 
 def test_wrap_keeps_the_function_and_adds_its_time_under_its_key():

@@ -1,6 +1,4 @@
-"""Where one evaluation job spends its time: ``python -m caldera.experiments.jobs.eval_profile --config
-config/mini.yaml``
-(it runs the workflow's evaluate step, so it lives beside it).
+"""Where one evaluation job spends its time: ``python benchmarks/eval_profile.py --config config/mini.yaml``.
 
 Runs :func:`caldera.experiments.jobs.evaluate.step_evaluate` for the dense model of each ``--model`` into a
 temporary folder and reports wall seconds per component: imports, model load, perplexity data (tokenization) and
