@@ -184,7 +184,7 @@ def test_defaults_are_the_values_the_workflow_used():
     tp = ThroughputSettings.from_block(None)
     assert tp.measurement_block() == {"runs": 5, "warmup": 1, "new_tokens": 16, "calls": 8, "kernel": "auto",
                                       "dtype": "float32", "prompt": "The capital of France is"}
-    assert tp.as_block() == {**tp.measurement_block(), "separation_margin": 0.05}  # the claims' margin
+    assert tp.as_block() == {**tp.measurement_block(), "separation_margin": 0.65}  # the claims' margin
     s = block_settings(load("smoke"))
     assert s.eval.weights == "compressed" and s.eval.zeroshot.batch_size == 16 and s.eval.ppl["c4"].seed == 0
     assert (s.selection.ranks, s.selection.tie_tolerance, s.selection.ablations) == ("extremes", 0.0, True)
