@@ -57,6 +57,10 @@ CLASSES: dict[str, tuple[str, object]] = {
                                 _replace("seq_len: 128, n_windows: 2}", "seq_len: 128, n_windows: 1000000000}")),
     "new-tokens-beyond-positions": ("throughput.new_tokens: 1e9",
                                     _sub(r"new_tokens: *\d+", "new_tokens: 1000000000")),
+    "windows-1e9-as-written": ("eval.ppl.wiki.n_windows: 1e9, written so (YAML reads it as text)",
+                               _replace("seq_len: 128, n_windows: 2}", "seq_len: 128, n_windows: 1e9}")),
+    "new-tokens-1e9-as-written": ("throughput.new_tokens: 1e9, written so (YAML reads it as text)",
+                                  _sub(r"new_tokens: *\d+", "new_tokens: 1e9")),
     "replicates-seeds-empty": ("replicates.seeds: []", _replace("seeds: [1, 2]", "seeds: []")),
     "layers-per-job-float": ("layers_per_job: 30.0", _replace("layers_per_job: 30 ", "layers_per_job: 30.0 ")),
     "layers-floats": ("layers: [0.0, 1.0]", _replace("layers: [0, 1] ", "layers: [0.0, 1.0] ")),
@@ -64,6 +68,41 @@ CLASSES: dict[str, tuple[str, object]] = {
 }
 #: the classes a correct workflow accepts
 SHOULD_ACCEPT = {"merge-with-override"}
+
+#: what each class did at 4ff488c when its jobs ran, as the adversarial test that found the classes recorded it
+#: (not re-run here: a dry run runs no job). "refused later": a job failed; "accepted": the run went on with a
+#: silent change or no error.
+RECORDED_LATER = {
+    "seed-beyond-64-bits": ("refused later", "Overflow when unpacking long long, naming neither the input nor the fix"),
+    "calibration-beyond-the-text": ("refused later", "ran for more than 300 s with no output"),
+    "source-folder-missing": ("refused later", "failed inside a job"),
+    "device-cuda-without-gpu": ("refused later", "failed inside a job"),
+    "tables-dir-unwritable": ("refused later", "failed inside a job"),
+    "windows-beyond-the-text": ("refused later", "failed inside a job"),
+    "new-tokens-beyond-positions": ("refused later", "failed inside a job"),
+    "windows-1e9-as-written": ("refused later", "failed inside a job"),
+    "new-tokens-1e9-as-written": ("refused later", "failed inside a job"),
+    "replicates-seeds-empty": ("accepted", "silently dropped the replicate jobs"),
+    "layers-per-job-float": ("accepted", "silently made an integer"),
+    "layers-floats": ("accepted", "silently made integers"),
+    "merge-with-override": ("refused before work", "refused as a duplicate key"),
+}
+
+
+def summary(rows: list[dict], recorded: dict[str, tuple[str, str]] | None = None) -> dict[str, int]:
+    """Counts of the issue's four columns over ``rows`` (one checkout's dry runs): tried, refused before work
+    (the dry run failed), refused later and accepted. A class the dry run did not refuse (accepted, or timed
+    out) is split by ``recorded`` (what its jobs did, :data:`RECORDED_LATER`); without it such a class counts as
+    accepted."""
+    out = {"tried": len(rows), "refused before work": 0, "refused later": 0, "accepted": 0}
+    for r in rows:
+        if r["outcome"] == "refused":
+            out["refused before work"] += 1
+        elif recorded and recorded.get(r["class"], ("accepted",))[0] == "refused later":
+            out["refused later"] += 1
+        else:
+            out["accepted"] += 1
+    return out
 
 
 def first_error(text: str) -> str:
@@ -107,6 +146,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[1])
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--before", action="store_true",
+                    help="the checkout is the workflow before the refusals: split the classes its dry run accepts "
+                         "by what their jobs did (RECORDED_LATER)")
     a = ap.parse_args(argv)
     rows = []
     for name, (desc, edit) in CLASSES.items():
@@ -114,8 +156,11 @@ def main(argv=None) -> int:
         row["as_it_should"] = (row["outcome"] == "accepted") == (name in SHOULD_ACCEPT)
         rows.append(row)
         print(f"{name:<30}{row['outcome']:<10}{row['seconds']:>7.1f} s  {row['message'][:110]}", flush=True)
+    counts = summary(rows, RECORDED_LATER if a.before else None)
+    print(", ".join(f"{k}: {v}" for k, v in counts.items()))
     if a.out:
-        a.out.write_text(json.dumps(rows, indent=1) + "\n")
+        a.out.write_text(json.dumps({"repo": str(a.repo), "before": a.before, "summary": counts, "classes": rows},
+                                    indent=1) + "\n")
     return 0
 
 

@@ -36,7 +36,8 @@ def _flat(d, prefix=""):
 KEYS = {"seed-beyond-64-bits": "calibration.seed", "calibration-beyond-the-text": "calibration.n_samples",
         "source-folder-missing": "models.smollm2.source", "device-cuda-without-gpu": "device",
         "tables-dir-unwritable": "tables_dir", "windows-beyond-the-text": "eval.ppl.wiki.n_windows",
-        "new-tokens-beyond-positions": "throughput.new_tokens", "replicates-seeds-empty": "replicates.seeds",
+        "new-tokens-beyond-positions": "throughput.new_tokens", "windows-1e9-as-written": "eval.ppl.wiki.n_windows",
+        "new-tokens-1e9-as-written": "throughput.new_tokens", "replicates-seeds-empty": "replicates.seeds",
         "layers-per-job-float": "layers_per_job", "layers-floats": "layers", "merge-with-override": None}
 
 
@@ -59,3 +60,14 @@ def test_a_refusal_is_summarized_by_the_workflow_message():
     assert C.first_error(out) == "layers[0]: 0.0 is a float; write the integer 0"
     assert C.first_error("Traceback\nNotADirectoryError: [Errno 20] Not a directory: 'README.md'\n").startswith(
         "NotADirectoryError")
+
+
+def test_the_four_columns_count_every_class_once():
+    rows = [{"class": "seed-beyond-64-bits", "outcome": "accepted"}, {"class": "layers-floats", "outcome": "accepted"},
+            {"class": "merge-with-override", "outcome": "refused"}, {"class": "device-cuda-without-gpu",
+                                                                      "outcome": "timeout"}]
+    # a timed-out dry run planned nothing, but refused nothing either
+    assert C.summary(rows, C.RECORDED_LATER) == {"tried": 4, "refused before work": 1, "refused later": 2,
+                                                 "accepted": 1}
+    assert C.summary(rows) == {"tried": 4, "refused before work": 1, "refused later": 0, "accepted": 3}
+    assert set(C.RECORDED_LATER) == set(C.CLASSES)
