@@ -6,7 +6,7 @@ Groups ``kernels-{n}x{d}-B{B}``: dense fp32 ``x Wᵀ`` (torch), the 2-bit E8P ke
 E8P-RVQ4 (4-bit) factor codes (``caldera.kernels.fused.codes_linear``), and the whole compressed layer as one C
 call with both randomized Hadamard transforms (``fused_lr16_rht`` / ``fused_lr4_rht``:
 ``caldera.kernels.native.fused_layer``, what ``CompressedLinear`` runs on CPU). Codes are uniform random (the kernels
-take the same time for any codes, up to cache effects of the table lookups). Each records in ``extra_info``:
+take the same time for any codes, up to cache effects of the codebook lookups). Each records in ``extra_info``:
 ``bytes`` the product must read/write, ``flops`` (2·B·n·d plus the low-rank part), the machine's measured
 ``mem_bw_gbps`` (a 256 MiB copy) and ``gemm_gflops`` (conftest), and ``gbps`` / ``frac_mem_bw`` from its own
 median time. Big shapes run few rounds. Run: ``pytest benchmarks/test_bench_kernels.py --benchmark-enable``.

@@ -121,12 +121,13 @@ def test_e8p_rvq4_quantize(benchmark, W: torch.Tensor) -> None:
 
 
 @pytest.mark.benchmark(group="e8p")
-def test_e8p_table_build(benchmark) -> None:
-    """Building the E8P search tables (once per process; was a timed assert in the unit tests)."""
+def test_e8p_codebook_build(benchmark) -> None:
+    """Building the E8P codebook and its search lookup arrays (once per process; was a timed assert in the unit
+    tests)."""
 
     def build():
-        e8p_mod._tables.cache_clear()
-        return e8p_mod._tables()
+        e8p_mod._lookup.cache_clear()
+        return e8p_mod._lookup()
 
     t = benchmark.pedantic(build, rounds=3, iterations=1, warmup_rounds=0)
     assert t.codebook.shape == (65536, 8)

@@ -3,7 +3,7 @@
 Inside ``torch.set_default_device("meta")`` every tensor a function creates *without* naming a device lands
 on the meta device, and the first op that mixes it with the CPU inputs (or reads its value) raises. So a
 run under that default with CPU inputs passes only if every tensor is created on the inputs' device (or
-explicitly on the CPU, for tables built once); the result must then be on the CPU and identical to the
+explicitly on the CPU, for codebooks built once); the result must then be on the CPU and identical to the
 normal run. The same holds for CUDA inputs: that is what a GPU run needs, and what this test stands in for.
 Codes *on* the default device (meta) must dequantize there: the codebooks follow the codes' device.
 """
@@ -131,19 +131,19 @@ def test_e8p_torch_search_on_a_device_matches_the_cpu_search():
     x = torch.cat([torch.randn(20000, 8, generator=g) * s for s in (0.5, 1.03, 2.0, 4.0)])
     ref = E8P(backend="numba").quantize(x)
     assert torch.equal(E8P(backend="torch").quantize(x), ref)
-    t = e8p_mod.tables_on(x.device)
+    t = e8p_mod.lookup_on(x.device)
     out = torch.empty(x.shape[0], dtype=torch.int32)
     e8p_mod._encode(x, t, out, chunk=e8p_mod._DEVICE_CHUNK_ROWS)  # one pass, as on a GPU
     assert torch.equal(out.reshape(ref.shape), ref)
     # the CPU-only backend is refused for a non-CPU tensor instead of silently copying to the host
     with pytest.raises(ValueError, match="CPU tensors only"):
-        e8p_mod._encode_all(x.to("meta"), e8p_mod.tables_on(torch.device("meta")), out.to("meta"), "numba")
+        e8p_mod._encode_all(x.to("meta"), e8p_mod.lookup_on(torch.device("meta")), out.to("meta"), "numba")
 
 
-def test_e8p_tables_are_cached_per_device():
-    cpu = e8p_mod.tables_on(torch.device("cpu"))
-    meta = e8p_mod.tables_on(torch.device("meta"))
-    assert cpu is e8p_mod._tables() and meta is e8p_mod.tables_on(torch.device("meta"))
+def test_e8p_lookup_is_cached_per_device():
+    cpu = e8p_mod.lookup_on(torch.device("cpu"))
+    meta = e8p_mod.lookup_on(torch.device("meta"))
+    assert cpu is e8p_mod._lookup() and meta is e8p_mod.lookup_on(torch.device("meta"))
     assert meta.codebook.device.type == "meta" and meta.codebook.shape == cpu.codebook.shape
 
 

@@ -2,7 +2,7 @@
 
 * :func:`codes_matmul` — ``y = x (s ⊙ Q)ᵀ``: ``x`` (B, 8m) float32, codes (n, m) of Q's rows, ``s`` scalar or
   per row. One pass over the codes (2 bytes per 8 weights for E8P, 4 for RVQ4); each code is decoded once into
-  8 floats from the L1-resident tables of :mod:`caldera.kernels.e8p_decode` and used for all B rows of x.
+  8 floats from the L1-resident decode lookup arrays of :mod:`caldera.kernels.e8p_decode` and used for all B rows of x.
 * :func:`codes_matmul_t` — ``y = t (s · M)`` for M given by the codes of its rows (k, n/8): the product with
   ``L`` when the codes are those of ``Lᵀ`` (``CompressedLinear``'s layout of the left factor).
 
@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from caldera.kernels.e8p_decode import check_quantizer, decode_tables
+from caldera.kernels.e8p_decode import check_quantizer, decode_lookup
 
 _MIN_CODES_PER_THREAD = 1 << 16  # below this, one thread (thread hand-off costs ~10-50 µs)
 
@@ -113,8 +113,8 @@ def _mm_t_cols(t_in, codes, scale, stages, inv_rs, A, G, h, y, j0, j1):  # pragm
 
 
 @functools.lru_cache(maxsize=1)
-def _np_tables():
-    t = decode_tables()
+def _np_decode_lookup():
+    t = decode_lookup()
     return t.A.numpy(), t.G.numpy(), t.h.numpy()
 
 
@@ -184,7 +184,7 @@ def codes_matmul(x: Tensor, codes: Tensor, scale: Tensor | float, quantizer: str
 
         _run(codes_mm_rows, _split(n, m), xn, _np_codes(codes), stages, 1.0 / rs, sc, y)
         return torch.from_numpy(y)
-    A, G, h = _np_tables()
+    A, G, h = _np_decode_lookup()
     if stages == 1:
         xs = xn.reshape(xn.shape[0], m, 8).sum(-1)
         c = _np_codes(codes)
@@ -215,7 +215,7 @@ def codes_matmul_t(
 
         _run(codes_mm_t_cols, _split(m, k), tn, _np_codes(codes), stages, 1.0 / rs, float(scale), out.numpy())
         return out
-    A, G, h = _np_tables()
+    A, G, h = _np_decode_lookup()
     _run(
         _mm_t_cols,
         _split(m, k),

@@ -1,13 +1,13 @@
-"""C kernels for E8P / E8P-RVQ4 code products on CPU through a full 8-bit codebook table, built at install time.
+"""C kernels for E8P / E8P-RVQ4 code products on CPU through a full 8-bit codebook lookup, built at install time.
 
 Every E8P codeword is a multiple of ¼ with entries in [−2.75, 2.75], so ``4·codebook`` is exact in int8: a
-table ``T8`` (65536, 8) int8 of 512 KiB (:func:`lut_table`; checked equal to the codebook at build). The
+lookup ``T8`` (65536, 8) int8 of 512 KiB (:func:`int8_codebook`; checked equal to the codebook at build). The
 products of :mod:`caldera.kernels.cpu` then read per 8-weight code one 8-byte row of ``T8`` (widened to float32
 with two AVX2 instructions) and FMA it with 8 entries of ``x``; ``y = ¼ · s · Σ``. E8P-RVQ4 codes
 ``(c1 << 16) | c2`` take two lookups, ``w(c1) + w(c2)/3.45``. The per-code loop of the Numba kernels could not
 be vectorised by Numba's LLVM (scalar FMAs, ≈ 5 ns per code measured); this one runs ≈ 1 ns per code on
 this CPU (``kernels/README.md``). The E8P product takes four rows per pass over ``x`` (four independent
-table reads in flight); a row's arithmetic does not depend on its group, so a thread split changes no bit.
+codebook reads in flight); a row's arithmetic does not depend on its group, so a thread split changes no bit.
 
 ``caldera_layer_fwd`` (:func:`fused_layer`, :class:`FusedLayer`) is a whole ``CompressedLinear`` forward in one
 call: ``x ⊙ S_U`` → ``U_dᵀ`` (in-place fast Walsh–Hadamard transform of the ``2^p`` part, the K × K Hadamard
@@ -191,11 +191,11 @@ def select_isa(name: str) -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def lut_table() -> np.ndarray:
+def int8_codebook() -> np.ndarray:
     """``4 ·`` the E8P codebook as int8 (65536, 8), C-contiguous; raises if any codeword is not exact."""
-    from caldera.quantizers.e8p import tables_on
+    from caldera.quantizers.e8p import lookup_on
 
-    cb = tables_on(torch.device("cpu")).codebook.to(torch.float32)
+    cb = lookup_on(torch.device("cpu")).codebook.to(torch.float32)
     t8 = torch.round(cb * 4)
     if not torch.equal(t8 / 4, cb) or t8.abs().max() > 127:
         raise RuntimeError("E8P codebook is not a set of multiples of 1/4 in int8 range; the LUT kernel cannot hold it")
@@ -215,7 +215,7 @@ def _width(codes: np.ndarray) -> int:
 def codes_mm_rows(x, codes, stages, inv_rs, scale, y, r0, r1) -> None:  # noqa: PLR0913 - mirrors the C call
     """``y[:, r0:r1] = x (s ⊙ Q[r0:r1])ᵀ``: numpy ``x`` (B, 8m) float32, ``codes`` (n, m), ``scale`` (1,)|(n,)."""
     n, m = codes.shape
-    a = MmArgs(x=_ptr(x), y=_ptr(y), codes=_ptr(codes), T=_ptr(lut_table()), scale=_ptr(scale), B=x.shape[0], n=n,
+    a = MmArgs(x=_ptr(x), y=_ptr(y), codes=_ptr(codes), T=_ptr(int8_codebook()), scale=_ptr(scale), B=x.shape[0], n=n,
                m=m, r0=r0, r1=r1, width=_width(codes), stages=stages, per_row=int(scale.shape[0] > 1),
                inv_rs=inv_rs)  # fmt: skip
     _ext().codes_mm(a)
@@ -224,7 +224,7 @@ def codes_mm_rows(x, codes, stages, inv_rs, scale, y, r0, r1) -> None:  # noqa: 
 def codes_mm_t_cols(t, codes, stages, inv_rs, scale, y, j0, j1) -> None:  # noqa: PLR0913
     """``y[:, 8j0:8j1] += t (s · M)[:, 8j0:8j1]``: numpy ``t`` (B, k) float32, ``codes`` (k, m), ``y`` (B, 8m)."""
     k, m = codes.shape
-    a = MmTArgs(t=_ptr(t), y=_ptr(y), codes=_ptr(codes), T=_ptr(lut_table()), B=t.shape[0], k=k, m=m, j0=j0, j1=j1,
+    a = MmTArgs(t=_ptr(t), y=_ptr(y), codes=_ptr(codes), T=_ptr(int8_codebook()), B=t.shape[0], k=k, m=m, j0=j0, j1=j1,
                 width=_width(codes), stages=stages, inv_rs=inv_rs, scale=scale)  # fmt: skip
     _ext().codes_mm_t(a)
 
@@ -334,7 +334,7 @@ def fused_layer(  # noqa: PLR0913 - one argument per stored tensor of the layer
         Lft, Rft = ft[0].detach().float().contiguous(), ft[1].detach().float().contiguous()
         r = Lft.shape[1]
     b = None if bias is None else bias.detach().float().contiguous()
-    T = torch.from_numpy(lut_table())
+    T = torch.from_numpy(int8_codebook())
     args = LayerArgs(
         su=hold(su), sv=hold(sv), Md=hold(Md), Mn=hold(Mn), qc=hold(qc), qs=hold(qs), T=hold(T), Lp=hold(Lp),
         Rp=hold(Rp), Lft=hold(Lft), Rft=hold(Rft), bias=hold(b), d=d, n=n, Kd=Kd, Kn=Kn, k=k, r=r,

@@ -43,7 +43,7 @@ only the Numba products exist (they are slower than a cached fp32 matmul). ``ker
 whenever one applies; ``kernel="reference"`` never does. The fused C layer runs on one thread.
 
 **Reference path.** ``Q`` and the quantized factors are obtained from the codes by
-a table lookup (``quantizer.dequantize``) and, with ``cache_dequantized=True`` (the default), cached as
+a codebook lookup (``quantizer.dequantize``) and, with ``cache_dequantized=True`` (the default), cached as
 non-persistent float32 buffers on first use: they are never saved, move with ``.to()``, are dropped by
 :meth:`clear_cache` and by ``load_state_dict``. The cache costs 32 bits per weight of memory (like a dense
 fp32 layer) and saves the lookup on every call; pass ``cache_dequantized=False`` to keep memory at the

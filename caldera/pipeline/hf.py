@@ -82,7 +82,7 @@ def _classes() -> tuple[type, type]:
             return None  # keep every stored dtype: codes are integers, scales/signs must not be rounded
 
         def _process_model_before_weight_loading(self, model: Any, checkpoint_files: Any = None, **kwargs: Any):
-            # transformers builds the model under a meta-device and `dtype` default; the lookup tables a quantizer
+            # transformers builds the model under a meta-device and `dtype` default; the lookup arrays a quantizer
             # builds on first use (E8P's codebook) must be real float32 tensors (the shells are explicitly meta)
             old = torch.get_default_dtype()
             torch.set_default_dtype(torch.float32)

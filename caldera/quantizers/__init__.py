@@ -2,9 +2,9 @@
 uniform round-to-nearest, the paper's dithered scalar quantizer and a 16-bit pass-through.
 
 ``get_quantizer(name)`` and ``quantizer_for_bits(bits)`` return cached instances (quantizers are stateless;
-the E8P tables are built once per process, in well under a second). A method with its own storage format
-registers its quantizer with :func:`register_quantizer`; ``get_quantizer`` then finds it by name, and so does
-the checkpoint loader (the quantizer declares what it stores: :mod:`caldera.quantizers.base`).
+the E8P codebook and its lookup arrays are built once per process, in well under a second). A method with its
+own storage format registers its quantizer with :func:`register_quantizer`; ``get_quantizer`` then finds it by
+name, and so does the checkpoint loader (the quantizer declares what it stores: :mod:`caldera.quantizers.base`).
 """
 
 from __future__ import annotations

@@ -118,7 +118,9 @@ def check_codes(codes: Tensor, arg: str, upper: int) -> None:
 
 
 @dataclass(frozen=True)
-class _E8PTables:
+class _E8PLookup:
+    """The E8P codebook and the lookup arrays its nearest-codeword search reads (built once, :func:`_lookup`)."""
+
     abs2: Tensor  # (256, 8) int64, 2|x| of the abs patterns S
     abs_f: Tensor  # (256, 8) float32, the abs patterns S
     sum_odd: Tensor  # (256,) int32, 1 where sum(S[k]) is odd (last coordinate negated before flipping)
@@ -147,7 +149,7 @@ def _short_patterns_2x() -> Tensor:
 
 
 @functools.lru_cache(maxsize=1)
-def _tables() -> _E8PTables:
+def _lookup() -> _E8PLookup:
     n12 = torch.tensor([[int(c) for c in s] for s in NORM12_PATTERNS_2X], dtype=torch.int64, device="cpu")
     abs2 = torch.cat((_short_patterns_2x(), n12))
     assert abs2.shape == (256, 8), abs2.shape
@@ -169,7 +171,7 @@ def _tables() -> _E8PTables:
     base[:, 7] *= 1 - 2 * sum_odd[k].to(torch.float32)  # odd |x| sum: negate last coordinate first
     shift = torch.full((_NUM_CODES,), 0.25, device="cpu").masked_fill_(p == 1, -0.25)
     cb = base * (1 - 2 * flips).to(torch.float32) + shift[:, None]
-    return _E8PTables(
+    return _E8PLookup(
         abs2=abs2,
         abs_f=abs_f,
         sum_odd=sum_odd.to(torch.int32),
@@ -183,18 +185,18 @@ def _tables() -> _E8PTables:
     )
 
 
-def tables_on(device: torch.device) -> _E8PTables:
-    """The E8P tables on ``device`` (built once on the CPU by :func:`_tables`, copied once per device and
-    cached), so that codes on a GPU are searched and dequantized with tables on that GPU. The CPU tables are
-    :func:`_tables` itself (never a second cache of it that could outlive ``_tables.cache_clear()``)."""
+def lookup_on(device: torch.device) -> _E8PLookup:
+    """The E8P codebook and lookup arrays on ``device`` (built once on the CPU by :func:`_lookup`, copied once per
+    device and cached), so that codes on a GPU are searched and dequantized with the codebook on that GPU. The CPU
+    ones are :func:`_lookup` itself (never a second cache of it that could outlive ``_lookup.cache_clear()``)."""
     device = torch.device(device)
-    return _tables() if device.type == "cpu" else _tables_copy(device)
+    return _lookup() if device.type == "cpu" else _lookup_copy(device)
 
 
 @functools.lru_cache(maxsize=None)
-def _tables_copy(device: torch.device) -> _E8PTables:
-    t = _tables()
-    return _E8PTables(**{f.name: getattr(t, f.name).to(device) for f in dataclasses.fields(t)})
+def _lookup_copy(device: torch.device) -> _E8PLookup:
+    t = _lookup()
+    return _E8PLookup(**{f.name: getattr(t, f.name).to(device) for f in dataclasses.fields(t)})
 
 
 # Class scores (see the module docstring). Classes 0..6 are the permutation-closed classes ½⁸,
@@ -228,7 +230,7 @@ def _sign_byte(rows: list[Tensor]) -> tuple[Tensor, Tensor]:
     for i in range(1, 8):
         # arithmetic shift: bit i of (v >> (31 − i)) is the sign bit of v
         negbyte |= (rows[i].view(torch.int32) >> (31 - i)) & (1 << i)
-    return negbyte, tables_on(negbyte.device).parity8.index_select(0, negbyte)
+    return negbyte, lookup_on(negbyte.device).parity8.index_select(0, negbyte)
 
 
 def _sort8(rows: list[Tensor]) -> list[Tensor]:
@@ -271,7 +273,7 @@ def _pairwise_min8(v: Tensor) -> Tensor:
     return torch.minimum(v[:, 0], v[:, 1])
 
 
-def _norm12_gain(ay: Tensor, odd: Tensor, t: _E8PTables) -> tuple[Tensor, Tensor]:
+def _norm12_gain(ay: Tensor, odd: Tensor, t: _E8PLookup) -> tuple[Tensor, Tensor]:
     """Best norm-12 pattern for each column of ``ay`` (``(8, c)`` = |y|, ``c ≤ _N12_COLS``; ``odd`` ``(c,)``
     float 0/1). Returns ``(gain, k)``: gain relative to Σ|y| (float32 ``(c,)``), pattern (int64, 0..28)."""
     prod = t.n12_abs[:, :, None] * ay[None]  # (29, 8, c): a_i |y_i|
@@ -281,7 +283,7 @@ def _norm12_gain(ay: Tensor, odd: Tensor, t: _E8PTables) -> tuple[Tensor, Tensor
     return _argmax_rows(g)
 
 
-def _best_points(y: list[Tensor], t: _E8PTables) -> tuple[Tensor, Tensor, Tensor]:
+def _best_points(y: list[Tensor], t: _E8PLookup) -> tuple[Tensor, Tensor, Tensor]:
     """Best ``b ∈ B`` for each column of the 8 coordinate rows ``y`` (float32 ``(M,)`` each, ``M ≤ _COLS``).
 
     Returns ``(gain, code8, hard)``: ``gain = 2⟨b, y⟩ − ‖b‖²`` (float32 ``(M,)``); ``code8`` (int32 ``(M,)``)
@@ -359,13 +361,13 @@ def _best_points(y: list[Tensor], t: _E8PTables) -> tuple[Tensor, Tensor, Tensor
     return total.add_(best), code8, hard
 
 
-def _signs_and_parity(y: Tensor, t: _E8PTables) -> tuple[Tensor, Tensor]:
+def _signs_and_parity(y: Tensor, t: _E8PLookup) -> tuple[Tensor, Tensor]:
     """:func:`_sign_byte` for a small ``(8, c)`` tensor: ``(negbyte int64 (c,), q float32 (c,))``."""
     negbyte = ((y.view(torch.int32) >> 31) & t.pow2_col).sum(0)
     return negbyte, t.parity8.index_select(0, negbyte)
 
 
-def _norm12_finish(x: Tensor, cols: Tensor, obj: Tensor, code: Tensor, t: _E8PTables) -> None:
+def _norm12_finish(x: Tensor, cols: Tensor, obj: Tensor, code: Tensor, t: _E8PLookup) -> None:
     """Exact norm-12 search for the ``cols`` flagged by :func:`_best_points`; updates ``obj``/``code``.
 
     ``x`` is ``(n, 8)`` float32; ``obj`` and ``code`` are ``(2 n,)`` (shift ``p = 0`` then ``p = 1``; ``obj``
@@ -392,9 +394,9 @@ def _norm12_finish(x: Tensor, cols: Tensor, obj: Tensor, code: Tensor, t: _E8PTa
             code[hw] = (((kw + 227) << 8) | low).to(code.dtype)
 
 
-def _encode(x: Tensor, t: _E8PTables, out: Tensor, chunk: int = _CHUNK_ROWS) -> None:
+def _encode(x: Tensor, t: _E8PLookup, out: Tensor, chunk: int = _CHUNK_ROWS) -> None:
     """Write the codes of the nearest codewords to the rows of ``x`` (float32 ``(n, 8)``) into ``out``
-    (integer ``(n,)``), all on ``x``'s device (``t`` must be :func:`tables_on` that device).
+    (integer ``(n,)``), all on ``x``'s device (``t`` must be :func:`lookup_on` that device).
 
     On the CPU every torch op here works on at most ``_COLS`` elements (single-threaded, see ``_COLS``),
     except the rare exact norm-12 batches which are smaller still; other devices pass a larger ``chunk``
@@ -459,12 +461,13 @@ def _with_codebook(name: str):
     from . import e8p_kernel
 
     _, key_to_index, sum_odd, n12_abs = _numba_kernel()
-    return getattr(e8p_kernel, name), _tables().codebook.numpy(), key_to_index, sum_odd, n12_abs
+    return getattr(e8p_kernel, name), _lookup().codebook.numpy(), key_to_index, sum_odd, n12_abs
 
 
 @functools.lru_cache(maxsize=1)
 def _numba_ldlq_kernel():
-    """The fused BlockLDLQ chunk (``_ldlq_chunk``) with its tables (:func:`_with_codebook`), or ``None``."""
+    """The fused BlockLDLQ chunk (``_ldlq_chunk``) with its codebook and lookup arrays (:func:`_with_codebook`),
+    or ``None``."""
     return _with_codebook("_ldlq_chunk")
 
 
@@ -475,7 +478,7 @@ def _numba_kernel():
         from .e8p_kernel import _encode_rows
     except ImportError:
         return None
-    t = _tables()
+    t = _lookup()
     return (
         _encode_rows,
         t.key_to_index.to(torch.int64).numpy(),
@@ -486,7 +489,8 @@ def _numba_kernel():
 
 @functools.lru_cache(maxsize=1)
 def _numba_rvq_kernel():
-    """The compiled two-stage search (``_encode_rvq_rows``) with its tables (:func:`_with_codebook`), or ``None``."""
+    """The compiled two-stage search (``_encode_rvq_rows``) with its codebook and lookup arrays
+    (:func:`_with_codebook`), or ``None``."""
     return _with_codebook("_encode_rvq_rows")
 
 
@@ -530,14 +534,14 @@ def _resolve_backend(backend: str) -> str:
     return "numba"
 
 
-def _encode_numba(x: Tensor, t: _E8PTables, out: Tensor) -> None:
-    """:func:`_encode` with the compiled kernel (same contract; ``t`` is unused, the kernel's tables are
-    derived from it once)."""
+def _encode_numba(x: Tensor, t: _E8PLookup, out: Tensor) -> None:
+    """:func:`_encode` with the compiled kernel (same contract; ``t`` is unused, the kernel's lookup arrays
+    are derived from it once)."""
     kernel, key_to_index, sum_odd, n12_abs = _numba_kernel()
     kernel(x.numpy(), key_to_index, sum_odd, n12_abs, out.numpy())
 
 
-def _encode_all(x: Tensor, t: _E8PTables, out: Tensor, backend: str = "torch") -> None:
+def _encode_all(x: Tensor, t: _E8PLookup, out: Tensor, backend: str = "torch") -> None:
     """:func:`_encode` over ``x`` (``(n, 8)`` float32) in blocks, writing int32 codes into ``out`` ``(n,)``.
 
     On the CPU the search itself is single-threaded (see ``_COLS``; the Numba kernel releases the GIL);
@@ -585,7 +589,7 @@ class E8P(Quantizer):
     (exact search, see the module docstring). ``dequantize(codes)``: integer codes ``(..., m)`` -> float32
     ``(..., 8 m)``. ``round(x)`` = ``dequantize(quantize(x))``. Codes are stored as int32 but carry exactly
     16 bits; :meth:`pack_codes` gives the 2-bytes-per-code form. Instances are stateless and share the
-    tables, which are built once per process (~20 ms).
+    codebook and its lookup arrays, which are built once per process (~20 ms).
 
     ``backend``: ``"auto"`` (default: the compiled Numba search when Numba imports, else torch), ``"numba"``
     or ``"torch"`` (the vectorised reference). Both are exact; they can differ only on float ties. The
@@ -601,7 +605,7 @@ class E8P(Quantizer):
     num_codes = _NUM_CODES
 
     def __init__(self, backend: str = "auto") -> None:
-        self._t = _tables()
+        self._t = _lookup()
         self.backend = _resolve_backend(backend)
 
     @property
@@ -625,7 +629,7 @@ class E8P(Quantizer):
         xf = self._flat(x, "x")
         codes = torch.empty(xf.shape[0], dtype=torch.int32, device=xf.device)
         cpu = xf.device.type == "cpu"
-        _encode_all(xf, tables_on(xf.device), codes, self.backend if cpu else "torch")
+        _encode_all(xf, lookup_on(xf.device), codes, self.backend if cpu else "torch")
         return codes.reshape(*x.shape[:-1], x.shape[-1] // 8)
 
     def fused_ldlq_available(self, x: Tensor) -> bool:
@@ -668,7 +672,7 @@ class E8P(Quantizer):
         idx = codes.reshape(-1)
         if idx.dtype not in (torch.int32, torch.int64):
             idx = idx.to(torch.int64)
-        flat = tables_on(idx.device).codebook.index_select(0, idx)
+        flat = lookup_on(idx.device).codebook.index_select(0, idx)
         return flat.reshape(*codes.shape[:-1], codes.shape[-1] * 8)
 
     def round(self, x: Tensor) -> Tensor:

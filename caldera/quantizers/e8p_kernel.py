@@ -180,7 +180,7 @@ def _encode_rvq_rows(
     searches in one pass over the rows: ``c1`` = the nearest E8P codeword of the row, ``c2`` = the nearest E8P
     codeword of ``resid_scale · (x − codebook[c1])`` (``resid_scale`` float32; the subtraction and the product
     rounded to float32, as :class:`caldera.quantizers.rvq.E8PRVQ4` forms the residual with torch), and
-    ``out = (c1 << stage2_bits) | c2``. ``codebook`` float32 ``(65536, 8)``; the other tables as in
+    ``out = (c1 << stage2_bits) | c2``. ``codebook`` float32 ``(65536, 8)``; the other lookup arrays as in
     :func:`_encode_rows`."""
     n = x.shape[0]
     xv = np.empty(8)

@@ -60,7 +60,7 @@ def e81b_codebook() -> Tensor:
 
 @functools.lru_cache(maxsize=None)
 def _on(device: torch.device) -> tuple[Tensor, Tensor]:
-    """(codebook, pair lookup table) on ``device``, copied once per device."""
+    """(codebook, pair lookup) on ``device``, copied once per device."""
     return e81b_codebook().to(device), _PAIR_LUT.to(device)
 
 

@@ -6,12 +6,12 @@
   the codes of ``Lᵀ``, as ``CompressedLinear`` holds it.
 
 Decode (the scheme of QuIP#'s fast kernel, ``quip-sharp.md`` §7, written fresh for this code format): a code's
-high byte indexes a 1 KiB table of packed abs patterns (:func:`caldera.kernels.e8p_decode.abs_nibbles`: one int32
+high byte indexes a 1 KiB lookup of packed abs patterns (:func:`caldera.kernels.e8p_decode.abs_nibbles`: one int32
 per pattern, coordinate ``t`` in nibble ``t`` as ``u = A_t + 3.5`` ∈ 0..7); its low byte gives the sign flips,
 spread by shifts and masks to ``7`` in each flipped nibble and applied to all 8 coordinates with one XOR (a
 negated coordinate is ``u ^ 7``); coordinate ``t`` is then nibble ``t`` shifted into the top mantissa bits of the
 float16 ``8.0`` (``0x4800 | u << 7`` is the float16 ``8 + u``: no integer-to-float conversion) minus the code's
-float16 offset ``11.5 − h`` (``h = ±¼``). One 4-byte table read and ~15 integer operations per code, then a shift,
+float16 offset ``11.5 − h`` (``h = ±¼``). One 4-byte lookup read and ~15 integer operations per code, then a shift,
 an AND, an OR and a float16 subtraction per weight; every value is exact in float16. No 8-entry gathers, no
 dense Q.
 
@@ -211,7 +211,7 @@ def _cols_kernel(
 
 
 @functools.lru_cache(maxsize=None)
-def _abs_table(device: str) -> Tensor:
+def _abs_nibbles_on(device: str) -> Tensor:
     return abs_nibbles().to(device)
 
 
@@ -316,7 +316,7 @@ def e8p_matmul(
     BK = max(MIN_DOT, min(64, triton.next_power_of_2(max(K, 1))))
     grid = (triton.cdiv(n, block_n), split)
     _rows_kernel[grid](
-        xh, codes, _abs_table(str(dev)), s, xs, L, th, ts, y,
+        xh, codes, _abs_nibbles_on(str(dev)), s, xs, L, th, ts, y,
         n, m, K, B, xh.stride(0), codes.stride(0), y.stride(0), L.stride(0), th.stride(0),
         BP=_bp(B), BLOCK_N=block_n, BLOCK_M=block_m, BLOCK_K=BK, SPLIT=split, PER_ROW=per_row, HAS_LR=has_lr,
         LO=lo, STAGES=stages, INV_RS=1.0 / rs, num_warps=num_warps,
@@ -353,7 +353,7 @@ def e8p_matmul_t(
         raise ValueError(f"out: a contiguous float32 ({B}, {8 * m}) tensor, got {out.dtype} {tuple(out.shape)}")
     th, ts, lo = split_half(t)
     _cols_kernel[(triton.cdiv(m, block_m),)](
-        th, codes, _abs_table(str(dev)), s, ts, out,
+        th, codes, _abs_nibbles_on(str(dev)), s, ts, out,
         k, m, B, th.stride(0), codes.stride(0), out.stride(0),
         BP=_bp(B), BLOCK_K=block_k, BLOCK_M=block_m, LO=lo, STAGES=stages, INV_RS=1.0 / rs, num_warps=num_warps,
     )  # fmt: skip

@@ -1,4 +1,4 @@
-"""Tests of caldera.kernels.e8p_decode: the decode tables against the E8P codebook, the Triton decode's packed
+"""Tests of caldera.kernels.e8p_decode: the decode lookup arrays against the E8P codebook, the Triton decode's packed
 nibbles, and the dequantizing reference product against an explicit per-row sum."""
 
 from __future__ import annotations
@@ -11,35 +11,35 @@ from caldera.kernels.e8p_decode import (
     abs_nibbles,
     check_quantizer,
     codes_matmul_reference,
-    decode_tables,
+    decode_lookup,
     dequantize_codes,
     nibble_decode,
     sign_nibble_mask,
 )
-from caldera.quantizers.e8p import _tables
+from caldera.quantizers.e8p import _lookup
 from tests.helpers import random_codes as _codes
 
 
-def test_decode_tables_reproduce_every_codeword():
-    t = decode_tables()
+def test_decode_lookup_reproduces_every_codeword():
+    t = decode_lookup()
     c = torch.arange(1 << 16)
-    assert torch.equal(t.A[c >> 8] * t.G[c & 255] + t.h[c & 255][:, None], _tables().codebook)
-    assert torch.equal(t.codebook_f16.float(), _tables().codebook)  # fp16 holds the codebook exactly
-    assert torch.equal(nibble_decode(c), _tables().codebook)  # the Triton decode's packed nibbles + sign XOR
+    assert torch.equal(t.A[c >> 8] * t.G[c & 255] + t.h[c & 255][:, None], _lookup().codebook)
+    assert torch.equal(t.codebook_f16.float(), _lookup().codebook)  # fp16 holds the codebook exactly
+    assert torch.equal(nibble_decode(c), _lookup().codebook)  # the Triton decode's packed nibbles + sign XOR
 
 
-def test_nibble_tables_are_packed_as_the_triton_kernel_reads_them():
+def test_abs_nibbles_are_packed_as_the_triton_kernel_reads_them():
     u = (abs_nibbles()[:, None].long() >> (4 * torch.arange(8))) & 15
-    assert torch.equal(u.float(), decode_tables().A + 3.5)  # 1 KiB: 256 int32, nibble t = A[k, t] + 3.5 ≤ 7
+    assert torch.equal(u.float(), decode_lookup().A + 3.5)  # 1 KiB: 256 int32, nibble t = A[k, t] + 3.5 ≤ 7
     low = torch.arange(256)
-    want = ((1 - decode_tables().G) / 2).long() * 7  # 7 in each flipped coordinate
+    want = ((1 - decode_lookup().G) / 2).long() * 7  # 7 in each flipped coordinate
     got = (sign_nibble_mask(low)[:, None] >> (4 * torch.arange(8))) & 15
     assert torch.equal(got, want)
 
 
 def test_rvq4_codes_decode_as_the_first_codeword_plus_the_scaled_second():
     codes = _codes(5, 3, "e8p-rvq4", seed=3).to(torch.int64)
-    cb = _tables().codebook
+    cb = _lookup().codebook
     want = (cb[codes >> 16] + cb[codes & 0xFFFF] / 3.45).reshape(5, 24)
     torch.testing.assert_close(dequantize_codes(codes, "e8p-rvq4"), want)
     e8p = _codes(5, 3, "e8p", seed=4).to(torch.int64)

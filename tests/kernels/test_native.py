@@ -17,16 +17,16 @@ import torch
 from caldera.kernels import native
 from caldera.kernels.e8p_decode import SUPPORTED, codes_matmul_reference, dequantize_codes
 from caldera.kernels.factors import Factors
-from caldera.quantizers.e8p import _tables
+from caldera.quantizers.e8p import _lookup
 from tests.helpers import kernel_close as _close
 from tests.helpers import random_codes as _codes
 
 needs_ext = pytest.mark.skipif(not native.available(), reason="the C extension is not built")
 
 
-def test_lut_table_is_four_times_the_codebook():
-    assert torch.equal(torch.from_numpy(native.lut_table()).float() / 4, _tables().codebook)  # int8 LUT: exact
-    assert native.lut_table().dtype == np.int8 and native.lut_table().flags["C_CONTIGUOUS"]
+def test_int8_codebook_is_four_times_the_codebook():
+    assert torch.equal(torch.from_numpy(native.int8_codebook()).float() / 4, _lookup().codebook)  # int8 LUT: exact
+    assert native.int8_codebook().dtype == np.int8 and native.int8_codebook().flags["C_CONTIGUOUS"]
 
 
 def test_layout_mismatch_names_the_struct_that_differs():

@@ -148,14 +148,15 @@ def test_sort_network_zero_one_principle() -> None:
         assert v == sorted(bits, reverse=True)
 
 
-def test_attributes_and_table_rebuild() -> None:
-    # (the build time of the tables is measured in benchmarks/test_bench_quantizers.py, not asserted here)
+def test_attributes_and_codebook_rebuild() -> None:
+    # (the build time of the codebook and lookup arrays is measured in benchmarks/test_bench_quantizers.py, not
+    # asserted here)
     q = get_quantizer("e8p")
     assert (q.name, q.block_size, q.bits_per_weight, q.opt_scale) == ("e8p", 8, 2.0, 1.03)
     assert q.code_dtype == torch.int32
     before = q.codebook
-    e8p_mod._tables.cache_clear()
-    assert torch.equal(e8p_mod._tables().codebook, before)  # a rebuild gives the same codebook
+    e8p_mod._lookup.cache_clear()
+    assert torch.equal(e8p_mod._lookup().codebook, before)  # a rebuild gives the same codebook
 
 
 # ---------------------------------------------------------------- nearest search

@@ -13,20 +13,20 @@ from caldera.quantizers import e8p
 kernel = pytest.importorskip("caldera.quantizers.e8p_kernel")
 
 
-def _tables():
+def _kernel_lookup():
     _, key_to_index, sum_odd, n12_abs = e8p._numba_kernel()
-    return e8p._tables().codebook.numpy(), key_to_index, sum_odd, n12_abs
+    return e8p._lookup().codebook.numpy(), key_to_index, sum_odd, n12_abs
 
 
 def _encode(x: np.ndarray) -> np.ndarray:
-    _, *t = _tables()
+    _, *t = _kernel_lookup()
     out = np.empty(x.shape[0], np.int32)
     kernel._encode_rows(np.ascontiguousarray(x, np.float32), *t, out)
     return out
 
 
 def _brute_force_dist(x: np.ndarray) -> np.ndarray:
-    cb = e8p._tables().codebook.double()
+    cb = e8p._lookup().codebook.double()
     return torch.cdist(torch.from_numpy(x).double(), cb).min(1).values.numpy()
 
 
@@ -34,19 +34,19 @@ def _brute_force_dist(x: np.ndarray) -> np.ndarray:
 def test_encode_rows_finds_a_nearest_codeword(scale):
     x = (torch.randn(300, 8, generator=torch.Generator().manual_seed(50)) * scale).numpy()
     codes = _encode(x)
-    cb = e8p._tables().codebook.double().numpy()
+    cb = e8p._lookup().codebook.double().numpy()
     got = np.linalg.norm(x.astype(np.float64) - cb[codes], axis=1)
     np.testing.assert_allclose(got, _brute_force_dist(x), rtol=0, atol=1e-9)
 
 
 def test_encode_rows_returns_each_codeword_s_own_code():
-    cb = e8p._tables().codebook.numpy()
+    cb = e8p._lookup().codebook.numpy()
     idx = np.arange(0, 1 << 16, 37)
     assert np.array_equal(_encode(cb[idx]), idx)
 
 
 def test_encode_rvq_rows_is_two_searches_with_the_float32_residual():
-    cb, *t = _tables()
+    cb, *t = _kernel_lookup()
     x = torch.randn(200, 8, generator=torch.Generator().manual_seed(51)).numpy()
     rs = np.float32(3.45)
     out = np.empty(200, np.int64)
@@ -63,7 +63,7 @@ def test_ldlq_chunk_equals_the_loop_over_its_blocks(has_F):
     W = torch.randn(n, c, generator=g).numpy()
     F = (0.3 * torch.randn(n, c, generator=g)).numpy()
     Lc = torch.tril(0.2 * torch.randn(c, c, generator=g), -1).numpy() + np.eye(c, dtype=np.float32)
-    cb, *t = _tables()
+    cb, *t = _kernel_lookup()
     W_hat, delta = np.empty((n, c), np.float32), np.empty((n, c), np.float32)
     codes = np.empty((n, c // 8), np.int32)
     kernel._ldlq_chunk(F, has_F, Lc, W, cb, *t, W_hat, delta, codes)
