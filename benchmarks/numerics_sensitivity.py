@@ -21,6 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from caldera.pipeline.linears import GROUP_OF, PATH_OF, SHORT_NAMES
+
 ENVS = {
     "native": {},
     "native (again)": {},
@@ -32,8 +34,8 @@ ENVS = {
     "numerics: portable": "portable",
 }
 LAYERS = (5, 15, 25)
-MATRICES = {"self_attn.q_proj": "qkv", "self_attn.k_proj": "qkv", "self_attn.v_proj": "qkv",
-            "self_attn.o_proj": "o", "mlp.gate_proj": "up", "mlp.up_proj": "up", "mlp.down_proj": "down"}
+#: path inside a decoder layer -> the Hessian group it reads, for all 7 linear layers in the paper's order
+MATRICES = {PATH_OF[s]: GROUP_OF[s] for s in SHORT_NAMES}
 
 
 def _one(hessians: str, out: str) -> None:

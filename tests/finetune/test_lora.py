@@ -12,6 +12,7 @@ from caldera.finetune import lora
 from caldera.nn.compressed_linear import CompressedLinear
 from caldera.pipeline.checkpoint import load_compressed, replace_module, save_compressed
 from caldera.pipeline.hessians import decoder_layers
+from caldera.pipeline.linears import LINEARS
 from caldera.quantizers.base import dequantize_scaled, quantize_scaled
 from caldera.synthetic import llm_like
 from tests.helpers import tiny_llama
@@ -19,9 +20,6 @@ from tests.helpers import tiny_llama
 # every warning is an error here: the fine-tuning code must not warn (e.g. float() of a tensor that requires
 # grad in the checkpoint fingerprint of a model with trainable factors / signs)
 pytestmark = pytest.mark.filterwarnings("error")
-
-LINEARS = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
-           "mlp.up_proj", "mlp.down_proj"]
 
 
 @pytest.fixture(scope="module")

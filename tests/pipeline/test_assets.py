@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from caldera.pipeline import assets
-from tests.helpers import missing_assets
+from tests.helpers import missing_assets, tiny_model_dir
 
 
 @pytest.fixture
@@ -211,36 +211,12 @@ def test_assets_description():
     assert set(assets.MODEL_ASSETS) == {"smollm2", "gemma3"}
 
 
-def _tiny_llama_folder(path: Path) -> Path:
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    vocab = {w: i for i, w in enumerate(["<unk>", "<s>", "</s>", "hello", "world", "the", "a"])}
-    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=len(vocab),
-        max_position_embeddings=64,
-    )
-    model = LlamaForCausalLM(cfg)
-    model.save_pretrained(str(path))
-    tok.save_pretrained(str(path))
-    return path
-
-
 def test_load_model_local_folder_and_hub_name(tmp_path, monkeypatch):
-    folder = _tiny_llama_folder(tmp_path / "tiny")
+    folder = tiny_model_dir(tmp_path / "tiny")
     model, tok = assets.load_model(folder)
     assert not model.training and model.dtype == torch.float32
     assert model.config.num_hidden_layers == 2
-    assert tok("hello world")["input_ids"] == [3, 4]
+    assert tok("w3 w4")["input_ids"] == [3, 4]  # the folder's own word tokenizer
 
     import transformers
 
@@ -295,7 +271,7 @@ def _built_model(cache, tmp_path, monkeypatch) -> tuple[Path, list]:
 
     def convert(gguf_path, out_dir):
         builds.append(out_dir)
-        _tiny_llama_folder(Path(out_dir))
+        tiny_model_dir(Path(out_dir))
         return {"n_parameters": 1}
 
     monkeypatch.setattr(assets, "convert_gguf_to_safetensors", convert)
