@@ -17,6 +17,7 @@ from caldera.pipeline.hessians import (
     read_layer_hessians,
 )
 from tests.helpers import tiny_gemma3, tiny_llama
+from tests.pipeline.hessian_helpers import rewrite, swap_layers, wrong_shape
 
 
 def calib(n=5, t=12, seed=0):
@@ -262,42 +263,11 @@ def test_layers_streamed_to_cuda_from_a_cpu_model(tmp_path):
 # ------------------------------------------------------------ a Hessian file proves which layer and job it is for
 
 
-def _rewrite(path, meta_edit=None, tensors_edit=None, dst=None):
-    """Rewrite a layer file the way the writer writes one (content hash recomputed, metadata sorted JSON), after
-    ``meta_edit(meta)`` / ``tensors_edit(tensors)``; to ``dst`` if given."""
-    from safetensors import safe_open
-    from safetensors.torch import load_file
-
-    from caldera.atomic import save_safetensors_atomic
-    from caldera.pipeline.hessians import META_KEY, tensors_sha256
-
-    with safe_open(str(path), "pt") as f:
-        meta = json.loads(f.metadata()[META_KEY])
-    tensors = load_file(str(path))
-    if meta_edit:
-        meta_edit(meta)
-    if tensors_edit:
-        tensors_edit(tensors)
-    meta["tensors_sha256"] = tensors_sha256(tensors)
-    save_safetensors_atomic(tensors, dst or path, {META_KEY: json.dumps(meta, sort_keys=True)})
-
-
-def _swap(d):
-    a, b, tmp = layer_file(d, 0), layer_file(d, 1), d / "swap"
-    a.rename(tmp)
-    b.rename(a)
-    tmp.rename(b)
-
-
 def _set_count(n):
     def go(t):
         for g in GROUPS:
             t[f"{g}.count"] = torch.tensor(n, dtype=torch.int64)
     return go
-
-
-def _wrong_shape(t):
-    t["qkv.H"], t["qkv.mu"] = torch.eye(96), torch.zeros(96, dtype=torch.float64)
 
 
 @pytest.fixture(scope="module")
@@ -312,23 +282,23 @@ def collected(tmp_path_factory):
 _L0 = r"layer_000\.safetensors"
 # (mutation of a copy of the folder, what the refusal says); every file rewritten as the writer writes one
 HESSIAN_MUTATIONS = {
-    "two layer files swapped": (_swap, _L0 + r" is not what its name and metadata say \(its metadata says it holds "
-                                       r"layer 1, its name says layer 0"),
-    "model edited": (lambda d: _rewrite(layer_file(d, 0), lambda m: m.update(model="other/model")),
+    "two layer files swapped": (swap_layers, _L0 + r" is not what its name and metadata say \(its metadata says it "
+                                                   r"holds layer 1, its name says layer 0"),
+    "model edited": (lambda d: rewrite(layer_file(d, 0), lambda m: m.update(model="other/model")),
                      _L0 + r" has model 'other/model' but .*hessians\.json says 'LlamaForCausalLM'"),
-    "calibration hash edited": (lambda d: _rewrite(layer_file(d, 0), lambda m: m.update(calibration_sha256="0" * 16)),
+    "calibration hash edited": (lambda d: rewrite(layer_file(d, 0), lambda m: m.update(calibration_sha256="0" * 16)),
                                 _L0 + r" has calibration_sha256 '0{16}' but .*hessians\.json says"),
-    "n_tokens edited": (lambda d: _rewrite(layer_file(d, 0), lambda m: m.update(n_tokens=999)),
+    "n_tokens edited": (lambda d: rewrite(layer_file(d, 0), lambda m: m.update(n_tokens=999)),
                         _L0 + r" .*group 'qkv' counted 24 tokens, its metadata says n_tokens 999"),
-    "n_tokens and counts edited": (lambda d: _rewrite(layer_file(d, 0), lambda m: m.update(n_tokens=999),
+    "n_tokens and counts edited": (lambda d: rewrite(layer_file(d, 0), lambda m: m.update(n_tokens=999),
                                                       _set_count(999)),
                                    _L0 + r" has n_tokens 999 but .*hessians\.json says 24"),
-    "count of 0": (lambda d: _rewrite(layer_file(d, 0), lambda m: m.update(n_tokens=0), _set_count(0)),
+    "count of 0": (lambda d: rewrite(layer_file(d, 0), lambda m: m.update(n_tokens=0), _set_count(0)),
                    _L0 + r" .*n_tokens 0 in its metadata; a Hessian is an average over at least one token"),
-    "fp16 under a float32 header": (lambda d: _rewrite(layer_file(d, 0), None, lambda t: t.update(
+    "fp16 under a float32 header": (lambda d: rewrite(layer_file(d, 0), None, lambda t: t.update(
         {k: v.half() for k, v in t.items() if k.endswith(".H")})),
         _L0 + r" .*group '\w+' stores H as float16 under a header that says dtype 'float32'"),
-    "wrong shape": (lambda d: _rewrite(layer_file(d, 0), None, _wrong_shape),
+    "wrong shape": (lambda d: rewrite(layer_file(d, 0), None, wrong_shape),
                     _L0 + r": group 'qkv' H has shape \(96, 96\); layer 0's self_attn\.q_proj takes 64 inputs, so "
                           r"the expected shape is \(64, 64\)"),
     "foreign file (other calibration)": (
@@ -376,21 +346,22 @@ def test_the_job_names_its_model_and_token_count(collected, tmp_path):
     m = tmp_path / "m"
     m.mkdir()
     (tmp_path / "link").symlink_to(m)
-    _rewrite(layer_file(d / "h", 0), lambda meta: meta.update(model=str(m)), dst=tmp_path / "layer_000.safetensors")
+    rewrite(layer_file(d / "h", 0), lambda meta: meta.update(model=str(m)), dst=tmp_path / "layer_000.safetensors")
     check_hessian_files(tmp_path, [0], model, {"model": str(tmp_path / "link")})
     with pytest.raises(FileNotFoundError, match=r"no Hessians for layers \[1\]"):
         check_hessian_files(tmp_path, [0, 1], model)
 
 
 def test_a_swapped_file_is_refused_by_every_reader(collected, tmp_path):
-    """load_layer_hessians itself compares a file's layer with its name (selection, figures and profiling read
-    files one by one), and a rerun of collection recomputes the two swapped layers."""
+    """load_layer_hessians itself compares a file's layer with its name (a reader of one file refuses it too; the
+    jobs' readers, compression, selection and figures, check the whole folder first:
+    tests/experiments/jobs/test_hessian_readers.py), and a rerun of collection recomputes the two swapped layers."""
     import shutil
 
     model, d = collected
     h = tmp_path / "h"
     shutil.copytree(d / "h", h)
-    _swap(h)
+    swap_layers(h)
     with pytest.raises(ValueError, match=r"layer_001\.safetensors is not what its name and metadata say"):
         load_layer_hessians(layer_file(h, 1))
     assert collect_hessians(model, calib(n=3, t=8), h, progress=False)["computed"] == [0, 1]

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from caldera.atomic import read_json, write_json
+from caldera.experiments.jobs.calibrate import check_job_hessians
 from caldera.experiments.jobs.models import load_layers, run_device
 from caldera.experiments.planning.figure_plan import figure3_curves, figure3_jobs
 from caldera.experiments.planning.settings import FiguresSettings, RunContext
@@ -74,6 +75,7 @@ def step_ablation_traces(run: RunContext, model: str, hessian_dir: str, job: str
     want = set(figure3_jobs(fs)[job])
     dev = run_device(config)  # the decompositions run where their inputs are
     mdl = load_layers(config, model, [fs.layer], dev)  # that layer's linear weights only
+    check_job_hessians(run, model, hessian_dir, [fs.layer], mdl)  # the right files, before any work
     Hs = load_layer_hessians(layer_file(hessian_dir, fs.layer))
     res: dict[str, Any] = {"job": job, "curves": []}
     for curve in figure3_curves(fs):
@@ -111,6 +113,7 @@ def step_lplr_traces(run: RunContext, model: str, hessian_dir: str, out: str,
     fc, config = settings.as_block(), run.as_config()
     dev = run_device(config)
     mdl = load_layers(config, model, [fc["layer"]], dev)  # that layer's linear weights only
+    check_job_hessians(run, model, hessian_dir, [fc["layer"]], mdl)  # the right files, before any work
     Hs = load_layer_hessians(layer_file(hessian_dir, fc["layer"]))
     q = quantizer_for_bits(4)
     res: dict[str, Any] = {"model": model, "layer": fc["layer"], "curves": []}

@@ -67,6 +67,18 @@ def measure_matrix(
             "seconds": seconds, "cpu_s": cpu_s, "trace": dec.error_trace}
 
 
+def sweep_layers(plan: SelectionPlan, model: str) -> list[int]:
+    """The decoder layers of ``model`` the sweep decomposes (``selection.layers``), each one the run collects
+    Hessians for (``layers``)."""
+    layers = [int(x) for x in plan.settings.layers[model]]
+    run_layers = None if plan.run.layers is None else list(plan.run.layers)
+    missing = [x for x in layers if run_layers is not None and x not in run_layers]
+    if missing:
+        raise ValueError(f"selection.layers.{model}: layers {missing} have no Hessians in this run "
+                         f"(config layers: {run_layers}); pick layers among them")
+    return layers
+
+
 def sweep_model(
     plan: SelectionPlan, model: str, hessian_dir: str, *, log: Callable[[str], None] = print
 ) -> list[dict[str, Any]]:
@@ -76,6 +88,7 @@ def sweep_model(
     :func:`~caldera.pipeline.compress.group_seed`), so a candidate's numbers are those its compression job would
     log. Returns one record per decomposition."""
     from caldera.decomposition import HessianContext
+    from caldera.experiments.jobs.calibrate import check_job_hessians
     from caldera.experiments.jobs.figures import linear_weight
     from caldera.experiments.jobs.models import load_layers
     from caldera.pipeline.compress import group_seed
@@ -83,17 +96,13 @@ def sweep_model(
     from caldera.pipeline.linears import GROUP_OF, SHORT_NAMES
 
     sel = plan.settings.as_block()
-    layers = [int(x) for x in sel["layers"][model]]
-    run_layers = None if plan.run.layers is None else list(plan.run.layers)
-    missing = [x for x in layers if run_layers is not None and x not in run_layers]
-    if missing:
-        raise ValueError(f"selection.layers.{model}: layers {missing} have no Hessians in this run "
-                         f"(config layers: {run_layers}); pick layers among them")
+    layers = sweep_layers(plan, model)
     ranks = plan.ranks[model]
     mats = list(sel.get("matrices") or SHORT_NAMES)
     long = sel.get("long_iters")
     long_layers = layers[: int(long["layers"])] if long else []
     mdl = load_layers(plan.run.as_config(), model, layers)  # those layers' linear weights only
+    check_job_hessians(plan.run, model, hessian_dir, layers, mdl)  # the right files, before any work
     records: list[dict[str, Any]] = []
     quip_params = dict(plan.quip_params)
     for li in layers:
@@ -193,6 +202,7 @@ def ablation_comparisons(
     LDLQ, and QuIP# + fp16 LR at the 16-bit rank. Returns the per-pair final errors and claim entries."""
     from caldera.config import CalderaConfig
     from caldera.decomposition import caldera_decompose
+    from caldera.experiments.jobs.calibrate import check_job_hessians
     from caldera.experiments.jobs.figures import linear_weight
     from caldera.experiments.jobs.models import load_layers
     from caldera.experiments.planning.plan import mapped_rank
@@ -212,6 +222,7 @@ def ablation_comparisons(
         return by_bits.get(bits, default)
 
     mdl = load_layers(config, fc["model"], [fc["layer"]])  # that layer's linear weights only
+    check_job_hessians(run, fc["model"], hessian_dir, [fc["layer"]], mdl)  # the right files, before any work
     Hs = load_layer_hessians(layer_file(hessian_dir, fc["layer"]))
     pairs: list[dict[str, Any]] = []
     for name in fc["matrices"]:
@@ -255,6 +266,7 @@ def step_selection(plan: SelectionPlan, hessian_dirs: Mapping[str, str], out_jso
     re-measure the Figure 3 comparisons under the selected configuration, and write ``out_json`` and
     ``out_md``."""
     from caldera.atomic import write_result
+    from caldera.experiments.jobs.calibrate import check_job_hessians
 
     settings = plan.settings
     sel = settings.as_block()  # what selection.json records: the block with its defaults
@@ -262,9 +274,15 @@ def step_selection(plan: SelectionPlan, hessian_dirs: Mapping[str, str], out_jso
     records: list[dict[str, Any]] = []
     seconds: dict[str, float] = {}
     cpu: dict[str, float] = {}
+    fig_model = plan.figures.model
+    # every folder this job reads is checked before the first decomposition (and again by each step, with weights)
     for model in plan.models:
         if model not in hessian_dirs:
             raise ValueError(f"selection.layers names model {model!r} but no Hessians were given for it")
+        check_job_hessians(plan.run, model, hessian_dirs[model], sweep_layers(plan, model))
+    if settings.ablations and fig_model in hessian_dirs:
+        check_job_hessians(plan.run, fig_model, hessian_dirs[fig_model], [plan.figures.layer])
+    for model in plan.models:
         t1, c1 = time.perf_counter(), time.process_time()
         records += sweep_model(plan, model, hessian_dirs[model])
         seconds[model], cpu[model] = time.perf_counter() - t1, time.process_time() - c1
@@ -286,7 +304,6 @@ def step_selection(plan: SelectionPlan, hessian_dirs: Mapping[str, str], out_jso
             "selected": {"name": chosen, "params": candidate_params(sel, chosen, sel["iters"]), "tied": tied,
                          "in_run": matches_run(plan.run_params[b], candidate_params(sel, chosen, sel["iters"]))},
         }
-    fig_model = plan.figures.model
     if settings.ablations and fig_model in hessian_dirs:
         from caldera.methods import get_method
 

@@ -28,12 +28,6 @@ def _run(models: dict, calibration: dict | None = CAL, layers=None) -> RunContex
                       calibration=None if calibration is None else CalibrationSettings.from_block(calibration))
 
 
-def test_hessian_expect_is_the_model_and_the_calibration_token_count():
-    models = {"m": {"source": "x"}}
-    assert J.hessian_expect(_run(models), "m") == {"model": "m", "n_tokens": 3 * 8}
-    assert J.hessian_expect(_run(models, calibration=None), "m") == {"model": "m"}
-
-
 def test_assets_records_each_models_source_the_wheel_and_the_task_data(tmp_path, monkeypatch):
     import caldera.eval.zeroshot as zeroshot
     import caldera.pipeline.assets as assets
@@ -99,6 +93,30 @@ def test_hessians_are_those_of_the_whole_model_on_the_calibration_sequences(tmp_
     collect_hessians(mdl, ids, tmp_path / "whole", batch_size=2, seed=5, progress=False, model_name="m")
     for li in range(2):
         assert layer_file(tmp_path / "job", li).read_bytes() == layer_file(tmp_path / "whole", li).read_bytes()
+
+
+def test_hessian_expect_is_what_the_collector_records(tmp_path, fixed_sequences, monkeypatch):
+    """The job's expectation holds the model's name, the dtype of H, the token count and the calibration hash,
+    each computed from the run's config as step_hessians computes it: the same as its summary and its files."""
+    from caldera.pipeline.hessians import calibration_fingerprint, read_layer_hessians
+
+    monkeypatch.setattr(J, "_HASHES", {})
+    src = tiny_model_dir(tmp_path / "model")
+    run = _run({"m": {"source": str(src)}})
+    J.step_hessians(run, "m", str(tmp_path / "job"))
+    ids = torch.randint(3, 128, (3, 8), generator=torch.Generator().manual_seed(5))
+    want = {"model": "m", "dtype": "float32", "n_tokens": 3 * 8, "calibration_sha256": calibration_fingerprint(ids)}
+    assert J.hessian_expect(run, "m") == want
+    summary = json.loads((tmp_path / "job" / "hessians.json").read_text())
+    assert {k: summary[k] for k in want} == want
+    for li in range(2):
+        _, meta = read_layer_hessians(layer_file(tmp_path / "job", li))
+        assert {k: meta[k] for k in want} == want
+    # another seed is another hash, known to the job without reading any file
+    other = J.hessian_expect(_run({"m": {"source": str(src)}}, calibration={**CAL, "seed": 6}), "m")
+    assert other["calibration_sha256"] != want["calibration_sha256"]
+    # no calibration block: the model and the dtype only
+    assert J.hessian_expect(_run({"m": {"source": "x"}}, calibration=None), "m") == {"model": "m", "dtype": "float32"}
 
 
 def test_hessians_of_the_configured_layers_only(tmp_path, fixed_sequences):

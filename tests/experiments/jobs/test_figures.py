@@ -21,7 +21,7 @@ def source(tmp_path_factory):
     model = tiny_llama(0, num_hidden_layers=3, tie_word_embeddings=False)
     model.save_pretrained(root / "m", max_shard_size="40KB")
     ids = torch.randint(0, 128, (4, 16), generator=torch.Generator().manual_seed(0))
-    collect_hessians(model, ids, root / "hess", progress=False)
+    collect_hessians(model, ids, root / "hess", progress=False, model_name="m")  # the run's name for it
     # shapes named as the paper model's: the paper rank passes through unmapped
     run = RunContext(name="t", device="cpu", dtype="auto",
                      models={"m": {"source": str(root / "m"), "label": "tiny", "num_layers": 3,
