@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from caldera.atomic import write_atomic
-from caldera.pipeline.sources import looks_like_path
 
 DEFAULT_MODEL = "smollm2"
 
@@ -23,35 +22,30 @@ class CLIError(Exception):
     """An error whose message tells the user what to do; printed without a traceback."""
 
 
-def _asset_model_path(name: str) -> Path:
-    from caldera.pipeline import assets
-
-    dirname, sha = {
-        "smollm2": (assets.SMOLLM2_DIRNAME, assets.SMOLLM2_SHA256),
-        "gemma3": (assets.GEMMA3_DIRNAME, assets.GEMMA3_GGUF_SHA256),
-    }[name]
-    target = assets.cache_dir() / "models" / dirname
-    if not assets.is_complete(target, sha):
-        raise CLIError(f"the {name} model is not cached at {target}; run `caldera assets --only {name}` first")
-    return target
-
-
-def is_checkpoint(path: str | Path) -> bool:
-    from caldera.pipeline.checkpoint import CONFIG_FILE
-
-    return (Path(path) / CONFIG_FILE).is_file()
-
-
 def resolve_model_path(name: str) -> str:
-    if name in ("smollm2", "gemma3"):
-        return str(_asset_model_path(name))
-    p = Path(name).expanduser()
-    if p.exists() and not p.is_dir():
-        raise CLIError(f"--model {name}: not a folder")
-    if not p.is_dir() and looks_like_path(name):
-        raise CLIError(f"--model {name}: no such folder ({p.absolute()}); check the path (a hub id looks like "
-                       "org/name; the offline assets are smollm2 and gemma3)")
-    return str(p) if p.is_dir() else name
+    """``--model`` as a folder or hub id (:func:`caldera.pipeline.models.resolve_model`); an asset that is not
+    built, a file or a mistyped path is one :class:`CLIError` line."""
+    from caldera.pipeline.assets import MODEL_ASSETS
+    from caldera.pipeline.models import AssetNotBuilt, resolve_model
+
+    try:
+        return resolve_model(name)
+    except AssetNotBuilt as e:
+        raise CLIError(f"the {name} model is not cached at {e.filename}; run `caldera assets --only {name}` first"
+                       ) from None
+    except NotADirectoryError:
+        raise CLIError(f"--model {name}: not a folder") from None
+    except FileNotFoundError as e:
+        raise CLIError(f"--model {name}: no such folder ({e.filename}); check the path (a hub id looks like "
+                       f"org/name; the offline assets are {' and '.join(MODEL_ASSETS)})") from None
+
+
+def _unloadable(name: str, path: str, e: OSError) -> CLIError:
+    """The one line for a dense model that transformers could not load (not a model folder / hub id unreachable
+    or unknown): the first line of its error."""
+    first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+    where = "the folder" if Path(path).is_dir() else "no local folder of that name, and as a hub id it"
+    return CLIError(f"--model {name}: {where} could not be loaded ({first})")
 
 
 def load_dense_model(name: str, path: str):
@@ -62,22 +56,23 @@ def load_dense_model(name: str, path: str):
 
     try:
         return load_dense(path)
-    except OSError as e:  # transformers: not a model folder / hub id unreachable or unknown
-        first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
-        where = "the folder" if Path(path).is_dir() else "no local folder of that name, and as a hub id it"
-        raise CLIError(f"--model {name}: {where} could not be loaded ({first})") from None
+    except OSError as e:
+        raise _unloadable(name, path, e) from None
 
 
 def load_any_model(name: str):
-    """``(model, tokenizer, kind)``: a compressed checkpoint or a dense model (fp32)."""
-    path = resolve_model_path(name)
-    if is_checkpoint(path):
-        from caldera.pipeline.checkpoint import load_compressed
+    """``(model, tokenizer, kind)`` of ``--model``: a compressed checkpoint or a dense model (fp32)
+    (:func:`caldera.pipeline.models.load_any`); a dense model that cannot be loaded is one :class:`CLIError` line,
+    as in :func:`load_dense_model`."""
+    from caldera.pipeline.models import is_checkpoint, load_any
 
-        model, tok = load_compressed(path)
-        return model, tok, "compressed"
-    model, tok = load_dense_model(name, path)
-    return model, tok, "dense"
+    path = resolve_model_path(name)
+    try:
+        return load_any(path)
+    except OSError as e:
+        if is_checkpoint(path):
+            raise
+        raise _unloadable(name, path, e) from None
 
 
 def _parse_value(s: str) -> Any:

@@ -10,7 +10,6 @@ from caldera.cli.common import (
     CLIError,
     _example,
     _report,
-    is_checkpoint,
     load_dense_model,
     parse_layers,
     resolve_model_path,
@@ -20,6 +19,7 @@ from caldera.cli.common import (
 def cmd_hessians(args: argparse.Namespace) -> int:
 
     from caldera.pipeline.hessians import collect_hessians
+    from caldera.pipeline.models import is_checkpoint
     from caldera.pipeline.text import calibration_sequences
 
     layers = parse_layers(args.layers)  # a malformed --layers is refused before the model loads

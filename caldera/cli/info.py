@@ -6,11 +6,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from caldera.cli.common import CLIError, _emit, _example, is_checkpoint
+from caldera.cli.common import CLIError, _emit, _example
 
 
 def cmd_info(args: argparse.Namespace) -> int:
     from caldera.pipeline.checkpoint import check_config, load_compressed, read_config
+    from caldera.pipeline.models import is_checkpoint
 
     folder = Path(args.checkpoint)
     if not is_checkpoint(folder):

@@ -43,11 +43,6 @@ def test_mistyped_local_path_is_one_line_not_a_hub_request(name, tmp_path, monke
     assert f"--model {name}: no such folder" in err and len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("name", ["meta-llama/Llama-2-7b-hf", "gpt2"])
-def test_hub_ids_still_go_to_the_hub(name):
-    assert not common.looks_like_path(name) and common.resolve_model_path(name) == name
-
-
 def test_a_model_that_cannot_be_loaded_is_one_line(tmp_path, monkeypatch, capsys):
     import caldera.pipeline.assets as assets
 

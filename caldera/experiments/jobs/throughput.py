@@ -93,7 +93,7 @@ def step_throughput(settings: ThroughputSettings, run: RunContext, v: Variant, c
     import torch
 
     from caldera.atomic import write_json
-    from caldera.experiments.jobs.models import load_dense, model_source, run_device
+    from caldera.experiments.jobs.models import load_dense, load_tokenizer, run_device
 
     s, config = settings, run.as_config()
     torch.set_num_threads(int(torch_threads))
@@ -111,10 +111,8 @@ def step_throughput(settings: ThroughputSettings, run: RunContext, v: Variant, c
         model, tok = load_compressed(checkpoint, kernel=s.kernel)
         model.to(device)
         backend = s.kernel
-    if tok is None:
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(model_source(config, v.model))
+    if tok is None:  # a checkpoint saved without its tokenizer: the model entry's, as load_dense loads it
+        tok = load_tokenizer(config, v.model)
     _cast_dense_parts(model, dtype)
     load_s = time.perf_counter() - t0
     res = measure(model, tok, s)
