@@ -74,9 +74,49 @@ def _schema(schema_file: str | Path | dict[str, Any]) -> dict[str, Any]:
     return schema_file if isinstance(schema_file, dict) else load_yaml_strict(schema_file)
 
 
+def _yaml_reads_as_number(text: str) -> bool:
+    """Whether YAML 1.1 (PyYAML, which Snakemake and :mod:`caldera.strict_yaml` use) reads ``text``, unquoted, as
+    an integer or a float."""
+    import yaml
+
+    tag = yaml.resolver.Resolver().resolve(yaml.ScalarNode, text, (True, False))
+    return tag in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+
+
+def _yaml_float(text: str) -> str:
+    """``text`` (a number in exponent form) written so that YAML 1.1 reads it as a float: a dot in the mantissa
+    and a signed exponent (``1e9`` -> ``1.0e+9``, ``1e-4`` -> ``1.0e-4``)."""
+    m = re.fullmatch(r"\s*([-+]?)(\d*)(?:\.(\d*))?[eE]([-+]?)(\d+)\s*", text)
+    if m:
+        sign, whole, frac, esign, exp = m.groups()
+        out = f"{sign}{whole or '0'}.{frac or '0'}e{esign or '+'}{exp}"
+        if _yaml_reads_as_number(out):
+            return out
+    return repr(float(text))
+
+
+def _number_text_error(where: str, key: str, text: str) -> str | None:
+    """The message for the string ``text`` that Python reads as a number, at ``where``; None for a non-finite one
+    (the schema's message stands)."""
+    from decimal import Decimal
+
+    if not _yaml_reads_as_number(text):  # quoted or not, YAML reads it as a string: say how to write a number
+        d = Decimal(text.strip().replace("_", ""))
+        if not d.is_finite():
+            return None
+        as_float = _yaml_float(text)
+        how = (f"{key}: {int(d)} (or {key}: {as_float} where a float is meant)" if d == d.to_integral_value()
+               else f"{key}: {as_float}")
+        return (f"{where}: {text!r} is read as text (YAML reads a number in exponent form only with a dot and a "
+                f"signed exponent, so {text} is a string, as a quoted number is); write {how}")
+    return f"{where}: {text!r} is a quoted number; write it without quotes ({key}: {text})"
+
+
 def quoted_number_errors(config: dict[str, Any], schema_file: str | Path | dict[str, Any]) -> list[str]:
-    """Schema violations whose value is a quoted number (``bits: "2"``), each as ``path: ... write it without
-    quotes``; the schema's own message ("'2' is not valid under any of the given schemas") does not say so."""
+    """Schema violations whose value is a string that reads as a number, each naming the key's path and how to write
+    the number: ``bits: "2"`` (quoted) ``... write it without quotes``; ``n_windows: 1e9`` (YAML 1.1 reads an
+    exponent without a dot and a sign as a string, quoted or not) ``... write n_windows: 1000000000``. The schema's
+    own message ("'2' is not valid under any of the given schemas") says neither."""
     import jsonschema
 
     schema = _schema(schema_file)
@@ -90,7 +130,9 @@ def quoted_number_errors(config: dict[str, Any], schema_file: str | Path | dict[
                 continue
             where = key_path(e.absolute_path)
             key = str(e.absolute_path[-1]) if e.absolute_path else where
-            out.append(f"{where}: {e.instance!r} is a quoted number; write it without quotes ({key}: {e.instance})")
+            msg = _number_text_error(where, key, e.instance)
+            if msg:
+                out.append(msg)
     return sorted(set(out))
 
 

@@ -166,7 +166,10 @@ BAD = {
 @pytest.mark.parametrize("path, value, words", [
     ("selection.bits", "2", "selection.bits: '2' is a quoted number; write it without quotes (bits: 2)"),
     ("calibration.n_samples", "8", "calibration.n_samples: '8' is a quoted number; write it without quotes"),
-    ("lora_ft.tasks.wiki.lr", "1e-4", "lora_ft.tasks.wiki.lr: '1e-4' is a quoted number"),
+    ("lora_ft.tasks.wiki.lr", "1.0e-4", "lora_ft.tasks.wiki.lr: '1.0e-4' is a quoted number; write it without "
+     "quotes (lr: 1.0e-4)"),
+    # YAML 1.1 reads 1e-4 as text quoted or not: the fix is a form it reads as a number (test_config_guard.py)
+    ("lora_ft.tasks.wiki.lr", "1e-4", "lora_ft.tasks.wiki.lr: '1e-4' is read as text"),
 ])
 def test_quoted_numbers_are_named_before_the_schema_message(path, value, words):
     from caldera.experiments.planning.config_guard import quoted_number_errors
