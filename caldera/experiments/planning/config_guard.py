@@ -18,6 +18,7 @@ import difflib
 import math
 import os
 import re
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -330,9 +331,22 @@ def _seed_errors(node: Any, path: str, out: list[str], offset: int) -> None:
             _seed_errors(v, f"{path}[{i}]", out, offset)
 
 
+def _write_probe_error(folder: Path) -> OSError | None:
+    """Why a file cannot be created in ``folder`` (a temporary file is created there and removed), else None. A
+    real write, not ``os.access``: root passes ``os.access`` for folders it still cannot write (``/proc``, ``/sys``,
+    a read-only bind mount)."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=".caldera-write-probe-", dir=folder)
+    except OSError as e:
+        return e
+    os.close(fd)
+    os.unlink(name)
+    return None
+
+
 def _writable_errors(config: dict[str, Any]) -> list[str]:
-    """Output folders (``tables_dir``) that cannot be written: the folder, or its nearest existing parent, is not
-    writable here."""
+    """Output folders (``tables_dir``) that cannot be written: a file cannot be created in the folder, or in its
+    nearest existing parent."""
     out = []
     for key in ("tables_dir",):
         if not config.get(key):
@@ -343,9 +357,9 @@ def _writable_errors(config: dict[str, Any]) -> list[str]:
             q = q.parent
         if not q.is_dir():
             out.append(f"{key}: {config[key]!r} cannot be a folder ({q} is a file); choose another folder")
-        elif not os.access(q, os.W_OK | os.X_OK):
-            out.append(f"{key}: {config[key]!r} is not writable here ({q} is read-only for this user); choose a "
-                       "folder you can write")
+        elif (e := _write_probe_error(q)) is not None:
+            out.append(f"{key}: {config[key]!r} is not writable here (a file cannot be created in {q}: "
+                       f"{e.strerror or e}); choose a folder you can write")
     return out
 
 

@@ -261,6 +261,22 @@ def test_bad_config_is_refused_with_its_key(case):
     assert words in str(e.value), str(e.value)
 
 
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs Linux's /proc, a folder nobody can create files in")
+def test_a_tables_dir_nobody_can_write_is_refused_even_as_root(tmp_path):
+    """The check creates a file in the nearest existing folder rather than asking ``os.access``, which says yes to
+    root for any folder: ``/proc`` takes no file, as root or not."""
+    cfg = load("smoke")
+    cfg["tables_dir"] = "/proc/caldera-tables"
+    with pytest.raises(ValueError) as e:
+        checked(cfg)
+    assert "tables_dir: '/proc/caldera-tables' is not writable here (a file cannot be created in /proc: " in str(
+        e.value) and "choose a folder you can write" in str(e.value), str(e.value)
+    # a folder that can be written passes and is left as it was (the probe file is removed)
+    cfg["tables_dir"] = str(tmp_path / "new" / "tables")
+    checked(cfg)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_rhtft_rows_fine_tune_the_zero_shot_tables_variants():
     """Tables 3-4: each selected row is its Tables 1-2 variant (same compression, compressed once) under the id
     ``+rhtft``; rows outside ``rht_ft.rows`` are pending; the base, never the fine-tuned id, is a compression
