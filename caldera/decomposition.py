@@ -42,7 +42,7 @@ from caldera.quantizers import quantizer_for_bits
 from caldera.quantizers.base import ScaledCodes
 from caldera.regression import HessianSqrt
 from caldera.triangular import lower_matmul, matmul_lower
-from caldera.validation import check_rank, check_W_H
+from caldera.validation import check_rank, checked_W_H
 
 
 @dataclass(frozen=True)
@@ -199,8 +199,7 @@ def caldera_decompose(
     oneDNN's bfloat16 arithmetic on a CPU with bfloat16 instructions under "auto", IEEE float32 elsewhere), set for
     this call only; the returned ``config`` records the arithmetic that ran ("ieee" or "bf16").
     """
-    check_W_H(W, H)
-    W, H = W.detach(), H.detach()  # the codes are not differentiable: a W or H that requires grad is read as data
+    W, H = checked_W_H(W, H)  # a W or H that requires grad is read as data
     n, d = W.shape
     check_rank(config.rank, n, d)
     if d % LDL_BLOCK:

@@ -54,6 +54,14 @@ def check_W_H(W: Tensor, H: Tensor) -> None:
         )
 
 
+
+def checked_W_H(W: Tensor, H: Tensor) -> tuple[Tensor, Tensor]:
+    """:func:`check_W_H`, then ``(W, H)`` detached, for a method's entry point (``W, H = checked_W_H(W, H)``): the
+    codes are not differentiable, so a W or H that requires grad (a model's parameter) is read as data, and the
+    result holds no autograd graph (a graph would follow the codes into the checkpoint writer, which refuses it)."""
+    check_W_H(W, H)
+    return W.detach(), H.detach()
+
 def check_rank(rank: int, n: int, d: int) -> None:
     if not (1 <= rank < min(n, d)):
         raise ValueError(f"rank={rank} is impossible for a {n}×{d} matrix; accepted: 1 <= rank < {min(n, d)}")

@@ -1,5 +1,6 @@
-"""Numerical edge cases of caldera_decompose: every input gets a correct result or a clear error
-naming the argument and the fix.
+"""Numerical edge cases of caldera_decompose (and, for inputs that require grad or hold no values, of the other
+entry points and every registered method): every input gets a correct result or a clear error naming the argument
+and the fix.
 
 Oracles: the decomposition is exactly equivariant under power-of-two scalings of W (the algorithm scales W by
 an exact power of two and back), the data-aware relative error recomputed in float64 from the reconstruction,
@@ -201,3 +202,64 @@ def test_meta_inputs_are_a_clear_error(problem, name, which):
     with pytest.raises(ValueError, match=r"\w+ is on the meta device: it has a shape \(32, 32\) but no values.*"
                                          r"load the weights first"):
         call(*args)
+
+
+# every registered method, called as the pipeline calls it: fn(W, H, config, context=None) -> Decomposition
+
+#: parameters that make each method quick on the 32×32 problem; a method not named here runs with its defaults
+#: (and fails loudly if they do not fit the problem)
+SMALL_PARAMS = {
+    "caldera": {"rank": 2, "outer_iters": 2, "inner_iters": 2},
+    "caldera-rank-per-layer": {"rank": 2, "min_rank": 2, "rank_multiple": 2, "outer_iters": 2, "inner_iters": 2},
+    "loftq": {"rank": 2, "block": 32, "iters": 1},
+    "quip#-lr": {"lr_rank": 2},
+}
+
+
+def _methods() -> list[str]:
+    from caldera.methods import registered_methods
+
+    return registered_methods()
+
+
+def _run_method(name, W, H):
+    from caldera.methods import get_method
+
+    spec = get_method(name)
+    return spec.fn(W, H, spec.make_config(SMALL_PARAMS.get(name, {})))
+
+
+def _tensors(dec) -> dict:
+    """Every tensor a Decomposition holds, by field (the RHT's signs too)."""
+    import dataclasses
+
+    out = {f.name: getattr(dec, f.name) for f in dataclasses.fields(dec)}
+    if dec.rht is not None:
+        out.update({f"rht.{k}": v for k, v in vars(dec.rht).items()})
+    return {k: v for k, v in out.items() if isinstance(v, torch.Tensor)}
+
+
+@pytest.mark.parametrize("name", _methods())
+@pytest.mark.parametrize("which", ["W", "H"])
+def test_every_method_reads_inputs_that_require_grad_as_data(problem, name, which):
+    """A W (or H) with requires_grad=True (a model's parameter): the same decomposition as without, and no tensor of
+    it carries an autograd graph (one would reach the checkpoint writer, which cannot save it)."""
+    W, H = problem
+    W2, H2 = (W.clone().requires_grad_(), H) if which == "W" else (W, H.clone().requires_grad_())
+    got, want = _run_method(name, W2, H2), _run_method(name, W, H)
+    tensors = _tensors(got)
+    assert [k for k, t in tensors.items() if t.requires_grad] == []
+    assert tensors.keys() == _tensors(want).keys()
+    assert all(torch.equal(t, _tensors(want)[k]) for k, t in tensors.items()), name
+    assert got.error == want.error and isinstance(got.error, float)
+
+
+@pytest.mark.parametrize("name", _methods())
+@pytest.mark.parametrize("which", ["W", "H"])
+def test_every_method_refuses_meta_inputs_clearly(problem, name, which):
+    """A W or H on the meta device: the ValueError naming the argument and the fix, from every method."""
+    W, H = problem
+    args = (W.to("meta"), H) if which == "W" else (W, H.to("meta"))
+    with pytest.raises(ValueError, match=rf"^{which} is on the meta device: it has a shape \(32, 32\) but no values.*"
+                                         r"load the weights first"):
+        _run_method(name, *args)

@@ -62,9 +62,9 @@ def gptq(W: Tensor, H: Tensor, config: GPTQConfig, context=None) -> Decompositio
     from caldera.decomposition import Decomposition
     from caldera.ldl import regularize_hessian
     from caldera.metrics import relative_data_aware_error
-    from caldera.validation import check_W_H
+    from caldera.validation import checked_W_H
 
-    check_W_H(W, H)
+    W, H = checked_W_H(W, H)
     n, d = W.shape
     Wq = W.double().clone()
     Hd = H.double().clone()

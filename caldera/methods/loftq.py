@@ -64,9 +64,9 @@ def loftq(W: Tensor, H: Tensor, config: LoftQConfig, context=None) -> Decomposit
     from caldera.ldl import regularize_hessian
     from caldera.metrics import relative_data_aware_error
     from caldera.quantizers.normalfloat import NormalFloat
-    from caldera.validation import check_rank, check_W_H
+    from caldera.validation import check_rank, checked_W_H
 
-    check_W_H(W, H)
+    W, H = checked_W_H(W, H)
     n, d = W.shape
     check_rank(config.rank, n, d)
     if d % config.block:

@@ -53,9 +53,9 @@ def quip_sharp(W: torch.Tensor, H: torch.Tensor, config: QuipSharpConfig, contex
     from caldera.metrics import relative_data_aware_error
     from caldera.quantizers import quantizer_for_bits
     from caldera.regression import rank_constrained_regression_pd, top_k_svd
-    from caldera.validation import check_rank, check_W_H
+    from caldera.validation import check_rank, checked_W_H
 
-    check_W_H(W, H)
+    W, H = checked_W_H(W, H)
     n, d = W.shape
     if config.lr_rank:
         check_rank(config.lr_rank, n, d)

@@ -31,9 +31,9 @@ def rtn(W: torch.Tensor, H: torch.Tensor, config: RTNConfig, context=None) -> De
     from caldera.ldl import regularize_hessian
     from caldera.metrics import relative_data_aware_error
     from caldera.quantizers import UniformRTN
-    from caldera.validation import check_W_H
+    from caldera.validation import checked_W_H
 
-    check_W_H(W, H)
+    W, H = checked_W_H(W, H)
     q = UniformRTN(config.bits, per_row=config.per_row)
     sc = q.quantize_with_scale(W.float())
     Q = q.dequantize_with_scale(sc)
