@@ -198,7 +198,7 @@ def stored_tensor_problem(meta: dict, tensors: dict[str, Tensor]) -> tuple[str, 
     plus ``state_dict``) whose dtype, shape or values do not match the scheme its metadata describes (module
     docstring's table), else None: codes of the named quantizer in its code range and the dtype they were made
     in, float32 scales of a shape the quantizer declares, finite and positive, the quantizer's declared extras of
-    their shape and dtype, ±1 RHT signs (any real value once they are trainable), factors and a
+    their shape and dtype, ±1 RHT signs (any finite nonzero value once they are trainable), factors and a
     float Q of the shapes and dtypes the metadata names. Values are not checked on the meta device."""
     n, d = int(meta["out_features"]), int(meta["in_features"])
     k, r = int(meta["rank"]), int(meta["ft_rank"])
@@ -261,9 +261,17 @@ def stored_tensor_problem(meta: dict, tensors: dict[str, Tensor]) -> tuple[str, 
 
 def _check_signs(t: Tensor, trainable: bool) -> str | None:
     """RHT signs: ±1 (int8, or float32 as :func:`_signs_tensor` may write them); trainable signs: float32, any
-    value (fine-tuning moves them)."""
+    finite nonzero value (fine-tuning moves them; a zero sign zeroes a whole row or column of the transform, a
+    non-finite one poisons it)."""
     if trainable:
-        return None if t.dtype == torch.float32 else f"has dtype {_dtype_name(t.dtype)}; trainable signs are float32"
+        if t.dtype != torch.float32:
+            return f"has dtype {_dtype_name(t.dtype)}; trainable signs are float32"
+        if t.device.type != "meta" and not bool((torch.isfinite(t) & (t != 0)).all()):
+            bad = t[~torch.isfinite(t) | (t == 0)]
+            return (f"holds {bad.numel()} zero or non-finite values (e.g. {float(bad[0]):g}); trainable signs are "
+                    "finite and nonzero (a zero sign zeroes a whole row or column of the transform, a non-finite "
+                    "one poisons it)")
+        return None
     if t.dtype not in (torch.int8, torch.float32):
         return f"has dtype {_dtype_name(t.dtype)}; RHT signs are stored as int8 ±1"
     if t.device.type != "meta" and not bool(((t == 1) | (t == -1)).all()):

@@ -94,6 +94,30 @@ def test_each_mismatch_is_named(name, bad, message):
     assert problem is not None and problem[0] == name and message in problem[1], problem
 
 
+
+def _trainable(signs: list[float]):
+    """The layer of :func:`_stored` as RHT fine-tuning stores it (float32 signs, ``signs_trainable``), its S_U
+    starting with ``signs``."""
+    meta, ts = _stored()
+    meta["signs_trainable"] = True
+    ts["S_U"], ts["S_V"] = ts["S_U"].float(), ts["S_V"].float()
+    ts["S_U"][: len(signs)] = torch.tensor(signs)
+    return meta, ts
+
+
+def test_trainable_signs_may_take_any_finite_nonzero_value():
+    assert stored_tensor_problem(*_trainable([0.5, -1.25, 3e-4])) is None
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.0, float("nan"), float("inf"), float("-inf")])
+def test_a_zero_or_non_finite_trainable_sign_is_named(bad):
+    """A zero sign zeroes a whole column of the transform, a non-finite one poisons it: refused like a sign other
+    than ±1 is when the signs are not trainable."""
+    assert stored_tensor_problem(*_trainable([0.5, bad, bad])) == (
+        "S_U", f"holds 2 zero or non-finite values (e.g. {bad:g}); trainable signs are finite and nonzero (a zero "
+               "sign zeroes a whole row or column of the transform, a non-finite one poisons it)")
+
+
 def test_a_bias_of_another_shape_or_an_integer_dtype_is_named():
     meta, ts = _stored()
     meta["bias"] = True

@@ -303,10 +303,33 @@ def _codes_beyond(t):
     return t
 
 
+
+def _trainable_signs(f):
+    """q_proj as RHT fine-tuning stores it (``signs_trainable``, float32 signs), its S_U signs then ``f(S_U)``."""
+    def go(ck):
+        edit_config(lambda c: c["modules"][_Q].update(signs_trainable=True))(ck)
+        _set(lambda t: t.update({_Q + ".S_V": t[_Q + ".S_V"].float(), _Q + ".S_U": f(t[_Q + ".S_U"].float())}))(ck)
+
+    return go
+
+
+def _one(value):
+    """The tensor with its first entry set to ``value``."""
+    def go(t):
+        t = t.clone()
+        t.view(-1)[0] = value
+        return t
+
+    return go
+
+
 MUTATIONS = {
     "RHT signs x2": (_put(_Q + ".S_U", lambda s: s * 2), _T + r"\.S_U' of model\.safetensors holds \d+ values "
                                                               r"other than ±1 \(e\.g\. 2\)"),
     "RHT signs x0": (_put(_Q + ".S_V", lambda s: s * 0), _T + r"\.S_V' .*holds \d+ values other than ±1"),
+    "trainable signs zero": (_trainable_signs(_one(0.0)), _T + r"\.S_U' of model\.safetensors holds 1 zero or "
+                                                              r"non-finite values \(e\.g\. 0\); trainable signs "
+                                                              r"are finite and nonzero"),
     "Q scale negated": (_put(_Q + ".Q_scale", lambda s: -s), _T + r"\.Q_scale' .*negative or non-finite"),
     "Q scale zero": (_put(_Q + ".Q_scale", lambda s: s * 0),
                      _T + r"\.Q_scale' .*is 0 where the codes are not those of an all-zero matrix"),
