@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
            "clock_files_differing": clock, "differing": differ,
            "claims": compare_claims(a / claims, b / claims),
            "locks_left": [str(p.relative_to(w)) for w in (a, b) for p in w.rglob("*.lock")
-                          if ".snakemake" not in p.parts]}
+                          if not {".snakemake", ".venv"} & set(p.parts)]}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(res, indent=1) + "\n")

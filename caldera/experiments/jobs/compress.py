@@ -59,7 +59,8 @@ def step_allocate(v: Variant, profiles: list[str], out: str) -> dict:
 def step_compress_layers(run: RunContext, v: Variant, hessian_dir: str, chunk: int, out: str,
                          allocation: str | None = None) -> dict:
     """Compress chunk ``chunk`` of :func:`layer_chunks` into ``<dir of out>`` (per-layer files) and write a
-    summary to ``out``. ``v.config``: the method's typed config, built when the plan was made; ``allocation``:
+    summary to ``out`` (its layers; the layers computed and kept go to its timing file). ``v.config``: the
+    method's typed config, built when the plan was made; ``allocation``:
     the :func:`step_allocate` file of a method that chooses settings per matrix.
 
     Only the chunk's linear weights are read (:func:`caldera.pipeline.partial.load_layer_weights`: the shards
@@ -76,10 +77,11 @@ def step_compress_layers(run: RunContext, v: Variant, hessian_dir: str, chunk: i
     res = compress_model(mdl, hessian_dir, v.method, v.config, os.path.dirname(out), layers=layers,
                          progress=True, replace_stale=True, device=device, overrides=overrides,
                          hessian_expect=hessian_expect(run, v.model))
-    seconds = {"wall_s": res.get("wall_s")}
-    res = {"layers": layers, "computed": res.get("computed"), "skipped": res.get("skipped")}
-    write_result(out, res, seconds)
-    return res
+    # which layers this process computed and which an earlier, interrupted attempt left is how the job ran, not
+    # what it made: it goes to the timing file, so a resumed job writes the same summary as an uninterrupted one
+    how = {"computed": res.get("computed"), "skipped": res.get("skipped")}
+    write_result(out, {"layers": layers}, {"wall_s": res.get("wall_s"), **how})
+    return {"layers": layers, **how}
 
 
 def step_compress_variant(run: RunContext, v: Variant, hessian_dir: str, layer_dir: str, out_dir: str,
