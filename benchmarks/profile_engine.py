@@ -8,7 +8,7 @@ Inputs: ``caldera.synthetic.llm_like(n, d, seed=0)``; settings: the ``paper`` pr
 ``--inner``, ``--outer`` and ``--svd`` (one outer iteration by default: the Q step (LDLQ) and the LR step (LPLR)
 once each).
 A warm-up decomposition at a small shape runs first (compilation, CUDA start-up and cuBLAS/cuSOLVER handles are
-not counted). The report: wall time; the 30 functions of ``caldera`` with the most cumulative time (cProfile,
+not counted). The report: wall time; the ``--top`` (30) functions of ``caldera`` with the most cumulative time (cProfile,
 wall clock: on a GPU a function's time includes the syncs it waits on); the torch operators by self time on the
 CPU and on the device; the number of kernel launches and of host-device syncs.
 """
@@ -41,7 +41,8 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def profile(n: int, d: int, device: str, rank: int, inner: int, outer: int, svd: str = "exact") -> str:
+def profile(n: int, d: int, device: str, rank: int, inner: int, outer: int, svd: str = "exact",
+            top: int = 30) -> str:
     """The report of the module docstring, as text."""
     Ww, Hw = (t.to(device) for t in llm_like(64, 64, seed=1))
     caldera_decompose(Ww, Hw, _config(8, 2, 1))  # warm-up
@@ -59,7 +60,7 @@ def profile(n: int, d: int, device: str, rank: int, inner: int, outer: int, svd:
     _sync(device)
     pr.disable()
     s = io.StringIO()
-    pstats.Stats(pr, stream=s).sort_stats("cumulative").print_stats("caldera", 30)
+    pstats.Stats(pr, stream=s).sort_stats("cumulative").print_stats("caldera", top)
     functions = s.getvalue()
 
     acts = [torch.profiler.ProfilerActivity.CPU]
@@ -92,12 +93,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--outer", type=int, default=1)
     ap.add_argument("--svd", default="exact", choices=["exact", "randomized", "warm"], help="LPLR's top-k SVD")
     ap.add_argument("--out", help="write the report here as well as to stdout")
+    ap.add_argument("--top", type=int, default=30, help="how many caldera functions the report lists (default 30)")
     a = ap.parse_args(argv)
     try:
         n, d = (int(x) for x in a.shape.lower().split("x"))
     except ValueError:
         ap.error(f"--shape {a.shape!r}: expected NxD, e.g. 4096x4096")
-    text = profile(n, d, a.device, a.rank, a.inner, a.outer, a.svd)
+    text = profile(n, d, a.device, a.rank, a.inner, a.outer, a.svd, a.top)
     print(text)
     if a.out:
         Path(a.out).write_text(text)
