@@ -8,7 +8,7 @@ Inputs: ``caldera.synthetic.llm_like(n, d, seed=0)``; settings: the ``paper`` pr
 ``--inner``, ``--outer`` and ``--svd`` (one outer iteration by default: the Q step (LDLQ) and the LR step (LPLR)
 once each).
 A warm-up decomposition at a small shape runs first (compilation, CUDA start-up and cuBLAS/cuSOLVER handles are
-not counted). The report: wall time; the ``--top`` (30) functions of ``caldera`` with the most cumulative time (cProfile,
+not counted). The report: wall time; the ``--top`` (30) ``caldera`` functions with the most cumulative time (cProfile,
 wall clock: on a GPU a function's time includes the syncs it waits on); the torch operators by self time on the
 CPU and on the device; the number of kernel launches and of host-device syncs.
 """
