@@ -189,23 +189,31 @@ def timing_file(path: Path, data: dict) -> None:
 #: the fixed parts and rates :func:`fake_timed_run` makes its jobs of
 FAKE_RATES = {"eval_fixed_s": 15.0, "corpus_fixed_s": 2.0, "token_s": 0.004, "kl_token_s": 0.001,
               "zeroshot_token_s": 0.005, "compress_fixed_s": 12.0, "layer_setup_s": 0.7, "dense_fixed_s": 15.0,
-              "hessian_token_layer_s": 0.0002, "lora_fixed_s": 5.0, "lora_eval_token_s": 0.003}
+              "hessian_token_layer_s": 0.0002, "hessian_fixed_s": 6.0, "lora_fixed_s": 5.0,
+              "lora_eval_token_s": 0.003}
+#: the throughput figures of :func:`fake_timed_run`: a fixed part, and per kind (dense, all-compressed) the
+#: model load and the seconds per decoded token and per single-token call
+FAKE_THROUGHPUT = {"throughput_fixed_s": 3.0, "throughput_load_s": {"dense": 2.0, "compressed": 2.5},
+                   "throughput_decode_token_s": {"dense": 0.05, "compressed": 0.03},
+                   "throughput_call_s": {"dense": 0.04, "compressed": 0.02}}
 #: the LoRA training rate per task of :func:`fake_timed_run`
 FAKE_LORA_TRAIN = {"wiki": 0.004, "rte": 0.002, "winogrande": 0.0025}
 
 
 def fake_timed_run(tmp_path: Path, config: dict, costs: dict, scale: float = 3.0) -> Path:
-    """A results folder of ``config`` whose evaluate, compress_variant, hessians and lora_finetune jobs of
-    SmolLM2 took exactly what :data:`FAKE_RATES`, :data:`FAKE_LORA_TRAIN` and an engine ``scale`` say (step
-    timing files included; every other LoRA job evaluates a second, earlier best checkpoint), every other job
-    absent."""
+    """A results folder of ``config`` whose evaluate, compress_variant, hessians, throughput and lora_finetune
+    jobs of SmolLM2 took exactly what :data:`FAKE_RATES`, :data:`FAKE_THROUGHPUT`, :data:`FAKE_LORA_TRAIN` and an
+    engine ``scale`` say (step timing files and result files included; every other LoRA job evaluates a second,
+    earlier best checkpoint), every other job absent. ``config`` compresses every layer (the throughput
+    jobs' compressed figures are the all-compressed ones)."""
     from caldera.experiments.planning.job_plan import (
         eval_parts,
+        hessian_layers_run,
         law_layer_seconds,
         lora_work,
-        model_layers,
         plan_jobs,
         seq_tokens,
+        throughput_work,
     )
 
     results = tmp_path / "results"
@@ -230,8 +238,21 @@ def fake_timed_run(tmp_path: Path, config: dict, costs: dict, scale: float = 3.0
             bench_file(results, "compress_variant", job.name,
                    FAKE_RATES["compress_fixed_s"] + job.extra["layers"] * (mats + FAKE_RATES["layer_setup_s"]))
         if job.rule == "hessians" and job.model == "smollm2":
-            bench_file(results, "hessians", job.name, FAKE_RATES["dense_fixed_s"] + seq_tokens(config)
-                       * len(model_layers(config, "smollm2")) * FAKE_RATES["hessian_token_layer_s"])
+            n = hessian_layers_run(config, "smollm2")
+            collect = seq_tokens(config) * n * FAKE_RATES["hessian_token_layer_s"]
+            timing_file(results / "hessians" / "smollm2" / "hessians.timing.json",
+                        {"computed": list(range(n)), "skipped": [], "layers_run": n, "collect_s": collect})
+            bench_file(results, "hessians", job.name, FAKE_RATES["hessian_fixed_s"] + collect)
+        if job.rule == "throughput" and job.model == "smollm2":
+            w, kind = throughput_work(config), "dense" if v.method == "dense" else "compressed"
+            per = {"decode": FAKE_THROUGHPUT["throughput_decode_token_s"][kind] * w["decode_tokens"],
+                   "single_token": FAKE_THROUGHPUT["throughput_call_s"][kind] * w["calls"]}
+            timed = {p: [s * w["runs"] / (w["runs"] + w["warmup"]) / w["runs"]] * w["runs"] for p, s in per.items()}
+            load = FAKE_THROUGHPUT["throughput_load_s"][kind]
+            timing_file(results / "throughput" / f"{v.id}.json",
+                        {"load_s": load, **{p: {"times_s": t} for p, t in timed.items()}})
+            bench_file(results, "throughput", job.name,
+                       FAKE_THROUGHPUT["throughput_fixed_s"] + load + sum(per.values()))
         if job.rule == "lora_finetune" and job.model == "smollm2":
             row, task = job.name.rsplit("_", 1)
             w = lora_work(config, task)

@@ -522,11 +522,16 @@ def collect_hessians(
     object whose ``load(l)`` makes decoder layer ``l``'s tensors real and ``release(l)`` drops them again
     (:class:`caldera.pipeline.partial.LazyLayers`: one layer of the model in memory at a time).
 
-    Writes ``out_dir/layer_{l:03d}.safetensors`` for each requested layer (default all) and
-    ``out_dir/hessians.json`` (a summary). Resumable: layers whose artifact exists and loads cleanly are
-    skipped; if every requested layer is done nothing runs. ``seed`` (of the calibration sampler) and
-    ``model_name`` only go into the metadata. Returns ``{"computed": [...], "skipped": [...], ...}``.
+    Writes ``out_dir/layer_{l:03d}.safetensors`` for each requested layer (default all),
+    ``out_dir/hessians.json`` (a summary, the same bytes however many runs it took) and
+    ``out_dir/hessians.timing.json`` (what this run did: the layers it computed and skipped, the decoder layers
+    it ran, ``collect_s``, the wall seconds of the collection from the first batch's embedding to the last layer
+    file). Resumable: layers whose artifact exists and loads cleanly are skipped; if every requested layer is
+    done nothing runs. ``seed`` (of the calibration sampler) and ``model_name`` only go into the metadata.
+    Returns the summary with the timing file's keys, ``{"computed": [...], "skipped": [...], ...}``.
     """
+    import time
+
     from tqdm.auto import tqdm
 
     if not isinstance(calibration_ids, Tensor) or calibration_ids.ndim != 2 or calibration_ids.is_floating_point():
@@ -556,9 +561,8 @@ def collect_hessians(
         "seed": seed,
         "calibration_sha256": fp,
         "dtype": str(store_dtype).removeprefix("torch."),
-        "computed": todo,
-        "skipped": done,
     }
+    t0 = time.perf_counter()
     if todo:
         was_training = model.training
         model.eval()
@@ -605,5 +609,8 @@ def collect_hessians(
             bar.close()
         finally:
             model.train(was_training)
+    timing = {"computed": todo, "skipped": done, "layers_run": max(todo) + 1 if todo else 0,
+              "collect_s": time.perf_counter() - t0}
+    write_atomic(out_dir / "hessians.timing.json", json.dumps(timing, indent=1, sort_keys=True) + "\n")
     write_atomic(out_dir / "hessians.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
-    return summary
+    return {**summary, **timing}

@@ -125,6 +125,13 @@ def test_resume_subset_and_corrupt(tmp_path):
     s3 = collect_hessians(model, ids, tmp_path, progress=False)
     assert s3["computed"] == [0]
     load_layer_hessians(p)
+    # what a run did goes to the timing file; the summary is the same bytes as an uninterrupted run's
+    timing = json.loads((tmp_path / "hessians.timing.json").read_text())
+    assert timing["computed"] == [0] and timing["skipped"] == [1] and timing["layers_run"] == 1
+    assert timing["collect_s"] > 0
+    collect_hessians(model, ids, tmp_path / "whole", progress=False)
+    assert (tmp_path / "hessians.json").read_bytes() == (tmp_path / "whole" / "hessians.json").read_bytes()
+    assert json.loads((tmp_path / "whole" / "hessians.timing.json").read_text())["layers_run"] == 2
     # different calibration data in the same folder is refused
     with pytest.raises(ValueError, match="different calibration data"):
         collect_hessians(model, calib(n=3, t=8, seed=5), tmp_path, progress=False)

@@ -27,8 +27,10 @@ from caldera.experiments.planning import job_profile
 from caldera.experiments.planning.job_plan import (
     PlannedJob,
     ablations_law,
+    compressed_fraction,
     corpus_tokens,
     eval_parts,
+    hessian_layers_run,
     law_layer_seconds,
     lora_work,
     model_layers,
@@ -36,6 +38,7 @@ from caldera.experiments.planning.job_plan import (
     rhtft_work,
     selection_units,
     seq_tokens,
+    throughput_work,
 )
 from caldera.experiments.planning.job_profile import (
     CONSTANT_RULES,
@@ -65,10 +68,30 @@ def _dense_fixed(prof: dict[str, Any], model: str) -> float:
     return prof["dense_fixed_s"] if "dense_fixed_s" in prof else _get(prof, "compress_fixed_s", model)
 
 
+def _mixed(rates: dict[str, float], f: float) -> float:
+    """A throughput figure of a variant whose share ``f`` of decoder layers is compressed: the dense figure and
+    the all-compressed one, mixed in proportion (the dense one alone for the dense variant, ``f`` = 0)."""
+    return (1.0 - f) * rates["dense"] + f * rates.get("compressed", rates["dense"])
+
+
+def throughput_seconds(job: PlannedJob, config: dict[str, Any], prof: dict[str, Any]) -> float:
+    """A throughput job: its fixed part + loading the model + the forwards of its timed and warm-up calls
+    (:func:`throughput_work`) at the measured seconds per decoded token and per single-token call, each mixed
+    between the dense and the compressed figure by the share of layers the variant compresses."""
+    f = 0.0 if job.variant is None or job.variant.method == "dense" else compressed_fraction(config, job.model)
+    w = throughput_work(config)
+    return (prof["throughput_fixed_s"] + _mixed(prof["throughput_load_s"], f)
+            + w["decode_tokens"] * _mixed(prof["throughput_decode_token_s"], f)
+            + w["calls"] * _mixed(prof["throughput_call_s"], f))
+
+
 def job_seconds(job: PlannedJob, config: dict[str, Any], profile: dict[str, Any], costs: dict[str, Any]) -> float:
     """Predicted wall seconds of one job (module docstring). ``MissingCalibration`` when the profile lacks what it
     needs (then the job is priced by the component laws alone, or not at all, by the caller)."""
     consts = profile.get("constants", {})
+    tp_prof = (profile.get("models") or {}).get(job.model) if job.rule == Rule.THROUGHPUT else None
+    if tp_prof and "throughput_fixed_s" in tp_prof:
+        return throughput_seconds(job, config, tp_prof)
     if job.rule in CONSTANT_RULES:
         return float(consts.get(job.rule, consts.get(SMALL_JOB, 0.0)))
     model = job.model
@@ -118,7 +141,8 @@ def job_seconds(job: PlannedJob, config: dict[str, Any], profile: dict[str, Any]
     if job.rule == Rule.PROFILE_LAYERS:
         return _get(prof, "compress_fixed_s", model) + job.extra["layers"] * _get(prof, "profile_layer_s", model)
     if job.rule == Rule.HESSIANS:
-        return _dense_fixed(prof, model) + seq_tokens(config) * len(model_layers(config, model)) * _get(
+        fixed = prof["hessian_fixed_s"] if "hessian_fixed_s" in prof else _dense_fixed(prof, model)
+        return fixed + seq_tokens(config) * hessian_layers_run(config, model) * _get(
             prof, "hessian_token_layer_s", model)
     if job.rule == Rule.DENSE_REFERENCE:
         return _dense_fixed(prof, model) + corpus_tokens(config, config["eval"]["distribution"]) * _get(

@@ -34,6 +34,17 @@ def model_layers(config: dict[str, Any], model: str) -> list[int]:
         else list(config["layers"])
 
 
+def hessian_layers_run(config: dict[str, Any], model: str) -> int:
+    """The decoder layers a Hessian job of ``model`` runs: every layer up to the last one it collects (the
+    hidden states pass through the ones before it)."""
+    return max(model_layers(config, model)) + 1
+
+
+def compressed_fraction(config: dict[str, Any], model: str) -> float:
+    """The share of ``model``'s decoder layers a compressed variant replaces (the rest stay dense)."""
+    return len(model_layers(config, model)) / int(config["models"][model]["num_layers"])
+
+
 def _chunks(config: dict[str, Any], model: str) -> list[list[int]]:
     layers, k = model_layers(config, model), int(config.get("layers_per_job", 1))
     return [layers[i:i + k] for i in range(0, len(layers), k)]
@@ -163,6 +174,17 @@ def law_layer_seconds(costs: dict[str, Any], config: dict[str, Any], v: Any) -> 
 def seq_tokens(config: dict[str, Any]) -> int:
     cal = config["calibration"]
     return int(cal["n_samples"]) * int(cal["seq_len"])
+
+
+def throughput_work(config: dict[str, Any]) -> dict[str, int]:
+    """What one throughput job runs (``config["throughput"]``): per protocol, the forwards of its timed repeats
+    and of its warm-up calls, ``{"decode_tokens", "calls", "runs", "warmup"}`` (decode: ``new_tokens`` per call;
+    single-token: ``calls`` per call)."""
+    from caldera.experiments.planning.throughput_rows import throughput_settings
+
+    s = throughput_settings(config)
+    n = s.runs + s.warmup
+    return {"decode_tokens": n * s.new_tokens, "calls": n * s.calls, "runs": s.runs, "warmup": s.warmup}
 
 
 def rhtft_work(config: dict[str, Any]) -> dict[str, float]:

@@ -17,15 +17,17 @@ from typing import Any
 from caldera.experiments.planning.job_plan import (
     PlannedJob,
     ablations_law,
+    compressed_fraction,
     corpus_tokens,
     eval_parts,
+    hessian_layers_run,
     law_layer_seconds,
     lora_work,
-    model_layers,
     plan_jobs,
     rhtft_work,
     selection_units,
     seq_tokens,
+    throughput_work,
 )
 from caldera.experiments.planning.rules import STAGES, Rule
 
@@ -277,11 +279,50 @@ def calibrate(results_dir: str | Path, config: dict[str, Any], costs: dict[str, 
         prof = models.setdefault(model, {})
         f = prof.get("compress_fixed_s", 0.0)
         prof["profile_layer_s"] = _median((j["s"] - f) / max(p.extra["layers"], 1) for p, j in pairs)
+    # Hessians: the collection's own seconds (its timing file: the embedding of the calibration batches and
+    # every decoder layer up to the last one collected) per token and layer run; the rest of the job (start-up,
+    # the tokenizer, the calibration text, opening the checkpoint, writing) is its fixed part. A run whose job
+    # recorded no collection time: the dense evaluation's fixed part stands in for it.
     for model, pairs in by_model(Rule.HESSIANS).items():
         prof = models.setdefault(model, {})
-        f = prof.get("dense_fixed_s", prof.get("compress_fixed_s", 0.0))
-        prof["hessian_token_layer_s"] = _median((j["s"] - f) / (seq_tokens(config) * len(model_layers(config, model)))
-                                                for _, j in pairs)
+        work = seq_tokens(config) * hessian_layers_run(config, model)
+        timed = [(j["s"], t) for _, j in pairs
+                 if (t := _read(results / "hessians" / model / "hessians.timing.json")) and t.get("computed")]
+        if timed:
+            prof["hessian_fixed_s"] = max(_median(s - t["collect_s"] for s, t in timed), 0.0)
+            prof["hessian_token_layer_s"] = _median(t["collect_s"] / (seq_tokens(config) * t["layers_run"])
+                                                    for _, t in timed)
+        else:
+            f = prof.get("dense_fixed_s", prof.get("compress_fixed_s", 0.0))
+            prof["hessian_token_layer_s"] = _median((j["s"] - f) / work for _, j in pairs)
+    # throughput: per job its fixed part (start-up, the tokenizer, the dtype cast) is what the model load and
+    # the calls leave of its time; the load and the seconds per decoded token and per single-token call are
+    # kept for the dense model and for the all-compressed one (a variant compressing a share f of the layers
+    # is measured as (1 - f) dense + f compressed, and solved for the all-compressed figure)
+    for model, pairs in by_model(Rule.THROUGHPUT).items():
+        w = throughput_work(config)
+        fixed, kinds = [], {"dense": [], "compressed": []}
+        for p, j in pairs:
+            r = _read(results / "throughput" / f"{p.name}.json") or {}
+            try:
+                dec, one = sum(r["decode"]["times_s"]), sum(r["single_token"]["times_s"])
+                load = float(r["load_s"])
+            except (KeyError, TypeError, ValueError):
+                continue
+            scale = (w["runs"] + w["warmup"]) / w["runs"]  # the warm-up calls, as many forwards each
+            fixed.append(j["s"] - load - scale * (dec + one))
+            kind = "dense" if p.variant.method == "dense" else "compressed"
+            kinds[kind].append((load, scale * dec / w["decode_tokens"], scale * one / w["calls"]))
+        if not fixed or not kinds["dense"]:
+            continue
+        prof = models.setdefault(model, {})
+        dense = [_median(x[i] for x in kinds["dense"]) for i in range(3)]
+        f = compressed_fraction(config, model)
+        comp = [(_median(x[i] for x in kinds["compressed"]) - (1 - f) * dense[i]) / f if kinds["compressed"]
+                else dense[i] for i in range(3)]
+        prof["throughput_fixed_s"] = max(_median(fixed), 0.0)
+        for i, key in enumerate(("throughput_load_s", "throughput_decode_token_s", "throughput_call_s")):
+            prof[key] = {"dense": dense[i], "compressed": max(comp[i], 0.0)}
     dist = (config.get("eval") or {}).get("distribution")
     for model, pairs in by_model(Rule.DENSE_REFERENCE).items():  # loads the dense model and runs it
         prof = models.setdefault(model, {})

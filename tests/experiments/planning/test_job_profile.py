@@ -11,7 +11,7 @@ from caldera.experiments.planning import job_costs as J
 from caldera.experiments.planning import job_plan as JP
 from caldera.experiments.planning import job_profile as PR
 from caldera.experiments.planning.cost import load_costs
-from tests.helpers import FAKE_LORA_TRAIN, FAKE_RATES, ROOT, fake_timed_run, workflow_config
+from tests.helpers import FAKE_LORA_TRAIN, FAKE_RATES, FAKE_THROUGHPUT, ROOT, fake_timed_run, workflow_config
 
 
 def test_calibration_recovers_the_rates_a_run_was_made_of(tmp_path):
@@ -44,12 +44,45 @@ def test_calibration_recovers_the_rates_a_run_was_made_of(tmp_path):
     assert cv.extra["layers"] == 2
     assert J.job_seconds(cv, smoke, prof, costs) == pytest.approx(12.0 + 2 * (0.7 + 3.0 * law))
     hs = next(j for j in JP.plan_jobs(smoke) if j.rule == "hessians" and j.model == "smollm2")
-    assert J.job_seconds(hs, smoke, prof, costs) == pytest.approx(
-        15.0 + JP.seq_tokens(smoke) * len(JP.model_layers(smoke, "smollm2")) * 0.0002)
+    assert smoke["layers"] == [0, 1]
+    assert J.job_seconds(hs, smoke, prof, costs) == pytest.approx(6.0 + JP.seq_tokens(smoke) * 2 * 0.0002)
+    # collecting layers 0 and 5 runs the six layers up to the last one
+    assert J.job_seconds(hs, {**smoke, "layers": [0, 5]}, prof, costs) == pytest.approx(
+        6.0 + JP.seq_tokens(smoke) * 6 * 0.0002)
+    for key, want in FAKE_THROUGHPUT.items():
+        assert got[key] == pytest.approx(want, rel=1e-9), key
+    # a throughput job of smoke: its own calls, and a compressed variant with 2 of 30 layers compressed is
+    # mostly the dense model
+    w, f = JP.throughput_work(smoke), 2 / 30
+    assert (w["decode_tokens"], w["calls"]) == (4 * 4, 4 * 2)  # (3 runs + 1 warm-up) x new_tokens, calls
+    for name, share in (("smollm2-dense", 0.0), ("smollm2-caldera-r16-lr4", f)):
+        tj = next(j for j in JP.plan_jobs(smoke) if j.rule == "throughput" and j.name == name)
+        mix = {k: (1 - share) * v["dense"] + share * v["compressed"] for k, v in FAKE_THROUGHPUT.items()
+               if isinstance(v, dict)}
+        assert J.job_seconds(tj, smoke, prof, costs) == pytest.approx(
+            3.0 + mix["throughput_load_s"] + w["decode_tokens"] * mix["throughput_decode_token_s"]
+            + w["calls"] * mix["throughput_call_s"]), name
     lj = next(j for j in JP.plan_jobs(smoke) if j.rule == "lora_finetune" and j.extra["task"] == "wiki")
     w = JP.lora_work(smoke, "wiki")
     assert J.job_seconds(lj, smoke, prof, costs) == pytest.approx(
         5.0 + w["train"] * 0.004 + (1 + got["lora_second_eval"]["wiki"]) * w["final"] * 0.003)
+
+
+def test_a_run_without_the_jobs_own_timings_falls_back_to_what_it_has(tmp_path):
+    """A Hessian job that recorded no collection time is priced with the dense evaluation's fixed part (as
+    profiles calibrated before the timing file priced it); throughput results without their timed calls leave
+    the job to the profile's constant."""
+    costs = load_costs("cpu")
+    mini = workflow_config("mini")
+    results = fake_timed_run(tmp_path, mini, costs)
+    (results / "hessians/smollm2/hessians.timing.json").unlink()
+    for f in (results / "throughput").glob("*.json"):
+        f.write_text("{}")
+    got = PR.calibrate(results, mini, costs)["models"]["smollm2"]
+    assert "hessian_fixed_s" not in got and not any(k.startswith("throughput_") for k in got)
+    work = JP.seq_tokens(mini) * 30
+    # the job's time less the dense fixed part (15 s), per token and layer
+    assert got["hessian_token_layer_s"] == pytest.approx((6.0 + work * 0.0002 - 15.0) / work)
 
 
 PROFILES = sorted((ROOT / "benchmarks/results").glob("jobs-cpu-*.json"))
