@@ -97,10 +97,12 @@ def snakemake(run_dir: Path, configfile: str, cores: int, extra: list[str], log:
                                 start_new_session=True)
 
 
-def clone(dest: Path) -> str:
-    """A clone of this repository's HEAD in ``dest`` with its C extension built in place (the runs import the
-    clone's package, so without it they would take the Numba kernels); its short commit."""
+def clone(dest: Path, commit: str | None = None) -> str:
+    """A clone of this repository at ``commit`` (default HEAD) in ``dest`` with its C extension built in place
+    (the runs import the clone's package, so without it they would take the Numba kernels); its short commit."""
     subprocess.run(["git", "clone", "-q", str(ROOT), str(dest)], check=True)
+    if commit:
+        subprocess.run(["git", "-C", str(dest), "checkout", "-q", commit], check=True)
     subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=dest, check=False,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return subprocess.run(["git", "-C", str(dest), "rev-parse", "--short", "HEAD"], check=True,
@@ -156,8 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", help="where the two clones go (default: a new temporary folder)")
     ap.add_argument("--out", required=True, help="write OUT.json and OUT.md")
     ap.add_argument("--reuse-a", action="store_true",
-                    help="keep run A of an earlier call in WORKDIR/a (finished, same config; at an earlier commit, "
-                         "the report names both) and redo only run B")
+                    help="keep run A of an earlier call in WORKDIR/a (finished, same config) and redo only run B, "
+                         "at run A's commit unless --commit-b says otherwise (the report names both)")
+    ap.add_argument("--commit-b", help="the commit run B clones (default: run A's with --reuse-a, else HEAD)")
     ap.add_argument("--reuse-b", action="store_true",
                     help="keep the killed and resumed run B of an earlier call in WORKDIR/b (its kill and resume "
                          "in WORKDIR/b.run.json) and compare it with WORKDIR/a")
@@ -185,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         if b.exists():
             subprocess.run(["rm", "-rf", str(b)], check=True)
-        run_b = {"commit_b": clone(b)}
+        run_b = {"commit_b": clone(b, args.commit_b or (commit if args.reuse_a else None))}
     if not args.reuse_a:
         print(f"run A (uninterrupted) in {a}", flush=True)
         wall_a = run_to_end(a, args.configfile, args.cores, work / "a.log")

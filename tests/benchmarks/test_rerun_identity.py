@@ -101,3 +101,30 @@ def test_reused_runs_are_compared_without_running_anything(tmp_path, monkeypatch
     (work / "b/tables/table1.md").write_text("| 2 |")
     assert R.main(argv) == 1
     assert [d["path"] for d in json.loads((tmp_path / "out.json").read_text())["differing"]] == ["tables/table1.md"]
+
+
+def test_a_new_run_b_beside_a_reused_run_a_clones_run_as_commit(tmp_path, monkeypatch):
+    """--reuse-a without --reuse-b: run B is cloned at run A's commit (so both ran one commit), unless
+    --commit-b names another."""
+    work = tmp_path / "w"
+    _finished_run(work / "a", "| 1 |")
+    import subprocess
+
+    a_commit = subprocess.run(["git", "-C", str(work / "a"), "rev-parse", "--short", "HEAD"], check=True,
+                              capture_output=True, text=True).stdout.strip()
+    cloned = []
+
+    def fake_clone(dest, commit=None):
+        cloned.append(commit)
+        _finished_run(dest, "| 1 |")
+        return commit or "head"
+
+    monkeypatch.setattr(R, "clone", fake_clone)
+    monkeypatch.setattr(R, "kill_run_b", lambda *a, **k: {"run_b_killed_at_s": 1.0,
+                                                          "run_b_jobs_finished_before_the_kill": 0,
+                                                          "run_b_rerun_wall_s": 2.0})
+    argv = ["--configfile", "config/c.yaml", "--kill-after", "1", "--workdir", str(work), "--reuse-a",
+            "--out", str(tmp_path / "out")]
+    assert R.main(argv) == 0
+    assert cloned == [a_commit] and json.loads((tmp_path / "out.json").read_text())["commit_b"] == a_commit
+    assert R.main([*argv, "--commit-b", "deadbee"]) == 0 and cloned[-1] == "deadbee"
