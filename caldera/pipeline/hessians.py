@@ -51,7 +51,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, safe_open
 from torch import Tensor, nn
 
-from caldera.atomic import save_safetensors_atomic, write_atomic
+from caldera.atomic import save_safetensors_atomic, timing_path, write_atomic
 from caldera.pipeline.linears import GROUPS
 
 FORMAT = "caldera-hessians/1"
@@ -611,6 +611,6 @@ def collect_hessians(
             model.train(was_training)
     timing = {"computed": todo, "skipped": done, "layers_run": max(todo) + 1 if todo else 0,
               "collect_s": time.perf_counter() - t0}
-    write_atomic(out_dir / "hessians.timing.json", json.dumps(timing, indent=1, sort_keys=True) + "\n")
+    write_atomic(timing_path(out_dir / "hessians.json"), json.dumps(timing, indent=1, sort_keys=True) + "\n")
     write_atomic(out_dir / "hessians.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
     return {**summary, **timing}

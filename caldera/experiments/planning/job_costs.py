@@ -71,7 +71,7 @@ def _dense_fixed(prof: dict[str, Any], model: str) -> float:
 def _mixed(rates: dict[str, float], f: float) -> float:
     """A throughput figure of a variant whose share ``f`` of decoder layers is compressed: the dense figure and
     the all-compressed one, mixed in proportion (the dense one alone for the dense variant, ``f`` = 0)."""
-    return (1.0 - f) * rates["dense"] + f * rates.get("compressed", rates["dense"])
+    return (1.0 - f) * rates["dense"] + f * rates["compressed"]
 
 
 def throughput_seconds(job: PlannedJob, config: dict[str, Any], prof: dict[str, Any]) -> float:

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from caldera.atomic import timing_path
 from caldera.experiments.planning.job_plan import (
     PlannedJob,
     ablations_law,
@@ -285,22 +286,22 @@ def calibrate(results_dir: str | Path, config: dict[str, Any], costs: dict[str, 
     # recorded no collection time: the dense evaluation's fixed part stands in for it.
     for model, pairs in by_model(Rule.HESSIANS).items():
         prof = models.setdefault(model, {})
-        work = seq_tokens(config) * hessian_layers_run(config, model)
+        tokens = seq_tokens(config)
         timed = [(j["s"], t) for _, j in pairs
-                 if (t := _read(results / "hessians" / model / "hessians.timing.json")) and t.get("computed")]
+                 if (t := _read(timing_path(results / "hessians" / model / "hessians.json"))) and t.get("computed")]
         if timed:
             prof["hessian_fixed_s"] = max(_median(s - t["collect_s"] for s, t in timed), 0.0)
-            prof["hessian_token_layer_s"] = _median(t["collect_s"] / (seq_tokens(config) * t["layers_run"])
-                                                    for _, t in timed)
+            prof["hessian_token_layer_s"] = _median(t["collect_s"] / (tokens * t["layers_run"]) for _, t in timed)
         else:
             f = prof.get("dense_fixed_s", prof.get("compress_fixed_s", 0.0))
+            work = tokens * hessian_layers_run(config, model)
             prof["hessian_token_layer_s"] = _median((j["s"] - f) / work for _, j in pairs)
     # throughput: per job its fixed part (start-up, the tokenizer, the dtype cast) is what the model load and
     # the calls leave of its time; the load and the seconds per decoded token and per single-token call are
     # kept for the dense model and for the all-compressed one (a variant compressing a share f of the layers
     # is measured as (1 - f) dense + f compressed, and solved for the all-compressed figure)
+    w = throughput_work(config)
     for model, pairs in by_model(Rule.THROUGHPUT).items():
-        w = throughput_work(config)
         fixed, kinds = [], {"dense": [], "compressed": []}
         for p, j in pairs:
             r = _read(results / "throughput" / f"{p.name}.json") or {}
