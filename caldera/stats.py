@@ -3,16 +3,20 @@
 Conventions (every function here follows them):
 
 * **Level**: two-sided 95 % (``LEVEL``).
-* **Bootstrap**: nonparametric, over the evaluation's independent units (perplexity windows, zero-shot
-  documents), ``RESAMPLES`` = 2,000 resamples drawn with ``numpy.random.default_rng(SEED)``, ``SEED`` = 0.
-  The resample indices depend only on ``(n_units, RESAMPLES, SEED)`` (:func:`bootstrap_indices`), so two
-  variants scored on the same units are resampled *together* (paired) and every run gives the same interval.
-* **Percentile interval**: the ``(1 − LEVEL)/2`` and ``(1 + LEVEL)/2`` quantiles of the bootstrap draws, with
-  linear interpolation between order statistics (:func:`percentile`; numpy's default "type 7").
+* **Window / document interval** (the evaluation sample's part): Student's t on the evaluation's independent
+  units (perplexity windows, zero-shot documents), :func:`ratio_t_interval`. A token-weighted mean
+  ``R = Σ_i s_i / Σ_i t_i`` (``s_i`` a window's summed value, ``t_i`` its tokens) has the linearized standard
+  error ``sqrt(n / (n − 1) · Σ_i (s_i − R t_i)²) / Σ_i t_i`` and the interval ``R ± t_{0.975, n−1} · se``; a
+  paired comparison of two variants on the same units applies it to the per-unit differences. A percentile
+  bootstrap over 8 windows runs too narrow (it ignores the t quantile and the (n − 1)/n bias:
+  ``tests/test_stats.py`` measures both constructions' coverage by simulation); at one unit the interval is
+  unbounded. The bootstrap helpers (:func:`bootstrap_indices`, :func:`bootstrap_mean`, ``RESAMPLES`` = 2,000
+  resamples, ``SEED`` = 0) remain for descriptive spreads.
+* **Percentile**: linear interpolation between order statistics (:func:`percentile`; numpy's default "type 7").
 * **Perplexity** of a set of windows: ``exp(Σ_i nll_i / Σ_i t_i)`` with ``nll_i`` the summed next-token NLL of
   window i (nats) and ``t_i`` its number of scored tokens — the QuIP#/GPTQ protocol when all windows have
   the same length. A ratio of two perplexities on the same windows is ``exp(mean_A − mean_B)`` (token-weighted
-  means), bootstrapped with the same window indices for A and B.
+  means), its interval the t interval of the per-window differences (paired).
 * **Accuracy** of one variant: Wilson score interval (closed form; sensible at 0 % and 100 %, where the
   percentile bootstrap collapses to a point).
 * **Smallest detectable difference** of a paired comparison (``sdd``): half the width of its paired
@@ -81,56 +85,72 @@ def bootstrap_mean(values, resamples: int = RESAMPLES, seed: int = SEED, level: 
     return {"estimate": float(v.mean()), "lo": lo, "hi": hi, "n": int(v.size)}
 
 
-def perplexity_interval(nll_sums, n_tokens, resamples: int = RESAMPLES, seed: int = SEED,
-                        level: float = LEVEL) -> dict:
-    """Perplexity ``exp(Σ nll / Σ t)`` of windows (``nll_sums[i]``: summed NLL of window i in nats,
-    ``n_tokens[i]``: its scored tokens) with a bootstrap-over-windows interval."""
-    s, t = _arr(nll_sums, "nll_sums"), _arr(n_tokens, "n_tokens")
-    if s.shape != t.shape or np.any(t <= 0):
-        raise ValueError("nll_sums and n_tokens must have the same length and n_tokens must be positive")
-    draws = np.exp(_weighted_means(s, t, bootstrap_indices(s.size, resamples, seed)))
-    lo, hi = percentile_interval(draws, level)
-    return {"estimate": math.exp(s.sum() / t.sum()), "lo": lo, "hi": hi, "n": int(s.size)}
-
-
-def weighted_mean_interval(sums, weights, resamples: int = RESAMPLES, seed: int = SEED,
-                           level: float = LEVEL) -> dict:
-    """Token-weighted mean ``Σ sums / Σ weights`` of per-window sums (e.g. a window's summed KL divergence over
-    its ``weights[i]`` positions) with a bootstrap-over-windows interval: ``{"estimate", "lo", "hi", "n"}``."""
+def ratio_t_interval(sums, weights, level: float = LEVEL) -> dict:
+    """``R = Σ sums / Σ weights`` over independent units (``sums[i]``: unit i's summed value, ``weights[i] > 0``
+    its weight, e.g. tokens) with the Student-t interval of the linearized ratio estimator: ``se = sqrt(n/(n−1) ·
+    Σ (sums_i − R · weights_i)²) / Σ weights`` and ``R ± t_{(1+level)/2, n−1} · se``. With equal weights this
+    is the textbook t interval of a mean. One unit: the interval is unbounded (``lo = −inf``, ``hi = inf``).
+    Returns ``{"estimate", "lo", "hi", "se", "df", "n"}`` (``df`` None at one unit)."""
     s, w = _arr(sums, "sums"), _arr(weights, "weights")
     if s.shape != w.shape or np.any(w <= 0):
         raise ValueError("sums and weights must have the same length and weights must be positive")
-    lo, hi = percentile_interval(_weighted_means(s, w, bootstrap_indices(s.size, resamples, seed)), level)
-    return {"estimate": float(s.sum() / w.sum()), "lo": lo, "hi": hi, "n": int(s.size)}
+    est = float(s.sum() / w.sum())
+    n = int(s.size)
+    if n < 2:
+        return {"estimate": est, "lo": -math.inf, "hi": math.inf, "se": math.inf, "df": None, "n": n}
+    r = s - est * w
+    se = math.sqrt(n / (n - 1) * float((r * r).sum())) / float(w.sum())
+    h = t_quantile(n - 1, level) * se
+    return {"estimate": est, "lo": est - h, "hi": est + h, "se": se, "df": n - 1, "n": n}
 
 
-def paired_ppl_ratio(a_nll, a_tokens, b_nll, b_tokens, resamples: int = RESAMPLES, seed: int = SEED,
-                     level: float = LEVEL) -> dict:
-    """``ppl_A / ppl_B`` on the same windows with a paired bootstrap interval (both variants resampled with the
-    same window indices). ``sdd``: half-width of the interval of ``log(ratio)`` (so ±sdd is ±(e^sdd − 1)·100 %)."""
+def _exp_bound(x: float) -> float:
+    return math.exp(x) if x < 700.0 else math.inf
+
+
+def perplexity_interval(nll_sums, n_tokens, level: float = LEVEL) -> dict:
+    """Perplexity ``exp(Σ nll / Σ t)`` of windows (``nll_sums[i]``: summed NLL of window i in nats,
+    ``n_tokens[i]``: its scored tokens) with the t interval over windows of the log perplexity
+    (:func:`ratio_t_interval`), exponentiated."""
+    s, t = _arr(nll_sums, "nll_sums"), _arr(n_tokens, "n_tokens")
+    if s.shape != t.shape or np.any(t <= 0):
+        raise ValueError("nll_sums and n_tokens must have the same length and n_tokens must be positive")
+    ci = ratio_t_interval(s, t, level)
+    return {"estimate": math.exp(ci["estimate"]), "lo": _exp_bound(ci["lo"]), "hi": _exp_bound(ci["hi"]),
+            "n": ci["n"]}
+
+
+def weighted_mean_interval(sums, weights, level: float = LEVEL) -> dict:
+    """Token-weighted mean ``Σ sums / Σ weights`` of per-window sums (e.g. a window's summed KL divergence over
+    its ``weights[i]`` positions) with the t interval over windows (:func:`ratio_t_interval`):
+    ``{"estimate", "lo", "hi", "n"}``."""
+    ci = ratio_t_interval(sums, weights, level)
+    return {k: ci[k] for k in ("estimate", "lo", "hi", "n")}
+
+
+def paired_ppl_ratio(a_nll, a_tokens, b_nll, b_tokens, level: float = LEVEL) -> dict:
+    """``ppl_A / ppl_B`` on the same windows with the paired t interval: :func:`ratio_t_interval` of the per-window
+    NLL differences ``a_nll − b_nll`` over the tokens (the log ratio), exponentiated. ``sdd``: half-width of the
+    interval of ``log(ratio)`` (so ±sdd is ±(e^sdd − 1)·100 %)."""
     sa, ta, sb, tb = (_arr(x, n) for x, n in ((a_nll, "a_nll"), (a_tokens, "a_tokens"), (b_nll, "b_nll"),
                                                (b_tokens, "b_tokens")))
     if not (sa.shape == ta.shape == sb.shape == tb.shape) or not np.array_equal(ta, tb):
         raise ValueError("a paired perplexity ratio needs the same windows: equal lengths and equal token counts "
                          "per window (evaluate both variants with the same eval.ppl settings)")
-    idx = bootstrap_indices(sa.size, resamples, seed)
-    log_draws = _weighted_means(sa, ta, idx) - _weighted_means(sb, tb, idx)
-    lo, hi = percentile_interval(log_draws, level)
-    est = (sa.sum() - sb.sum()) / ta.sum()
-    return {"estimate": math.exp(est), "lo": math.exp(lo), "hi": math.exp(hi), "n": int(sa.size),
-            "sdd": (hi - lo) / 2.0}
+    ci = ratio_t_interval(sa - sb, ta, level)
+    return {"estimate": math.exp(ci["estimate"]), "lo": _exp_bound(ci["lo"]), "hi": _exp_bound(ci["hi"]),
+            "n": ci["n"], "sdd": (ci["hi"] - ci["lo"]) / 2.0}
 
 
-def paired_mean_difference(a, b, resamples: int = RESAMPLES, seed: int = SEED, level: float = LEVEL) -> dict:
-    """``mean(a) − mean(b)`` over paired units (``a[i]``, ``b[i]`` measured on the same document) with a paired
-    bootstrap interval; ``sdd``: half-width of the interval."""
+def paired_mean_difference(a, b, level: float = LEVEL) -> dict:
+    """``mean(a) − mean(b)`` over paired units (``a[i]``, ``b[i]`` measured on the same document) with the paired
+    t interval of the differences; ``sdd``: half-width of the interval."""
     x, y = _arr(a, "a"), _arr(b, "b")
     if x.shape != y.shape:
         raise ValueError(f"paired samples need equal lengths, got {x.size} and {y.size}")
-    d = x - y
-    draws = d[bootstrap_indices(d.size, resamples, seed)].mean(axis=1)
-    lo, hi = percentile_interval(draws, level)
-    return {"estimate": float(d.mean()), "lo": lo, "hi": hi, "n": int(d.size), "sdd": (hi - lo) / 2.0}
+    ci = ratio_t_interval(x - y, np.ones_like(x), level)
+    return {"estimate": ci["estimate"], "lo": ci["lo"], "hi": ci["hi"], "n": ci["n"],
+            "sdd": (ci["hi"] - ci["lo"]) / 2.0}
 
 
 def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
@@ -170,23 +190,29 @@ def direction(interval: dict, null: float = 0.0) -> int:
     return 0
 
 
-def log_ratio_difference(a1_nll, b1_nll, t1, a2_nll, b2_nll, t2, resamples: int = RESAMPLES, seed: int = SEED,
-                         level: float = LEVEL) -> dict:
+def log_ratio_difference(a1_nll, b1_nll, t1, a2_nll, b2_nll, t2, level: float = LEVEL) -> dict:
     """``log(ppl_A1/ppl_B1) − log(ppl_A2/ppl_B2)``: how much more variant A1 degrades from B1 (paired, same windows
     ``t1``) than A2 from B2 (paired, windows ``t2``). The two pairs come from different models (independent
-    windows), so they are resampled independently (seeds ``seed`` and ``seed + 1``). ``sdd``: half-width."""
-    d1 = _paired_log_ratio_draws(a1_nll, b1_nll, t1, resamples, seed)
-    d2 = _paired_log_ratio_draws(a2_nll, b2_nll, t2, resamples, seed + 1)
-    lo, hi = percentile_interval(d1[1] - d2[1], level)
-    return {"estimate": d1[0] - d2[0], "lo": lo, "hi": hi, "n": (d1[2], d2[2]), "sdd": (hi - lo) / 2.0}
+    windows): each pair's paired t standard error (:func:`ratio_t_interval`) adds in quadrature, with
+    Welch–Satterthwaite degrees of freedom. ``sdd``: half-width."""
+    p1 = _paired_log_ratio(a1_nll, b1_nll, t1, level)
+    p2 = _paired_log_ratio(a2_nll, b2_nll, t2, level)
+    est = p1["estimate"] - p2["estimate"]
+    var = p1["se"] ** 2 + p2["se"] ** 2
+    if not math.isfinite(var):
+        lo, hi = -math.inf, math.inf
+    else:
+        df = var * var / sum(p["se"] ** 4 / p["df"] for p in (p1, p2) if p["se"] > 0) if var > 0 else 1.0
+        h = t_quantile(df, level) * math.sqrt(var)
+        lo, hi = est - h, est + h
+    return {"estimate": est, "lo": lo, "hi": hi, "n": (p1["n"], p2["n"]), "sdd": (hi - lo) / 2.0}
 
 
-def _paired_log_ratio_draws(a_nll, b_nll, tokens, resamples: int, seed: int) -> tuple[float, np.ndarray, int]:
+def _paired_log_ratio(a_nll, b_nll, tokens, level: float) -> dict:
     sa, sb, t = _arr(a_nll, "a_nll"), _arr(b_nll, "b_nll"), _arr(tokens, "tokens")
     if not sa.shape == sb.shape == t.shape:
         raise ValueError("a paired perplexity ratio needs the same windows for both variants")
-    idx = bootstrap_indices(sa.size, resamples, seed)
-    return float((sa.sum() - sb.sum()) / t.sum()), _weighted_means(sa, t, idx) - _weighted_means(sb, t, idx), sa.size
+    return ratio_t_interval(sa - sb, t, level)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -198,14 +224,18 @@ def _paired_log_ratio_draws(a_nll, b_nll, tokens, resamples: int, seed: int) -> 
 # outside it. With S seeds per variant, every statistic below is the *mean over seeds* (for perplexity: of log
 # perplexity, i.e. the geometric mean across seeds), and its 95 % interval combines two independent sources:
 #
-# * **windows / documents** (shared by every seed and variant): the paired percentile bootstrap of this module
-#   applied to the seed-averaged per-unit values (log perplexity is linear in the per-window NLL sums, so the
-#   seed mean of log perplexity is the log perplexity of the seed-averaged window NLLs);
+# * **windows / documents** (shared by every seed and variant): the paired t interval of this module
+#   (:func:`ratio_t_interval`) applied to the seed-averaged per-unit values (log perplexity is linear in the
+#   per-window NLL sums, so the seed mean of log perplexity is the log perplexity of the seed-averaged window
+#   NLLs);
 # * **seeds**: Student's t over the per-seed statistics (each computed on all units): half-width
-#   ``t_{0.975, df} · sqrt(Σ_g s_g² / S_g)``, one term per independent group of realizations (a paired
-#   comparison with shared seeds is one group of per-seed differences; unpaired variants are separate groups,
-#   Welch–Satterthwaite df). A bootstrap over 3 seeds would understate this spread (it ignores the t quantile,
-#   4.30 at df = 2, and the (S−1)/S bias), so the small-sample t is used.
+#   ``t_{0.975, df} · sqrt(Σ_g s_g² / S_g)``, one term per independent group of realizations. Variants run on
+#   the same seeds share RHT signs and sketches, so their realizations are correlated (+0.98 to −0.79 between
+#   pairs of one stand-in): a comparison on shared seeds is one group of per-seed differences, its variance
+#   the larger of the pair's own and the seed block's variant + seed model (:func:`paired_seed_part`), valid
+#   at any correlation; unpaired variants are separate groups, Welch–Satterthwaite df. A bootstrap over 3 seeds
+#   would understate this spread (it ignores the t quantile, 4.30 at df = 2, and the (S−1)/S bias), so the
+#   small-sample t is used.
 #
 # Each side of the window interval is widened by the seed half-width in quadrature (independent sources):
 # ``lo = est − sqrt((est − lo_w)² + h_s²)``, ``hi = est + sqrt((hi_w − est)² + h_s²)``. A group of random
@@ -323,11 +353,10 @@ def _nll_matrix(nll, name: str) -> np.ndarray:
     return a
 
 
-def seeded_perplexity(nll, tokens, random: bool = True, resamples: int = RESAMPLES, seed: int = SEED,
-                      level: float = LEVEL) -> dict:
+def seeded_perplexity(nll, tokens, random: bool = True, level: float = LEVEL) -> dict:
     """Perplexity of one variant across its seeds: ``nll[s, i]`` is the summed NLL of window i under seed s
     (all seeds on the same windows, ``tokens[i]`` scored tokens each). Estimate: the geometric mean across seeds
-    of the per-seed perplexities; interval: windows (bootstrap of the seed-averaged NLLs) combined with the
+    of the per-seed perplexities; interval: windows (t interval of the seed-averaged NLLs) combined with the
     seeds (t over per-seed log perplexities), on the log scale and exponentiated. ``random=False`` (a
     deterministic model, e.g. dense) has no seed part. Keys as :func:`combine` (exponentiated estimate, lo, hi;
     window_half / seed_half / seed_sd / sdd on the log scale) plus ``per_seed`` perplexities and ``n`` windows."""
@@ -335,16 +364,15 @@ def seeded_perplexity(nll, tokens, random: bool = True, resamples: int = RESAMPL
     t = _arr(tokens, "tokens")
     if A.shape[1] != t.size or np.any(t <= 0):
         raise ValueError("nll must have one column per window and tokens must be positive")
-    w = perplexity_interval(A.mean(axis=0), t, resamples, seed, level)
+    w = ratio_t_interval(A.mean(axis=0), t, level)
     per_seed = A.sum(axis=1) / t.sum()
     est = float(per_seed.mean())
     part = seed_half_width([per_seed] if random else [], level)
-    c = combine(est, math.log(w["lo"]), math.log(w["hi"]), part)
+    c = combine(est, w["lo"], w["hi"], part)
     return {**_exp(c), "per_seed": [math.exp(x) for x in per_seed], "n": int(t.size)}
 
 
-def seeded_weighted_mean(sums, weights, random: bool = True, resamples: int = RESAMPLES, seed: int = SEED,
-                         level: float = LEVEL) -> dict:
+def seeded_weighted_mean(sums, weights, random: bool = True, level: float = LEVEL) -> dict:
     """A token-weighted mean of per-window sums across seeds: ``sums[s, i]`` of window i under seed s (e.g. the
     summed KL divergence of its positions), ``weights[i]`` its positions. Estimate: the mean over seeds of each
     seed's ``Σ_i sums / Σ_i weights``; interval: windows (:func:`weighted_mean_interval` of the seed-averaged
@@ -354,7 +382,7 @@ def seeded_weighted_mean(sums, weights, random: bool = True, resamples: int = RE
     w = _arr(weights, "weights")
     if A.shape[1] != w.size or np.any(w <= 0):
         raise ValueError("sums must have one column per window and weights must be positive")
-    win = weighted_mean_interval(A.mean(axis=0), w, resamples, seed, level)
+    win = weighted_mean_interval(A.mean(axis=0), w, level)
     per_seed = A.sum(axis=1) / w.sum()
     c = combine(float(per_seed.mean()), win["lo"], win["hi"],
                 seed_half_width([per_seed] if random else [], level))
@@ -363,32 +391,98 @@ def seeded_weighted_mean(sums, weights, random: bool = True, resamples: int = RE
 
 def _exp(c: dict) -> dict:
     """A :func:`combine` result on the log scale, with estimate and bounds exponentiated (half-widths stay log)."""
-    return {**c, **{k: math.exp(c[k]) for k in ("estimate", "lo", "hi", "window_lo", "window_hi", "rerun_lo",
-                                                 "rerun_hi")}}
+    return {**c, **{k: _exp_bound(c[k]) for k in ("estimate", "lo", "hi", "window_lo", "window_hi", "rerun_lo",
+                                                   "rerun_hi")}}
 
 
 def seeded_ppl_ratio(a_nll, b_nll, tokens, a_random: bool = True, b_random: bool = True,
-                     paired_seeds: bool = False, resamples: int = RESAMPLES, seed: int = SEED,
-                     level: float = LEVEL, a_pool: dict | None = None, b_pool: dict | None = None) -> dict:
+                     paired_seeds: bool = False, level: float = LEVEL, a_pool: dict | None = None,
+                     b_pool: dict | None = None, block: dict | None = None) -> dict:
     """``ppl_A / ppl_B`` across seeds on the same windows: ``a_nll`` (S_A, W), ``b_nll`` (S_B, W), ``tokens``
     (W,). Estimate: ratio of the geometric means across seeds. Window part: :func:`paired_ppl_ratio` of the
-    seed-averaged window NLLs; seed part (:func:`seed_half_width`): with ``paired_seeds`` (both random, the same
-    seed list in the same order, so realization s of A and of B share RHT signs and sketches) one group of
-    per-seed log ratios; otherwise one group per random variant. Keys as :func:`combine` on the ratio scale
-    (lo/hi exponentiated; window_half, seed_half, sdd of the log ratio) plus ``n`` windows. ``a_pool`` /
-    ``b_pool``: a pooled variance of the per-seed log perplexity (:func:`pooled_variance`) for a random side with
-    one seed (not with ``paired_seeds``)."""
+    seed-averaged window NLLs. Seed part: with ``paired_seeds`` (both random, the same seeds in the same order,
+    so realization s of A and of B share RHT signs and sketches) the per-seed log ratios, their variance by
+    :func:`paired_seed_part` (the pair's own, or the seed block's ``block`` = :func:`block_variance`, whichever is
+    larger); otherwise one group per random variant (:func:`seed_half_width`; ``a_pool`` / ``b_pool``: a pooled
+    variance of the per-seed log perplexity, :func:`pooled_variance`, for a random side with one seed). Keys as
+    :func:`combine` on the ratio scale (lo/hi exponentiated; window_half, seed_half, sdd of the log ratio) plus
+    ``n`` windows and ``construction`` (how the seed part was estimated)."""
     A, B = _nll_matrix(a_nll, "a_nll"), _nll_matrix(b_nll, "b_nll")
     t = _arr(tokens, "tokens")
     if A.shape[1] != t.size or B.shape[1] != t.size:
         raise ValueError("a paired perplexity ratio needs the same windows for both variants")
-    w = paired_ppl_ratio(A.mean(axis=0), t, B.mean(axis=0), t, resamples, seed, level)
+    w = ratio_t_interval(A.mean(axis=0) - B.mean(axis=0), t, level)
     la, lb = A.sum(axis=1) / t.sum(), B.sum(axis=1) / t.sum()
-    groups = _seed_groups(la, lb, a_random, b_random, paired_seeds)
-    pools = None if paired_seeds else ([a_pool] if a_random else []) + ([b_pool] if b_random else [])
     est = float(la.mean() - lb.mean())
-    c = combine(est, math.log(w["lo"]), math.log(w["hi"]), seed_half_width(groups, level, pools))
-    return {**_exp(c), "n": int(t.size)}
+    if paired_seeds:
+        part = paired_seed_part(_seed_groups(la, lb, a_random, b_random, True)[0], block, level)
+    else:
+        pools = ([a_pool] if a_random else []) + ([b_pool] if b_random else [])
+        part = seed_half_width(_seed_groups(la, lb, a_random, b_random, False), level, pools)
+        part["construction"] = _unpaired_construction(part)
+    c = combine(est, w["lo"], w["hi"], part)
+    return {**_exp(c), "n": int(t.size), "construction": part["construction"]}
+
+
+def _unpaired_construction(part: dict) -> str:
+    if part["half"] is None:
+        return "one realization, spread unknown"
+    if not part["seeds"]:
+        return "deterministic"
+    return "unpaired (Welch" + (", pooled spread" if any(part.get("pooled") or []) else "") + ")"
+
+
+def block_variance(Y, level: float = LEVEL) -> dict | None:
+    """The realization spread of a seed block: ``Y`` (V, S), the per-seed statistic (e.g. log perplexity) of V
+    random variants on the same S seeds. Fits the additive variant + seed model ``Y[v, s] = μ_v + β_s + ε[v, s]``
+    and returns ``{"var": σ̂², "df": (V − 1)(S − 1), "variants": V, "seeds": S}`` with ``σ̂² = Σ r² / df`` of the
+    residuals ``r = Y − row means − column means + grand mean``: the variance of one realization's interaction
+    term, so a paired per-seed difference of two variants has variance ``2 σ̂²`` under the model. None below two
+    variants or two seeds."""
+    M = np.asarray(Y, dtype=np.float64)
+    if M.ndim != 2:
+        raise ValueError(f"a seed block must be (variants, seeds), got shape {M.shape}")
+    if not np.all(np.isfinite(M)):
+        raise ValueError("per-seed statistics must be finite")
+    V, S = M.shape
+    if V < 2 or S < 2:
+        return None
+    r = M - M.mean(axis=1, keepdims=True) - M.mean(axis=0, keepdims=True) + M.mean()
+    df = (V - 1) * (S - 1)
+    return {"var": float((r * r).sum()) / df, "df": int(df), "variants": int(V), "seeds": int(S)}
+
+
+def paired_seed_part(d, block: dict | None = None, level: float = LEVEL) -> dict:
+    """Seed part of a comparison paired across S shared seeds, from its per-seed differences ``d`` (S,).
+
+    Two estimates of the variance of one per-seed difference: the pair's own, ``s_d²`` with ``S − 1`` degrees of
+    freedom, and the seed block's ``2 σ̂²`` with ``(V − 1)(S − 1)`` (:func:`block_variance`, the additive
+    variant + seed model over every variant of the block). The **larger** is used, with its degrees of freedom:
+    where the model holds both estimate the same variance and the block's many degrees of freedom narrow the t
+    quantile; where this pair's realizations disagree more than the block's (a negative correlation, a variant
+    with its own bad realizations), its own variance counts. Half-width ``t_df · sqrt(var / S)``. A single shared
+    seed has only the block's estimate; without a block it is undetermined (``half`` None). Keys as
+    :func:`seed_half_width` plus ``construction``."""
+    x = np.asarray(d, dtype=np.float64).ravel()
+    if x.size == 0 or not np.all(np.isfinite(x)):
+        raise ValueError("paired per-seed differences must be finite and at least one")
+    S = int(x.size)
+    cands = []
+    if block is not None:
+        if not (block["var"] >= 0.0 and block["df"] >= 1):
+            raise ValueError(f"a block variance needs var >= 0 and df >= 1, got {block}")
+        cands.append((2.0 * float(block["var"]), float(block["df"]), "paired seeds, block variance"))
+    if S >= 2:
+        cands.append((float(x.var(ddof=1)), float(S - 1), "paired seeds, own variance"))
+    if not cands:
+        return {"half": None, "sd": None, "df": None, "seeds": [S], "pooled": [False],
+                "construction": "one shared seed, spread unknown"}
+    var, df, how = max(cands, key=lambda c: (c[0], c[1]))
+    if var == 0.0:
+        return {"half": 0.0, "sd": 0.0, "df": None, "seeds": [S], "pooled": [False], "construction": how}
+    sd = math.sqrt(var / S)
+    return {"half": t_quantile(df, level) * sd, "sd": sd, "df": df, "seeds": [S], "pooled": [False],
+            "construction": how}
 
 
 def _seed_groups(a: np.ndarray, b: np.ndarray, a_random: bool, b_random: bool, paired: bool) -> list:
@@ -402,18 +496,23 @@ def _seed_groups(a: np.ndarray, b: np.ndarray, a_random: bool, b_random: bool, p
 
 
 def seeded_mean_difference(a, b, a_random: bool = True, b_random: bool = True, paired_seeds: bool = False,
-                           resamples: int = RESAMPLES, seed: int = SEED, level: float = LEVEL) -> dict:
+                           level: float = LEVEL, block: dict | None = None) -> dict:
     """``mean(a) − mean(b)`` over paired units (documents) and across seeds: ``a`` (S_A, D), ``b`` (S_B, D), the
-    same documents in the same order. Window(document) part: :func:`paired_mean_difference` of the seed-averaged
-    per-document values; seed part as :func:`seeded_ppl_ratio`. Keys as :func:`combine` plus ``n``."""
+    same documents in the same order. Document part: :func:`paired_mean_difference` of the seed-averaged
+    per-document values; seed part as :func:`seeded_ppl_ratio` (``block``: a seed block's variance of this
+    statistic). Keys as :func:`combine` plus ``n`` and ``construction``."""
     A, B = _nll_matrix(a, "a"), _nll_matrix(b, "b")
     if A.shape[1] != B.shape[1]:
         raise ValueError(f"paired samples need the same documents, got {A.shape[1]} and {B.shape[1]}")
-    w = paired_mean_difference(A.mean(axis=0), B.mean(axis=0), resamples, seed, level)
+    w = paired_mean_difference(A.mean(axis=0), B.mean(axis=0), level)
     ma, mb = A.mean(axis=1), B.mean(axis=1)
-    groups = _seed_groups(ma, mb, a_random, b_random, paired_seeds)
-    c = combine(float(ma.mean() - mb.mean()), w["lo"], w["hi"], seed_half_width(groups, level))
-    return {**c, "n": int(A.shape[1])}
+    if paired_seeds:
+        part = paired_seed_part(_seed_groups(ma, mb, a_random, b_random, True)[0], block, level)
+    else:
+        part = seed_half_width(_seed_groups(ma, mb, a_random, b_random, False), level)
+        part["construction"] = _unpaired_construction(part)
+    c = combine(float(ma.mean() - mb.mean()), w["lo"], w["hi"], part)
+    return {**c, "n": int(A.shape[1]), "construction": part["construction"]}
 
 
 def seeded_accuracy(correct, random: bool = True, level: float = LEVEL) -> dict:
@@ -443,15 +542,13 @@ def wilson_bounds(p: float, n: int, z: float = Z95) -> tuple[float, float]:
 
 
 def seeded_log_ratio_difference(a1_nll, b1_nll, t1, a2_nll, b2_nll, t2, a1_random: bool = True,
-                                a2_random: bool = True, resamples: int = RESAMPLES, seed: int = SEED,
-                                level: float = LEVEL) -> dict:
+                                a2_random: bool = True, level: float = LEVEL) -> dict:
     """:func:`log_ratio_difference` across seeds: A1 (S1, W1) vs deterministic B1 (1, W1) on windows ``t1``, and A2
     vs B2 likewise on ``t2`` (two models: independent windows and independent realizations). Window part:
     :func:`log_ratio_difference` of the seed-averaged NLLs; seed part: one group per random A."""
     A1, B1, A2, B2 = (_nll_matrix(x, n) for x, n in ((a1_nll, "a1_nll"), (b1_nll, "b1_nll"), (a2_nll, "a2_nll"),
                                                        (b2_nll, "b2_nll")))
-    w = log_ratio_difference(A1.mean(axis=0), B1.mean(axis=0), t1, A2.mean(axis=0), B2.mean(axis=0), t2,
-                             resamples, seed, level)
+    w = log_ratio_difference(A1.mean(axis=0), B1.mean(axis=0), t1, A2.mean(axis=0), B2.mean(axis=0), t2, level)
     s1, s2 = float(np.sum(t1)), float(np.sum(t2))
     l1 = A1.sum(axis=1) / s1 - B1.sum(axis=1).mean() / s1
     l2 = A2.sum(axis=1) / s2 - B2.sum(axis=1).mean() / s2

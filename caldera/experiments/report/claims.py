@@ -35,17 +35,20 @@ from caldera.experiments.report.tables import (  # noqa: F401
     EXTRA_LABEL,
     Q_DENSE_LABEL,
     _bits_label,
-    _paired,
+    common_seeds,
+    identical_variants,
     kl_difference,
     ppl_ratio,
     realizations,
     seed_parts,
 )
 from caldera.experiments.report.verdicts import (
+    IDENTICAL,
     NOT_COMPARED,
     VERDICTS,
     lower_verdict,
     ratio_text,
+    reach_text,
     row_bits,
     sdd_ratio_text,
     seeds_verdict,
@@ -99,7 +102,8 @@ def zeroshot_pair(table: dict[str, Any], a: str, b: str) -> dict[str, Any] | Non
     """Paired zero-shot comparison of variants ``a`` and ``b`` on the documents both scored in every realization
     that has zero-shot results (all tasks pooled, matched by task and document id): accuracy difference and
     difference of the correct choice's log-likelihood margin, each with the interval that combines documents and
-    seeds (:func:`caldera.stats.seeded_mean_difference`); None without per-document results."""
+    seeds (:func:`caldera.stats.seeded_mean_difference`; paired on the seeds both hold where they share two or
+    more); None without per-document results."""
     za, sa, rand_a = seed_parts(table, a, "zeroshot")
     zb, sb, rand_b = seed_parts(table, b, "zeroshot")
     if not za or not zb:
@@ -115,10 +119,12 @@ def zeroshot_pair(table: dict[str, Any], a: str, b: str) -> dict[str, Any] | Non
     def matrix(zs: list[dict[str, Any]], metric: str) -> list[list[float]]:
         return [[dict(zip(z[task]["doc_id"], z[task][metric]))[d] for task, d in keys] for z in zs]
 
-    paired = _paired({"random": rand_a, "seeds": sa}, {"random": rand_b, "seeds": sb})  # one pairing rule
-    out = {m: stats.seeded_mean_difference(matrix(za, m), matrix(zb, m), rand_a, rand_b, paired)
+    shared = common_seeds({"random": rand_a, "seeds": sa}, {"random": rand_b, "seeds": sb})
+    if len(shared) >= 2:  # paired on the shared seeds: the pair's own per-seed differences
+        za, zb = [za[sa.index(s)] for s in shared], [zb[sb.index(s)] for s in shared]
+    out = {m: stats.seeded_mean_difference(matrix(za, m), matrix(zb, m), rand_a, rand_b, len(shared) >= 2)
            for m in ("acc", "margin")}
-    return {**out, "pair": [a, b]}
+    return {**out, "pair": [a, b], "paired_seeds": shared if len(shared) >= 2 else []}
 
 
 def degradation(tables: dict[str, dict[str, Any]]) -> dict[str, str]:
@@ -313,24 +319,59 @@ def kl_reading(tab: dict[str, Any], pairs: list[tuple[str, str]]) -> tuple[str, 
             [{**iv, "kind": "kl difference"} for iv in ivs])
 
 
+def _paper_ratio(tab: dict[str, Any], a: str, b: str) -> float | None:
+    """The paper's Wiki2 perplexity ratio of the rows that variants ``a`` and ``b`` fill (the first paper model
+    that has both), or None."""
+    rows = [r for r in tab.get("rows", []) if r.get("variant") in (a, b)]
+    for pm in dict.fromkeys(r["paper_model"] for r in rows):
+        ra = next((r for r in rows if r["paper_model"] == pm and r["variant"] == a), None)
+        rb = next((r for r in rows if r["paper_model"] == pm and r["variant"] == b), None)
+        pa, pb = (None if r is None else r["paper"].get("wiki2_ppl") for r in (ra, rb))
+        if pa and pb:
+            return pa / pb
+    return None
+
+
+def _with_reach(verdict: str, numbers: str, ivs: list[dict[str, Any]], paper: float | None) -> str:
+    """``numbers``, and for an inconclusive verdict the effect this run could have resolved beside the paper's."""
+    return numbers if verdict != "inconclusive" else f"{numbers}; {reach_text(ivs, paper)}"
+
+
+def _identical_text(a: str, b: str) -> str:
+    return (f"{a} and {b} are the same model: every window, document and seed scored identically (e.g. a "
+            "per-matrix allocation that chose the uniform rank everywhere); no interval is taken")
+
+
 def _decide_lowest(tab, top: dict, others: list[str]) -> tuple:
+    same = [o for o in others if identical_variants(tab, top["variant"], o)]
+    others = [o for o in others if o not in same]
+    note = f"; {_identical_text(top['variant'], ', '.join(same))}, left out" if same else ""
     ivs = [ppl_ratio(tab, top["variant"], o) for o in others]
-    if not others or any(iv is None for iv in ivs):
+    if not others:
+        return (IDENTICAL, _identical_text(top["variant"], ", ".join(same)), "—") if same else (
+            "inconclusive", "no other compressed row", "—")
+    if any(iv is None for iv in ivs):
         return "inconclusive", "no per-window results (rerun the evaluation)", "—"
     detail = "; ".join(f"vs {o}: {ratio_text(iv)}" for o, iv in zip(others, ivs))
     kl_text, kl = kl_reading(tab, [(top["variant"], o) for o in others])
-    return (seeds_verdict(ivs, lower_verdict), f"{top['variant']} (ppl {top['ours']['wiki2_ppl']:.2f}) / each "
-            f"other compressed row: {detail}{kl_text}", sdd_ratio_text(ivs),
+    verdict = seeds_verdict(ivs, lower_verdict)
+    numbers = f"{top['variant']} (ppl {top['ours']['wiki2_ppl']:.2f}) / each other compressed row: {detail}{note}"
+    paper = min((p for p in (_paper_ratio(tab, top["variant"], o) for o in others) if p), default=None,
+                key=lambda p: abs(math.log(p)))
+    return (verdict, _with_reach(verdict, numbers, ivs, paper) + kl_text, sdd_ratio_text(ivs),
             [{**iv, "kind": "ppl ratio"} for iv in ivs], kl)
 
 
 def _decide_ppl_pair(tab, a: str, b: str) -> tuple:
+    if identical_variants(tab, a, b):
+        return IDENTICAL, _identical_text(a, b), "— (identical)"
     iv = ppl_ratio(tab, a, b)
     if iv is None:
         return "inconclusive", "no per-window results (rerun the evaluation)", "—"
     kl_text, kl = kl_reading(tab, [(a, b)])
-    return (seeds_verdict([iv], lower_verdict), f"ppl {a} / {b}: {ratio_text(iv)}{kl_text}", sdd_ratio_text([iv]),
-            [{**iv, "kind": "ppl ratio"}], kl)
+    verdict = seeds_verdict([iv], lower_verdict)
+    numbers = _with_reach(verdict, f"ppl {a} / {b}: {ratio_text(iv)}", [iv], _paper_ratio(tab, a, b))
+    return verdict, numbers + kl_text, sdd_ratio_text([iv]), [{**iv, "kind": "ppl ratio"}], kl
 
 
 def _direction_verdict(xs: list[dict[str, Any]]) -> str:

@@ -14,7 +14,7 @@ from caldera.experiments.report.tables import realizations, seed_parts
 
 def _zeroshot_seeds(tab: dict[str, Any], vid: str) -> dict[str, Any] | None:
     """Per-seed mean margin and accuracy of ``vid`` over the (task, document) pairs every seed scored, with the
-    between-seed standard deviations and the documents' bootstrap half-width of the seed-mean; None unless at
+    between-seed standard deviations and the documents' t half-width of the seed-mean; None unless at
     least two seeds have zero-shot results."""
     zs, seeds, _ = seed_parts(tab, vid, "zeroshot")
     per = list(zip(seeds, zs))
@@ -26,7 +26,7 @@ def _zeroshot_seeds(tab: dict[str, Any], vid: str) -> dict[str, Any] | None:
     out: dict[str, Any] = {"seeds": [sd for sd, _ in per], "n": len(keys)}
     for m in ("margin", "acc"):
         M = np.array([[dict(zip(z[t]["doc_id"], z[t][m]))[d] for t, d in keys] for _, z in per])
-        w = stats.bootstrap_mean(M.mean(axis=0))
+        w = stats.ratio_t_interval(M.mean(axis=0), np.ones(M.shape[1]))
         out[f"{m}_per_seed"] = M.mean(axis=1).tolist()
         out[f"{m}_seed_sd"] = float(M.mean(axis=1).std(ddof=1))
         out[f"{m}_window_half"] = (w["hi"] - w["lo"]) / 2.0
@@ -78,7 +78,7 @@ def spread_report(tables: dict[str, dict[str, Any]], claims: list[dict[str, Any]
              "Each compressed model is one realization of a random procedure (RHT signs, randomized-SVD sketches, "
              "and the floating-point order of the CPU that ran it). *Between seeds*: standard deviation of log "
              "perplexity across the seeds (one realization's spread, as ±%). The geo-mean's 95 % interval has two "
-             "parts, both half-widths as ±%: *seed part* (Student's t over the seeds) and *window part* (bootstrap "
+             "parts, both half-widths as ±%: *seed part* (Student's t over the seeds) and *window part* (Student's t "
              "over the evaluation windows of the seed-mean); their ratio above 1 means the compression's own "
              "randomness, not the evaluation sample, limits what the run can decide. A single variant's window "
              "part includes how hard the windows are; a paired comparison cancels that (next section), so "
@@ -101,7 +101,7 @@ def spread_report(tables: dict[str, dict[str, Any]], claims: list[dict[str, Any]
     if zrows:
         lines += ["", "Zero-shot (all tasks pooled, the documents every seed scored): between-seed standard deviation "
                   "of the mean correct-choice margin (nats) and of accuracy (points) beside the half-width of the "
-                  "documents' 95 % bootstrap interval of the seed-mean.", "",
+                  "documents' 95 % t interval of the seed-mean.", "",
                   "| variant | seeds | documents | margin per seed | margin: between seeds / documents | accuracy "
                   "per seed (%) | accuracy: between seeds / documents |", "|---|---|---|---|---|---|---|"]
         for e in zrows:
@@ -117,12 +117,28 @@ def spread_report(tables: dict[str, dict[str, Any]], claims: list[dict[str, Any]
 
     found = pools(tables)
     lines += ["", "## Pooled realization spread (for variants run once)", "",
-              "Per method family and stand-in, the between-seed variance of Wiki2 log perplexity pooled over the "
-              "replicated variants (`caldera.experiments.report.realization_pool`); a variant run once takes it in its "
-              "comparisons. Coverage on committed replicates: `paper_tables/reseed/pooled_coverage.md`.", "",
-              "| family | stand-in | sd per seed | df | pooled from |", "|---|---|---|---|---|"]
-    lines += [f"| {p['family']} | {p['stand_in']} | ±{100 * math.expm1(math.sqrt(p['var'])):.1f} % | {p['df']} | "
-              f"{', '.join(p['variants'])} |" for p in found.values()] or ["| — | — | — | — | no replicated variant |"]
+              "Per method family, factor precision (B_LR) and stand-in, the between-seed variance of Wiki2 log "
+              "perplexity pooled over the replicated like variants (`caldera.experiments.report.realization_pool`); a "
+              "variant run once on a seed no other variant ran takes it in its comparisons (one that shares a seed "
+              "with the seed block pairs on it instead). Coverage on committed replicates: "
+              "`paper_tables/reseed/pooled_coverage.md`.", "",
+              "| family | B_LR | stand-in | sd per seed | df | pooled from |", "|---|---|---|---|---|---|"]
+    lines += [f"| {p['family']} | {p['b_lr']} | {p['stand_in']} | ±{100 * math.expm1(math.sqrt(p['var'])):.1f} % | "
+              f"{p['df']} | {', '.join(p['variants'])} |" for p in found.values()] or [
+        "| — | — | — | — | — | no replicated variant |"]
+    from caldera.experiments.report.realization_pool import blocks
+
+    blk = blocks(tables)
+    lines += ["", "## Seed blocks (paired comparisons)", "",
+              "Per stand-in, its replicated random variants on the seeds they all ran: realization s of each shares "
+              "RHT signs and sketches, so comparisons pair on the seeds. *Interaction sd*: the residual standard "
+              "deviation of the additive variant + seed model (`caldera.stats.block_variance`), with its degrees of "
+              "freedom; a paired comparison's seed part takes the larger of this block's and the pair's own "
+              "variance of the per-seed log ratio (`caldera.stats.paired_seed_part`).", "",
+              "| stand-in | variants | seeds | interaction sd per seed | df |", "|---|---|---|---|---|"]
+    lines += [f"| {st} | {', '.join(b['variants'])} | {'/'.join(map(str, b['seeds']))} | "
+              f"±{100 * math.expm1(math.sqrt(b['var'])):.1f} % | {b['df']} |" for st, b in blk.items()] or [
+        "| — | — | — | — | no stand-in has two replicated variants on two shared seeds |"]
     lines += ["", "## Seeds each comparison needs", "",
               "For each paired perplexity comparison of the claims: the estimate, the half-widths of its two parts "
               "(log ratio, as ±%), and the smallest number of seeds per variant at which an interval of this "
@@ -147,4 +163,5 @@ def spread_report(tables: dict[str, dict[str, Any]], claims: list[dict[str, Any]
                          f"{'/'.join(map(str, iv['seeds']))}: ±{100 * math.expm1(iv['seed_half']):.1f} % | "
                          f"{'—' if need is None else need} |")
     pooled = [{k: v for k, v in p.items()} for p in found.values()]
-    return "\n".join(lines) + "\n", {"variants": rows, "comparisons": needs, "pools": pooled}
+    return "\n".join(lines) + "\n", {"variants": rows, "comparisons": needs, "pools": pooled,
+                                     "blocks": [{"stand_in": st, **b} for st, b in blk.items()]}

@@ -403,53 +403,81 @@ def seed_parts(table: dict[str, Any], variant: str, kind: str, key: str | None =
 
 def realizations(table: dict[str, Any], variant: str, corpus: str = "wiki") -> dict[str, Any] | None:
     """Every realization (seed) of ``variant``'s per-window results on ``corpus``: ``{"nll": (S, W) list,
-    "tokens": (W,), "seeds": [seed per row], "random": bool, "pool": dict | None}`` (:func:`seed_parts`; ``pool``:
-    the pooled Wiki2 spread that :func:`caldera.experiments.report.realization_pool.attach_pools` put in the table for a
-    variant with one seed); None without per-window results."""
+    "tokens": (W,), "seeds": [seed per row], "random": bool, "pool": dict | None, "stand_in": str | None}``
+    (:func:`seed_parts`; ``pool``: the pooled Wiki2 spread that
+    :func:`caldera.experiments.report.realization_pool.attach_pools` put in the table for a variant with one seed;
+    ``stand_in``: its row's stand-in); None without per-window results."""
     parts, seeds, random = seed_parts(table, variant, "ppl", corpus)
     if not parts:
         return None
     pool = table.get("pooled_spread", {}).get(variant) if corpus == "wiki" else None
+    stand = next((r.get("stand_in") for r in table.get("rows", [])
+                  if variant in (r.get("variant"), r.get("base_variant"))), None)
     return {"nll": [r["window_nll"] for r in parts], "tokens": parts[0]["window_tokens"], "seeds": seeds,
-            "random": random, "pool": pool}
+            "random": random, "pool": pool, "stand_in": stand}
 
 
-#: Pair two variants' realizations across their shared seeds (one group of per-seed differences in the seed part)?
-#: No. Realization s of two variants shares RHT signs and sketches, and on most seeds their perplexities move
-#: together, but not always: QuIP# has occasional bad realizations that CALDERA on the same signs does not share
-#: (fresh-seed rerun, seeds 100 / 102: QuIP# 178 / 173, CALDERA k 16 127 / 121), so six per-seed ratios can
-#: understate the spread (k 16 / QuIP#: sd of the per-seed log ratio 1.7 % in paper_tables/mini-seeds, 8.0 % in
-#: its rerun). Measured over 1000 random splits of the 12 realizations of both runs into a committed and a rerun
-#: half (caldera.experiments.report.split_coverage; paper_tables/reseed/split_coverage.md), the unpaired construction
-#: covers the other half's estimate 92 % (confidence) / 96 % (prediction) of the time, the paired one 88 % / 93 %,
-#: with the same verdicts in both runs. Unpaired (Welch over the variants' own spreads) is valid whether or not
-#: the realizations are correlated, and conservative where they are.
-PAIR_SEEDS = False
+def common_seeds(ra: dict[str, Any], rb: dict[str, Any]) -> list[Any]:
+    """The seeds that both random realization sets hold (in ``ra``'s order): realization s of each used the same
+    RHT signs and sketches, so a comparison pairs on them. Empty when either side is deterministic or a side's
+    seeds are unrecorded."""
+    if not (ra["random"] and rb["random"]) or None in ra["seeds"] or None in rb["seeds"]:
+        return []
+    return [s for s in ra["seeds"] if s in rb["seeds"]]
 
 
-def _paired(ra: dict[str, Any], rb: dict[str, Any]) -> bool:
-    """Pair the comparison across seeds as well as windows: only with :data:`PAIR_SEEDS`, both random with the
-    same seed list (realization s of each used the same RHT signs and sketches)."""
-    return (PAIR_SEEDS and ra["random"] and rb["random"] and len(ra["seeds"]) > 1 and None not in ra["seeds"]
-            and ra["seeds"] == rb["seeds"])
+def _pairing(ra: dict[str, Any], rb: dict[str, Any], block: dict[str, Any] | None) -> list[Any]:
+    """The seeds a comparison of ``ra`` and ``rb`` pairs on: their common seeds where there are two or more, or
+    one with a seed block's variance (:func:`caldera.experiments.report.realization_pool.attach_blocks`) to
+    stand for the unknown spread of a single per-seed difference; else none (unpaired)."""
+    common = common_seeds(ra, rb)
+    return common if len(common) >= 2 or (common and block is not None) else []
+
+
+def _rows_of(r: dict[str, Any], seeds: list[Any]) -> list[Any]:
+    return [r["nll"][r["seeds"].index(s)] for s in seeds]
 
 
 def ppl_ratio(table: dict[str, Any], a: str, b: str, corpus: str = "wiki") -> dict[str, Any] | None:
-    """Interval of ``ppl_a / ppl_b`` on the Wiki2 stand-in windows across every seed of both variants
-    (:func:`caldera.stats.seeded_ppl_ratio`: windows and seeds combined; paired across seeds where they are
-    shared; a side with one seed takes its family's pooled spread where the table carries one), with ``"pair":
-    [a, b]`` and ``"pooled_from"``: ``{variant: pool}`` for each side that took a pool; None without per-window
-    results."""
+    """Interval of ``ppl_a / ppl_b`` on the Wiki2 stand-in windows (:func:`caldera.stats.seeded_ppl_ratio`:
+    windows and seeds combined). Where both variants hold realizations on common seeds (:func:`_pairing`), the
+    comparison is paired on those seeds, its seed part from the per-seed log ratios and the stand-in's seed block
+    (``table["seed_block"]``, the larger of the two variances); otherwise each side counts its own spread (a side
+    with one seed takes its family's pooled spread where the table carries one). Adds ``"pair": [a, b]``,
+    ``"paired_seeds"`` (the seeds paired on, empty when unpaired), ``"block"`` (the block used) and
+    ``"pooled_from"``: ``{variant: pool}`` for each side that took a pool; None without per-window results."""
     ra, rb = realizations(table, a, corpus), realizations(table, b, corpus)
     if ra is None or rb is None:
         return None
     if list(ra["tokens"]) != list(rb["tokens"]):
         raise ValueError(f"{a} and {b} were scored on different windows; evaluate both with the same eval.ppl")
-    iv = stats.seeded_ppl_ratio(ra["nll"], rb["nll"], ra["tokens"], ra["random"], rb["random"], _paired(ra, rb),
+    block = (table.get("seed_block") or {}).get(ra["stand_in"]) if corpus == "wiki" else None
+    seeds = _pairing(ra, rb, block)
+    if seeds:
+        iv = stats.seeded_ppl_ratio(_rows_of(ra, seeds), _rows_of(rb, seeds), ra["tokens"], paired_seeds=True,
+                                    block=block)
+        return {**iv, "pair": [a, b], "paired_seeds": seeds, "block": block, "pooled_from": {}}
+    iv = stats.seeded_ppl_ratio(ra["nll"], rb["nll"], ra["tokens"], ra["random"], rb["random"],
                                 a_pool=ra["pool"], b_pool=rb["pool"])
     pooled = dict(zip([v for v, r in ((a, ra), (b, rb)) if r["random"]], iv["pooled"]))
-    return {**iv, "pair": [a, b], "paired_seeds": _paired(ra, rb),
+    return {**iv, "pair": [a, b], "paired_seeds": [], "block": None,
             "pooled_from": {v: (ra if v == a else rb)["pool"] for v, took in pooled.items() if took}}
+
+
+def identical_variants(table: dict[str, Any], a: str, b: str) -> bool:
+    """Are ``a`` and ``b`` the same model? True when both hold realizations on the same seeds and every one of
+    them scored exactly the same on every window of every corpus and every zero-shot document (the same
+    allocation and the same tensors evaluate identically; two different models do not agree to the last bit on
+    thousands of tokens). Deterministic variants compare their single result."""
+    if a == b:
+        return True
+    pa, sa, _ = seed_parts(table, a, "ppl")
+    pb, sb, _ = seed_parts(table, b, "ppl")
+    if not pa or sa != sb:
+        return False
+    za, _, _ = seed_parts(table, a, "zeroshot")
+    zb, _, _ = seed_parts(table, b, "zeroshot")
+    return pa == pb and za == zb
 
 
 def _digits(column: str) -> int:

@@ -17,8 +17,13 @@ from caldera.experiments.report.tables import _bits_label
 NEEDS_SEEDS = "needs replicates (one realization, no pooled spread)"
 #: an ``extra_methods`` row whose Q is stored as floats: no compressed row sits at its bits
 NOT_COMPARED = "not compared (Q stored dense)"
-VERDICTS = ("holds", "fails", "inconclusive", NEEDS_SEEDS, "not testable at this scale",
+#: two variants that are the same model (the same evaluation on every window, document and seed): no interval
+IDENTICAL = "identical (the same model)"
+VERDICTS = ("holds", "fails", "inconclusive", NEEDS_SEEDS, IDENTICAL, "not testable at this scale",
             "pending (its issue has not landed)", NOT_COMPARED)
+#: the normal quantile of 80 % power: an effect is within reach when the 95 % half-width times
+#: ``(z_0.975 + z_0.8) / z_0.975`` is below it
+Z80 = 0.8416212335729143
 
 
 def row_bits(r: dict[str, Any]) -> str:
@@ -35,10 +40,29 @@ def ratio_text(r: dict[str, Any]) -> str:
                 f"(seeds {'/'.join(map(str, r['seeds']))}: spread unknown)")
     text = f"×{r['estimate']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]"
     pooled = r.get("pooled_from") or {}
-    if "window_half" in r and (pooled or any(s > 1 for s in r.get("seeds", []))):
-        text += (f" ({'/'.join(map(str, r['seeds']))} seeds; windows ±{100 * math.expm1(r['window_half']):.1f} %, "
-                 f"seeds ±{100 * math.expm1(r['seed_half']):.1f} %{pool_text(pooled)})")
+    paired = r.get("paired_seeds") or []
+    if "window_half" in r and paired:
+        how = "block variance" if str(r.get("construction", "")).endswith("block variance") else "own variance"
+        df = f", df {r['df']:.0f}" if r.get("df") else ""
+        text += (f" (paired on seed{'s' if len(paired) > 1 else ''} {'/'.join(map(str, paired))}; windows "
+                 f"±{100 * math.expm1(r['window_half']):.1f} %, seeds ±{100 * math.expm1(r['seed_half']):.1f} % "
+                 f"({how}{df}))")
+    elif "window_half" in r and (pooled or any(s > 1 for s in r.get("seeds", []))):
+        text += (f" ({'/'.join(map(str, r['seeds']))} seeds, unpaired; windows "
+                 f"±{100 * math.expm1(r['window_half']):.1f} %, seeds ±{100 * math.expm1(r['seed_half']):.1f} %"
+                 f"{pool_text(pooled)})")
     return text
+
+
+def reach_text(intervals: list[dict[str, Any]], paper: float | None = None) -> str:
+    """The smallest perplexity ratio this run resolves with 80 % power (the widest log-ratio half-width ``h`` of
+    ``intervals`` scaled by ``(z_0.975 + z_0.8) / z_0.975``: ×e^{∓h'}), beside the paper's own ratio."""
+    h = max(r["sdd"] for r in intervals)
+    if not math.isfinite(h):
+        return "resolvable effect: undetermined (one realization)"
+    h80 = h * (stats.Z95 + Z80) / stats.Z95
+    text = f"resolvable at 80 % power: ratios below ×{math.exp(-h80):.3f} or above ×{math.exp(h80):.3f}"
+    return text + ("" if paper is None else f" (the paper's: ×{paper:.3f})")
 
 
 def pool_text(pooled: dict[str, dict[str, Any]]) -> str:

@@ -22,10 +22,11 @@ def test_spread_report_lists_the_seed_spread_and_the_seeds_needed():
     assert row["wiki"]["seed_sd"] == pytest.approx(logs.std(ddof=1), rel=1e-6)
     assert row["wiki"]["per_seed"] == pytest.approx([36.0, 36.72, 35.64], rel=1e-6)
     assert "| c4-r16 |" in md and "Seeds each comparison needs" in md
-    cal = [p for p in data["pools"] if p["family"] == "caldera"][0]  # c4-r16 and the identical-seed CALDERA rows
-    assert cal["variants"] == ["c16-r8", "c4-r16", "c4-r32"] and cal["df"] == 6
-    assert cal["var"] == pytest.approx(logs.var(ddof=1) * 2 / 6, rel=1e-6)
-    assert "## Pooled realization spread" in md and "| caldera | S |" in md
+    # 4-bit CALDERA: c4-r16 and the identical-seed c4-r32 (the 16-bit c16-r8 pools apart)
+    cal = [p for p in data["pools"] if p["family"] == "caldera" and p["b_lr"] == "4"][0]
+    assert cal["variants"] == ["c4-r16", "c4-r32"] and cal["df"] == 4
+    assert cal["var"] == pytest.approx(logs.var(ddof=1) * 2 / 4, rel=1e-6)
+    assert "## Pooled realization spread" in md and "| caldera | 4 | S |" in md
     comp = [c for c in data["comparisons"] if c["pair"] == ["c4-r16", "quip"]][0]
     assert comp["seeds_needed"] == seeds_needed(math.log(comp["estimate"]), comp["window_half"],
                                                 comp["seed_half"] / 4.302652729911275 * math.sqrt(3))

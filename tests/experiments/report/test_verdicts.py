@@ -61,7 +61,22 @@ def test_ratio_text_shows_the_window_interval_when_the_seed_spread_is_unknown():
     assert ratio_text(undetermined) == "×0.870, windows only [0.810, 0.930] (seeds 1/1: spread unknown)"
     assert ratio_text(_iv(0.8, 0.9)) == "×0.850 [0.800, 0.900]"
     seeded = _iv(0.8, 0.9, seeds=[3, 1], window_half=math.log1p(0.02), seed_half=math.log1p(0.05))
-    assert ratio_text(seeded) == "×0.850 [0.800, 0.900] (3/1 seeds; windows ±2.0 %, seeds ±5.0 %)"
+    assert ratio_text(seeded) == "×0.850 [0.800, 0.900] (3/1 seeds, unpaired; windows ±2.0 %, seeds ±5.0 %)"
+    paired = {**seeded, "seeds": [3], "paired_seeds": [0, 1, 2], "construction": "paired seeds, block variance",
+              "df": 12.0}
+    assert ratio_text(paired) == ("×0.850 [0.800, 0.900] (paired on seeds 0/1/2; windows ±2.0 %, seeds ±5.0 % "
+                                  "(block variance, df 12))")
+
+
+def test_reach_text_scales_the_widest_half_width_to_80_percent_power():
+    from caldera.experiments.report.verdicts import reach_text
+
+    h = math.log1p(0.10)
+    text = reach_text([{"sdd": h}, {"sdd": h / 2}], paper=0.82)
+    h80 = h * (1.959963984540054 + 0.8416212335729143) / 1.959963984540054
+    assert text == (f"resolvable at 80 % power: ratios below ×{math.exp(-h80):.3f} or above ×{math.exp(h80):.3f} "
+                    "(the paper's: ×0.820)")
+    assert reach_text([{"sdd": math.inf}]).endswith("undetermined (one realization)")
 
 
 def test_sdd_ratio_text_takes_the_widest_interval():
