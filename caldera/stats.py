@@ -369,7 +369,7 @@ def seeded_perplexity(nll, tokens, random: bool = True, level: float = LEVEL) ->
     est = float(per_seed.mean())
     part = seed_half_width([per_seed] if random else [], level)
     c = combine(est, w["lo"], w["hi"], part)
-    return {**_exp(c), "per_seed": [math.exp(x) for x in per_seed], "n": int(t.size)}
+    return {**exp_log_scale(c), "per_seed": [math.exp(x) for x in per_seed], "n": int(t.size)}
 
 
 def seeded_weighted_mean(sums, weights, random: bool = True, level: float = LEVEL) -> dict:
@@ -389,7 +389,7 @@ def seeded_weighted_mean(sums, weights, random: bool = True, level: float = LEVE
     return {**c, "per_seed": per_seed.tolist(), "n": int(w.size)}
 
 
-def _exp(c: dict) -> dict:
+def exp_log_scale(c: dict) -> dict:
     """A :func:`combine` result on the log scale, with estimate and bounds exponentiated (half-widths stay log)."""
     return {**c, **{k: _exp_bound(c[k]) for k in ("estimate", "lo", "hi", "window_lo", "window_hi", "rerun_lo",
                                                    "rerun_hi")}}
@@ -421,7 +421,7 @@ def seeded_ppl_ratio(a_nll, b_nll, tokens, a_random: bool = True, b_random: bool
         part = seed_half_width(_seed_groups(la, lb, a_random, b_random, False), level, pools)
         part["construction"] = _unpaired_construction(part)
     c = combine(est, w["lo"], w["hi"], part)
-    return {**_exp(c), "n": int(t.size), "construction": part["construction"]}
+    return {**exp_log_scale(c), "n": int(t.size), "construction": part["construction"]}
 
 
 def _unpaired_construction(part: dict) -> str:

@@ -46,6 +46,7 @@ from caldera.experiments.report.verdicts import (
     IDENTICAL,
     NOT_COMPARED,
     VERDICTS,
+    Z80,
     lower_verdict,
     ratio_text,
     reach_text,
@@ -392,18 +393,33 @@ def paper_accuracy_effect(row_a: dict[str, Any] | None, row_b: dict[str, Any] | 
 
 
 def documents_needed(n: int, half: float, effect: float | None) -> int | None:
-    """Documents at which a paired interval of half-width ``half`` at ``n`` documents (shrinking as 1/√n) would
-    be narrower than ``|effect|``: ``ceil(n (half / |effect|)²)``; None without a non-zero effect. A lower bound:
-    the realization spread is not in ``half``."""
+    """Documents at which a paired 95 % interval of half-width ``half`` at ``n`` documents (shrinking as 1/√n)
+    resolves a true difference ``effect`` with 80 % power: ``ceil(n (half (z_0.975 + z_0.8) / z_0.975 /
+    |effect|)²)``; None without a non-zero effect. A lower bound: the realization spread is not in ``half``."""
     if effect is None or effect == 0.0 or not math.isfinite(half):
         return None
-    return max(n, math.ceil(n * (half / abs(effect)) ** 2))
+    return max(n, math.ceil(n * (half * (stats.Z95 + Z80) / stats.Z95 / abs(effect)) ** 2))
+
+
+def excluded_text(lo: float, hi: float, paper: float | None, unit: str = "points", scale: float = 100.0) -> str:
+    """The equivalence-style reading of an undecided difference interval ``[lo, hi]``: the largest difference
+    the run excludes in either direction (``max(|lo|, |hi|)``), and whether the paper's own difference lies
+    beyond it (then the run rules the paper's effect size out, although the direction stays open)."""
+    bound = max(abs(lo), abs(hi))
+    text = f"this run excludes differences beyond ±{scale * bound:.1f} {unit}"
+    if paper is None:
+        return text
+    where = ("the paper's {:+.1f} lies beyond it: its size is ruled out here" if abs(paper) > bound else
+             "the paper's {:+.1f} lies within it")
+    return f"{text} ({where.format(scale * paper)})"
 
 
 def _decide_zeroshot_pair(tab, a: str, b: str, rows: tuple[dict | None, dict | None] = (None, None)) -> tuple:
     """"a beats b zero-shot", decided on the paired correct-choice margin (:func:`zeroshot_pair`); the accuracy
     difference is shown beside the paper's (``rows``: the two table rows, for their paper numbers) with the
-    documents this construction would need to resolve the paper's effect (:func:`documents_needed`)."""
+    documents this construction would need to resolve the paper's effect at 80 % power
+    (:func:`documents_needed`) and, when undecided, the largest accuracy difference the run excludes
+    (:func:`excluded_text`)."""
     z = zeroshot_pair(tab, a, b)
     if z is None:
         return "inconclusive", "no per-document results (rerun the evaluation)", "—"
@@ -413,7 +429,8 @@ def _decide_zeroshot_pair(tab, a: str, b: str, rows: tuple[dict | None, dict | N
     effect = paper_accuracy_effect(*rows)
     need = documents_needed(m["n"], (acc["window_hi"] - acc["window_lo"]) / 2.0, effect)
     paper = ("" if effect is None else f"; the paper's accuracy difference {100 * effect:+.1f} points needs at least "
-             f"{need} documents here (documents only{'' if need is None or need > m['n'] else ': resolved'})")
+             f"{need} documents here at 80 % power (documents only"
+             f"{'' if need is None or need > m['n'] else ': within reach'})")
     if m["seed_half"] is None:
         why = ("documents alone straddle 0, so any realization spread leaves it so" if verdict == "inconclusive"
                else "spread unknown")
@@ -424,9 +441,13 @@ def _decide_zeroshot_pair(tab, a: str, b: str, rows: tuple[dict | None, dict | N
         return (verdict, numbers, f"at least ±{m['window_half']:.3f} nats margin, ±{100 * acc['window_half']:.1f} "
                 f"accuracy points ({m['n']} docs; one realization)", [{**m, "pair": [a, b], "kind": "margin",
                                                                       "documents_needed": need}])
-    numbers = (f"{a} − {b} on {m['n']} documents, seeds {seeds}: correct-choice log-likelihood margin "
+    paired = z.get("paired_seeds") or []
+    how = f"paired on seeds {'/'.join(map(str, paired))}" if paired else f"seeds {seeds}"
+    numbers = (f"{a} − {b} on {m['n']} documents, {how}: correct-choice log-likelihood margin "
                f"{m['estimate']:+.3f} [{m['lo']:+.3f}, {m['hi']:+.3f}] nats (decides); accuracy "
                f"{100 * acc['estimate']:+.1f} [{100 * acc['lo']:+.1f}, {100 * acc['hi']:+.1f}] points{paper}")
+    if verdict == "inconclusive":
+        numbers += "; " + excluded_text(acc["lo"], acc["hi"], effect)
     return (verdict, numbers, f"±{m['sdd']:.3f} nats margin, ±{100 * acc['sdd']:.1f} accuracy points ({m['n']} docs)",
             [{**m, "pair": [a, b], "kind": "margin", "documents_needed": need}])
 

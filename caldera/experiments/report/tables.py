@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -462,6 +463,27 @@ def ppl_ratio(table: dict[str, Any], a: str, b: str, corpus: str = "wiki") -> di
     pooled = dict(zip([v for v, r in ((a, ra), (b, rb)) if r["random"]], iv["pooled"]))
     return {**iv, "pair": [a, b], "paired_seeds": [], "block": None,
             "pooled_from": {v: (ra if v == a else rb)["pool"] for v, took in pooled.items() if took}}
+
+
+def derived_ratio(table: dict[str, Any], derived: str, base: str, corpus: str = "wiki") -> dict[str, Any] | None:
+    """``ppl_derived / ppl_base`` for a model derived from one realization of its base (RHT or LoRA fine-tuning
+    starts from the base's compressed model of one seed): paired on that realization — the same seed and the same
+    windows — so the comparison is the fine-tuning's own effect on the model it changed, with no realization spread
+    between the two sides (``seed_half`` 0, ``construction`` "same realization"). The derived model's seed is the
+    first seed both hold; None without per-window results or a shared seed."""
+    rd, rb = realizations(table, derived, corpus), realizations(table, base, corpus)
+    if rd is None or rb is None:
+        return None
+    shared = [s for s in rd["seeds"] if s in rb["seeds"]]
+    if not shared:
+        return None
+    s = shared[0]
+    w = stats.paired_ppl_ratio(_rows_of(rd, [s])[0], rd["tokens"], _rows_of(rb, [s])[0], rb["tokens"])
+    lw, hw = math.log(w["lo"]) if w["lo"] > 0 else -math.inf, math.log(w["hi"])
+    c = stats.combine(math.log(w["estimate"]), lw, hw, {"half": 0.0, "sd": 0.0, "df": None, "seeds": [1],
+                                                        "pooled": []})
+    return {**stats.exp_log_scale(c), "n": w["n"], "pair": [derived, base], "paired_seeds": [s], "block": None,
+            "pooled_from": {}, "construction": "same realization"}
 
 
 def identical_variants(table: dict[str, Any], a: str, b: str) -> bool:

@@ -243,6 +243,51 @@ def test_rhtft_claim_decided_by_the_paired_interval():
     assert lo < 1.0 < hi and straddle["verdict"] == "inconclusive"
 
 
+def test_rhtft_claim_compares_the_fine_tuned_model_with_the_realization_it_started_from():
+    """The fine-tuned model starts from the base's seed-0 realization: against that realization on the same
+    windows it is ×0.80 (holds); against the base's geometric mean over three seeds, two of them much better
+    realizations, it would look like no gain at all."""
+    from caldera.experiments.report.finetune_claims import rhtft_claims
+
+    t = seeded(_rhtft_table(before=40.0, after=32.0), {"base": (1.0, 0.64, 0.64)})
+    t["realizations"]["base+rhtft"] = {"random": True, "seeds": [0], "ids": ["base+rhtft"]}
+    t["seed_samples"].pop("base+rhtft", None)
+    c = rhtft_claims({"table3_llama2_rhtft": t})[0]
+    assert c["verdict"] == "holds", c["numbers"]
+    iv = c["intervals"][0]
+    assert iv["estimate"] == pytest.approx(0.8) and iv["paired_seeds"] == [0]
+    assert iv["construction"] == "same realization"
+    assert "realization it started from (seed 0" in c["numbers"]
+
+
+def test_identical_models_are_reported_as_identical():
+    """A rank-per-layer allocation that picked the uniform rank everywhere is the uniform row's model: the claim
+    says so instead of an interval around ×1.000."""
+    from caldera.experiments.report.claims import extra_method_claims
+    from caldera.experiments.report.tables import identical_variants
+    from caldera.experiments.report.verdicts import IDENTICAL
+
+    t = table1(c4=30.0, quip=40.0)
+    t["rows"].append({**row("—", "rank-per-layer (ours only)", "—", "—", 30.0, None, "S", variant="rpl"),
+                      "beside": "c4-r16"})
+    for r in t["rows"]:
+        r["ours"]["avg_bits"] = 2.2
+    t["samples"]["rpl"] = t["samples"]["c4-r16"]
+    t["seed_samples"]["rpl"] = t["seed_samples"]["c4-r16"]
+    t["realizations"]["rpl"] = dict(t["realizations"]["c4-r16"], ids=["rpl"] * 3)
+    assert identical_variants(t, "rpl", "c4-r16") and not identical_variants(t, "rpl", "quip")
+    got = {c["claim"].split(" beats ")[1][:8]: c for c in extra_method_claims({"table1_llama2_zeroshot": t})}
+    assert got["uniform-"]["verdict"] == IDENTICAL and "same model" in got["uniform-"]["numbers"]
+    assert got["QuIP# at"]["verdict"] == "holds"
+    # one window differing by a hair on one seed: two models, compared by interval
+    w = t["seed_samples"]["rpl"][1]["ppl"]["wiki"]
+    t["seed_samples"]["rpl"] = [t["seed_samples"]["rpl"][0],
+                                {"ppl": {"wiki": {**w, "window_nll": [w["window_nll"][0] + 1e-9,
+                                                                      *w["window_nll"][1:]]}}, "zeroshot": {}},
+                                t["seed_samples"]["rpl"][2]]
+    assert not identical_variants(t, "rpl", "c4-r16")
+
+
 def test_rhtft_claim_pending_without_the_tables_and_kept_out_of_the_ranking_claims():
     from caldera.experiments.report.claims import check
     from caldera.experiments.report.finetune_claims import RHTFT_CLAIM
@@ -467,11 +512,21 @@ def test_a_deterministic_extra_method_is_decided_without_replicates():
 def test_zero_shot_claim_states_the_documents_the_papers_effect_needs():
     from caldera.experiments.report.claims import documents_needed, paper_accuracy_effect
 
-    assert documents_needed(80, 0.10, 0.02) == 2000  # (0.10 / 0.02)² × 80
+    # 80 % power: (0.10 × (1.960 + 0.842) / 1.960 / 0.02)² × 80 = 4,087 (50 % power would say 2,000)
+    assert documents_needed(80, 0.10, 0.02) == 4087
     assert documents_needed(80, 0.01, 0.02) == 80 and documents_needed(80, 0.1, None) is None
     a = {"paper": {"wino_acc": 60.0, "rte_acc": 50.0, "piqa_acc": None}}
     b = {"paper": {"wino_acc": 58.0, "rte_acc": 49.0, "piqa_acc": 70.0}}
     assert paper_accuracy_effect(a, b) == pytest.approx(0.015)
+
+
+def test_an_undecided_zero_shot_difference_states_the_largest_difference_it_excludes():
+    from caldera.experiments.report.claims import excluded_text
+
+    assert excluded_text(-0.02, 0.05, 0.08) == ("this run excludes differences beyond ±5.0 points (the paper's "
+                                                "+8.0 lies beyond it: its size is ruled out here)")
+    assert excluded_text(-0.06, 0.01, 0.03).endswith("(the paper's +3.0 lies within it)")
+    assert excluded_text(-0.06, 0.01, None) == "this run excludes differences beyond ±6.0 points"
 
 
 def test_ordering_claims_state_their_kl_reading_beside_the_verdict():

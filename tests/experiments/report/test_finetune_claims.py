@@ -1,10 +1,9 @@
-"""caldera.experiments.report.finetune_claims: the "LoRA recovers accuracy" claim is decided by paired intervals,
-never by point estimates alone."""
+"""caldera.experiments.report.finetune_claims: the "LoRA recovers accuracy" claim is decided by paired intervals on
+the realization each row fine-tuned, never by point estimates alone."""
 
 from __future__ import annotations
 
 from caldera.experiments.report.finetune_claims import lora_claim, recovery_verdict
-from caldera.experiments.report.verdicts import NEEDS_SEEDS
 
 
 def _row(ft_correct, base_correct, dense_correct, ft_nll=None, base_nll=None, dense_nll=None):
@@ -35,15 +34,14 @@ def test_positive_point_estimate_inside_the_interval_is_not_holds():
     ft = [1, 1, 1, 0, 0, 1, 0, 1]
     base = [0, 0, 0, 1, 1, 1, 0, 1]
     c = lora_claim(_row(ft, base, base))
-    # the seed part could only widen the interval: an inconclusive window verdict is final
-    assert c["verdict"] == "inconclusive" and c["window_verdict"] == "inconclusive", c
+    assert c["verdict"] == "inconclusive", c
     # a large, consistent gain on many documents: the interval excludes 0 -> holds
     n = 60
     c = lora_claim(_row([1] * n, [0] * (n - 5) + [1] * 5, [1] * n))
-    assert c["verdict"] == NEEDS_SEEDS and c["window_verdict"] == "holds", c
+    assert c["verdict"] == "holds" and "on the realization each row fine-tuned" in c["numbers"], c
     # the same gain but significantly below the dense model -> fails (accuracy not recovered)
     c = lora_claim(_row([1] * 30 + [0] * 30, [0] * 60, [1] * 60))
-    assert c["verdict"] == NEEDS_SEEDS and c["window_verdict"] == "fails", c
+    assert c["verdict"] == "fails", c
     # a stand-in row shared by two paper rows is compared once
     t = _row([1] * 60, [0] * 55 + [1] * 5, [1] * 60)
     t["rows"].append(t["rows"][0])
@@ -54,14 +52,14 @@ def test_perplexity_direction():
     base = [30.0 + i for i in range(8)]
     ft = [b - 5.0 for b in base]  # lower NLL on every window: ratio < 1 -> a gain
     c = lora_claim(_row([1] * 60, [0] * 55 + [1] * 5, [1] * 60, ft, base, ft))
-    assert c["verdict"] == NEEDS_SEEDS and c["window_verdict"] == "holds"
+    assert c["verdict"] == "holds"
     worse = [b + 5.0 for b in base]
     c = lora_claim(_row([1] * 60, [0] * 55 + [1] * 5, [1] * 60, worse, base, base))
-    assert c["verdict"] == NEEDS_SEEDS and c["window_verdict"] == "fails"
+    assert c["verdict"] == "fails"
     # better than the un-fine-tuned model but above the dense perplexity: shown, not a failure (as in the paper)
     dense = [b - 20.0 for b in base]
     c = lora_claim(_row([1] * 60, [0] * 55 + [1] * 5, [1] * 60, ft, base, dense))
-    assert c["verdict"] == NEEDS_SEEDS and c["window_verdict"] == "holds" and "not decided on" in c["numbers"]
+    assert c["verdict"] == "holds" and "not decided on" in c["numbers"]
 
 
 def test_loftq_rows_get_their_own_claim():
@@ -73,8 +71,7 @@ def test_loftq_rows_get_their_own_claim():
     lq = dict(_row([0] * 60, [1] * 60, [1] * 60)["rows"][0], row="q", paper={"method": "LoftQ"},
               status="measured with this project's loftq method")  # LoftQ: worse than its no-FT model
     claims = lora_claims({"rows": [cal, lq]})
-    assert [c["window_verdict"] for c in claims] == ["holds", "fails"]
-    assert {c["verdict"] for c in claims} == {NEEDS_SEEDS}  # one realization per row: never decided here
+    assert [c["verdict"] for c in claims] == ["holds", "fails"]
     assert "LoftQ" in claims[1]["claim"] and "LoftQ" not in claims[0]["claim"]
     assert "q rte vs no FT" in claims[1]["numbers"] and "q rte" not in claims[0]["numbers"]
     assert len(lora_claims({"rows": [cal]})) == 1
