@@ -29,12 +29,18 @@ DEFAULT_TABLES = ("table1_llama2_zeroshot", "table7_mistral")
 def rerun_claims(config: dict[str, Any], results_dir: str, tables: tuple[str, ...] = DEFAULT_TABLES
                  ) -> tuple[list[dict[str, Any]], str]:
     """``(claims, spread_md)`` of ``tables`` built from ``results_dir`` under ``config`` (the run's own config)."""
+    from caldera.experiments.report.tables import TablePlan, build_table
+
+    return claims_of_tables({t: build_table(results_dir, TablePlan.from_config(config, t)) for t in tables})
+
+
+def claims_of_tables(built: dict[str, dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+    """``(claims, spread_md)`` of table JSONs ``{name: table}`` (built by :func:`rerun_claims`, or a finished
+    run's committed ones, so that the current statistics decide a committed run's samples anew)."""
     from caldera.experiments.report.claims import extra_method_claims, table_claims
     from caldera.experiments.report.realization_pool import attach_pools
     from caldera.experiments.report.spread import spread_report
-    from caldera.experiments.report.tables import TablePlan, build_table
 
-    built = {t: build_table(results_dir, TablePlan.from_config(config, t)) for t in tables}
     pooled = attach_pools(built)  # the pooled spreads of these tables' replicated variants, as rule `claims` pools
     claims = table_claims(pooled) + extra_method_claims(pooled)  # as rule `claims` builds them (RHT-FT tables aside)
     md, _ = spread_report(built, claims)
@@ -70,11 +76,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--overlay", action="append", default=[], metavar="YAML",
                     help="a config merged over CONFIG, as a second `--configfile` is (repeatable; e.g. "
                          "config/mini-seeds.yaml)")
-    ap.add_argument("results", help="the run's results folder, e.g. results/mini-reseed")
+    ap.add_argument("results", help="the run's results folder, e.g. results/mini-reseed; with --from-tables, the "
+                                    "folder of a finished run's table JSONs (e.g. paper_tables/generated)")
     ap.add_argument("out", help="folder for claims.json, claims.md, spread.md")
     ap.add_argument("--tables", nargs="+", default=list(DEFAULT_TABLES))
     ap.add_argument("--write-tables", action="store_true",
                     help="also write each table's .md/.tex/.csv/.json into OUT (as rule make_table does)")
+    ap.add_argument("--from-tables", action="store_true",
+                    help="RESULTS holds table JSONs (a finished run's tables folder): decide their samples with the "
+                         "current statistics instead of building the tables from a results folder")
     ap.add_argument("--targets", action="store_true",
                     help="print the evaluation files the tables read (the partial run's Snakemake targets) and stop")
     ap.add_argument("--schema", default="workflow/schemas/config.schema.yaml",
@@ -93,7 +103,16 @@ def main(argv: list[str] | None = None) -> int:
     if a.targets:
         print(" ".join(eval_targets(config, a.results, tuple(a.tables))))
         return 0
-    claims, spread = rerun_claims(config, a.results, tuple(a.tables))
+    if a.from_tables:
+        import json
+
+        missing = [t for t in a.tables if not (Path(a.results) / f"{t}.json").is_file()]
+        if missing:
+            ap.error(f"--from-tables: {a.results} has no {', '.join(f'{t}.json' for t in missing)}")
+        claims, spread = claims_of_tables({t: json.loads((Path(a.results) / f"{t}.json").read_text())
+                                           for t in a.tables})
+    else:
+        claims, spread = rerun_claims(config, a.results, tuple(a.tables))
     from caldera.atomic import write_atomic, write_json
     from caldera.experiments.report.claims import jsonable
 

@@ -47,3 +47,24 @@ def test_targets_follow_the_overlay_and_the_command_line(capsys):
 def test_smollm2_tables_name_smollm2_variants(table):
     ids = [t.split("/")[2] for t in eval_targets(_mini(), "R", (table,))]
     assert ids and all(i.startswith("smollm2-") for i in ids)
+
+
+def test_from_tables_decides_a_finished_runs_committed_tables_with_the_current_statistics(tmp_path):
+    """The committed default run's table JSONs hold every sample the table claims read: --from-tables gives the
+    same claims as deciding those tables directly, and refuses a folder that lacks one."""
+    import json
+
+    from caldera.experiments.report.rerun import claims_of_tables
+
+    out = tmp_path / "out"
+    assert main(["config/mini.yaml", str(ROOT / "paper_tables/generated"), str(out), "--from-tables",
+                 "--tables", "table1_llama2_zeroshot", "table7_mistral"]) == 0
+    got = json.loads((out / "claims.json").read_text())
+    tables = {t: json.loads((ROOT / f"paper_tables/generated/{t}.json").read_text())
+              for t in ("table1_llama2_zeroshot", "table7_mistral")}
+    want, _ = claims_of_tables(tables)
+    assert [(c["claim"], c["source"], c["verdict"]) for c in got] == [(c["claim"], c["source"], c["verdict"])
+                                                                      for c in want]
+    assert any(iv.get("paired_seeds") for c in got for iv in c.get("intervals", []))
+    with pytest.raises(SystemExit):
+        main(["config/mini.yaml", str(tmp_path), str(out), "--from-tables", "--tables", "table1_llama2_zeroshot"])
