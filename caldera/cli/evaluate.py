@@ -54,7 +54,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def ppl_summary(res: dict[str, Any]) -> list[str]:
     """``caldera eval ppl``'s lines: perplexity with its interval, then what was scored."""
-    ci = f"  [{res['ppl_lo']:.2f}, {res['ppl_hi']:.2f}] 95 % (bootstrap over windows)" if "ppl_lo" in res else ""
+    ci = f"  [{res['ppl_lo']:.2f}, {res['ppl_hi']:.2f}] 95 % (Student's t over windows)" if "ppl_lo" in res else ""
     return [f"perplexity {res['ppl']:.2f}{ci}",
             f"  {res['model']} ({res['kind']}), {res['source']}: {res['n_windows']} windows x {res['seq_len']} tokens "
             f"({res['n_tokens']} scored)"]

@@ -157,7 +157,7 @@ def render_table5(tab: dict[str, Any], plan: Table5Plan) -> tuple[str, str, str,
         "E.5's formula (k − r)·B_LR + 16·r charges 16 bits to the rank-r part, which is how it is read here). "
         "Avg bits: that formula on the stand-in's shapes. Ours: best of the "
         f"{cfg['n_checkpoints']} checkpoints chosen on a held-out split (never the evaluation set) / the final "
-        "checkpoint, each value [95 % interval: perplexity bootstrap over the evaluation windows, accuracy Wilson "
+        "checkpoint, each value [95 % interval: perplexity Student's t over the evaluation windows, accuracy Wilson "
         "over the documents]; 'no FT': the row's model before LoRA (compressed, RHT-fine-tuned or LoftQ), "
         "'dense': the stand-in uncompressed, both evaluated by the workflow's evaluate rule on "
         "the same windows / documents (zero-shot log-likelihood accuracy for RTE/Winogrande). Data: "

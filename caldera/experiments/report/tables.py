@@ -350,7 +350,7 @@ def build_table(results_dir: str | os.PathLike, plan: TablePlan) -> dict[str, An
                 r[part].pop(c, None)
     tab = {"table": table, "columns": cols, "rows": rows,
            "stats": {"level": stats.LEVEL, "resamples": stats.RESAMPLES, "seed": stats.SEED,
-                      "perplexity": "percentile bootstrap over windows, combined with Student's t over seeds",
+                      "perplexity": "Student's t over windows, combined with Student's t over seeds",
                       "accuracy": "Wilson score interval, combined with Student's t over seeds"},
             "samples": {v: variant_samples(results_dir, v) for v in variants},
             # every realization (seed) of each variant, in realizations[v]["ids"] order (the first is samples[v])
@@ -578,9 +578,9 @@ def write_table(results_dir: str, plan: TablePlan, out_md: str, out_tex: str, ou
                f"stand-in rank with the closest average bits "
                f"(App. E.5); storage_bits: bits per weight as stored (codes, scales, signs). Ours: value"
                f" [95 % interval] over the compression seeds of the Seeds column (ppl: "
-               f"geometric mean; accuracy: mean) — perplexity: percentile bootstrap over the evaluation windows "
-               f"({stats.RESAMPLES} resamples, seed {stats.SEED}), accuracy in %: Wilson score interval over the "
-               f"documents, each widened by Student's t over the seeds where a row has several (caldera.stats; "
+               f"geometric mean; accuracy: mean) — perplexity: Student's t over the evaluation windows, accuracy "
+               f"in %: Wilson score interval over the documents, each widened by Student's t over the seeds where "
+               f"a row has several (caldera.stats; "
                f"one seed: the evaluation's noise only, not the compression's). Zero-shot limit per task: "
                f"{plan.eval.zeroshot.limit}; "
                "perplexity corpora (windows × tokens): "
