@@ -365,7 +365,8 @@ def _decide_lowest(tab, top: dict, others: list[str]) -> tuple:
     paper = min((p for p in (_paper_ratio(tab, top["variant"], o) for o in others) if p), default=None,
                 key=lambda p: abs(math.log(p)))
     return (verdict, _with_reach(verdict, numbers, ivs, paper) + kl_text, sdd_ratio_text(ivs),
-            [{**iv, "kind": "ppl ratio"} for iv in ivs], kl)
+            [{**iv, "kind": "ppl ratio", "paper_ratio": _paper_ratio(tab, top["variant"], o)}
+             for o, iv in zip(others, ivs)], kl)
 
 
 def _decide_ppl_pair(tab, a: str, b: str) -> tuple:
@@ -376,8 +377,9 @@ def _decide_ppl_pair(tab, a: str, b: str) -> tuple:
         return "inconclusive", "no per-window results (rerun the evaluation)", "—"
     kl_text, kl = kl_reading(tab, [(a, b)])
     verdict = seeds_verdict([iv], lower_verdict)
-    numbers = _with_reach(verdict, f"ppl {a} / {b}: {ratio_text(iv)}", [iv], _paper_ratio(tab, a, b))
-    return verdict, numbers + kl_text, sdd_ratio_text([iv]), [{**iv, "kind": "ppl ratio"}], kl
+    paper = _paper_ratio(tab, a, b)
+    numbers = _with_reach(verdict, f"ppl {a} / {b}: {ratio_text(iv)}", [iv], paper)
+    return verdict, numbers + kl_text, sdd_ratio_text([iv]), [{**iv, "kind": "ppl ratio", "paper_ratio": paper}], kl
 
 
 def _direction_verdict(xs: list[dict[str, Any]]) -> str:
@@ -454,7 +456,8 @@ def _decide_zeroshot_pair(tab, a: str, b: str, rows: tuple[dict | None, dict | N
     if verdict == "inconclusive":
         numbers += "; " + excluded_text(acc["lo"], acc["hi"], effect)
     return (verdict, numbers, f"±{m['sdd']:.3f} nats margin, ±{100 * acc['sdd']:.1f} accuracy points ({m['n']} docs)",
-            [{**m, "pair": [a, b], "kind": "margin", "documents_needed": need}])
+            [{**m, "pair": [a, b], "kind": "margin", "documents_needed": need},
+             {**acc, "pair": [a, b], "kind": "accuracy difference", "paper_difference": effect}])
 
 
 def check(fig3: dict[str, Any], fig4: dict[str, Any], tables: dict[str, dict[str, Any]],

@@ -31,11 +31,12 @@ def _key(c: dict[str, Any]) -> tuple[str, str]:
 
 def compare_claims(committed: list[dict[str, Any]], rerun: list[dict[str, Any]]) -> dict[str, Any]:
     """``{"coverage": {"inside", "total", "share"}, "comparisons": [...], "verdicts": [...], "flips": [...]}``
-    (see module doc). Verdicts are matched by claim and source, intervals by claim and pair (each pair once).
+    (see module doc). Verdicts are matched by claim and source, intervals by claim, pair and kind (each once).
     Comparisons whose committed interval is unbounded (a seed part undetermined) are listed but not counted."""
     old = {_key(c): c for c in committed}
     # intervals are matched by claim and pair, whatever rows list them (a partial rerun groups sources anew)
-    by_pair = {(c["claim"], tuple(iv.get("pair") or ())): iv for c in committed for iv in c.get("intervals", [])}
+    by_pair = {(c["claim"], tuple(iv.get("pair") or ()), iv.get("kind")): iv for c in committed
+               for iv in c.get("intervals", [])}
     comps, verdicts, seen = [], [], set()
     for c in rerun:
         o = old.get(_key(c))
@@ -43,7 +44,7 @@ def compare_claims(committed: list[dict[str, Any]], rerun: list[dict[str, Any]])
             verdicts.append({"claim": c["claim"], "source": c["source"], "committed": o["verdict"],
                              "rerun": c["verdict"], "flip": {o["verdict"], c["verdict"]} == set(DECIDED)})
         for iv in c.get("intervals", []):
-            key = (c["claim"], tuple(iv.get("pair") or ()))
+            key = (c["claim"], tuple(iv.get("pair") or ()), iv.get("kind"))
             ref = by_pair.get(key)
             if ref is None or key in seen:
                 continue
