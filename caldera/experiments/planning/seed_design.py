@@ -3,11 +3,12 @@
 A claim compares two variants on their shared seeds (:func:`caldera.stats.paired_seed_part`). With S shared seeds,
 a per-seed paired difference of standard deviation ``σ_d`` (one realization's log-ratio spread, measured on a
 committed seed block) and a window half-width ``w`` (the paired 95 % window interval of the log ratio at the run's
-windows), the comparison's standard error is ``se(S) = sqrt((w / z_0.975)² + σ_d² / S)`` and its interval's
-half-width ``h(S) = sqrt(w² + (t_{0.975, df} σ_d / √S)²)`` (the report's construction, ``df`` the seed block's
-``(V − 1)(S − 1)``). A true log ratio ``δ`` (the paper's own effect, never this run's outcome) is resolved with
-power ``Φ((|δ| − h(S)) / se(S))`` (normal approximation, the spread at its expected value; a simulation of the
-decision checks it in the tests). :func:`seeds_for_power` finds the smallest S reaching the target;
+windows) is decided by an interval of half-width ``sqrt(w² + (t σ̂ / √S)²)``, ``σ̂²`` the larger of the pair's
+own variance (``S − 1`` df) and the seed block's (``(V − 1)(S − 1)`` df). The power to resolve a true log ratio
+``δ`` (the paper's own effect, never this run's outcome) is the share of seeded simulated runs that this rule
+decides (:func:`power`; at two seeds the pair's own variance, one degree of freedom, wins half the time and the
+t quantile of 12.7 that comes with it costs most of the power). :func:`seeds_for_power` finds the smallest S
+reaching the target;
 :func:`allocate` spends a budget of replicate jobs on the comparisons within reach, cheapest first, and says for
 every comparison whether it is within reach and at what S.
 
@@ -20,6 +21,8 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from caldera.stats import Z95, t_quantile
 
@@ -50,26 +53,37 @@ class Comparison:
             raise ValueError(f"Comparison {self.a} / {self.b}: window_half and sd_pair must be >= 0")
 
 
-def _phi(x: float) -> float:
-    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+#: Monte Carlo draws behind one :func:`power` (seeded: the same design every time)
+DRAWS = 4000
 
 
-def power(c: Comparison, seeds: int, variants: int = 2) -> float:
-    """Power of ``c`` at ``seeds`` shared seeds in a block of ``variants`` variants (module docstring); 0 for a
-    zero effect. One seed has no t quantile of its own: its df is the block's at two seeds' worth, ``variants −
-    1``, which needs a block of three or more (else the power is 0: its spread is unknown)."""
+def power(c: Comparison, seeds: int, variants: int = 2, draws: int = DRAWS, seed: int = 0) -> float:
+    """Power of ``c`` at ``seeds`` shared seeds in a block of ``variants`` variants: the share of simulated runs
+    whose paired interval excludes no-difference, as the report decides it (:func:`caldera.stats.
+    paired_seed_part`: the larger of the pair's own variance, ``seeds − 1`` df, and the block's, ``(variants −
+    1)(seeds − 1)`` df; windows in quadrature). The per-seed differences are ``N(effect, sd_pair²)``, the window
+    part ``N(0, (window_half / z_0.975)²)``, the block's estimate ``sd_pair² χ²_df / df`` (the model holding).
+    0 for a zero effect or where no variance can be estimated (one seed in a block of two)."""
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
     if c.effect == 0.0:
         return 0.0
-    df = (variants - 1) * (seeds - 1) if seeds > 1 else (variants - 1 if variants > 2 else 0)
-    if df < 1:
+    df_b = (variants - 1) * (seeds - 1) if seeds > 1 else (variants - 2 if variants > 2 else 0)
+    if df_b < 1:
         return 0.0
-    se = math.sqrt((c.window_half / Z95) ** 2 + c.sd_pair ** 2 / seeds)
-    if se == 0.0:
-        return 1.0
-    half = math.hypot(c.window_half, t_quantile(df) * c.sd_pair / math.sqrt(seeds))
-    return _phi((abs(c.effect) - half) / se)
+    rng = np.random.default_rng(seed)
+    d = c.effect + c.sd_pair * rng.standard_normal((draws, seeds))
+    est = d.mean(axis=1) + (c.window_half / Z95) * rng.standard_normal(draws)
+    var_b = c.sd_pair ** 2 * rng.chisquare(df_b, draws) / df_b
+    if seeds > 1:
+        var_o = d.var(axis=1, ddof=1)
+        own = var_o > var_b
+        var = np.where(own, var_o, var_b)
+        t = np.where(own, t_quantile(seeds - 1), t_quantile(df_b))
+    else:
+        var, t = var_b, np.full(draws, t_quantile(df_b))
+    half = np.hypot(c.window_half, t * np.sqrt(var / seeds))
+    return float((np.abs(est) > half).mean())
 
 
 def seeds_for_power(c: Comparison, variants: int = 2, target: float = POWER, most: int = 12) -> int | None:

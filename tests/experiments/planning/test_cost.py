@@ -96,14 +96,16 @@ def test_zero_shot_tokens_follow_the_limit_and_every_job_of_the_run_is_counted()
         own = [v for v in variants.values() if v.model == m]
         n_rep = sum(len(r) - 1 for vid, r in reps.items() if variants[vid].model == m)
         n_ft = sum(ft.model == m for ft, _ in rhtft_variants(cfg).values())
-        assert n_rep > 0
+        assert n_rep > 0 or m == "gemma3"  # the seed design replicates SmolLM2's variants only
         rules = est[m]["rules"]
         assert rules["evaluate"]["jobs"] == len(own) + n_ft
         # layers_per_job 30: each variant is one compress_variant job (compression and assembly), each seed
         # replicate one replicate job (compression, assembly and evaluation)
         assert "compress_layers" not in rules
         assert rules["compress_variant"]["jobs"] == sum(v.method != "dense" for v in own)
-        assert rules["replicate"]["jobs"] == n_rep
+        assert rules.get("replicate", {"jobs": 0})["jobs"] == n_rep
+        if not n_rep:
+            continue
         # a replicate job costs its compression (its primary's: same method and rank) and its evaluation
         compressions = est[m]["caldera_variant_hours"]
         primaries = [vid for vid in reps if variants[vid].model == m and vid in compressions]
