@@ -123,15 +123,27 @@ def block_ldlq(
 
 
 def greedy_refine(
-    W: Tensor, W_hat: Tensor, codes: Tensor, H: Tensor, quantizer: Quantizer, passes: int
+    W: Tensor, W_hat: Tensor, codes: Tensor, H: Tensor, quantizer: Quantizer, passes: int, checked: bool = False
 ) -> tuple[Tensor, Tensor]:
     """QuIP#'s greedy block-coordinate-descent passes (``quip_tune_iters``), reverse block order.
 
     Each block moves to ``Q(Ŵ_k + ((W − Ŵ) H)_{:,k} H_kk⁻¹)``, the quantized minimizer of the proxy loss in
     that block with the others fixed. Shapes: W, W_hat (n, d); codes (n, d // block_size); H (d, d).
+
+    Off the Numba CPU path, E8P quantizes with its unchecked pair (:func:`_block_coders`; W and H checked once
+    here unless ``checked``) and every block's update is applied whether or not it moved (a zero update leaves G,
+    Ŵ and the codes as they are), so that nothing is read back to the host; elsewhere a block that did not move
+    is skipped.
     """
     if passes == 0:
         return W_hat, codes
+    quantize, dequantize = _block_coders(quantizer)
+    unchecked = quantize is not quantizer.quantize and not quantizer.fused_ldlq_available(W)
+    if not unchecked:
+        quantize, dequantize = quantizer.quantize, quantizer.dequantize
+    elif not checked:
+        check_finite(W, "W")
+        check_finite(H, "H")
     g = LDL_BLOCK
     d = W.shape[1]
     per = g // quantizer.block_size
@@ -144,10 +156,10 @@ def greedy_refine(
     for _ in range(passes):
         for k in reversed(range(nb)):
             s = slice(k * g, (k + 1) * g)
-            c = quantizer.quantize(W_hat[:, s] + G[:, s] @ Hkk_inv[k])
-            q = quantizer.dequantize(c)
+            c = quantize(W_hat[:, s] + G[:, s] @ Hkk_inv[k])
+            q = dequantize(c)
             dq = q - W_hat[:, s]
-            if bool(dq.any()):
+            if unchecked or bool(dq.any()):
                 G -= dq @ H[s, :]
                 W_hat[:, s] = q
                 codes[:, k * per : (k + 1) * per] = c

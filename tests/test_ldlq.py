@@ -194,3 +194,28 @@ def test_device_path_matches_the_cpu_fused_path(n, d, rms, seed):
     assert rows_differ.float().mean() <= 0.02, float(rows_differ.float().mean())
     loss = lambda Wh: float(data_aware_sq_error((X - Wh).double(), Hr.double()))  # noqa: E731
     assert loss(Wh_dev) == pytest.approx(loss(Wh_cpu), rel=1e-6)
+
+
+def test_greedy_refine_off_the_numba_path_reads_nothing_back_and_matches(monkeypatch):
+    """QuIP#'s refinement passes with E8P off the Numba CPU path apply every block's update unconditionally (no
+    ``bool(dq.any())``) and search unchecked: with every host read raising they give the result of the checked
+    per-block passes (the CPU path's rule: skip a block that did not move) bit for bit."""
+    from caldera.quantizers.e8p import E8P
+
+    W, H = llm_like(24, 32, seed=25)
+    Hr = regularize_hessian(H).float()
+    L, _ = block_ldl(Hr)
+    X = W / W.pow(2).mean().sqrt()
+    q = E8P(backend="torch")
+    Wh, codes = block_ldlq(X, L, q, fused=False, checked=True)
+
+    class Checked(E8P):  # the same search with the per-block checks: the loop's other rule
+        quantize_validated = None
+
+    want = greedy_refine(X, Wh, codes, Hr, Checked(backend="torch"), passes=2)
+    with monkeypatch.context() as m:
+        for name in _HOST_READS:
+            m.setattr(torch.Tensor, name, lambda *a, _n=name, **k: (_ for _ in ()).throw(AssertionError(_n)))
+        got = greedy_refine(X, Wh, codes, Hr, q, passes=2, checked=True)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert not torch.equal(got[1], codes)  # the passes moved some blocks: the comparison is not vacuous
