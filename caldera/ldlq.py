@@ -44,15 +44,18 @@ def _check_block(quantizer: Quantizer, d: int) -> None:
         raise ValueError(f"W has {d} columns; BlockLDLQ needs a multiple of {LDL_BLOCK} (pad the layer)")
 
 
-def _block_coders(quantizer: Quantizer) -> tuple[Callable[[Tensor], Tensor], Callable[[Tensor], Tensor]]:
-    """``(quantize, dequantize)`` for the blocks of one matrix: the quantizer's unchecked pair where it has one
-    (``quantize_validated`` / ``dequantize_validated``, E8P: no per-block checks, so no host synchronisation on a
-    device; :func:`block_ldlq` checks the matrix once instead), else its checked ``quantize`` / ``dequantize``."""
+def _block_coders(
+    quantizer: Quantizer,
+) -> tuple[Callable[[Tensor], Tensor], Callable[[Tensor], Tensor], bool]:
+    """``(quantize, dequantize, unchecked)`` for the blocks of one matrix: the quantizer's unchecked pair where it
+    has one (``quantize_validated`` / ``dequantize_validated``, E8P: no per-block checks, so no host
+    synchronisation on a device; the caller checks the matrix once instead), else its checked ``quantize`` /
+    ``dequantize``; ``unchecked`` says which."""
     enc = getattr(quantizer, "quantize_validated", None)
     dec = getattr(quantizer, "dequantize_validated", None)
     if enc is None or dec is None:
-        return quantizer.quantize, quantizer.dequantize
-    return enc, dec
+        return quantizer.quantize, quantizer.dequantize, False
+    return enc, dec, True
 
 
 def block_ldlq(
@@ -99,8 +102,8 @@ def block_ldlq(
                 all_codes[:, cs // quantizer.block_size : ce // quantizer.block_size],
             )
         return W_hat, all_codes
-    quantize, dequantize = _block_coders(quantizer)
-    if not checked and quantize is not quantizer.quantize:
+    quantize, dequantize, unchecked = _block_coders(quantizer)
+    if unchecked and not checked:
         check_finite(W, "W")
         check_finite(L, "L")
     codes: list[Tensor | None] = [None] * (d // g)
@@ -137,8 +140,8 @@ def greedy_refine(
     """
     if passes == 0:
         return W_hat, codes
-    quantize, dequantize = _block_coders(quantizer)
-    unchecked = quantize is not quantizer.quantize and not quantizer.fused_ldlq_available(W)
+    quantize, dequantize, unchecked = _block_coders(quantizer)
+    unchecked = unchecked and not quantizer.fused_ldlq_available(W)
     if not unchecked:
         quantize, dequantize = quantizer.quantize, quantizer.dequantize
     elif not checked:

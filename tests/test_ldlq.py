@@ -219,3 +219,18 @@ def test_greedy_refine_off_the_numba_path_reads_nothing_back_and_matches(monkeyp
         got = greedy_refine(X, Wh, codes, Hr, q, passes=2, checked=True)
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     assert not torch.equal(got[1], codes)  # the passes moved some blocks: the comparison is not vacuous
+
+
+def test_a_quantizer_without_an_unchecked_pair_keeps_its_per_block_checks(monkeypatch):
+    """A quantizer with no ``quantize_validated`` (the integer grid here) goes through its own checked ``quantize``
+    in every block, and neither BlockLDLQ nor the refinement adds a whole-matrix check for it."""
+    import caldera.ldlq as ldlq_mod
+
+    calls = []
+    monkeypatch.setattr(ldlq_mod, "check_finite", lambda x, name: calls.append(name))
+    W, H = llm_like(8, 16, seed=26)
+    Hr = regularize_hessian(H).float()
+    L, _ = block_ldl(Hr)
+    Wh, codes = block_ldlq(W * 3, L, IntegerGrid(), fused=False)
+    greedy_refine(W * 3, Wh, codes, Hr, IntegerGrid(), passes=1)
+    assert calls == []
