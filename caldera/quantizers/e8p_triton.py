@@ -190,6 +190,8 @@ if triton is not None:
                 upd = tl.sum(d[:, :, None] * Lt[None, :, :], axis=1)
                 aj = acc_ptr + r2 * c + 8 * j + col[None, :]
                 tl.store(aj, tl.load(aj, mask=mask, other=0.0) + upd, mask=mask)
+            # the next block reads these sums back: its threads need not be the ones that wrote them
+            tl.debug_barrier()
 
 
 def search(x: Tensor, t, block: int = SEARCH_BLOCK) -> Tensor:
