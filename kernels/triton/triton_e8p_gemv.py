@@ -7,6 +7,7 @@
 * :func:`decode_lut` / :func:`decode_codes` — the lookup tables the kernel decodes with, and a kernel that decodes
   codes with them (the tests check every one of the 65,536 codes against the codebook).
 * :func:`e8p_gemv` — ``y = x (s ⊙ Q)ᵀ`` (B, n) float32 for ``x`` (B, 8m) float32 or float16 with ``B ≤ 4``.
+* :func:`half_matmul_t` — ``x Rᵀ`` for a float16 ``R`` read as stored (no per-call float32 copy), ``B ≤ 4``.
 
 Decode. With the E8P code ``c = (k << 8) | s`` (:mod:`caldera.quantizers.e8p`), codeword coordinate ``i`` is
 ``A[k, i] · S[s, i] + h[s]``: ``A`` (256, 8) the abs pattern of row ``k`` with the last coordinate negated when its
@@ -170,6 +171,35 @@ def _gemv_kernel(
         _emit(y_ptr + 2 * syb + rows, acc2 * sc, rmask, SPLIT)
     if B > 3:
         _emit(y_ptr + 3 * syb + rows, acc3 * sc, rmask, SPLIT)
+
+
+@triton.jit
+def _half_t_kernel(x_ptr, sxb, R_ptr, sr, y_ptr, syb, B, k, d, BP: tl.constexpr, BLOCK_K: tl.constexpr,
+                   BLOCK_D: tl.constexpr):
+    rk = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
+    rb = tl.arange(0, BP)
+    acc = tl.zeros((BP, BLOCK_K), dtype=tl.float32)
+    for d0 in range(0, d, BLOCK_D):
+        rd = d0 + tl.arange(0, BLOCK_D)
+        x = tl.load(x_ptr + rb[:, None] * sxb + rd[None, :], mask=(rb[:, None] < B) & (rd[None, :] < d), other=0.0)
+        r = tl.load(R_ptr + rk[:, None] * sr + rd[None, :], mask=(rk[:, None] < k) & (rd[None, :] < d), other=0.0)
+        acc += tl.sum(x.to(tl.float32)[:, None, :] * r.to(tl.float32)[None, :, :], axis=2)
+    tl.store(y_ptr + rb[:, None] * syb + rk[None, :], acc, mask=(rb[:, None] < B) & (rk[None, :] < k))
+
+
+def half_matmul_t(x: Tensor, R: Tensor, block_k: int = 16, block_d: int = 128) -> Tensor:
+    """``x Rᵀ`` (B, k) float32 for ``x`` (B, d) float32 or float16 (``B ≤ 4``) and a float16 ``R`` (k, d), read as it
+    is stored: each program multiplies ``BLOCK_K`` rows of R with x on CUDA cores in float32, so no float32 copy
+    of R is made per call (the low-rank factor's ``t = h Rᵀ`` of the layer)."""
+    B, d = x.shape
+    if not 1 <= B <= MAX_BATCH or R.ndim != 2 or R.shape[1] != d:
+        raise ValueError(f"half_matmul_t: x {tuple(x.shape)} (B ≤ {MAX_BATCH}) and R {tuple(R.shape)} do not match")
+    x, R = x.contiguous(), R.contiguous()
+    k = R.shape[0]
+    y = torch.empty(B, k, device=x.device)
+    _half_t_kernel[(triton.cdiv(k, block_k),)](x, x.stride(0), R, R.stride(0), y, y.stride(0), B, k, d,
+                                               BP=MAX_BATCH, BLOCK_K=block_k, BLOCK_D=block_d)
+    return y
 
 
 def e8p_gemv(x: Tensor, packed: Tensor, n: int, m: int, scale: Tensor | float, split: int = 1) -> Tensor:

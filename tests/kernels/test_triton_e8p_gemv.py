@@ -71,3 +71,16 @@ def test_gemv_refuses_a_batch_above_four(kg):
     packed = kg.repack(_codes(4, 2, "e8p", seed=0), 8, 8)
     with pytest.raises(ValueError, match="B ≤ 4"):
         kg.e8p_gemv(torch.randn(5, 16).to(DEV), packed.to(DEV), 4, 2, 1.0)
+
+
+@pytest.mark.parametrize(("B", "k", "d", "xdtype"), [(1, 5, 37, torch.float32), (4, 33, 300, torch.float32),
+                                                      (3, 16, 128, torch.float16)])
+def test_half_matmul_t_matches_the_float64_product(kg, B, k, d, xdtype):
+    """``x Rᵀ`` with the float16 R read as stored equals the float64 product of the same values (masked tails of
+    the batch, the rows of R and its columns)."""
+    g = torch.Generator().manual_seed(k)
+    x = (torch.randn(B, d, generator=g) * 30).to(xdtype)
+    R = torch.randn(k, d, generator=g).half()
+    y = kg.half_matmul_t(x.to(DEV), R.to(DEV)).cpu()
+    assert y.dtype == torch.float32 and y.shape == (B, k)
+    kernel_close(y, (x.double() @ R.double().T).float())
