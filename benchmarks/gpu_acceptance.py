@@ -13,6 +13,16 @@ run as its own subprocess under a time cap (``CAPS``; a stage also never gets mo
 stage, so what was measured survives a later stage's failure or timeout:
 
 * ``env`` — torch, triton, the device and its memory;
+* ``search`` — the E8P nearest-codeword search on the device (the one-kernel Triton search on CUDA) against the
+  CPU's Numba search on 2²⁰ 8-vectors (codes equal except at distance ties), its latency per call at one BlockLDLQ
+  step (4096 and 11008 8-vectors) and its throughput (target ≤ 30 µs per call);
+* ``ldlq_sync`` — BlockLDLQ at 4096² on the device path (the Triton chunk kernel on CUDA) under
+  ``torch.cuda.set_sync_debug_mode("error")``: any host synchronisation fails the stage's check (target ≤ 50 ms);
+* ``decompose_4096`` — one warm CALDERA decomposition at 4096², the ``paper`` preset, timed whole (target ≤ 10 s);
+* ``decode_sweep`` — batch 1 at the three 7B shapes: the CUDA-core product on repacked codes
+  (:mod:`caldera.kernels.triton_e8p_gemv`, float16 and float32 x), the tensor-core kernel and dense float16, with
+  both kernels' registers and spills (target at 4096×11008: ≤ 13.8 µs, then ≤ 8.9 µs);
+* ``compressed_linear_graphed`` — ``CompressedLinear`` at batch 1, eager and replayed from a CUDA graph;
 * ``gpu_tests`` — every ``gpu``-marked pytest test (the files that carry the marker): the CUDA paths against the CPU's
   (decomposition, whole-model compression, Hessians, perplexity, the RHT, ``CompressedLinear``, the Triton kernels);
 * ``decode`` — the Triton E8P kernel (:mod:`caldera.kernels.triton_e8p`; 2-bit E8P and 4-bit E8P-RVQ4 codes) at
@@ -62,6 +72,11 @@ DECODE_TARGET_SHARE = 0.60
 #: stage -> seconds it may take at most (each also ends by the run's --budget)
 CAPS = {
     "env": 30,
+    "search": 30,
+    "ldlq_sync": 40,
+    "decompose_4096": 45,
+    "decode_sweep": 60,
+    "compressed_linear_graphed": 30,
     "gpu_tests": 150,
     "decode": 120,
     "compressed_linear": 60,
@@ -80,6 +95,14 @@ ENGINE_SHAPES = {
     "engine_gate_up": ((11008, 4096), (128, 64)),
     "engine_down": ((4096, 11008), (64, 128)),
 }
+#: the targets of the GPU issue: search latency per call at n ≤ 11008 8-vectors, BlockLDLQ at 4096² (seconds, with
+#: no host synchronisation), a warm 4096² decomposition (seconds), decode at 4096×11008 batch 1 (µs)
+SEARCH_TARGET_US = 30.0
+LDLQ_TARGET_S = 0.050
+DECOMPOSE_TARGET_S = 10.0
+DECODE_TARGET_US = (13.8, 8.9)
+#: (n, d) of the decode sweep: LLaMa-2 7B's three shapes, and the toy shapes of --tiny
+DECODE_SHAPES = (((4096, 4096), (32, 64)), ((4096, 11008), (32, 128)), ((11008, 4096), (48, 64)))
 #: the CPU measurements of the same engine call (benchmarks/results/ENGINE.md's current figures)
 CPU_ENGINE_FILES = (
     "benchmarks/results/engine_t15_bf16_4096x4096.json",
@@ -450,8 +473,210 @@ def stage_engine(a: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def _lookup_dist(x, codes):
+    """Squared distance (float64, per row) from the rows of ``x`` (N, 8) to the codewords of ``codes`` (N,)."""
+    import torch
+
+    from caldera.quantizers.e8p import lookup_on
+
+    cb = lookup_on(torch.device("cpu")).codebook.double()
+    return ((x.double().cpu() - cb[codes.long().cpu()]) ** 2).sum(1)
+
+
+def stage_search(a: argparse.Namespace) -> dict[str, Any]:
+    """The device search (:func:`caldera.quantizers.e8p.search_on_device`: the Triton kernel on CUDA, the sync-free
+    torch search elsewhere) against the CPU's Numba search on 2²⁰ 8-vectors (codes equal except at distance ties),
+    its latency at one BlockLDLQ step (4096 and 11008 8-vectors) and its throughput on the 2²⁰."""
+    import torch
+
+    from caldera.quantizers import e8p
+
+    dev = a.device
+    N = 4096 if a.tiny else 1 << 20
+    x = (torch.randn(N, 8, generator=torch.Generator().manual_seed(0)) * 1.03).to(dev)
+    t = e8p.lookup_on(torch.device(dev))
+    codes = e8p.search_on_device(x, t)
+    ref = e8p.E8P().quantize(x.cpu()).reshape(-1)  # the CPU search of record (Numba where it imports)
+    differ = codes.cpu() != ref
+    gap = (_lookup_dist(x[differ.to(dev)], codes[differ.to(dev)]) - _lookup_dist(x.cpu()[differ], ref[differ]))
+    path = "triton" if dev == "cuda" and _has_triton() else "torch (sync-free)"
+    lat = {}
+    for n in (4096, 11008):
+        xs = x[:n] if n <= N else x.repeat(-(-n // N), 1)[:n]
+        lat[str(n)] = per_call_seconds(dev, [lambda xs=xs: e8p.search_on_device(xs, t)])[0] * 1e6
+    s, how = per_call_seconds(dev, [lambda: e8p.search_on_device(x, t)])
+    return {
+        "n_vectors": N, "path": path, "reference": f"E8P(backend={e8p.E8P().backend!r}) on the CPU",
+        "codes_differ": int(differ.sum()), "max_dist_gap": float(gap.abs().max()) if gap.numel() else 0.0,
+        "latency_us": lat, "throughput_vectors_per_s": N / s, "timed_by": how,
+        "checks": {"codes_match_up_to_ties": bool(gap.numel() == 0 or float(gap.abs().max()) < 1e-4)},
+        "target_us": SEARCH_TARGET_US,
+        "target_met": max(lat.values()) <= SEARCH_TARGET_US if dev == "cuda" else None,
+    }  # fmt: skip
+
+
+def stage_ldlq_sync(a: argparse.Namespace) -> dict[str, Any]:
+    """BlockLDLQ (E8P) at 4096² on the device path under ``torch.cuda.set_sync_debug_mode("error")`` (a host
+    synchronisation raises), timed; its proxy loss beside the CPU fused path's at a small shape."""
+    import torch
+
+    from caldera.ldl import block_ldl, regularize_hessian
+    from caldera.ldlq import block_ldlq
+    from caldera.quantizers.e8p import E8P
+    from caldera.synthetic import llm_like
+
+    dev = a.device
+    n = d = 64 if a.tiny else 4096
+    W, H = llm_like(n, d, seed=1)
+    L, _ = block_ldl(regularize_hessian(H).to(dev))
+    X = (W / W.pow(2).mean().sqrt()).to(dev)
+    q = E8P(backend="torch")  # off the CPU the backend is moot; on the CPU it selects the device path
+    fused = dev == "cuda"  # the Triton chunk kernel on CUDA; the per-block loop with the torch search elsewhere
+    block_ldlq(X[:64], L, q, fused=fused, checked=True)  # compiles
+    _sync(dev)
+    sync_error = None
+    if dev == "cuda":
+        torch.cuda.set_sync_debug_mode("error")
+    try:
+        t0 = time.perf_counter()
+        Wh, codes = block_ldlq(X, L, q, fused=fused, checked=True)
+        issued = time.perf_counter() - t0
+    except RuntimeError as e:
+        sync_error, issued, Wh = f"{type(e).__name__}: {str(e)[:200]}", None, None
+    finally:
+        if dev == "cuda":
+            torch.cuda.set_sync_debug_mode("default")
+    s = _median_seconds(dev, lambda: block_ldlq(X, L, q, fused=fused, checked=True), 1 if a.tiny else 3)
+    return {
+        "shape": [n, d], "path": "triton chunk kernel" if fused else "block loop, torch search", "ldlq_s": s,
+        "host_issue_seconds": issued, "sync_error": sync_error,
+        "checks": {"ran": Wh is not None, "no_host_sync": sync_error is None if dev == "cuda" else None},
+        "target_s": LDLQ_TARGET_S, "target_met": (s <= LDLQ_TARGET_S and sync_error is None) if dev == "cuda" else None,
+    }  # fmt: skip
+
+
+def stage_decompose_4096(a: argparse.Namespace) -> dict[str, Any]:
+    """One warm CALDERA decomposition at 4096² (the ``paper`` preset: rank 256, 4-bit factors, T_out 15, T_in 10),
+    timed whole (the first call at a toy shape compiles and warms the caches)."""
+    from caldera.config import CalderaConfig
+    from caldera.decomposition import caldera_decompose
+    from caldera.synthetic import llm_like
+
+    dev = a.device
+    n = d = 64 if a.tiny else 4096
+    rank = 8 if a.tiny else 256
+    cfg = CalderaConfig.preset("paper", rank=rank, **({"outer_iters": 2, "inner_iters": 2} if a.tiny else {}))
+    W0, H0 = llm_like(64, 64, seed=2)
+    caldera_decompose(W0.to(dev), H0.to(dev), cfg.replace(rank=8))  # warm
+    W, H = llm_like(n, d, seed=3)
+    W, H = W.to(dev), H.to(dev)
+    _sync(dev)
+    t0 = time.perf_counter()
+    r = caldera_decompose(W, H, cfg)
+    _sync(dev)
+    s = time.perf_counter() - t0
+    return {"shape": [n, d], "rank": rank, "outer_iters": cfg.outer_iters, "inner_iters": cfg.inner_iters,
+            "decompose_s": s, "error": float(r.error), "target_s": DECOMPOSE_TARGET_S,
+            "target_met": s <= DECOMPOSE_TARGET_S if dev == "cuda" and not a.tiny else None}  # fmt: skip
+
+
+def _regs_spills(jit_fn) -> list[dict[str, Any]] | str:
+    """Registers and spills of every compiled variant of a Triton kernel (CUDA); a note where none is known (the
+    interpreter compiles nothing)."""
+    try:
+        out = []
+        for cache in jit_fn.device_caches.values():
+            for k in cache[0].values():
+                out.append({"n_regs": int(k.n_regs), "n_spills": int(k.n_spills)})
+        return out or "none compiled (interpreter)"
+    except Exception as e:  # noqa: BLE001 - a Triton without these fields is recorded, not fatal
+        return f"unknown ({type(e).__name__})"
+
+
+def stage_decode_sweep(a: argparse.Namespace) -> dict[str, Any]:
+    """Batch 1 at LLaMa-2 7B's three shapes: the CUDA-core product on repacked codes
+    (:mod:`caldera.kernels.triton_e8p_gemv`, float16 and float32 x), the tensor-core kernel of
+    :mod:`caldera.kernels.triton_e8p` and dense float16 ``x Wᵀ``, with both kernels' registers and spills."""
+    if not _has_triton():
+        return {"status": "skipped: triton not installed"}
+    import torch
+
+    from caldera.kernels import triton_e8p as tk
+    from caldera.kernels import triton_e8p_gemv as kg
+    from caldera.kernels.e8p_decode import dequantize_codes
+
+    dev = a.device
+    g = torch.Generator().manual_seed(0)
+    sc = torch.tensor(0.5, device=dev)
+    rows, errs = [], {}
+    for full, tiny in DECODE_SHAPES:
+        n, d = tiny if a.tiny else full
+        codes_cpu = torch.randint(0, 1 << 16, (n, d // 8), generator=g).to(torch.int32)
+        copies = 1 if (a.tiny or dev != "cuda") else max(2, -(-(256 << 20) // (n * d // 4)))
+        codes = [codes_cpu.to(torch.int16).to(dev) for _ in range(copies)]
+        packed = [kg.repack(codes_cpu.to(dev)) for _ in range(copies)]
+        W16 = [(torch.randn(n, d, generator=g) / 8).half().to(dev) for _ in range(copies)]
+        x = torch.randn(1, d, generator=g)
+        xh, xf = x.half().to(dev), x.to(dev)
+        want = x.half().float() @ (0.5 * dequantize_codes(codes_cpu.long(), "e8p")).T
+        y = kg.e8p_gemv(xh, packed[0], n, d // 8, sc)
+        errs[f"{n}x{d}"] = float((y.cpu() - want).abs().max() / want.abs().max())
+        cands = {
+            "gemv_fp16_x": [lambda p=p, x=xh, nm=(n, d // 8): kg.e8p_gemv(x, p, *nm, sc) for p in packed],
+            "gemv_fp32_x": [lambda p=p, x=xf, nm=(n, d // 8): kg.e8p_gemv(x, p, *nm, sc) for p in packed],
+            "tensor_core_fp16_x": [lambda c=c, x=xh: tk.e8p_matmul(x, c, sc) for c in codes],
+            "dense_fp16": [lambda W=W, x=xh: x @ W.T for W in W16],
+        }
+        for kernel, fns in cands.items():
+            s, how = per_call_seconds(dev, fns)
+            rows.append({"shape": [n, d], "kernel": kernel, "B": 1, "us": s * 1e6, "timed_by": how})
+    b1 = {r["kernel"]: r["us"] for r in rows if r["shape"] == [4096, 11008]}
+    return {
+        "rows": rows, "max_rel_err": errs,
+        "registers": {"gemv": _regs_spills(kg._gemv_kernel), "tensor_core": _regs_spills(tk._rows_kernel)},
+        "checks": {"gemv_matches_reference": max(errs.values()) < 1e-4},
+        "target_us": list(DECODE_TARGET_US),
+        "target_met": (min(b1["gemv_fp16_x"], b1["tensor_core_fp16_x"]) <= DECODE_TARGET_US[0])
+        if dev == "cuda" and b1 else None,
+    }  # fmt: skip
+
+
+def stage_compressed_linear_graphed(a: argparse.Namespace) -> dict[str, Any]:
+    """``CompressedLinear`` (4096², float16 factors, RHT) at batch 1 on the device: eager, and replayed from its
+    CUDA graph (:meth:`~caldera.nn.compressed_linear.CompressedLinear.cuda_graph`; CUDA only: elsewhere recorded as
+    not applicable)."""
+    import torch
+
+    from caldera.nn.compressed_linear import CompressedLinear
+    from caldera.synthetic import random_compressed_layer
+
+    dev = a.device
+    n, d, rank = (64, 128, 4) if a.tiny else (4096, 4096, 64)
+    meta, ts = random_compressed_layer(n, d, rank, "float16")
+    layer = CompressedLinear.from_tensors(meta, ts).to(dev)
+    dtype = torch.float16 if dev == "cuda" else torch.float32
+    x = torch.randn(1, d, generator=torch.Generator().manual_seed(0)).to(dev, dtype)
+    res: dict[str, Any] = {"shape": [n, d], "rank": rank, "x_dtype": str(dtype).removeprefix("torch.")}
+    with torch.no_grad():
+        res["backend"] = layer.kernel_backend(x)
+        res["eager_us"] = _median_seconds(dev, lambda: layer(x), 3 if a.tiny else 50) * 1e6
+        res["graphed_us"], res["graph_status"] = None, "not applicable: no CUDA"
+        if dev == "cuda":
+            try:
+                run = layer.cuda_graph(1, dtype)
+                y = run(x).clone()
+                res["graphed_us"] = _median_seconds(dev, lambda: run(x), 50) * 1e6
+                res["graph_status"] = "ok"
+                res["graphed_matches_eager"] = bool(torch.allclose(y, layer(x), rtol=1e-3, atol=1e-3))
+            except Exception as e:  # noqa: BLE001 - a capture failure is recorded
+                res["graph_status"] = f"capture failed: {type(e).__name__}: {str(e)[:200]}"
+    return res
+
+
 STAGE_FNS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
-    "env": stage_env, "decode": stage_decode, "compressed_linear": stage_compressed_linear,
+    "env": stage_env, "search": stage_search, "ldlq_sync": stage_ldlq_sync, "decompose_4096": stage_decompose_4096,
+    "decode_sweep": stage_decode_sweep, "compressed_linear_graphed": stage_compressed_linear_graphed,
+    "decode": stage_decode, "compressed_linear": stage_compressed_linear,
     "streamed": stage_streamed, "gpu_tests": stage_gpu_tests, "costs": stage_costs,
     **dict.fromkeys(ENGINE_SHAPES, stage_engine),
 }  # fmt: skip
@@ -552,6 +777,19 @@ def _key_figures(name: str, st: dict[str, Any]) -> str:
         for r in st["rows"]:
             parts.append(f"{r['kernel']} B{r['B']} {r['us']:.1f} µs ({100 * r['share_of_copy_bw']:.0f} %)")
         return "; ".join(parts) + f"; best {st.get('best_cfg')}"
+    if name == "search" and "latency_us" in st:
+        lat = ", ".join(f"{k}: {v:.3g} µs" for k, v in st["latency_us"].items())
+        return (f"{st['path']}: {st['codes_differ']} of {st['n_vectors']} codes differ from the CPU's (max distance "
+                f"gap {st['max_dist_gap']:.1e}); per call {lat}; {st['throughput_vectors_per_s']:.3g} vectors/s")
+    if name == "ldlq_sync" and "ldlq_s" in st:
+        return f"{st['path']} {st['shape'][0]}x{st['shape'][1]}: {st['ldlq_s']:.3g} s, sync error {st['sync_error']}"
+    if name == "decompose_4096" and "decompose_s" in st:
+        return f"{st['shape'][0]}x{st['shape'][1]} r{st['rank']}: {st['decompose_s']:.3g} s, error {st['error']:.5f}"
+    if name == "decode_sweep" and "rows" in st:
+        return "; ".join(f"{r['shape'][0]}x{r['shape'][1]} {r['kernel']} {r['us']:.3g} µs" for r in st["rows"])
+    if name == "compressed_linear_graphed" and "eager_us" in st:
+        g = st["graphed_us"]
+        return f"{st['backend']} eager {st['eager_us']:.3g} µs, graphed " + (f"{g:.3g} µs" if g else st["graph_status"])
     if name == "compressed_linear" and "variants" in st:
         b1 = {v: r["B1"] for v, r in st["variants"].items()}
         return "; ".join(f"{v}: {r['backend']} err {r['max_rel_err']:.1e}, {r['kernel_path_us']:.0f} µs (reference "

@@ -15,6 +15,7 @@ buffered update), so the sequential Python work is one small matmul and one quan
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -22,7 +23,7 @@ from torch import Tensor
 
 from caldera.ldl import block_ldl
 from caldera.quantizers.base import Quantizer, rms
-from caldera.validation import check_values
+from caldera.validation import check_finite, check_values
 
 LDL_BLOCK = 8
 
@@ -43,8 +44,22 @@ def _check_block(quantizer: Quantizer, d: int) -> None:
         raise ValueError(f"W has {d} columns; BlockLDLQ needs a multiple of {LDL_BLOCK} (pad the layer)")
 
 
+def _block_coders(
+    quantizer: Quantizer,
+) -> tuple[Callable[[Tensor], Tensor], Callable[[Tensor], Tensor], bool]:
+    """``(quantize, dequantize, unchecked)`` for the blocks of one matrix: the quantizer's unchecked pair where it
+    has one (``quantize_validated`` / ``dequantize_validated``, E8P: no per-block checks, so no host
+    synchronisation on a device; the caller checks the matrix once instead), else its checked ``quantize`` /
+    ``dequantize``; ``unchecked`` says which."""
+    enc = getattr(quantizer, "quantize_validated", None)
+    dec = getattr(quantizer, "dequantize_validated", None)
+    if enc is None or dec is None:
+        return quantizer.quantize, quantizer.dequantize, False
+    return enc, dec, True
+
+
 def block_ldlq(
-    W: Tensor, L: Tensor, quantizer: Quantizer, buffer: int = 128, fused: bool = True
+    W: Tensor, L: Tensor, quantizer: Quantizer, buffer: int = 128, fused: bool = True, checked: bool = False
 ) -> tuple[Tensor, Tensor]:
     """BlockLDLQ in reverse block order, in codebook units.
 
@@ -58,6 +73,10 @@ def block_ldlq(
             with the in-chunk feedback summed per row in float64 instead of by float32 matmuls, so a code can
             differ from the loop's only at a float tie. The compiled chunk reads and writes column slices of
             ``W``, ``Ŵ``, δ and the codes in place (no copies). ``False`` forces the loop.
+        checked: ``W`` and ``L`` are known finite (the caller checked them). Otherwise the loop checks both
+            once, one host synchronisation per matrix, before it quantizes blocks with the quantizer's unchecked
+            pair (:func:`_block_coders`); with ``checked=True`` the loop (E8P on any device but the Numba CPU
+            path) reads no value back to the host: no ``item``, ``nonzero``, ``bool`` or ``float`` of a tensor.
     Returns:
         W_hat: (n, d) float32 codewords; codes: (n, d // quantizer.block_size).
     """
@@ -83,6 +102,10 @@ def block_ldlq(
                 all_codes[:, cs // quantizer.block_size : ce // quantizer.block_size],
             )
         return W_hat, all_codes
+    quantize, dequantize, unchecked = _block_coders(quantizer)
+    if unchecked and not checked:
+        check_finite(W, "W")
+        check_finite(L, "L")
     codes: list[Tensor | None] = [None] * (d // g)
     for cs in reversed(range(0, d, buffer)):
         ce = min(cs + buffer, d)
@@ -94,8 +117,8 @@ def block_ldlq(
             x = Wc[:, bs - cs : be - cs]
             if be < ce:
                 x = x + delta[:, be:ce] @ L[be:ce, bs:be]
-            c = quantizer.quantize(x)
-            q = quantizer.dequantize(c)
+            c = quantize(x)
+            q = dequantize(c)
             W_hat[:, bs:be] = q
             delta[:, bs:be] = W[:, bs:be] - q
             codes[bs // g] = c
@@ -103,15 +126,27 @@ def block_ldlq(
 
 
 def greedy_refine(
-    W: Tensor, W_hat: Tensor, codes: Tensor, H: Tensor, quantizer: Quantizer, passes: int
+    W: Tensor, W_hat: Tensor, codes: Tensor, H: Tensor, quantizer: Quantizer, passes: int, checked: bool = False
 ) -> tuple[Tensor, Tensor]:
     """QuIP#'s greedy block-coordinate-descent passes (``quip_tune_iters``), reverse block order.
 
     Each block moves to ``Q(Ŵ_k + ((W − Ŵ) H)_{:,k} H_kk⁻¹)``, the quantized minimizer of the proxy loss in
     that block with the others fixed. Shapes: W, W_hat (n, d); codes (n, d // block_size); H (d, d).
+
+    Off the Numba CPU path, E8P quantizes with its unchecked pair (:func:`_block_coders`; W and H checked once
+    here unless ``checked``) and every block's update is applied whether or not it moved (a zero update leaves G,
+    Ŵ and the codes as they are), so that nothing is read back to the host; elsewhere a block that did not move
+    is skipped.
     """
     if passes == 0:
         return W_hat, codes
+    quantize, dequantize, unchecked = _block_coders(quantizer)
+    unchecked = unchecked and not quantizer.fused_ldlq_available(W)
+    if not unchecked:
+        quantize, dequantize = quantizer.quantize, quantizer.dequantize
+    elif not checked:
+        check_finite(W, "W")
+        check_finite(H, "H")
     g = LDL_BLOCK
     d = W.shape[1]
     per = g // quantizer.block_size
@@ -124,10 +159,10 @@ def greedy_refine(
     for _ in range(passes):
         for k in reversed(range(nb)):
             s = slice(k * g, (k + 1) * g)
-            c = quantizer.quantize(W_hat[:, s] + G[:, s] @ Hkk_inv[k])
-            q = quantizer.dequantize(c)
+            c = quantize(W_hat[:, s] + G[:, s] @ Hkk_inv[k])
+            q = dequantize(c)
             dq = q - W_hat[:, s]
-            if bool(dq.any()):
+            if unchecked or bool(dq.any()):
                 G -= dq @ H[s, :]
                 W_hat[:, s] = q
                 codes[:, k * per : (k + 1) * per] = c

@@ -125,16 +125,16 @@ def test_quantizers_run_on_the_inputs_device_and_dequantize_on_the_codes_device(
 
 
 def test_e8p_torch_search_on_a_device_matches_the_cpu_search():
-    """The path a CUDA tensor takes (torch search, large device chunks) gives the same codes as the CPU
-    paths (Numba kernel and the chunked torch search), run here on the CPU."""
+    """The path a CUDA tensor takes without Triton (the sync-free torch search, every norm-12 pattern scored on
+    every column) gives the same codes as the CPU paths (Numba kernel and the chunked torch search), run here on
+    the CPU."""
     g = torch.Generator().manual_seed(5)
     x = torch.cat([torch.randn(20000, 8, generator=g) * s for s in (0.5, 1.03, 2.0, 4.0)])
     ref = E8P(backend="numba").quantize(x)
     assert torch.equal(E8P(backend="torch").quantize(x), ref)
     t = e8p_mod.lookup_on(x.device)
     out = torch.empty(x.shape[0], dtype=torch.int32)
-    e8p_mod._encode(x, t, out, chunk=e8p_mod._DEVICE_CHUNK_ROWS)  # one pass, as on a GPU
-    assert torch.equal(out.reshape(ref.shape), ref)
+    assert torch.equal(e8p_mod.encode_dense(x, t).reshape(ref.shape), ref)
     # the CPU-only backend is refused for a non-CPU tensor instead of silently copying to the host
     with pytest.raises(ValueError, match="CPU tensors only"):
         e8p_mod._encode_all(x.to("meta"), e8p_mod.lookup_on(torch.device("meta")), out.to("meta"), "numba")

@@ -70,7 +70,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("entry points", ("cli", "")),  # "": the package's own __init__
 )
 #: Modules of ``caldera.kernels`` that only the kernels package imports (its dispatcher chooses among them).
-KERNEL_BACKENDS = ("caldera.kernels.cpu", "caldera.kernels.native", "caldera.kernels.triton_e8p")
+KERNEL_BACKENDS = ("caldera.kernels.cpu", "caldera.kernels.native", "caldera.kernels.triton_e8p",
+                   "caldera.kernels.triton_e8p_gemv")
 
 
 @dataclass(frozen=True)

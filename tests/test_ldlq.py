@@ -125,3 +125,112 @@ def test_fused_e8p_ldlq_splits_rows_over_threads_without_changing_the_result():
         torch.set_num_threads(threads)
     assert torch.equal(c1, c2) and torch.equal(Wh1, Wh2)
     assert torch.equal(q.dequantize(c2), Wh2)
+
+
+_HOST_READS = ("item", "nonzero", "__bool__", "__float__", "__int__", "__index__", "tolist")
+
+
+def test_block_ldlq_loop_reads_nothing_back_to_the_host(monkeypatch):
+    """The loop that a tensor on a GPU takes (E8P's unchecked search and decode, the torch search, ``checked=True``)
+    never reads a value back to the host: run on the CPU with every ``Tensor`` method that does (and
+    ``torch.nonzero``) made to raise. A per-block input check (``float(amax)``), ``check_codes`` in the decode
+    (``int(min)``) or a ``nonzero`` over the columns where a norm-12 pattern may win each raises here."""
+    from caldera.quantizers.e8p import E8P
+
+    q = E8P(backend="torch")
+    W, H = llm_like(40, 48, seed=23)
+    L, _ = block_ldl(regularize_hessian(H))
+    X = (W / W.pow(2).mean().sqrt()) * 1.5  # RMS 1.5: many columns where a norm-12 pattern could win
+
+    def refuse(name):
+        def read(*args, **kwargs):
+            raise AssertionError(f"host read inside block_ldlq: {name}")
+
+        return read
+
+    with monkeypatch.context() as m:
+        for name in _HOST_READS:
+            m.setattr(torch.Tensor, name, refuse(f"Tensor.{name}"))
+        m.setattr(torch, "nonzero", refuse("torch.nonzero"))
+        Wh, codes = block_ldlq(X, L, q, buffer=16, fused=False, checked=True)
+    assert torch.equal(q.dequantize(codes), Wh)
+    below = (torch.arange(48)[:, None] // 8) > (torch.arange(48)[None, :] // 8)
+    x = (X.double() + (X - Wh).double() @ (L.double() * below)).float()
+    assert (q.quantize(x) == codes).float().mean() > 0.99  # it is BlockLDLQ: each code is its x's nearest
+
+
+def test_block_ldlq_checks_the_matrix_once_on_the_unchecked_path():
+    """Without ``checked`` the loop checks W and L once before it quantizes blocks unchecked: a NaN is named."""
+    from caldera.quantizers.e8p import E8P
+
+    W, H = llm_like(8, 16, seed=24)
+    L, _ = block_ldl(regularize_hessian(H))
+    W[3, 5] = float("nan")
+    with pytest.raises(ValueError, match="W contains 1 NaN"):
+        block_ldlq(W, L, E8P(backend="torch"), fused=False)
+    L2 = L.clone()
+    L2[9, 2] = float("inf")
+    with pytest.raises(ValueError, match="L contains 1 NaN"):
+        block_ldlq(W.nan_to_num(), L2, E8P(backend="torch"), fused=False)
+
+
+@pytest.mark.parametrize(("n", "d", "rms", "seed"), [(256, 128, 1.03, 31), (300, 96, 2.0, 32), (128, 256, 0.9, 33)])
+def test_device_path_matches_the_cpu_fused_path(n, d, rms, seed):
+    """The device-agnostic path (the per-block loop with the sync-free torch search) against the CPU path of record
+    (the Numba fused chunks) on fixed seeds: codes equal except at float ties (after a tie a row's later blocks
+    see other feedback, so at most a few rows differ) and the proxy loss tr(ΔHΔᵀ) equal to 1e-6."""
+    from caldera.quantizers.e8p import E8P
+
+    cpu = E8P()
+    if not cpu.fused_ldlq_available(torch.zeros(1)):
+        pytest.skip("the CPU path of record needs Numba")
+    W, H = llm_like(n, d, seed=seed)
+    Hr = regularize_hessian(H)
+    L, _ = block_ldl(Hr)
+    X = W / W.pow(2).mean().sqrt() * rms
+    Wh_cpu, codes_cpu = block_ldlq(X, L, cpu, fused=True)
+    Wh_dev, codes_dev = block_ldlq(X, L, E8P(backend="torch"), fused=False, checked=True)
+    rows_differ = (codes_cpu != codes_dev).any(1)
+    assert rows_differ.float().mean() <= 0.02, float(rows_differ.float().mean())
+    loss = lambda Wh: float(data_aware_sq_error((X - Wh).double(), Hr.double()))  # noqa: E731
+    assert loss(Wh_dev) == pytest.approx(loss(Wh_cpu), rel=1e-6)
+
+
+def test_greedy_refine_off_the_numba_path_reads_nothing_back_and_matches(monkeypatch):
+    """QuIP#'s refinement passes with E8P off the Numba CPU path apply every block's update unconditionally (no
+    ``bool(dq.any())``) and search unchecked: with every host read raising they give the result of the checked
+    per-block passes (the CPU path's rule: skip a block that did not move) bit for bit."""
+    from caldera.quantizers.e8p import E8P
+
+    W, H = llm_like(24, 32, seed=25)
+    Hr = regularize_hessian(H).float()
+    L, _ = block_ldl(Hr)
+    X = W / W.pow(2).mean().sqrt()
+    q = E8P(backend="torch")
+    Wh, codes = block_ldlq(X, L, q, fused=False, checked=True)
+
+    class Checked(E8P):  # the same search with the per-block checks: the loop's other rule
+        quantize_validated = None
+
+    want = greedy_refine(X, Wh, codes, Hr, Checked(backend="torch"), passes=2)
+    with monkeypatch.context() as m:
+        for name in _HOST_READS:
+            m.setattr(torch.Tensor, name, lambda *a, _n=name, **k: (_ for _ in ()).throw(AssertionError(_n)))
+        got = greedy_refine(X, Wh, codes, Hr, q, passes=2, checked=True)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert not torch.equal(got[1], codes)  # the passes moved some blocks: the comparison is not vacuous
+
+
+def test_a_quantizer_without_an_unchecked_pair_keeps_its_per_block_checks(monkeypatch):
+    """A quantizer with no ``quantize_validated`` (the integer grid here) goes through its own checked ``quantize``
+    in every block, and neither BlockLDLQ nor the refinement adds a whole-matrix check for it."""
+    import caldera.ldlq as ldlq_mod
+
+    calls = []
+    monkeypatch.setattr(ldlq_mod, "check_finite", lambda x, name: calls.append(name))
+    W, H = llm_like(8, 16, seed=26)
+    Hr = regularize_hessian(H).float()
+    L, _ = block_ldl(Hr)
+    Wh, codes = block_ldlq(W * 3, L, IntegerGrid(), fused=False)
+    greedy_refine(W * 3, Wh, codes, Hr, IntegerGrid(), passes=1)
+    assert calls == []

@@ -27,6 +27,10 @@ __all__ = ["Factors", "codes_linear", "fused_layer", "native_available", "numba_
            "triton_available"]
 
 
+#: batches up to this size take the CUDA-core products of :mod:`caldera.kernels.triton_e8p_gemv` where they apply
+MAX_GEMV_BATCH = 4
+
+
 @functools.lru_cache(maxsize=1)
 def triton_available() -> bool:
     try:
@@ -96,7 +100,12 @@ def codes_linear(h: Tensor, Q_codes: Tensor, Q_scale: Tensor, factors: Factors |
             t = e8p_matmul(h, factors.R_codes, factors.R_scale, quantizer=factors.quantizer)
             y = e8p_matmul(h, Q_codes, Q_scale)
             return e8p_matmul_t(t, factors.L_codes, factors.L_scale, factors.quantizer, out=y)
-        t = h @ factors.R.to(h.dtype).T
+        if h.shape[0] <= MAX_GEMV_BATCH and factors.R.dtype == torch.float16:
+            from caldera.kernels.triton_e8p_gemv import half_matmul_t
+
+            t = half_matmul_t(h, factors.R)  # R read as stored: no float32 copy of it per call
+        else:
+            t = h @ factors.R.to(h.dtype).T
         if factors.L.dtype == torch.float16:  # fused into the Q product (the kernel's mma takes float16)
             return e8p_matmul(h, Q_codes, Q_scale, factors.L, t)
         return e8p_matmul(h, Q_codes, Q_scale).addmm_(t.float(), factors.L.float().T)

@@ -364,6 +364,34 @@ class CompressedLinear(nn.Module):
             y = y + self.bias.float()
         return y.to(dtype)
 
+    def cuda_graph(self, batch: int = 1, dtype: torch.dtype = torch.float16, warmup: int = 3):
+        """This layer's forward for ``(batch, in_features)`` inputs of ``dtype``, captured once as a CUDA graph and
+        replayed per call (a decode step's kernel launches paid once, at capture). Returns ``run(x)``: it copies
+        ``x`` into the graph's static input, replays the graph and returns its static output ``(batch,
+        out_features)`` of ``dtype``, which the next call overwrites (clone it to keep it). Inference only (run
+        under ``torch.no_grad()``); the layer's tensors must stay in place while the graph is used (a ``.to()`` or
+        a reload needs a new graph). ``ValueError`` unless the layer is on a CUDA device."""
+        dev = self._q_device()
+        if dev.type != "cuda":
+            raise ValueError(f"cuda_graph: the layer is on {dev}; a CUDA graph needs the layer on a CUDA device")
+        x_static = torch.zeros(batch, self.in_features, dtype=dtype, device=dev)
+        stream = torch.cuda.Stream(dev)
+        stream.wait_stream(torch.cuda.current_stream(dev))
+        with torch.no_grad(), torch.cuda.stream(stream):
+            for _ in range(warmup):  # compiles the kernels and prepares the caches outside the capture
+                self(x_static)
+        torch.cuda.current_stream(dev).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.no_grad(), torch.cuda.graph(graph):
+            y_static = self(x_static)
+
+        def run(x: Tensor) -> Tensor:
+            x_static.copy_(x)
+            graph.replay()
+            return y_static
+
+        return run
+
     # ------------------------------------------------------------------------------------------ accounting
 
     def bit_widths(self) -> dict[str, Any]:

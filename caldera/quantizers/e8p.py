@@ -58,6 +58,7 @@ import functools
 import math
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -283,17 +284,26 @@ def _norm12_gain(ay: Tensor, odd: Tensor, t: _E8PLookup) -> tuple[Tensor, Tensor
     return _argmax_rows(g)
 
 
-def _best_points(y: list[Tensor], t: _E8PLookup) -> tuple[Tensor, Tensor, Tensor]:
-    """Best ``b ∈ B`` for each column of the 8 coordinate rows ``y`` (float32 ``(M,)`` each, ``M ≤ _COLS``).
+class _ClassBest(NamedTuple):
+    """The best of the 227 short patterns per column (:func:`_class_best`); every field ``(M,)`` unless noted."""
 
-    Returns ``(gain, code8, hard)``: ``gain = 2⟨b, y⟩ − ‖b‖²`` (float32 ``(M,)``); ``code8`` (int32 ``(M,)``)
-    is ``(k << 8) | low`` for the shift ``p = 0`` convention (XOR bit 0 with ``p`` for the other shift);
-    ``hard`` (int64) lists the columns where a norm-12 pattern might still win: their result is the best
-    of the other 227 patterns and must be finished by :func:`_norm12_finish`.
+    ay: list[Tensor]  # |y_i|, 8 rows, float32
+    neg: Tensor  # int32 sign byte (bit i: y_i < 0)
+    q: Tensor  # float 0/1: parity of the number of negative coordinates
+    r: list[Tensor]  # 8 rows of packed int32 sort keys, |y| descending (coordinate in the 3 low bits)
+    w: list[Tensor]  # 5 rows, float32 4**(coordinate of rank k+1), k = 0..4
+    k3: Tensor  # float32 base-4 key of ranks 1..3 carrying digit 1
+    p4: Tensor  # float32 sum of the 4 largest |y|
+    neg_o: Tensor  # float32 minus the parity penalty of the classes with odd Σa
+    best: Tensor  # float32 best class gain relative to Σ|y|
+    index: Tensor  # float32 row of S of the best class
+    odd: Tensor  # float 0/1: flip the smallest |y| (rank 8)
 
-    Selections use float 0/1 masks and arithmetic (``a += m·(b − a)``): boolean masks, ``masked_fill_`` and
-    ``where`` with scalars cost several times more per element in torch's CPU kernels.
-    """
+
+def _class_best(y: list[Tensor], t: _E8PLookup) -> _ClassBest:
+    """The best of the 227 short patterns (the 7 permutation-closed classes, see the module docstring) for each
+    column of the 8 coordinate rows ``y`` (float32 ``(M,)`` each): the first part of :func:`_best_points` and of
+    :func:`_best_points_dense`. Selections use float 0/1 masks and arithmetic (see :func:`_best_points`)."""
     M = y[0].shape[0]
     ay = [v.abs() for v in y]
     dev = y[0].device
@@ -334,6 +344,25 @@ def _best_points(y: list[Tensor], t: _E8PLookup) -> tuple[Tensor, Tensor, Tensor
         sa.addcmul_(better, (1 - sa) if odd_sum else -sa)
     index = t.key_to_index.index_select(0, key.to(torch.int32))  # keys < 2**16 are exact in float32
     odd = (sa - q).abs_()  # (Σa + #negatives) mod 2: flip one sign
+    return _ClassBest(ay, neg, q, r, w, k3, p4, neg_o, best, index, odd)
+
+
+def _best_points(y: list[Tensor], t: _E8PLookup) -> tuple[Tensor, Tensor, Tensor]:
+    """Best ``b ∈ B`` for each column of the 8 coordinate rows ``y`` (float32 ``(M,)`` each, ``M ≤ _COLS``).
+
+    Returns ``(gain, code8, hard)``: ``gain = 2⟨b, y⟩ − ‖b‖²`` (float32 ``(M,)``); ``code8`` (int32 ``(M,)``)
+    is ``(k << 8) | low`` for the shift ``p = 0`` convention (XOR bit 0 with ``p`` for the other shift);
+    ``hard`` (int64) lists the columns where a norm-12 pattern might still win: their result is the best
+    of the other 227 patterns and must be finished by :func:`_norm12_finish`.
+
+    Selections use float 0/1 masks and arithmetic (``a += m·(b − a)``): boolean masks, ``masked_fill_`` and
+    ``where`` with scalars cost several times more per element in torch's CPU kernels.
+    """
+    ay, neg, q, r, w, k3, p4, neg_o, best, index, odd = _class_best(y, t)
+    M = y[0].shape[0]
+    dev = y[0].device
+    tmp = torch.empty(M, device=dev)
+    y5, y6 = [(k & -8).view(torch.float32) for k in r[4:6]]
 
     # Norm-12 patterns (3/2)⁵ ½³ (Σa = 9, odd). Putting the 3/2s on the five largest |y_i| bounds their gain
     # by ub; when those five coordinates form one of the 29 patterns (its base-4 key is then in S) the bound
@@ -436,6 +465,69 @@ def _encode(x: Tensor, t: _E8PLookup, out: Tensor, chunk: int = _CHUNK_ROWS) -> 
         out[start:stop] = torch.where(plus, code[start:stop], code[n + start : n + stop])
 
 
+def _best_points_dense(y: list[Tensor], t: _E8PLookup) -> tuple[Tensor, Tensor]:
+    """:func:`_best_points` with every norm-12 pattern scored on every column: ``(gain, code8)``, same meaning,
+    no list of hard columns (its size would depend on the data, a host round trip on a device).
+
+    The 29 norm-12 patterns ``(3/2)⁵ ½³`` (Σa = 9, odd) are scored exhaustively (:func:`_norm12_gain`, a
+    ``(29, 8, M)`` product) and replace the best class where strictly better; the sign to flip when the parity
+    is odd is then the coordinate with the smallest ``a_i |y_i|`` (the first such), as in
+    :func:`_norm12_finish`. Every index is in range whatever the input (NaN included), so the codes are always
+    valid 16-bit codes.
+    """
+    c = _class_best(y, t)
+    ay = torch.stack(c.ay)  # (8, M)
+    odd12 = 1 - c.q  # Σa = 9 is odd: flip a sign when the number of negatives is even
+    g12, k12 = _norm12_gain(ay, odd12, t)
+    win = torch.gt(g12, c.best)  # strict: the short patterns win ties, as in the Numba search
+    best = torch.maximum(c.best, g12)
+    idx = torch.where(win, k12.to(torch.int32) + 227, c.index.to(torch.int32))
+    j12 = (t.n12_abs.index_select(0, k12) * ay.T).argmin(1).to(torch.int32)  # first smallest a_i |y_i|
+    flip = torch.where(win, j12, c.r[7] & 7)
+    odd = torch.where(win, odd12, c.odd).to(torch.int32)
+    low = c.neg ^ (odd << flip) ^ (t.sum_odd.index_select(0, idx) << 7)
+    return ay.sum(0).add_(best), (idx << 8).bitwise_or_(low)
+
+
+#: 8-vectors per pass of :func:`encode_dense`: its largest temporary, the (29, 8, 2 · rows) norm-12 product, is then
+#: 61 MiB; one pass covers a BlockLDLQ step at the LLaMa-2 7B shapes (n ≤ 11008 8-vectors)
+_DENSE_CHUNK_ROWS = 1 << 15
+
+
+def encode_dense(x: Tensor, t: _E8PLookup, chunk: int | None = None) -> Tensor:
+    """Codes of the nearest E8P codewords of the rows of ``x`` (float32 ``(n, 8)``, finite) as int32 ``(n,)``, on
+    ``x``'s device with no host synchronisation: the same exact search as :func:`_encode` (both shifts
+    ``s = ±¼``; the shift with the larger ``gain ± ½Σx`` wins, ties to ``+¼``) with the norm-12 patterns scored
+    on every column (:func:`_best_points_dense`), so that no tensor size depends on the data. ``t`` is
+    :func:`lookup_on` ``x``'s device. Codes can differ from :func:`_encode`'s and the Numba search's only at
+    float ties (``tests/quantizers/test_e8p.py`` checks all three against brute force). ``chunk``: 8-vectors per
+    pass (default ``_DENSE_CHUNK_ROWS``)."""
+    n = x.shape[0]
+    chunk = chunk or _DENSE_CHUNK_ROWS
+    out = torch.empty(n, dtype=torch.int32, device=x.device)
+    for start in range(0, n, chunk):
+        xc = x[start : start + chunk]
+        m = xc.shape[0]
+        y = torch.cat((xc - 0.25, xc + 0.25)).T  # (8, 2m): columns [:m] shift p = 0, [m:] p = 1
+        g, code8 = _best_points_dense(list(y.unbind(0)), t)
+        half_sx = xc.sum(1).mul_(0.5)
+        plus = (g[:m] + half_sx) >= (g[m:] - half_sx)
+        out[start : start + m] = torch.where(plus, code8[:m], code8[m:] ^ 1)  # p = 1: bit 0 carries the parity
+    return out
+
+
+def search_on_device(x: Tensor, t: _E8PLookup) -> Tensor:
+    """Nearest-codeword codes, int32 ``(n,)``, of the rows of a checked float32 ``(n, 8)`` ``x`` on any device,
+    without host synchronisation: the one-kernel Triton search (:func:`caldera.quantizers.e8p_triton.search`) on
+    CUDA when Triton imports, else :func:`encode_dense` (``t``: :func:`lookup_on` ``x``'s device)."""
+    if x.device.type == "cuda":
+        from caldera.quantizers import e8p_triton
+
+        if e8p_triton.available():
+            return e8p_triton.search(x, t)
+    return encode_dense(x, t)
+
+
 @functools.lru_cache(maxsize=4)
 def _pool(workers: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="caldera-e8p")
@@ -443,10 +535,7 @@ def _pool(workers: int) -> ThreadPoolExecutor:
 
 #: Search backends: "numba" (compiled loop, :mod:`caldera.quantizers.e8p_kernel`, CPU tensors only) and
 #: "torch" (the vectorised search above, any device). "auto" picks numba when it imports; tensors on any
-#: other device than the CPU always use "torch" (on their own device: no host round trip).
-#: 8-vectors per pass of the torch search on a non-CPU device: every (vector, shift) temporary of the search is
-#: 2 · 2**20 float32 = 8 MiB (a few dozen are alive at once); one pass covers a BlockLDLQ step or a factor
-_DEVICE_CHUNK_ROWS = 1 << 20
+#: other device than the CPU always use "torch" (on their own device: no host round trip, :func:`search_on_device`).
 #: the Numba kernel splits inputs of at least this many 8-vectors over the job's threads (it releases the
 #: GIL; a BlockLDLQ step quantizes n 8-vectors, n = 4096 or 11008 at LLaMa-2 7B shapes)
 _NUMBA_SPLIT_ROWS = 2048
@@ -548,14 +637,14 @@ def _encode_all(x: Tensor, t: _E8PLookup, out: Tensor, backend: str = "torch") -
     large inputs are split into blocks that run on ``torch.get_num_threads()`` Python threads (torch
     releases the GIL inside its kernels, so the blocks overlap); the Numba kernel is split from
     ``_NUMBA_SPLIT_ROWS`` 8-vectors on (the size of one BlockLDLQ step). Every 8-vector is searched
-    independently, so the result does not depend on the split. Other devices run the torch search on
-    ``x``'s device in passes of ``_DEVICE_CHUNK_ROWS`` (``backend`` must be "torch" there).
+    independently, so the result does not depend on the split. Other devices search on ``x``'s device without
+    host synchronisation (:func:`search_on_device`; ``backend`` must be "torch" there).
     """
     n = x.shape[0]
     if x.device.type != "cpu":
         if backend != "torch":
             raise ValueError(f"E8P backend={backend!r} runs on CPU tensors only; got a tensor on {x.device}")
-        _encode(x, t, out, chunk=_DEVICE_CHUNK_ROWS)
+        out.copy_(search_on_device(x, t))
         return
     encode = _encode_numba if backend == "numba" else _encode
     workers = torch.get_num_threads()
@@ -632,8 +721,35 @@ class E8P(Quantizer):
         _encode_all(xf, lookup_on(xf.device), codes, self.backend if cpu else "torch")
         return codes.reshape(*x.shape[:-1], x.shape[-1] // 8)
 
+    def quantize_validated(self, x: Tensor) -> Tensor:
+        """:meth:`quantize` of a float32 ``x`` ``(..., n)`` (``n % 8 == 0``) that the caller has already checked
+        (finite: BlockLDLQ checks its matrix once, not each block): no checks, hence no host synchronisation on a
+        device. CPU tensors with the Numba backend take the same search as :meth:`quantize`; every other tensor
+        takes :func:`search_on_device` (on the CPU the torch search of :func:`encode_dense`). Returns int32
+        ``(..., n // 8)``."""
+        xf = x.detach().to(torch.float32).reshape(-1, 8).contiguous()
+        if xf.device.type == "cpu" and self.backend == "numba":
+            codes = torch.empty(xf.shape[0], dtype=torch.int32, device=xf.device)
+            _encode_all(xf, self._t, codes, "numba")
+        else:
+            codes = search_on_device(xf, lookup_on(xf.device))
+        return codes.reshape(*x.shape[:-1], x.shape[-1] // 8)
+
+    def dequantize_validated(self, codes: Tensor) -> Tensor:
+        """:meth:`dequantize` of int32 or int64 codes known to lie in ``[0, 65535]`` (those of
+        :meth:`quantize_validated`): no range check, hence no host synchronisation. Returns float32
+        ``(..., 8 m)``."""
+        flat = lookup_on(codes.device).codebook.index_select(0, codes.reshape(-1))
+        return flat.reshape(*codes.shape[:-1], codes.shape[-1] * 8)
+
     def fused_ldlq_available(self, x: Tensor) -> bool:
-        """Whether :meth:`fused_ldlq_chunk` runs for tensors like ``x`` (CPU, float32, the Numba backend)."""
+        """Whether :meth:`fused_ldlq_chunk` runs for tensors like ``x``: CPU tensors with the Numba backend (the
+        compiled chunk), CUDA tensors when Triton imports (the chunk kernel of
+        :func:`caldera.quantizers.e8p_triton.ldlq_chunk`)."""
+        if x.device.type == "cuda":
+            from caldera.quantizers import e8p_triton
+
+            return e8p_triton.available()
         return self.backend == "numba" and x.device.type == "cpu" and _numba_ldlq_kernel() is not None
 
     def fused_ldlq_chunk(
@@ -645,7 +761,15 @@ class E8P(Quantizer):
         ``codes`` ``(n, c // 8)``; each may be a strided view with unit stride along its rows (a column slice of
         the whole matrix), written in place. Rows are independent: they are split over
         ``torch.get_num_threads()`` threads (the kernel releases the GIL), which does not change the result.
+        Tensors off the CPU, or with the torch backend, take the Triton chunk kernel
+        (:func:`caldera.quantizers.e8p_triton.ldlq_chunk`: one program per tile of rows, the in-chunk feedback
+        summed in float32; same contract).
         """
+        if W.device.type != "cpu" or self.backend != "numba":
+            from caldera.quantizers import e8p_triton
+
+            e8p_triton.ldlq_chunk(F, Lc, W, W_hat, delta, codes, lookup_on(W.device))
+            return
         kernel, cb, key_to_index, sum_odd, n12_abs = _numba_ldlq_kernel()
         n = W.shape[0]
         has_F = F is not None

@@ -319,3 +319,25 @@ def test_a_quantizer_registered_by_a_method_module_is_found_when_a_checkpoint_na
     assert resolve_quantizer("test-codebook2").name == "test-codebook2" and calls == [False]  # known now
     with pytest.raises(ValueError, match="unknown quantizer"):
         resolve_quantizer("nobody-registers-this")
+
+
+def test_cuda_graph_needs_the_layer_on_cuda(decs):
+    """Off CUDA the graphed decode is refused with the layer's device named, not captured into nothing."""
+    mod = CompressedLinear.from_decomposition(decs["caldera-16bit"])
+    with pytest.raises(ValueError, match="on cpu; a CUDA graph needs"):
+        mod.cuda_graph()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (a CUDA graph)")
+@pytest.mark.parametrize("kind", ["caldera-e8p-rvq4", "caldera-16bit"])
+def test_cuda_graph_replays_the_forward_for_each_new_input(decs, kind):
+    """The replayed graph gives the eager forward's output for every input copied in, not the captured one's."""
+    mod = CompressedLinear.from_decomposition(decs[kind]).to("cuda")
+    run = mod.cuda_graph(batch=2, dtype=torch.float16)
+    for seed in (1, 2):
+        x = _x(2, seed=seed).cuda().half()
+        with torch.no_grad():
+            want = mod(x)
+            got = run(x).clone()
+        torch.testing.assert_close(got.float(), want.float(), rtol=1e-3, atol=1e-3 * float(want.abs().max()))

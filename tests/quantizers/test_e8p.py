@@ -20,11 +20,26 @@ NORM12_2X = (
 ).split()
 
 
-@pytest.fixture(scope="module", params=["numba", "torch"])
+class _DeviceSearchE8P(E8P):
+    """E8P whose ``quantize`` checks its input, then searches by ``quantize_validated`` on the torch backend: the
+    sync-free search a tensor on a device takes (:func:`caldera.quantizers.e8p.encode_dense`), run on the CPU."""
+
+    def __init__(self) -> None:
+        super().__init__(backend="torch")
+
+    def quantize(self, x: torch.Tensor) -> torch.Tensor:
+        xf = self._flat(x, "x")
+        return self.quantize_validated(xf).reshape(*x.shape[:-1], x.shape[-1] // 8)
+
+
+@pytest.fixture(scope="module", params=["numba", "torch", "device"])
 def q(request: pytest.FixtureRequest) -> E8P:
-    """Every search test runs on both backends: the compiled kernel and the vectorised torch reference."""
+    """Every search test runs on the three searches: the compiled kernel, the vectorised torch reference and the
+    sync-free search of tensors on a device (every norm-12 pattern scored on every column)."""
     if request.param == "numba":
         pytest.importorskip("numba")
+    if request.param == "device":
+        return _DeviceSearchE8P()
     return E8P(backend=request.param)
 
 
@@ -174,6 +189,7 @@ def test_nearest_across_chunk_and_block_boundaries(q: E8P, cb64: torch.Tensor, m
     monkeypatch.setattr(e8p_mod, "_CHUNK_ROWS", 7)
     monkeypatch.setattr(e8p_mod, "_BLOCK_ROWS", 61)
     monkeypatch.setattr(e8p_mod, "_N12_COLS", 5)
+    monkeypatch.setattr(e8p_mod, "_DENSE_CHUNK_ROWS", 7)
     g = torch.Generator().manual_seed(11)
     x = torch.randn(250, 8, generator=g) * 2.0
     codes_small = assert_nearest(q, x, cb64)
@@ -196,16 +212,9 @@ def test_codewords_round_trip(q: E8P) -> None:
     assert torch.equal(q.round(q.codebook), q.codebook)
 
 
-def test_adversarial_points(q: E8P, cb64: torch.Tensor) -> None:
-    g = torch.Generator().manual_seed(5)
-    cb = q.codebook
-    i = torch.randint(0, 65536, (400,), generator=g)
-    j = torch.randint(0, 65536, (400,), generator=g)
-    mid = (cb[i] + cb[j]) / 2  # midpoints of random pairs
-    # midpoints of nearest-neighbour pairs (exact ties)
-    near = torch.cdist(cb[:200], cb).topk(2, largest=False).indices[:, 1]
-    mid_nn = (cb[:200] + cb[near]) / 2
-    special = torch.tensor(
+def special_points() -> torch.Tensor:
+    """Degenerate and boundary inputs: zeros of either sign, shift ties, norm-12 patterns, huge entries."""
+    return torch.tensor(
         [
             [0.0] * 8,
             [-0.0] * 8,
@@ -228,6 +237,18 @@ def test_adversarial_points(q: E8P, cb64: torch.Tensor) -> None:
             [1.25, -1.25, 1.25, -1.25, 1.25, -1.25, 1.25, -1.25],
         ]
     )
+
+
+def test_adversarial_points(q: E8P, cb64: torch.Tensor) -> None:
+    g = torch.Generator().manual_seed(5)
+    cb = q.codebook
+    i = torch.randint(0, 65536, (400,), generator=g)
+    j = torch.randint(0, 65536, (400,), generator=g)
+    mid = (cb[i] + cb[j]) / 2  # midpoints of random pairs
+    # midpoints of nearest-neighbour pairs (exact ties)
+    near = torch.cdist(cb[:200], cb).topk(2, largest=False).indices[:, 1]
+    mid_nn = (cb[:200] + cb[near]) / 2
+    special = special_points()
     outliers = torch.randn(200, 8, generator=g) * 4 + torch.randn(200, 1, generator=g) * 3
     ties = torch.randint(-6, 7, (300, 8), generator=g).float() / 4  # many equal |y| and exact ties
     x = torch.cat((mid, mid_nn, special, outliers, ties))

@@ -1,0 +1,1 @@
+../../kernels/triton/triton_e8p_gemv.py
