@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -179,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     overlap = sum(max(c["lo"] for c in p["runs"]) <= min(c["hi"] for c in p["runs"]) for p in paper_proto)
     summary = (f"Paper's protocol: {same} of {len(paper_proto)} pairs get the same verdict in every run; the runs' "
                f"intervals overlap for {overlap} of {len(paper_proto)}.")
-    rec = {"command": "python benchmarks/throughput_interleaved_drift.py " + " ".join(argv or sys.argv[1:]),
+    rec = {"command": shlex.join(["python", "benchmarks/throughput_interleaved_drift.py", *(argv or sys.argv[1:])]),
            "commit": _commit(), "machine": _machine(), "beside": a.beside, "config": a.config,
            "results": a.results, "settings_config": settings,
            "settings": next(iter(runs[0].values()))["settings"], "runs": meta, "pairs": pairs, "summary": summary,
