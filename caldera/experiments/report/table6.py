@@ -153,7 +153,7 @@ def build_throughput_table(results_dir: str | os.PathLike, plan: ThroughputTable
 def render_throughput(tab: dict[str, Any], caption: str) -> tuple[str, str, str]:
     head = ["Method", "Paper model → stand-in", "Rank (paper → ours)", "B_LR", "paper tok/s",
             f"ours tok/s, {PROTOCOL_LABEL['single_token']}", f"ours tok/s, {PROTOCOL_LABEL['decode']}",
-            "× dense: paper | ours, paired [95 %]", "model tensors (MB)"]
+            "paper × dense", "ours × dense, paired [95 %]", "model tensors (MB)"]
     csv_head = (["method", "paper_model", "stand_in", "paper_rank", "rank", "b_lr", "tok_per_s_paper"]
                 + [f"{p}_{k}" for p in PROTOCOLS for k in ("median", "min", "max")]
                 + ["paper_vs_dense", "vs_dense", "vs_dense_lo", "vs_dense_hi", "model_tensor_mb"])
@@ -162,13 +162,13 @@ def render_throughput(tab: dict[str, Any], caption: str) -> tuple[str, str, str]
         paper = "OOM" if r["paper_tok_per_s"] is None and "OOM" in (r["paper_note"] or "") else (
             "—" if r["paper_tok_per_s"] is None else f"{r['paper_tok_per_s']:.2f}")
         vd = r["vs_dense"]
-        rel = (("—" if r["paper_vs_dense"] is None else f"×{r['paper_vs_dense']:.2f}") + " | "
-               + ("—" if vd is None else ratio_text(vd)))
+        rel = ["—" if r["paper_vs_dense"] is None else f"×{r['paper_vs_dense']:.2f}",
+               "—" if vd is None else ratio_text(vd)]
         rows.append([r["method"], f"{r['paper_model']} → {r['stand_in']}",
                      f"{r['paper_rank'] if r['paper_rank'] is not None else '—'} → "
                      f"{r['rank'] if r['rank'] is not None else '—'}",
                      "—" if r["b_lr"] is None else str(r["b_lr"]), paper,
-                     *(_fmt_tps(r["ours"][p]) for p in PROTOCOLS), rel,
+                     *(_fmt_tps(r["ours"][p]) for p in PROTOCOLS), *rel,
                      "—" if r["model_tensor_mb"] is None else f"{r['model_tensor_mb']:.0f}"])
         csv_rows.append([r["method"], r["paper_model"], r["stand_in"], r["paper_rank"], r["rank"], r["b_lr"],
                          r["paper_tok_per_s"]]

@@ -121,6 +121,8 @@ def test_table_has_the_papers_numbers_beside_ours(tmp_path):
     md = outs[0].read_text()
     r8 = job["variants"]["smollm2-caldera-r8-lr16"]["single_token"]
     assert f"| 61.68 | {r8['median']:.2f} [{r8['min']:.2f}, {r8['max']:.2f}] |" in md
+    head = md.splitlines()[2]
+    assert head.count("|") == 11 and "| paper × dense | ours × dense, paired [95 %] |" in head  # 10 columns
     assert "| OOM |" in md  # 70B uncompressed: the paper's OOM, ours measured on the stand-in
     assert f"{cfg['throughput']['rounds']} randomized interleaved rounds" in md and "smollm2: 2000 MB" in md
     rows = list(csv.DictReader(io.StringIO(outs[2].read_text())))
