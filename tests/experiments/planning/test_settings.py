@@ -54,7 +54,7 @@ TYPOS = [
     ("smoke", "lora_ft.ft_dtyp", "float32", "lora_ft.ft_dtyp: unknown key; did you mean 'ft_dtype'?"),
     ("smoke", "lora_ft.tasks.wiki.warmup_step", 2,
      "lora_ft.tasks.wiki.warmup_step: unknown key; did you mean 'warmup_steps'?"),
-    ("smoke", "throughput.run", 4, "throughput.run: unknown key; did you mean 'runs'?"),
+    ("smoke", "throughput.round", 4, "throughput.round: unknown key; did you mean 'rounds'?"),
     ("smoke", "eval.zeroshot.limt", 3, "eval.zeroshot.limt: unknown key; did you mean 'limit'?"),
     ("smoke", "eval.ppl.wiki.n_window", 3, "eval.ppl.wiki.n_window: unknown key; did you mean 'n_windows'?"),
     ("smoke", "figures.outer_iter", 3, "figures.outer_iter: unknown key; did you mean 'outer_iters'?"),
@@ -64,7 +64,7 @@ TYPOS = [
 @pytest.mark.parametrize("name, path, value, words", TYPOS, ids=[t[1] for t in TYPOS])
 def test_unknown_key_of_every_block_is_refused_when_the_plan_is_made(name, path, value, words):
     """check_config (run by `snakemake -n`) refuses a typo'd key of any block, naming its path and the closest
-    accepted key: never dropped (a dropped `throughput.run` would time the default 5 repeats)."""
+    accepted key: never dropped (a dropped `throughput.round` would time the default 12 rounds)."""
     cfg = load(name)
     _set(cfg, path, value)
     with pytest.raises(ValueError) as e:
@@ -78,7 +78,7 @@ def test_unknown_key_of_every_block_is_refused_when_the_plan_is_made(name, path,
 @pytest.mark.parametrize("path, value, words", [
     ("throughput.kernel", "kernal", "throughput.kernel: expected one of ['auto', 'kernel', 'reference'], got 'kernal'"
                                     "; did you mean 'kernel'?"),
-    ("throughput.runs", 1, "throughput.runs: expected an integer >= 2, got 1"),
+    ("throughput.rounds", 1, "throughput.rounds: expected an integer >= 2, got 1"),
     ("lora_ft.seed", "0", "lora_ft.seed: expected an integer >= 0, got '0'"),
     ("selection.tie_tolerance", 1.0, "selection.tie_tolerance: expected a finite number >= 0 and < 1"),
     ("eval.weights", "dense", "eval.weights: expected one of ['compressed', 'reconstructed']"),
