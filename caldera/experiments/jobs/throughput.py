@@ -116,7 +116,8 @@ def step_throughput(settings: ThroughputSettings, run: RunContext, variants: lis
     """Rule ``throughput``: load every variant of ``variants`` (one model's; ``checkpoints``: the compressed
     ones' checkpoint folders by variant id; ``run``: the device and the model's entry), pin torch to
     ``torch_threads`` threads (the job's ``torch_threads`` resource), time them together in interleaved rounds
-    (:func:`measure`) and write the per-round times with each variant's load time and tensor size to ``out``."""
+    (:func:`measure`) and write the per-round times with each variant's load time and tensor size to ``out``. A
+    variant whose loading runs out of memory is recorded so (``"oom"``) and the others are timed without it."""
     import torch
 
     from caldera.atomic import write_json
@@ -137,12 +138,24 @@ def step_throughput(settings: ThroughputSettings, run: RunContext, variants: lis
     models, info, tok = {}, {}, None
     for v in variants:
         t0 = time.perf_counter()
-        model, vtok, backend = _load(v, checkpoints.get(v.id), config, device, s)
+        try:
+            model, vtok, backend = _load(v, checkpoints.get(v.id), config, device, s)
+        except torch.OutOfMemoryError as e:  # as the paper's 70B dense row: recorded, the others still timed
+            import gc
+
+            gc.collect()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            info[v.id] = {"variant": v.id, "model": v.model, "method": v.method, "rank": v.rank, "b_lr": v.b_lr,
+                          "oom": f"out of memory loading it beside {len(models)} loaded variant(s): {e}"[:500]}
+            continue
         _cast_dense_parts(model, dtype)
         models[v.id] = model
         tok = tok or vtok
         info[v.id] = {"variant": v.id, "model": v.model, "method": v.method, "rank": v.rank, "b_lr": v.b_lr,
                       "kernel": backend, "load_s": time.perf_counter() - t0}
+    if not models:
+        raise RuntimeError(f"throughput: no variant of {models_of[0]} could be loaded (out of memory: {sorted(info)})")
     t0 = time.perf_counter()
     res = measure(models, tok, s)
     rounds_s = time.perf_counter() - t0

@@ -103,18 +103,21 @@ def build_throughput_table(results_dir: str | os.PathLike, plan: ThroughputTable
     figures), each compressed row's paired ratio to its model's dense variant (paper's protocol,
     :func:`compare_rounds`) beside the paper's ratio, and each variant's model-tensor size. ``measured`` holds
     each variant's per-round results (what the claims read), ``jobs`` each model job's record (round orders,
-    device, peak memory)."""
+    device, peak memory), ``out_of_memory`` the variants whose job could not load them (printed "OOM")."""
     import json
 
     results_dir = Path(results_dir)
-    measured, jobs = {}, {}
+    measured, jobs, oom = {}, {}, {}
     for model in sorted({r["variant"].model for r in plan.rows if r["variant"] is not None}):
         p = results_dir / "throughput" / f"{model}.json"
         if not p.exists():
             continue
         res = json.loads(p.read_text())
         for vid, m in res["variants"].items():
-            measured[vid] = m
+            if "oom" in m:
+                oom[vid] = m["oom"]
+            else:
+                measured[vid] = m
         jobs[model] = {k: res.get(k) for k in ("device", "torch_threads", "peak_rss_mb", "peak_cuda_mb", "rounds_s",
                                                "wall_s", "orders", "settings")}
     dense_of = {m["model"]: vid for vid, m in measured.items() if m["method"] == "dense"}
@@ -143,11 +146,12 @@ def build_throughput_table(results_dir: str | os.PathLike, plan: ThroughputTable
                                and ref.get("tok_per_s") is not None and paper_dense else None),
             "ours": {p: {k: res[p][k] for k in ("median", "min", "max", "tokens_per_s")} if res else None
                      for p in PROTOCOLS},
+            "ours_oom": v is not None and v.id in oom,
             "vs_dense": vs_dense,
             "model_tensor_mb": res.get("model_tensor_mb") if res else None,
         })
     return {"table": TABLE, "protocols": list(PROTOCOLS), "rows": rows, "measured": measured, "jobs": jobs,
-            "settings": plan.settings.as_block()}
+            "out_of_memory": oom, "settings": plan.settings.as_block()}
 
 
 def render_throughput(tab: dict[str, Any], caption: str) -> tuple[str, str, str]:
@@ -168,7 +172,7 @@ def render_throughput(tab: dict[str, Any], caption: str) -> tuple[str, str, str]
                      f"{r['paper_rank'] if r['paper_rank'] is not None else '—'} → "
                      f"{r['rank'] if r['rank'] is not None else '—'}",
                      "—" if r["b_lr"] is None else str(r["b_lr"]), paper,
-                     *(_fmt_tps(r["ours"][p]) for p in PROTOCOLS), *rel,
+                     *("OOM" if r.get("ours_oom") else _fmt_tps(r["ours"][p]) for p in PROTOCOLS), *rel,
                      "—" if r["model_tensor_mb"] is None else f"{r['model_tensor_mb']:.0f}"])
         csv_rows.append([r["method"], r["paper_model"], r["stand_in"], r["paper_rank"], r["rank"], r["b_lr"],
                          r["paper_tok_per_s"]]

@@ -74,3 +74,29 @@ def test_step_throughput_refuses_what_it_cannot_time(tiny_run):
                         str(tmp / "x.json"))
     with pytest.raises(ValueError, match="no checkpoint was given for it"):
         step_throughput(s, run, [Variant("tiny-quip#", "tiny", "quip#")], {}, str(tmp / "x.json"))
+
+
+def test_a_variant_that_does_not_fit_is_recorded_and_the_others_still_timed(tiny_run, monkeypatch):
+    """As the paper's 70B dense row: the variant whose loading runs out of memory is recorded as such, and the
+    rounds time the variants that loaded."""
+    from caldera.experiments.jobs import throughput as job
+    from caldera.experiments.planning.plan import Variant
+
+    tmp, cfg, ck = tiny_run
+    real = job._load
+
+    def load(v, *a):
+        if v.method == "dense":
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 140 GiB")
+        return real(v, *a)
+
+    monkeypatch.setattr(job, "_load", load)
+    variants = [Variant("tiny-dense", "tiny", "dense"), Variant("tiny-quip#", "tiny", "quip#")]
+    s, run = ThroughputSettings.from_block(cfg["throughput"]), RunContext.from_config(cfg)
+    res = step_throughput(s, run, variants, {"tiny-quip#": str(ck)}, str(tmp / "oom.json"))
+    assert "Tried to allocate 140 GiB" in res["variants"]["tiny-dense"]["oom"]
+    assert "single_token" not in res["variants"]["tiny-dense"]
+    assert len(res["variants"]["tiny-quip#"]["single_token"]["times_s"]) == 3
+    assert all(o["single_token"] == ["tiny-quip#"] for o in res["orders"])
+    with pytest.raises(RuntimeError, match="no variant of tiny could be loaded"):
+        step_throughput(s, run, variants[:1], {}, str(tmp / "none.json"))

@@ -141,6 +141,22 @@ def test_table_has_the_papers_numbers_beside_ours(tmp_path):
     assert len(tab["rows"]) == 10
 
 
+def test_a_variant_its_job_could_not_load_is_printed_oom_and_left_out_of_the_claims(tmp_path):
+    cfg = _config("mini")
+    speeds = {"smollm2-dense": 10.0, "smollm2-caldera-r8-lr16": 6.0, "smollm2-quipsharp": 7.0}
+    job = _job_file(speeds)
+    job["variants"]["smollm2-dense"] = {"variant": "smollm2-dense", "model": "smollm2", "method": "dense",
+                                        "oom": "out of memory loading it beside 2 loaded variant(s)"}
+    (tmp_path / "throughput").mkdir()
+    (tmp_path / "throughput" / "smollm2.json").write_text(json.dumps(job))
+    outs = [tmp_path / f"t6.{e}" for e in ("md", "tex", "csv", "json")]
+    tab = write_throughput_table(str(tmp_path), ThroughputTablePlan.from_config(cfg), *map(str, outs))
+    assert "smollm2-dense" not in tab["measured"] and "smollm2-dense" in tab["out_of_memory"]
+    dense_row = outs[0].read_text().splitlines()[4]
+    assert dense_row.count("| OOM |") == 1 and "| 31.75 | OOM | OOM |" in dense_row
+    assert throughput_claims(tab)[0]["verdict"] == "not testable at this scale"  # no dense side
+
+
 # ---------------------------------------------------------------------------------------- the claims
 
 
