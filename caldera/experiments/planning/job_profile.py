@@ -308,7 +308,7 @@ def calibrate(results_dir: str | Path, config: dict[str, Any], costs: dict[str, 
             scale = (w["rounds"] + w["warmup"]) / w["rounds"]  # the warm-up calls, as many forwards each
             try:
                 per = [(m["method"], float(m["load_s"]), sum(m["decode"]["times_s"]), sum(m["single_token"]["times_s"]))
-                       for m in r["variants"].values()]
+                       for m in r["variants"].values() if "oom" not in m]  # one that did not fit ran nothing
             except (KeyError, TypeError, ValueError, AttributeError):
                 continue
             if not per:
