@@ -1,11 +1,11 @@
 """Between-run drift of Table 6's throughput on one machine type: the same config run several times (each run a
 fresh clone, alone on the machine), each variant's median tokens/s compared across the runs.
 
-A throughput job measures one variant; its repeats are consecutive, so their spread is the within-job noise
-only. Two variants are measured in different jobs, minutes apart, and a job-level shift moves all of one
-variant's repeats together. The largest max/min ratio of one variant's median across runs bounds how far two
-variants of equal speed can appear apart; :data:`caldera.experiments.report.table6.SEPARATION_MARGIN` must be
-at least that ratio minus one for an ordering to survive a rerun.
+The largest max/min ratio of one variant's median across runs is how far a whole run moves a variant's speed.
+Table 6's claims pair the variants round by round within one job
+(:func:`caldera.experiments.report.table6.compare_rounds`), which cancels such a shift when it moves every variant
+of the job alike; ``benchmarks/throughput_interleaved_drift.py`` records how those paired intervals behave across
+reruns.
 
     python benchmarks/throughput_drift.py RUN.json [RUN.json ...] --out benchmarks/results/throughput_drift_cpu
 

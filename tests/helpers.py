@@ -244,15 +244,17 @@ def fake_timed_run(tmp_path: Path, config: dict, costs: dict, scale: float = 3.0
                         {"computed": list(range(n)), "skipped": [], "layers_run": n, "collect_s": collect})
             bench_file(results, "hessians", job.name, FAKE_RATES["hessian_fixed_s"] + collect)
         if job.rule == "throughput" and job.model == "smollm2":
-            w, kind = throughput_work(config), "dense" if v.method == "dense" else "compressed"
-            per = {"decode": FAKE_THROUGHPUT["throughput_decode_token_s"][kind] * w["decode_tokens"],
-                   "single_token": FAKE_THROUGHPUT["throughput_call_s"][kind] * w["calls"]}
-            timed = {p: [s * w["runs"] / (w["runs"] + w["warmup"]) / w["runs"]] * w["runs"] for p, s in per.items()}
-            load = FAKE_THROUGHPUT["throughput_load_s"][kind]
-            timing_file(results / "throughput" / f"{v.id}.json",
-                        {"load_s": load, **{p: {"times_s": t} for p, t in timed.items()}})
-            bench_file(results, "throughput", job.name,
-                       FAKE_THROUGHPUT["throughput_fixed_s"] + load + sum(per.values()))
+            w, total, variants = throughput_work(config), FAKE_THROUGHPUT["throughput_fixed_s"], {}
+            for tv in job.extra["variants"]:
+                kind = "dense" if tv.method == "dense" else "compressed"
+                per = {"decode": FAKE_THROUGHPUT["throughput_decode_token_s"][kind] * w["decode_tokens"],
+                       "single_token": FAKE_THROUGHPUT["throughput_call_s"][kind] * w["calls"]}
+                timed = {p: [s / (w["rounds"] + w["warmup"])] * w["rounds"] for p, s in per.items()}
+                load = FAKE_THROUGHPUT["throughput_load_s"][kind]
+                variants[tv.id] = {"method": tv.method, "load_s": load, **{p: {"times_s": t} for p, t in timed.items()}}
+                total += load + sum(per.values())
+            timing_file(results / "throughput" / f"{job.name}.json", {"model": job.name, "variants": variants})
+            bench_file(results, "throughput", job.name, total)
         if job.rule == "lora_finetune" and job.model == "smollm2":
             row, task = job.name.rsplit("_", 1)
             w = lora_work(config, task)

@@ -9,7 +9,15 @@ import statistics
 import pytest
 import torch
 
-from caldera.eval.throughput import compare_throughput, decode_throughput, single_token_throughput
+from caldera.eval import throughput as tp
+from caldera.eval.throughput import (
+    PROTOCOLS,
+    compare_throughput,
+    decode_throughput,
+    interleaved_throughput,
+    round_orders,
+    single_token_throughput,
+)
 from tests.helpers import tiny_llama
 
 PROMPT = torch.tensor([[1, 5, 9, 33]])
@@ -120,3 +128,78 @@ def test_compare_runs_both_protocols_per_model_relative_to_the_first(model):
             first = r["models"]["dense"][proto]["tokens_per_s"]
             assert m[proto]["relative_to_first"] == pytest.approx(m[proto]["tokens_per_s"] / first)
     assert r["models"]["dense"]["decode"]["relative_to_first"] == 1.0
+
+
+# ---------------------------------------------------------------------------------------- interleaved rounds
+
+
+def test_round_orders_are_seeded_permutations_that_change_from_round_to_round():
+    names = ["a", "b", "c", "d", "e", "f"]
+    o = round_orders(names, rounds=12, seed=3)
+    assert o == round_orders(names, rounds=12, seed=3)  # the config's seed gives the same orders
+    assert o != round_orders(names, rounds=12, seed=4)
+    assert len(o) == 12 and all(sorted(r[p]) == names for r in o for p in PROTOCOLS)
+    # shuffled per round (a fixed order would time one variant always first, right after another's calls)
+    assert len({tuple(r[p]) for r in o for p in PROTOCOLS}) > 1
+    assert len({r["single_token"][0] for r in o}) > 1
+    with pytest.raises(ValueError, match="distinct"):
+        round_orders(["a", "a"], 2, 0)
+    with pytest.raises(ValueError, match="rounds must be >= 1"):
+        round_orders(names, 0, 0)
+
+
+class _Clock:
+    """A fake ``time.perf_counter`` that each forward of a model advances by that model's cost: the time a
+    timed call measures is then exactly what that model ran (no real time is asserted)."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def charge(self, model, cost, log, name):
+        def hook(_, args, kwargs):
+            self.now += cost
+            ids = args[0] if args else kwargs.get("input_ids")
+            log.append((name, ids.shape[1], kwargs.get("use_cache")))
+
+        return model.register_forward_pre_hook(hook, with_kwargs=True)
+
+
+def test_interleaved_rounds_time_every_model_once_per_round_in_the_seeded_order(monkeypatch):
+    models = {"a": tiny_llama(0), "b": tiny_llama(1), "c": tiny_llama(2)}
+    cost = {"a": 1.0, "b": 3.0, "c": 7.0}
+    clock, log = _Clock(), []
+    monkeypatch.setattr(tp.time, "perf_counter", clock)
+    handles = [clock.charge(m, cost[n], log, n) for n, m in models.items()]
+    models["b"].train()
+    try:
+        r = interleaved_throughput(models, PROMPT, rounds=4, seed=7, new_tokens=2, calls=3, warmup=1)
+    finally:
+        for h in handles:
+            h.remove()
+    assert models["b"].training and not models["a"].training  # each model's mode as it was
+    assert r["orders"] == round_orders(list(models), 4, 7) and r["rounds"] == 4 and r["seed"] == 7
+    # warm-up: one call of each protocol per model; then each round, per protocol, one call per model in order
+    warm = [n for n, *_ in log[:len(models) * 3]]  # per model: 1 single-token forward + generate's 2 forwards
+    assert warm == ["a", "a", "a", "b", "b", "b", "c", "c", "c"]
+    timed = [n for n, *_ in log[len(models) * 3:]]
+    want = []
+    for per in r["orders"]:
+        want += [n for n in per["single_token"] for _ in range(3)] + [n for n in per["decode"] for _ in range(2)]
+    assert timed == want
+    for n, m in r["models"].items():
+        # each round's time is this model's own calls (attributed to the right model, one entry per round)
+        assert m["single_token"]["times_s"] == pytest.approx([3 * cost[n]] * 4)
+        assert m["decode"]["times_s"] == pytest.approx([2 * cost[n]] * 4)
+        assert m["single_token"]["calls"] == 3 and m["decode"]["new_tokens"] == 2
+
+
+def test_interleaved_rounds_refuse_bad_settings(model):
+    with pytest.raises(ValueError, match="rounds >= 1"):
+        interleaved_throughput({"a": model}, PROMPT, rounds=0, seed=0)
+    with pytest.raises(ValueError, match=r"must be \(1, P\)"):
+        interleaved_throughput({"a": model}, torch.tensor([1, 2]), rounds=2, seed=0)
+    with pytest.raises(ValueError, match="at least one model"):
+        interleaved_throughput({}, PROMPT, rounds=2, seed=0)

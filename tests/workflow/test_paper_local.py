@@ -25,7 +25,7 @@ LOCATION_AND_SIZE_KEYS = {
     "rht_ft.n_samples", "rht_ft.held_out", "rht_ft.seq_len", "rht_ft.epochs", "rht_ft.rows",
     "eval.ppl.wiki.seq_len", "eval.ppl.c4.seq_len", "eval.ppl.c4.n_windows", "eval.zeroshot.limit",
     "figures.model", "figures.layer", "figures.matrices", "figures.paper_ranks", "figures.outer_iters",
-    "throughput.runs", "throughput.new_tokens", "throughput.calls", "theory.profile",
+    "throughput.rounds", "throughput.new_tokens", "throughput.calls", "theory.profile",
     "lora_ft.rows", "lora_ft.n_checkpoints",
     *(f"lora_ft.tasks.{t}.{k}" for t in ("wiki", "rte", "winogrande")
       for k in ("block_size", "batch_size", "grad_acc", "epochs", "warmup_steps", "n_heldout")),

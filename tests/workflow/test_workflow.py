@@ -158,10 +158,13 @@ def test_bad_config_fails_the_dry_run(edit, words, tmp_path):
 @pytest.mark.parametrize("key, words", [
     ("threads: 1", ["throughput.threads: no longer a config key", "set-resources: {throughput: {torch_threads: N}}"]),
     ("exclusive: true", ["throughput.exclusive: no longer a config key", "set-threads: {throughput: N}"]),
+    ("separation_margin: 0.65", ["throughput.separation_margin: removed", "paired interval"]),
+    ("runs: 5", ["throughput.runs: removed", "set `rounds` instead"]),
 ])
 def test_machine_settings_in_a_config_are_refused_saying_where_they_moved(key, words, tmp_path):
-    """throughput.threads / throughput.exclusive moved to the profiles; a config that still sets one
-    fails the dry run with a message naming the profile setting (not the schema's bare "unknown key")."""
+    """throughput.threads / throughput.exclusive moved to the profiles and separation_margin / runs are removed;
+    a config that still sets one fails the dry run with a message naming what replaces it (not the schema's bare
+    "unknown key")."""
     copy_workflow(tmp_path)
     text = (tmp_path / "config/smoke.yaml").read_text()
     assert "calls: 2}" in text
@@ -174,17 +177,17 @@ def test_machine_settings_in_a_config_are_refused_saying_where_they_moved(key, w
 
 @pytest.mark.parametrize("cores", [2, 4])
 def test_throughput_jobs_reserve_every_core_by_default(cores, tmp_path):
-    """By default each Table 6 job takes every core of the run (nothing runs beside its timed loops)
-    and pins 1 torch thread; a profile's set-threads / set-resources change both."""
+    """By default each Table 6 job (one per model, all of its variants) takes every core of the run (nothing runs
+    beside its timed loops) and pins 1 torch thread; a profile's set-threads / set-resources change both."""
     copy_workflow(tmp_path)
     r = run(["-n", "--cores", str(cores), "--configfile", "config/smoke.yaml"], tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
-    job = _job(r.stdout, "throughput", "throughput/smollm2-dense.json")
+    job = _job(r.stdout, "throughput", "throughput/smollm2.json")
     assert f"threads: {cores}\n" in job and "torch_threads=1" in job, job
     r = run(["-n", "--cores", str(cores), "--set-threads", "throughput=1", "--set-resources",
              "throughput:torch_threads=3", "--configfile", "config/smoke.yaml"], tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
-    job = _job(r.stdout, "throughput", "throughput/smollm2-dense.json")
+    job = _job(r.stdout, "throughput", "throughput/smollm2.json")
     assert "threads:" not in job and "torch_threads=3" in job, job  # 1 thread: the dry run prints no threads line
 
 

@@ -33,6 +33,7 @@ from caldera.experiments.report.tables import TablePlan
 from caldera.experiments.planning.throughput_rows import (
     TABLE as THROUGHPUT_TABLE,
     moved_settings,
+    throughput_models,
     throughput_variants,
 )
 from caldera.experiments.report.table6 import ThroughputTablePlan
@@ -46,7 +47,8 @@ except ValueError as e:
 _moved = moved_settings(config)
 if _moved:
     raise WorkflowError("\n".join(_moved) + f"\n(config {', '.join(map(str, CONFIG_FILES))}: remove the key; "
-                        "workflow/rules/throughput.smk and config/README.md describe the profile settings)")
+                        "workflow/rules/throughput.smk and config/README.md describe the profile settings and the "
+                        "throughput block)")
 # schema violations one a line, each starting with the key's path (jsonschema's own error dumps the whole schema
 # and config: hundreds of lines for one typo); an unknown key names the closest allowed one
 _errors = schema_errors(config, Path(workflow.basedir) / "workflow/schemas/config.schema.yaml")
@@ -408,33 +410,42 @@ def get_all_logs_inputs():
     )
 
 
-# Table 6 (throughput.smk): the variants its rows map to, one throughput job each
+# Table 6 (throughput.smk): the variants its rows map to, one throughput job per model timing all of its variants
 TP_VARIANTS = throughput_variants(config, VARIANTS)
+TP_MODELS = throughput_models(config, VARIANTS)
 TP = SETTINGS.throughput
 
 
 def get_throughput_input(wildcards):
-    if TP_VARIANTS[wildcards.variant].method == "dense":
-        return {"assets": f"{RES}/assets.json"}
-    return {"checkpoint": f"{RES}/compressed/{wildcards.variant}/checkpoint"}
+    """Rule throughput's inputs: the assets (the dense model) and the checkpoint of every compressed variant of
+    the model."""
+    out = {"assets": f"{RES}/assets.json"}
+    out.update({v: f"{RES}/compressed/{v}/checkpoint" for v, spec in TP_MODELS[wildcards.tp_model].items()
+                if spec.method != "dense"})
+    return out
+
+
+def get_throughput_checkpoints(wildcards):
+    """The `checkpoints` param of a throughput job: each compressed variant's checkpoint folder, by id."""
+    return {k: p for k, p in get_throughput_input(wildcards).items() if k != "assets"}
 
 
 def throughput_spec(wildcards):
-    """Rule throughput's declared configuration: the variant's, its model's source, the throughput settings,
+    """Rule throughput's declared configuration: its variants', the model's source, the throughput settings,
     the device."""
-    v = TP_VARIANTS[wildcards.variant]
-    return declared(dataclasses.asdict(v), config["models"][v.model]["source"], TP.measurement_block(),
-                    config.get("device"))
+    m = wildcards.tp_model
+    return declared([dataclasses.asdict(v) for v in TP_MODELS[m].values()], config["models"][m]["source"],
+                    TP.measurement_block(), config.get("device"))
 
 
-def get_throughput_variant(wildcards):
-    """The variant of Table 6 named by the `variant` wildcard (TP_VARIANTS)."""
-    return TP_VARIANTS[wildcards.variant]
+def get_throughput_variants(wildcards):
+    """The variants of Table 6 of the `tp_model` wildcard's model (TP_MODELS), ids sorted."""
+    return list(TP_MODELS[wildcards.tp_model].values())
 
 
 def get_throughput_run(wildcards):
-    """The `run` param of a throughput job: run_context of its variant's model."""
-    return run_context(TP_VARIANTS[wildcards.variant].model)
+    """The `run` param of a throughput job: run_context of its model."""
+    return run_context(wildcards.tp_model)
 
 
 def get_throughput_results_dir(wildcards, input):
@@ -514,11 +525,10 @@ def record_candidates():
         if has_model_plan(spec):
             jobs.append(RecordJob("allocate", f"{RES}/benchmarks/allocate/{v}.tsv",
                                   (f"{RES}/compressed/{v}/allocation.json",), variant_spec(wc)))
-    for v, spec in sorted(TP_VARIANTS.items()):
-        wc = SimpleNamespace(variant=v)
-        reads = () if spec.method == "dense" else (get_throughput_input(wc)["checkpoint"],)
-        jobs.append(RecordJob("throughput", f"{RES}/benchmarks/throughput/{v}.tsv", (f"{RES}/throughput/{v}.json",),
-                              throughput_spec(wc), reads=reads))
+    for m in TP_MODELS:
+        wc = SimpleNamespace(tp_model=m)
+        jobs.append(RecordJob("throughput", f"{RES}/benchmarks/throughput/{m}.tsv", (f"{RES}/throughput/{m}.json",),
+                              throughput_spec(wc), reads=tuple(get_throughput_checkpoints(wc).values())))
     if config.get("lora_ft"):
         for path in lora_inputs(config, RES):
             if f"{RES}/lora/" not in path:

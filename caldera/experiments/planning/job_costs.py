@@ -75,14 +75,18 @@ def _mixed(rates: dict[str, float], f: float) -> float:
 
 
 def throughput_seconds(job: PlannedJob, config: dict[str, Any], prof: dict[str, Any]) -> float:
-    """A throughput job: its fixed part + loading the model + the forwards of its timed and warm-up calls
-    (:func:`throughput_work`) at the measured seconds per decoded token and per single-token call, each mixed
-    between the dense and the compressed figure by the share of layers the variant compresses."""
-    f = 0.0 if job.variant is None or job.variant.method == "dense" else compressed_fraction(config, job.model)
+    """A throughput job (one model, all of its Table 6 variants): its fixed part + per variant, loading it and the
+    forwards of its timed rounds and warm-up calls (:func:`throughput_work`) at the measured seconds per decoded
+    token and per single-token call, each mixed between the dense and the compressed figure by the share of
+    layers the variant compresses."""
     w = throughput_work(config)
-    return (prof["throughput_fixed_s"] + _mixed(prof["throughput_load_s"], f)
-            + w["decode_tokens"] * _mixed(prof["throughput_decode_token_s"], f)
-            + w["calls"] * _mixed(prof["throughput_call_s"], f))
+    total = prof["throughput_fixed_s"]
+    for v in job.extra.get("variants") or [job.variant]:
+        f = 0.0 if v is None or v.method == "dense" else compressed_fraction(config, job.model)
+        total += (_mixed(prof["throughput_load_s"], f)
+                  + w["decode_tokens"] * _mixed(prof["throughput_decode_token_s"], f)
+                  + w["calls"] * _mixed(prof["throughput_call_s"], f))
+    return total
 
 
 def job_seconds(job: PlannedJob, config: dict[str, Any], profile: dict[str, Any], costs: dict[str, Any]) -> float:

@@ -62,7 +62,7 @@ def plan_jobs(config: dict[str, Any]) -> list[PlannedJob]:
         rhtft_variants,
     )
     from caldera.experiments.planning.throughput_rows import TABLE as THROUGHPUT_TABLE
-    from caldera.experiments.planning.throughput_rows import throughput_variants
+    from caldera.experiments.planning.throughput_rows import throughput_models
 
     variants = all_variants(config)
     reps = replicate_variants(config, variants)
@@ -103,8 +103,8 @@ def plan_jobs(config: dict[str, Any]) -> list[PlannedJob]:
         jobs.append(PlannedJob(Rule.LORA_TABLE, "table5"))
     if config.get("selection"):
         jobs.append(PlannedJob(Rule.SELECTION, "selection"))
-    tp = throughput_variants(config, variants)
-    jobs += [PlannedJob(Rule.THROUGHPUT, vid, v.model, v) for vid, v in sorted(tp.items())]
+    tp = throughput_models(config, variants)
+    jobs += [PlannedJob(Rule.THROUGHPUT, m, m, None, {"variants": list(vs.values())}) for m, vs in tp.items()]
     if tp:
         jobs.append(PlannedJob(Rule.THROUGHPUT_TABLE, THROUGHPUT_TABLE))
     if config.get("figures"):
@@ -177,14 +177,14 @@ def seq_tokens(config: dict[str, Any]) -> int:
 
 
 def throughput_work(config: dict[str, Any]) -> dict[str, int]:
-    """What one throughput job runs (``config["throughput"]``): per protocol, the forwards of its timed repeats
-    and of its warm-up calls, ``{"decode_tokens", "calls", "runs", "warmup"}`` (decode: ``new_tokens`` per call;
-    single-token: ``calls`` per call)."""
+    """What a throughput job runs for each of its variants (``config["throughput"]``): per protocol, the forwards
+    of its timed rounds and of its warm-up calls, ``{"decode_tokens", "calls", "rounds", "warmup"}`` (decode:
+    ``new_tokens`` per call; single-token: ``calls`` per call). The job runs this once per variant it times."""
     from caldera.experiments.planning.throughput_rows import throughput_settings
 
     s = throughput_settings(config)
-    n = s.runs + s.warmup
-    return {"decode_tokens": n * s.new_tokens, "calls": n * s.calls, "runs": s.runs, "warmup": s.warmup}
+    n = s.rounds + s.warmup
+    return {"decode_tokens": n * s.new_tokens, "calls": n * s.calls, "rounds": s.rounds, "warmup": s.warmup}
 
 
 def rhtft_work(config: dict[str, Any]) -> dict[str, float]:

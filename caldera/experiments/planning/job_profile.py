@@ -296,24 +296,27 @@ def calibrate(results_dir: str | Path, config: dict[str, Any], costs: dict[str, 
             f = prof.get("dense_fixed_s", prof.get("compress_fixed_s", 0.0))
             work = tokens * hessian_layers_run(config, model)
             prof["hessian_token_layer_s"] = _median((j["s"] - f) / work for _, j in pairs)
-    # throughput: per job its fixed part (start-up, the tokenizer, the dtype cast) is what the model load and
-    # the calls leave of its time; the load and the seconds per decoded token and per single-token call are
-    # kept for the dense model and for the all-compressed one (a variant compressing a share f of the layers
-    # is measured as (1 - f) dense + f compressed, and solved for the all-compressed figure)
+    # throughput: a job times every variant of a model; its fixed part (start-up, the tokenizer) is what the
+    # variants' loads and calls leave of its time; per variant, the load and the seconds per decoded token and per
+    # single-token call are kept for the dense model and for the all-compressed one (a variant compressing a share
+    # f of the layers is measured as (1 - f) dense + f compressed, and solved for the all-compressed figure)
     w = throughput_work(config)
     for model, pairs in by_model(Rule.THROUGHPUT).items():
         fixed, kinds = [], {"dense": [], "compressed": []}
         for p, j in pairs:
             r = _read(results / "throughput" / f"{p.name}.json") or {}
+            scale = (w["rounds"] + w["warmup"]) / w["rounds"]  # the warm-up calls, as many forwards each
             try:
-                dec, one = sum(r["decode"]["times_s"]), sum(r["single_token"]["times_s"])
-                load = float(r["load_s"])
-            except (KeyError, TypeError, ValueError):
+                per = [(m["method"], float(m["load_s"]), sum(m["decode"]["times_s"]), sum(m["single_token"]["times_s"]))
+                       for m in r["variants"].values() if "oom" not in m]  # one that did not fit ran nothing
+            except (KeyError, TypeError, ValueError, AttributeError):
                 continue
-            scale = (w["runs"] + w["warmup"]) / w["runs"]  # the warm-up calls, as many forwards each
-            fixed.append(j["s"] - load - scale * (dec + one))
-            kind = "dense" if p.variant.method == "dense" else "compressed"
-            kinds[kind].append((load, scale * dec / w["decode_tokens"], scale * one / w["calls"]))
+            if not per:
+                continue
+            fixed.append(j["s"] - sum(load + scale * (dec + one) for _, load, dec, one in per))
+            for method, load, dec, one in per:
+                kind = "dense" if method == "dense" else "compressed"
+                kinds[kind].append((load, scale * dec / w["decode_tokens"], scale * one / w["calls"]))
         if not fixed or not kinds["dense"]:
             continue
         prof = models.setdefault(model, {})

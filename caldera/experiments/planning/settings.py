@@ -150,6 +150,9 @@ class Settings:
     given: frozenset[str] = dataclasses.field(default=frozenset(), repr=False, compare=False)
 
     BLOCK: ClassVar[str] = ""
+    #: keys the block no longer accepts, each with why and what replaces it (refused with that message, not as
+    #: an unknown key)
+    REMOVED: ClassVar[dict[str, str]] = {}
     #: keys that change no job's result (a report reads them, or they say what is kept beside the result): left
     #: out of :meth:`measurement_block`, so changing one reruns no job
     NOT_MEASURED: ClassVar[tuple[str, ...]] = ()
@@ -176,7 +179,8 @@ class Settings:
         if not isinstance(block, Mapping):
             raise ValueError(f"{where}: expected a mapping, got {block!r}")
         known = cls.keys()
-        errors = [f"{where}.{k}: unknown key{did_you_mean(k, known)} (accepted: {', '.join(sorted(known))})"
+        errors = [f"{where}.{k}: {cls.REMOVED[k]}" if k in cls.REMOVED else
+                  f"{where}.{k}: unknown key{did_you_mean(k, known)} (accepted: {', '.join(sorted(known))})"
                   for k in block if k not in known]
         fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "given"}
         errors += [f"{where}.{k}: required key missing" for k, f in fields.items() if k not in block
@@ -241,22 +245,24 @@ class ThroughputSettings(Settings):
 
     BLOCK: ClassVar[str] = "throughput"
 
-    runs: int = setting(5, integer(2))  # timed repeats per protocol (the spread the claims use)
+    # randomized interleaved rounds: each times every variant of a model once per protocol, in an order shuffled
+    # per round (caldera.eval.throughput.interleaved_throughput); the claims pair the variants round by round
+    rounds: int = setting(12, integer(2))
+    seed: int = setting(0, integer(0))  # the rounds' shuffled orders
     warmup: int = setting(1, integer(0))  # untimed calls first (builds the dequantized caches, JIT-compiles)
-    new_tokens: int = setting(16, integer(1))  # decode protocol: tokens generated per repeat
-    calls: int = setting(8, integer(1))  # single-token protocol: forwards per repeat
+    new_tokens: int = setting(16, integer(1))  # decode protocol: tokens generated per round
+    calls: int = setting(8, integer(1))  # single-token protocol: forwards per round
     kernel: str = setting("auto", one_of("auto", "kernel", "reference"))  # CompressedLinear path
     dtype: str = setting("float32", one_of("float32", "float16", "bfloat16"))  # activations and dense layers
     prompt: str = setting(DEFAULT_PROMPT, text)
-    # how far apart two variants' repeat ranges must be for a claim to order them (A's slowest repeat above
-    # (1 + margin) x B's fastest; caldera.experiments.report.table6.compare_repeats). Each variant is timed in its
-    # own job, so it must cover the drift between jobs, which the repeats of one job do not show. The default is
-    # the drift measured between clean runs on this project's CPUs (benchmarks/results/throughput_drift_cpu.md); a
-    # machine whose drift benchmarks/throughput_drift.py measures smaller may set less. It changes no measurement:
-    # only the claims read it.
-    separation_margin: float = setting(0.65, number(0.0))
 
-    NOT_MEASURED: ClassVar[tuple[str, ...]] = ("separation_margin",)
+    REMOVED: ClassVar[dict[str, str]] = {
+        "separation_margin": "removed: a claim is decided on the paired interval of the per-round log ratio of "
+                             "tokens/s (caldera.experiments.report.table6.compare_rounds), not on a margin between "
+                             "repeat ranges",
+        "runs": "removed: the variants of a model are timed together in `throughput.rounds` interleaved rounds "
+                "(default 12); set `rounds` instead",
+    }
 
 
 # ---------------------------------------------------------------------------------------------- rht_ft

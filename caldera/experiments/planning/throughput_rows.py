@@ -6,7 +6,7 @@ The paper's rows map to variants of this run the way Tables 1/2/7 map theirs (pa
 the stand-in rank with the closest average bits), so Table 6 reuses the checkpoints the zero-shot tables already
 compress; a row whose variant this run does not compress stays "not run in this config". The dense stand-in needs
 no compression and is always measured. The paper's 70B rows map to the same stand-in variants as the 70B rows of
-Table 1.
+Table 1. The variants of one stand-in model are timed together, in one job (:func:`throughput_models`).
 """
 
 from __future__ import annotations
@@ -35,11 +35,15 @@ MOVED_TO_PROFILES = {
 
 
 def moved_settings(config: dict[str, Any]) -> list[str]:
-    """One message per machine setting ``config["throughput"]`` still carries (:data:`MOVED_TO_PROFILES`):
-    the workflow refuses such a config, saying where the setting went."""
+    """One message per key ``config["throughput"]`` still carries that it no longer accepts: a machine setting
+    (:data:`MOVED_TO_PROFILES`) or a removed key (``ThroughputSettings.REMOVED``). The workflow refuses such a
+    config, saying where the setting went or what replaces it."""
     tp = config.get("throughput") or {}
-    return [f"throughput.{k}: no longer a config key (machine settings live in the profiles): {why}"
-            for k, why in MOVED_TO_PROFILES.items() if k in tp]
+    if not isinstance(tp, dict):
+        return []
+    return ([f"throughput.{k}: no longer a config key (machine settings live in the profiles): {why}"
+             for k, why in MOVED_TO_PROFILES.items() if k in tp]
+            + [f"throughput.{k}: {why}" for k, why in ThroughputSettings.REMOVED.items() if k in tp])
 
 
 def throughput_settings(config: dict[str, Any]) -> ThroughputSettings:
@@ -65,5 +69,16 @@ def throughput_rows(config: dict[str, Any], run_variants: dict[str, Variant] | N
 
 
 def throughput_variants(config: dict[str, Any], run_variants: dict[str, Variant] | None = None) -> dict[str, Variant]:
-    """The distinct variants Table 6 measures (one workflow job each), by id."""
+    """The distinct variants Table 6 measures, by id."""
     return {r["variant"].id: r["variant"] for r in throughput_rows(config, run_variants) if r["variant"]}
+
+
+def throughput_models(config: dict[str, Any], run_variants: dict[str, Variant] | None = None
+                      ) -> dict[str, dict[str, Variant]]:
+    """Table 6's variants grouped by their model (stand-in): ``{model: {variant id: Variant}}``, ids sorted.
+    One workflow job per model times all of its variants together, the dense one included, in interleaved
+    rounds (:mod:`caldera.experiments.jobs.throughput`); a claim compares variants of one model only."""
+    out: dict[str, dict[str, Variant]] = {}
+    for vid, v in sorted(throughput_variants(config, run_variants).items()):
+        out.setdefault(v.model, {})[vid] = v
+    return dict(sorted(out.items()))

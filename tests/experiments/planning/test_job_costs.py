@@ -77,7 +77,7 @@ def test_the_plan_line_states_the_predicted_time_or_nothing(monkeypatch):
     if PR.load_profile("cpu") is None:
         pytest.skip("no committed profile")
     line = J.plan_line(workflow_config("mini"), 2)
-    assert re.fullmatch(r"predicted here: 87 jobs, [\d.]+ min of job time, about [\d.]+ min with 2 jobs at a time "
+    assert re.fullmatch(r"predicted here: 82 jobs, [\d.]+ min of job time, about [\d.]+ min with 2 jobs at a time "
                         r"\(caldera cost(; a machine of another type differs|, with the profile of another machine "
                         r"type, [a-z0-9-]+: expect up to ×2)\)", line), line
     assert J.plan_line(workflow_config("paper"), 2) is None
@@ -97,7 +97,7 @@ def test_the_plan_line_prices_only_the_jobs_the_record_leaves():
         return float(m.group(1)) * {"s": 1 / 60, "min": 1, "h": 60}[m.group(2)]
 
     full, left = J.plan_line(cfg, 2), J.plan_line(cfg, 2, done=bench)
-    assert left.startswith("predicted here: 84 jobs (of 87; the others are adopted from the record), "), left
+    assert left.startswith("predicted here: 79 jobs (of 82; the others are adopted from the record), "), left
     assert minutes(full) - minutes(left) == pytest.approx(sum(p["s"] for p in done) / 60, abs=0.15)
 
 

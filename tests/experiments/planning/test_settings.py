@@ -54,7 +54,7 @@ TYPOS = [
     ("smoke", "lora_ft.ft_dtyp", "float32", "lora_ft.ft_dtyp: unknown key; did you mean 'ft_dtype'?"),
     ("smoke", "lora_ft.tasks.wiki.warmup_step", 2,
      "lora_ft.tasks.wiki.warmup_step: unknown key; did you mean 'warmup_steps'?"),
-    ("smoke", "throughput.run", 4, "throughput.run: unknown key; did you mean 'runs'?"),
+    ("smoke", "throughput.round", 4, "throughput.round: unknown key; did you mean 'rounds'?"),
     ("smoke", "eval.zeroshot.limt", 3, "eval.zeroshot.limt: unknown key; did you mean 'limit'?"),
     ("smoke", "eval.ppl.wiki.n_window", 3, "eval.ppl.wiki.n_window: unknown key; did you mean 'n_windows'?"),
     ("smoke", "figures.outer_iter", 3, "figures.outer_iter: unknown key; did you mean 'outer_iters'?"),
@@ -64,7 +64,7 @@ TYPOS = [
 @pytest.mark.parametrize("name, path, value, words", TYPOS, ids=[t[1] for t in TYPOS])
 def test_unknown_key_of_every_block_is_refused_when_the_plan_is_made(name, path, value, words):
     """check_config (run by `snakemake -n`) refuses a typo'd key of any block, naming its path and the closest
-    accepted key: never dropped (a dropped `throughput.run` would time the default 5 repeats)."""
+    accepted key: never dropped (a dropped `throughput.round` would time the default 12 rounds)."""
     cfg = load(name)
     _set(cfg, path, value)
     with pytest.raises(ValueError) as e:
@@ -78,7 +78,7 @@ def test_unknown_key_of_every_block_is_refused_when_the_plan_is_made(name, path,
 @pytest.mark.parametrize("path, value, words", [
     ("throughput.kernel", "kernal", "throughput.kernel: expected one of ['auto', 'kernel', 'reference'], got 'kernal'"
                                     "; did you mean 'kernel'?"),
-    ("throughput.runs", 1, "throughput.runs: expected an integer >= 2, got 1"),
+    ("throughput.rounds", 1, "throughput.rounds: expected an integer >= 2, got 1"),
     ("lora_ft.seed", "0", "lora_ft.seed: expected an integer >= 0, got '0'"),
     ("selection.tie_tolerance", 1.0, "selection.tie_tolerance: expected a finite number >= 0 and < 1"),
     ("eval.weights", "dense", "eval.weights: expected one of ['compressed', 'reconstructed']"),
@@ -182,9 +182,9 @@ def test_defaults_are_the_values_the_workflow_used():
     """The effective defaults of the default run, unchanged (from the schema, the throughput
     module's DEFAULTS dict and `.get(key, default)` calls)."""
     tp = ThroughputSettings.from_block(None)
-    assert tp.measurement_block() == {"runs": 5, "warmup": 1, "new_tokens": 16, "calls": 8, "kernel": "auto",
-                                      "dtype": "float32", "prompt": "The capital of France is"}
-    assert tp.as_block() == {**tp.measurement_block(), "separation_margin": 0.65}  # the claims' margin
+    assert tp.measurement_block() == {"rounds": 12, "seed": 0, "warmup": 1, "new_tokens": 16, "calls": 8,
+                                      "kernel": "auto", "dtype": "float32", "prompt": "The capital of France is"}
+    assert tp.as_block() == tp.measurement_block()  # every key changes the measurement
     s = block_settings(load("smoke"))
     assert s.eval.weights == "compressed" and s.eval.zeroshot.batch_size == 16 and s.eval.ppl["c4"].seed == 0
     assert (s.selection.ranks, s.selection.tie_tolerance, s.selection.ablations) == ("extremes", 0.0, True)
@@ -286,9 +286,9 @@ def test_lora_lr_reaches_the_training_hyper_parameters():
         LoraFtSettings.from_block(cfg["lora_ft"])
 
 
-def test_throughput_runs_reaches_the_timed_loops(monkeypatch):
-    """throughput.runs -> ThroughputSettings.runs -> measure() (what step_throughput calls) -> both protocols'
-    `runs`."""
+def test_throughput_rounds_reach_the_timed_loops(monkeypatch):
+    """throughput.rounds and .seed -> ThroughputSettings -> measure() (what step_throughput calls) -> the
+    interleaved rounds."""
     import torch
 
     from caldera.eval import throughput as tp
@@ -296,16 +296,15 @@ def test_throughput_runs_reaches_the_timed_loops(monkeypatch):
 
     calls = {}
 
-    def fake(name, per):
-        def run(model, first, **kw):
-            calls[name] = kw
-            return {"times_s": [1.0] * kw["runs"], per: kw.get(per, 1), "tokens_per_s": 1.0}
-        return run
+    def fake(models, ids, **kw):
+        calls.update(kw)
+        one = {"single_token": {"times_s": [1.0] * kw["rounds"], "calls": kw["calls"]},
+               "decode": {"times_s": [1.0] * kw["rounds"], "new_tokens": kw["new_tokens"]}}
+        return {"orders": [], "models": {n: one for n in models}}
 
-    monkeypatch.setattr(tp, "decode_throughput", fake("decode", "new_tokens"))
-    monkeypatch.setattr(tp, "single_token_throughput", fake("single_token", "calls"))
+    monkeypatch.setattr(tp, "interleaved_throughput", fake)
     cfg = load("smoke")
-    cfg["throughput"]["runs"] = 4
+    cfg["throughput"].update(rounds=4, seed=9)
     s = block_settings(cfg).throughput
 
     class Tok:
@@ -313,10 +312,23 @@ def test_throughput_runs_reaches_the_timed_loops(monkeypatch):
             assert text == s.prompt
             return type("T", (), {"input_ids": torch.tensor([[1, 2, 3]])})
 
-    res = measure(None, Tok(), s)
-    assert calls["decode"]["runs"] == calls["single_token"]["runs"] == 4
-    assert calls["decode"]["new_tokens"] == 4 and calls["single_token"]["calls"] == 2
-    assert len(res["decode"]["tokens_per_s"]) == 4
+    res = measure({"a": None, "b": None}, Tok(), s)
+    assert (calls["rounds"], calls["seed"], calls["new_tokens"], calls["calls"]) == (4, 9, 4, 2)
+    assert len(res["variants"]["b"]["decode"]["tokens_per_s"]) == 4
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("separation_margin", 0.65, "throughput.separation_margin: removed: a claim is decided on the paired interval"),
+    ("runs", 5, "throughput.runs: removed: .* set `rounds` instead"),
+])
+def test_removed_throughput_keys_are_refused_by_name(key, value, words):
+    """A config that still sets a removed key is told it was removed and what replaces it (not "unknown key")."""
+    with pytest.raises(ValueError, match=words) as e:
+        ThroughputSettings.from_block({key: value})
+    assert "unknown key" not in str(e.value)
+    from caldera.experiments.planning.throughput_rows import moved_settings
+
+    assert [m for m in moved_settings({"throughput": {key: value}}) if m.startswith(f"throughput.{key}: removed")]
 
 
 # ---------------------------------------------------------------------------------------------- the jobs

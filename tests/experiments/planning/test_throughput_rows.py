@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 from caldera.experiments.planning.plan import table_rows
-from caldera.experiments.planning.throughput_rows import throughput_rows, throughput_variants
+from caldera.experiments.planning.throughput_rows import throughput_models, throughput_rows, throughput_variants
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -30,6 +30,8 @@ def test_rows_reuse_the_zero_shot_variants():
     assert sorted(throughput_variants(cfg)) == ["smollm2-caldera-r16-lr4", "smollm2-caldera-r32-lr4",
                                                 "smollm2-caldera-r8-lr16", "smollm2-caldera-r8-lr4",
                                                 "smollm2-dense", "smollm2-quipsharp"]
+    # one job per stand-in model times all of them, the dense one included
+    assert {m: sorted(vs) for m, vs in throughput_models(cfg).items()} == {"smollm2": sorted(throughput_variants(cfg))}
 
 
 def test_rows_not_compressed_by_the_run_stay_unmeasured():
