@@ -359,7 +359,14 @@ def get_final_targets():
         + get_figure_targets()
         + get_throughput_targets()  # Table 6 (throughput.smk)
         + [f"{TABLES_DIR}/theory.md", f"{TABLES_DIR}/claims.md", f"{TABLES_DIR}/timings.json", f"{TABLES_DIR}/timings.md"]
+        + get_overview_targets()
     )
+
+
+def get_overview_targets():
+    """The verdict page with its forest plot (rule verdict_page) and the perplexity-vs-bits figure (rule pareto)."""
+    return [f"{TABLES_DIR}/verdicts.md", *(f"{TABLES_DIR}/{f}.{ext}" for f in ("verdicts_forest", "figure_pareto")
+                                           for ext in ("png", "pdf"))]
 
 
 def get_table_plan(wildcards):
@@ -405,6 +412,7 @@ def get_all_logs_inputs():
         + get_figure_targets()
         + get_throughput_targets()  # Table 6 (throughput.smk)
         + [f"{TABLES_DIR}/theory.md", f"{TABLES_DIR}/claims.md"]
+        + get_overview_targets()
     )
 
 

@@ -45,7 +45,7 @@ rule lora_table:
     input:
         get_lora_table_inputs,
     output:
-        md=report(f"{TABLES_DIR}/table5_finetune.md", category="Tables"),
+        md=report(f"{TABLES_DIR}/table5_finetune.md", caption="../report/table5.rst", category="Tables"),
         tex=f"{TABLES_DIR}/table5_finetune.tex",
         csv=f"{TABLES_DIR}/table5_finetune.csv",
         json=f"{TABLES_DIR}/table5_finetune.json",

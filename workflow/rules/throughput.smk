@@ -32,7 +32,7 @@ rule throughput_table:
     input:
         [f"{RES}/throughput/{v}.json" for v in sorted(TP_VARIANTS)],
     output:
-        md=report(f"{TABLES_DIR}/{THROUGHPUT_TABLE}.md", category="Tables"),
+        md=report(f"{TABLES_DIR}/{THROUGHPUT_TABLE}.md", caption="../report/throughput.rst", category="Tables"),
         tex=f"{TABLES_DIR}/{THROUGHPUT_TABLE}.tex",
         csv=f"{TABLES_DIR}/{THROUGHPUT_TABLE}.csv",
         json=f"{TABLES_DIR}/{THROUGHPUT_TABLE}.json",
