@@ -90,10 +90,10 @@ def plot_pareto(tables: Mapping[str, dict[str, Any]], out_png: str, out_pdf: str
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FormatStrFormatter
 
     from caldera.experiments.report.corpora import corpus_name
     from caldera.experiments.report.plots import PAPER_MODEL_NAMES, _save
+    from caldera.experiments.report.verdict_page import log_ticks
 
     data = pareto_points(tables)
     stands = [s for s in sorted(data) if data[s]["ours"] or data[s]["paper"]]
@@ -146,9 +146,7 @@ def plot_pareto(tables: Mapping[str, dict[str, Any]], out_png: str, out_pdf: str
                                                         if pm in d["paper_dense"] else "") for pm in pms],
                       fontsize=6, loc="upper right")
         for ax in row:
-            ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
-            ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
-            ax.tick_params(axis="y", which="minor", labelsize=6)
+            log_ticks(ax.yaxis)
     if not stands:
         axes[0][0].text(0.5, 0.5, "no measured perplexity in the tables", ha="center", va="center")
     # every method by colour (the paper-only ones too), then the envelope and the unquantized line

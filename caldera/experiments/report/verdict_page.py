@@ -134,8 +134,8 @@ def interval_text(iv: dict[str, Any] | None) -> str:
         return "—"
     kind = iv.get("kind")
     if kind == "ppl ratio":
-        f, unit = (lambda x: f"{x:.3f}"), ""
-        est = f"×{iv['estimate']:.3f}"
+        f, unit = (lambda x: f"{x:.3f}" if 1e-3 <= abs(x) < 1e3 else f"{x:.3g}"), ""
+        est = f"×{f(iv['estimate'])}"
     else:
         acc = kind == "accuracy difference"
         scale, unit = (100.0, " points") if acc else (1.0, " nats" if kind == "margin" else "")
@@ -238,6 +238,17 @@ def forest_rows(claims: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def log_ticks(axis: Any) -> None:
+    """Plain numbers on a log axis (1, 2, 0.5, not 10^0); the minor ticks labelled only where the axis spans less
+    than a factor of 10 (else they crowd)."""
+    from matplotlib.ticker import FormatStrFormatter, NullFormatter
+
+    axis.set_major_formatter(FormatStrFormatter("%g"))
+    lo, hi = sorted(axis.get_view_interval())
+    axis.set_minor_formatter(FormatStrFormatter("%g") if lo > 0 and hi / lo < 10 else NullFormatter())
+    axis.set_tick_params(which="minor", labelsize=6)
+
+
 VERDICT_COLOURS = {"holds": "tab:green", "fails": "tab:red", "inconclusive": "tab:gray"}
 
 
@@ -249,7 +260,6 @@ def plot_forest(claims: Sequence[dict[str, Any]], out_png: str, out_pdf: str) ->
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FormatStrFormatter
 
     from caldera.experiments.report.plots import _save
 
@@ -273,9 +283,7 @@ def plot_forest(claims: Sequence[dict[str, Any]], out_png: str, out_pdf: str) ->
         ax.axvline(here[0]["null"], color="black", lw=0.8)
         if kind == "ppl ratio":
             ax.set_xscale("log")
-            ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
-            ax.xaxis.set_minor_formatter(FormatStrFormatter("%g"))
-            ax.tick_params(axis="x", which="minor", labelsize=6)
+            log_ticks(ax.xaxis)
         ax.set_yticks(range(len(here)), [r["label"] for r in reversed(here)], fontsize=6)
         ax.set_xlabel(PANELS[kind], fontsize=8)
         ax.tick_params(axis="x", labelsize=7)

@@ -159,3 +159,7 @@ def test_sources_of_one_table_are_gathered_and_short_numbers_cut():
     c = {"numbers": "0/6 matrix×rank pairs; k_proj@64: 0.07 vs 0.07 — fails under both"}
     assert V.short_numbers(c) == "0/6 matrix×rank pairs"
     assert V.short_numbers({"numbers": "x" * 100}, width=10) == "x" * 9 + "…"
+
+
+def test_a_huge_ratio_stays_readable():
+    assert V.interval_text(ratio("a", "b", 2822.1, 0.542, 14684247.2)) == "×2.82e+03 [0.542, 1.47e+07]"
