@@ -2,8 +2,8 @@
 
 ``python -m caldera.experiments.report.readme_numbers [ROOT]`` prints each snippet; :func:`check` lists every
 snippet the README lacks (``tests/experiments/report/test_readme_numbers.py`` fails on any). The snippets: the
-result table of "What the default run shows" (rows of the committed Table 1) and the verdict counts of each
-committed run the README names.
+result table of "What the default run shows" (rows of the committed Table 1), the verdict counts of each
+committed run the README names, and the job count and job time of those runs (their ``timings.json``).
 """
 
 from __future__ import annotations
@@ -69,6 +69,18 @@ def counts_text(claims: list[dict[str, Any]]) -> str:
     return f"{len(claims)} claims ({len(group_claims(claims, models))} distinct): {parts}"
 
 
+def job_time_text(timings: dict[str, Any], unit: str) -> str:
+    """``"87 jobs, 102.3 job-min"`` / ``"193 jobs and 6.9 job-hours"`` from a run's ``timings.json`` (every job
+    counted once, its time as measured when it ran)."""
+    if unit == "min":
+        return f"{timings['n_jobs']} jobs, {timings['job_s'] / 60:.1f} job-min"
+    return f"{timings['n_jobs']} jobs and {timings['job_s'] / 3600:.1f} job-hours"
+
+
+#: the committed runs whose job count and job time the README quotes: folder under paper_tables/ -> unit
+TIMED_RUNS = {"generated": "min", "mini-full": "hours"}
+
+
 def snippets(root: str | Path) -> dict[str, str]:
     """Every snippet the README quotes, by what it is, from the committed files under ``root``."""
     root = Path(root)
@@ -77,6 +89,9 @@ def snippets(root: str | Path) -> dict[str, str]:
     for run in COUNTED_RUNS:
         claims = json.loads((root / "paper_tables" / run / "claims.json").read_text())
         out[f"verdict counts of paper_tables/{run}"] = counts_text(claims)
+    for run, unit in TIMED_RUNS.items():
+        timings = json.loads((root / "paper_tables" / run / "timings.json").read_text())
+        out[f"job count and time of paper_tables/{run}"] = job_time_text(timings, unit)
     return out
 
 

@@ -21,8 +21,8 @@ def test_the_readme_quotes_the_committed_outputs():
 def test_a_changed_committed_table_is_caught(tmp_path):
     for run in R.COUNTED_RUNS:
         (tmp_path / "paper_tables" / run).mkdir(parents=True)
-        (tmp_path / "paper_tables" / run / "claims.json").write_text(
-            (ROOT / "paper_tables" / run / "claims.json").read_text())
+        for name in ("claims.json", "timings.json"):
+            (tmp_path / "paper_tables" / run / name).write_text((ROOT / "paper_tables" / run / name).read_text())
     tab = json.loads((ROOT / "paper_tables/generated" / f"{R.RESULT_TABLE}.json").read_text())
     (tmp_path / "paper_tables/generated" / f"{R.RESULT_TABLE}.json").write_text(json.dumps(tab))
     readme = (ROOT / "README.md").read_text()
@@ -47,3 +47,8 @@ def test_a_table_without_the_quoted_row_says_which():
     tab = {"rows": []}
     with pytest.raises(ValueError, match="0 rows of llama-2-7b Unquantized rank 0"):
         R.result_table(tab)
+
+
+def test_job_time_texts():
+    assert R.job_time_text({"n_jobs": 87, "job_s": 6135.8}, "min") == "87 jobs, 102.3 job-min"
+    assert R.job_time_text({"n_jobs": 193, "job_s": 24753.2}, "hours") == "193 jobs and 6.9 job-hours"
