@@ -144,6 +144,12 @@ def effective_config():
     return {**config, **{k: getattr(SETTINGS, k).as_block() for k in BLOCKS if config.get(k)}}
 
 
+def get_results_dir(wildcards):
+    """The run's results folder (results/<name>), as the `results` param of the table rules: a function, since the
+    tables folder may lie inside it (results/mini/tables) and a plain string that prefixes an output is a lint."""
+    return RES
+
+
 def get_variant(wildcards):
     """The variant (a VariantSpec) named by the `variant` wildcard: the `variant` param of the rules that
     compress, assemble, evaluate or fine-tune it."""

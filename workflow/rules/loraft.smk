@@ -55,7 +55,7 @@ rule lora_table:
         f"{RES}/logs/tables/table5_finetune.log",
     params:
         spec=declared(SETTINGS.lora_ft and SETTINGS.lora_ft.as_block(), SETTINGS.eval.as_block()),
-        results=RES,
+        results=get_results_dir,
         plan=get_table5_plan,
     conda:
         "../envs/caldera.yaml"

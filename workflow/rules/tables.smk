@@ -12,7 +12,7 @@ rule make_table:
         f"{RES}/logs/tables/{{table}}.log",
     params:
         spec=declared(effective_config()),
-        results=RES,
+        results=get_results_dir,
         plan=get_table_plan,
     conda:
         "../envs/caldera.yaml"
