@@ -16,6 +16,9 @@ if not workflow.overwrite_configfiles:
     workflow.configfile("config/mini.yaml")
 
 
+report: "workflow/report/workflow.rst"  # report.html's description (each result's caption: workflow/report/)
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/calibrate.smk"
 include: "workflow/rules/compress.smk"

@@ -10,7 +10,7 @@ import argparse
 import logging
 import sys
 
-from caldera.cli import assets, compress, cost, evaluate, export, hessians, info, lm_eval, matrix_report
+from caldera.cli import assets, compare, compress, cost, evaluate, export, hessians, info, lm_eval, matrix_report
 from caldera.cli.common import CLIError, TqdmLogHandler, _Parser, quiet_progress
 from caldera.cli.lm_eval import cmd_lm_eval
 from caldera.cli.matrix_report import cmd_matrix_report
@@ -27,6 +27,7 @@ EPILOG = """examples (caldera COMMAND --help for each):
   caldera convert OLD --out NEW                      a format-1 checkpoint in the current format
   caldera lm-eval --model hf --model_args pretrained=CKPT ...   lm-eval's own CLI on the compressed model
   caldera matrix-report                              matrix-level ablations (caldera.reports.matrix)
+  caldera compare results/mini/tables                a run against the committed record (paper_tables/generated)
 
 --model takes smollm2 or gemma3 (cached by caldera assets), a local Hugging Face folder, a compressed
 checkpoint folder (it has caldera_config.json) or, at paper scale, a hub name."""
@@ -46,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     raw = argparse.RawDescriptionHelpFormatter
 
-    for mod in (assets, hessians, compress, evaluate, info, cost, export, lm_eval, matrix_report):
+    for mod in (assets, hessians, compress, evaluate, info, cost, export, lm_eval, matrix_report, compare):
         mod.add_parser(sub, raw)
     return ap
 

@@ -225,7 +225,7 @@ def test_smoke_workflow_end_to_end(tmp_path):
     out = tmp_path / "results/smoke/tables"
     for name in ("table7_mistral.md", "table7_mistral.tex", "table7_mistral.csv", "figure1.png", "figure3.pdf",
                  "figure4.png", "theory.md", "claims.md", "table3_llama2_rhtft.md", "table6_throughput.csv",
-                 "timings.md"):
+                 "timings.md", "verdicts.md", "verdicts_forest.png", "figure_pareto.pdf"):
         assert (out / name).stat().st_size > 0, name
     timings = json.loads((out / "timings.json").read_text())  # beside timings.md: one run writes both
     assert {"calibration (Hessians)", "compression", "evaluation", "figures"} <= set(timings["stages"])

@@ -146,6 +146,12 @@ def effective_config():
     return {**config, **{k: getattr(SETTINGS, k).as_block() for k in BLOCKS if config.get(k)}}
 
 
+def get_results_dir(wildcards):
+    """The run's results folder (results/<name>), as the `results` param of the table rules: a function, since the
+    tables folder may lie inside it (results/mini/tables) and a plain string that prefixes an output is a lint."""
+    return RES
+
+
 def get_variant(wildcards):
     """The variant (a VariantSpec) named by the `variant` wildcard: the `variant` param of the rules that
     compress, assemble, evaluate or fine-tune it."""
@@ -361,7 +367,14 @@ def get_final_targets():
         + get_figure_targets()
         + get_throughput_targets()  # Table 6 (throughput.smk)
         + [f"{TABLES_DIR}/theory.md", f"{TABLES_DIR}/claims.md", f"{TABLES_DIR}/timings.json", f"{TABLES_DIR}/timings.md"]
+        + get_overview_targets()
     )
+
+
+def get_overview_targets():
+    """The verdict page with its forest plot (rule verdict_page) and the perplexity-vs-bits figure (rule pareto)."""
+    return [f"{TABLES_DIR}/verdicts.md", *(f"{TABLES_DIR}/{f}.{ext}" for f in ("verdicts_forest", "figure_pareto")
+                                           for ext in ("png", "pdf"))]
 
 
 def get_table_plan(wildcards):
@@ -407,6 +420,7 @@ def get_all_logs_inputs():
         + get_figure_targets()
         + get_throughput_targets()  # Table 6 (throughput.smk)
         + [f"{TABLES_DIR}/theory.md", f"{TABLES_DIR}/claims.md"]
+        + get_overview_targets()
     )
 
 

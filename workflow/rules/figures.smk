@@ -81,7 +81,7 @@ rule plot_figure:
     input:
         f"{RES}/figures/figure{{n}}.json",
     output:
-        png=report(f"{TABLES_DIR}/figure{{n}}.png", category="Figures"),
+        png=report(f"{TABLES_DIR}/figure{{n}}.png", caption="../report/figure.rst", category="Figures"),
         pdf=f"{TABLES_DIR}/figure{{n}}.pdf",
     benchmark:
         f"{RES}/benchmarks/plot_figure/figure{{n}}.tsv"
@@ -102,7 +102,7 @@ rule plot_ranks:
     input:
         get_rank_allocations,
     output:
-        png=report(f"{TABLES_DIR}/figure_ranks.png", category="Figures"),
+        png=report(f"{TABLES_DIR}/figure_ranks.png", caption="../report/figure_ranks.rst", category="Figures"),
         pdf=f"{TABLES_DIR}/figure_ranks.pdf",
     benchmark:
         f"{RES}/benchmarks/plot_figure/figure_ranks.tsv"

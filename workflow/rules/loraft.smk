@@ -45,7 +45,7 @@ rule lora_table:
     input:
         get_lora_table_inputs,
     output:
-        md=report(f"{TABLES_DIR}/table5_finetune.md", category="Tables"),
+        md=report(f"{TABLES_DIR}/table5_finetune.md", caption="../report/table5.rst", category="Tables"),
         tex=f"{TABLES_DIR}/table5_finetune.tex",
         csv=f"{TABLES_DIR}/table5_finetune.csv",
         json=f"{TABLES_DIR}/table5_finetune.json",
@@ -55,7 +55,7 @@ rule lora_table:
         f"{RES}/logs/tables/table5_finetune.log",
     params:
         spec=declared(SETTINGS.lora_ft and SETTINGS.lora_ft.as_block(), SETTINGS.eval.as_block()),
-        results=RES,
+        results=get_results_dir,
         plan=get_table5_plan,
     conda:
         "../envs/caldera.yaml"

@@ -5,7 +5,7 @@ rule selection:
         hessians=[f"{RES}/hessians/{m}" for m in SELECTION_MODELS],
     output:
         json=f"{RES}/selection/selection.json",
-        md=report(f"{TABLES_DIR}/selection.md", category="Selection"),
+        md=report(f"{TABLES_DIR}/selection.md", caption="../report/selection.rst", category="Selection"),
     benchmark:
         f"{RES}/benchmarks/selection/selection.tsv"
     log:

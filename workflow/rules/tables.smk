@@ -2,7 +2,7 @@ rule make_table:
     input:
         get_table_inputs,
     output:
-        md=report(f"{TABLES_DIR}/{{table}}.md", category="Tables"),
+        md=report(f"{TABLES_DIR}/{{table}}.md", caption="../report/table.rst", category="Tables"),
         tex=f"{TABLES_DIR}/{{table}}.tex",
         csv=f"{TABLES_DIR}/{{table}}.csv",
         json=f"{TABLES_DIR}/{{table}}.json",
@@ -12,7 +12,7 @@ rule make_table:
         f"{RES}/logs/tables/{{table}}.log",
     params:
         spec=declared(effective_config()),
-        results=RES,
+        results=get_results_dir,
         plan=get_table_plan,
     conda:
         "../envs/caldera.yaml"
@@ -22,7 +22,7 @@ rule make_table:
 
 rule pending_table:
     output:
-        md=report(f"{TABLES_DIR}/{{ptable}}.md", category="Tables (pending)"),
+        md=report(f"{TABLES_DIR}/{{ptable}}.md", caption="../report/pending_table.rst", category="Tables (pending)"),
         tex=f"{TABLES_DIR}/{{ptable}}.tex",
         csv=f"{TABLES_DIR}/{{ptable}}.csv",
     benchmark:
@@ -39,7 +39,7 @@ rule pending_table:
 
 rule theory_report:
     output:
-        md=report(f"{TABLES_DIR}/theory.md", category="Theory"),
+        md=report(f"{TABLES_DIR}/theory.md", caption="../report/theory.rst", category="Theory"),
         json=f"{TABLES_DIR}/theory.json",
     benchmark:
         f"{RES}/benchmarks/theory_report/theory.tsv"
@@ -64,9 +64,9 @@ rule claims:
         throughput=get_throughput_targets()[-1],  # Table 6's JSON (throughput.smk)
         lora=[f"{TABLES_DIR}/table5_finetune.json"] if config.get("lora_ft") else [],
     output:
-        md=report(f"{TABLES_DIR}/claims.md", category="Claims"),
+        md=report(f"{TABLES_DIR}/claims.md", caption="../report/claims.rst", category="Claims"),
         json=f"{TABLES_DIR}/claims.json",
-        spread_md=report(f"{TABLES_DIR}/spread.md", category="Claims"),
+        spread_md=report(f"{TABLES_DIR}/spread.md", caption="../report/spread.rst", category="Claims"),
         spread_json=f"{TABLES_DIR}/spread.json",
     benchmark:
         f"{RES}/benchmarks/claims/claims.tsv"
@@ -86,7 +86,7 @@ rule timings:
         get_all_logs_inputs(),
     output:
         json=f"{TABLES_DIR}/timings.json",
-        md=report(f"{TABLES_DIR}/timings.md", category="Timings"),
+        md=report(f"{TABLES_DIR}/timings.md", caption="../report/timings.rst", category="Timings"),
     log:
         f"{RES}/logs/timings.log",
     params:
@@ -97,3 +97,44 @@ rule timings:
         "../envs/caldera.yaml"
     script:
         "../scripts/timings.py"
+
+
+# The verdicts at one screen and the forest plot of the claims' intervals (caldera.experiments.report.verdict_page):
+# claims.json only.
+rule verdict_page:
+    input:
+        f"{TABLES_DIR}/claims.json",
+    output:
+        md=report(f"{TABLES_DIR}/verdicts.md", caption="../report/verdicts.rst", category="Claims"),
+        png=report(f"{TABLES_DIR}/verdicts_forest.png", caption="../report/verdicts_forest.rst", category="Claims"),
+        pdf=f"{TABLES_DIR}/verdicts_forest.pdf",
+    benchmark:
+        f"{RES}/benchmarks/verdict_page/verdicts.tsv"
+    log:
+        f"{RES}/logs/verdict_page.log",
+    params:
+        run=RUN_CONTEXT,  # the models' keys (the prefixes of the variant ids) and labels
+    conda:
+        "../envs/caldera.yaml"
+    script:
+        "../scripts/verdict_page.py"
+
+
+# Perplexity against bits per weight, every method of the run on each stand-in (caldera.experiments.report.pareto):
+# the table JSONs only.
+rule pareto:
+    input:
+        [f"{TABLES_DIR}/{t}.json" for t in config["tables"]],
+    output:
+        png=report(f"{TABLES_DIR}/figure_pareto.png", caption="../report/figure_pareto.rst", category="Figures"),
+        pdf=f"{TABLES_DIR}/figure_pareto.pdf",
+    benchmark:
+        f"{RES}/benchmarks/plot_figure/figure_pareto.tsv"
+    log:
+        f"{RES}/logs/figures/plot_pareto.log",
+    params:
+        corpus=config["eval"]["ppl"]["wiki"]["source"] if "wiki" in config["eval"]["ppl"] else None,
+    conda:
+        "../envs/caldera.yaml"
+    script:
+        "../scripts/plot_pareto.py"

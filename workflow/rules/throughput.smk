@@ -37,7 +37,7 @@ rule throughput_table:
     input:
         [f"{RES}/throughput/{m}.json" for m in TP_MODELS],
     output:
-        md=report(f"{TABLES_DIR}/{THROUGHPUT_TABLE}.md", category="Tables"),
+        md=report(f"{TABLES_DIR}/{THROUGHPUT_TABLE}.md", caption="../report/throughput.rst", category="Tables"),
         tex=f"{TABLES_DIR}/{THROUGHPUT_TABLE}.tex",
         csv=f"{TABLES_DIR}/{THROUGHPUT_TABLE}.csv",
         json=f"{TABLES_DIR}/{THROUGHPUT_TABLE}.json",

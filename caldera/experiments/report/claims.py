@@ -537,10 +537,11 @@ SDD_NOTE = ("Each claim is **holds**, **fails** or **inconclusive** by a 95 % in
 
 
 def claims_table(claims: list[dict[str, Any]]) -> list[str]:
-    """The Markdown table of ``claims`` (header, rule, one line per claim), as ``claims.md`` prints it."""
+    """The Markdown table of ``claims`` (header, rule, one line per claim), as ``claims.md`` prints it; entry ``i``
+    (1-based) carries the anchor ``claim-i`` that ``verdicts.md`` links to."""
     return ["| claim | source | verdict | numbers | smallest detectable difference |", "|---|---|---|---|---|",
-            *(f"| {c['claim']} | {c['source']} | **{c['verdict']}** | {c['numbers']} | {c['sdd']} |"
-              for c in claims)]
+            *(f"| <a id=\"claim-{i}\"></a>{c['claim']} | {c['source']} | **{c['verdict']}** | {c['numbers']} | "
+              f"{c['sdd']} |" for i, c in enumerate(claims, 1))]
 
 
 def jsonable(claims: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -133,11 +133,15 @@ def _data_note(plan: Table5Plan) -> str:
                      f"disjointly from {'the local copy (local_data) of ' if plan.run.local_data else ''}"
                      f"the hub's {', '.join(repr(tasks[t]['train_split']) for t in hub)} split")
     wiki = tasks[LM_TASK]
+    from caldera.experiments.report.corpora import corpus_name
+
+    src = (plan.eval.as_block()["ppl"].get("wiki") or {}).get("source")
+    what = f"Wiki ({corpus_name(src)})" if src else "Wiki"
     if wiki.get("train_source") is None:
-        parts.append("Wiki: eval windows = Tables 1–2's, held-out and train blocks follow them in the same stream")
+        parts.append(f"{what}: eval windows = Tables 1–2's, held-out and train blocks follow them in the same stream")
     else:
         held = wiki.get("heldout_source") or f"the first blocks of {wiki['train_source']}"
-        parts.append(f"Wiki: eval windows = Tables 1–2's; train = {wiki['train_source']}, held-out = {held}")
+        parts.append(f"{what}: eval windows = Tables 1–2's; train = {wiki['train_source']}, held-out = {held}")
     return "; ".join(parts)
 
 

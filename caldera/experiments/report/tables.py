@@ -570,6 +570,8 @@ def write_table_files(tab: dict[str, Any] | None, caption: str, rendered: tuple[
 def write_table(results_dir: str, plan: TablePlan, out_md: str, out_tex: str, out_csv: str,
                 out_json: str) -> dict[str, Any]:
     """Table ``plan.table`` (:func:`build_table`) with its caption, as md / tex / csv / json."""
+    from caldera.experiments.report.corpora import corpus_name
+
     tab = build_table(results_dir, plan)
     table = plan.table
     stand = sorted({r["stand_in"] for r in tab["rows"] if r["variant"]})
@@ -583,8 +585,8 @@ def write_table(results_dir: str, plan: TablePlan, out_md: str, out_tex: str, ou
                f"a row has several (caldera.stats; "
                f"one seed: the evaluation's noise only, not the compression's). Zero-shot limit per task: "
                f"{plan.eval.zeroshot.limit}; "
-               "perplexity corpora (windows × tokens): "
-               + ", ".join(f"{k}={v['source']} ({v.get('n_windows') or 'all'} × {v['seq_len']})"
+               "perplexity corpora (windows × tokens; the wiki2_ and c4_ columns): "
+               + ", ".join(f"{k}: {corpus_name(v['source'])} ({v.get('n_windows') or 'all'} × {v['seq_len']})"
                            for k, v in plan.eval.as_block()["ppl"].items()) + ".")
     if table in RHTFT_TABLES:
         ft = plan.rht_ft.as_block()

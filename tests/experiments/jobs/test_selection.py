@@ -126,7 +126,7 @@ def test_selection_rule_dry_runs_and_reads_no_evaluation_result(tmp_path):
     for item in ("Snakefile", "workflow", "config"):
         src = ROOT / item
         (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / item)
-    r = run_snakemake(["-n", "--cores", "1", "paper_tables/generated/selection.md"], tmp_path)
+    r = run_snakemake(["-n", "--cores", "1", "results/mini/tables/selection.md"], tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout + r.stderr
     block = out[out.index("rule selection:"):]
@@ -140,7 +140,7 @@ def test_selection_rule_dry_runs_and_reads_no_evaluation_result(tmp_path):
         jobs.add(line.split()[0])
     assert jobs == {"assets", "hessians", "selection"}  # no compression, no evaluation upstream
     r = run_snakemake(["-n", "--cores", "1"], tmp_path)
-    assert r.returncode == 0 and "paper_tables/generated/selection.md" in r.stdout  # a default target
+    assert r.returncode == 0 and "results/mini/tables/selection.md" in r.stdout  # a default target
 
 
 @pytest.mark.parametrize("name", ["mini", "mini-full", "mini-core", "smoke"])

@@ -48,6 +48,9 @@ def test_tables_print_intervals_and_carry_the_samples(tmp_path):
     md = Path(out["md"]).read_text()
     assert f"{math.exp(4.75):.2f} [{ci['lo']:.2f}, {ci['hi']:.2f}]" in md
     assert f"30.0 [{100 * lo:.1f}, {100 * hi:.1f}]" in md
+    # the caption names the text for what it is (not WikiText-2 / C4)
+    assert ("wiki: Wikipedia paragraphs (wiki-squad), standing in for WikiText-2 (8 × 512), c4: CoQA stories "
+            "(coqa-stories), standing in for C4 (2 × 512)") in md
     rec = next(r for r in csv.DictReader(open(out["csv"])) if r["method"] == row["method"])
     assert float(rec["wiki2_ppl_ours_lo"]) == ci["lo"] and float(rec["wino_acc_ours_hi"]) == 100 * hi
     saved = json.loads(Path(out["json"]).read_text())
