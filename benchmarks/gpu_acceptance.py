@@ -414,7 +414,7 @@ def stage_costs(a: argparse.Namespace) -> dict[str, Any]:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from cost_components import measure_components
 
-    from caldera.experiments.planning.cost import decompose_seconds, load_costs
+    from caldera.experiments.planning.cost import CUDA_ENGINE, decompose_seconds, load_costs
 
     if a.tiny:
         shapes, k, kw = [(32, 64), (64, 64)], 8, {"forward_widths": (64,), "forward_tokens": 64}
@@ -422,6 +422,7 @@ def stage_costs(a: argparse.Namespace) -> dict[str, Any]:
         shapes, k, kw = [(512, 1024), (1024, 1024), (2048, 2048)], 256, {}
     costs = measure_components(a.device, shapes, k=k, repeats=1, **kw)
     costs["command"] = f"benchmarks/gpu_acceptance.py --device {a.device}{' --tiny' if a.tiny else ''} (stage costs)"
+    costs["engine"] = CUDA_ENGINE  # the device engine these costs price (``caldera cost`` reads it)
     path = Path(a.out) / f"costs-{a.device}.json"
     write_atomic(path, json.dumps(costs, indent=1, sort_keys=True) + "\n")
     loaded = load_costs(a.device, path)  # what `caldera cost` reads
@@ -853,6 +854,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown stages {unknown}; known: {list(STAGES)}")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")  # synthetic inputs only: nothing is fetched
+    env["CALDERA_E8P_TRITON"] = "1"  # the Triton E8P kernels on CUDA, off elsewhere until this run has checked them
     if a.device == "cpu":
         env["TRITON_INTERPRET"] = "1"  # the Triton kernels run in Triton's interpreter
 

@@ -519,11 +519,12 @@ def encode_dense(x: Tensor, t: _E8PLookup, chunk: int | None = None) -> Tensor:
 def search_on_device(x: Tensor, t: _E8PLookup) -> Tensor:
     """Nearest-codeword codes, int32 ``(n,)``, of the rows of a checked float32 ``(n, 8)`` ``x`` on any device,
     without host synchronisation: the one-kernel Triton search (:func:`caldera.quantizers.e8p_triton.search`) on
-    CUDA when Triton imports, else :func:`encode_dense` (``t``: :func:`lookup_on` ``x``'s device)."""
+    CUDA where it is enabled (:func:`caldera.quantizers.e8p_triton.enabled_on_cuda`), else :func:`encode_dense`
+    (``t``: :func:`lookup_on` ``x``'s device)."""
     if x.device.type == "cuda":
         from caldera.quantizers import e8p_triton
 
-        if e8p_triton.available():
+        if e8p_triton.enabled_on_cuda():
             return e8p_triton.search(x, t)
     return encode_dense(x, t)
 
@@ -744,12 +745,12 @@ class E8P(Quantizer):
 
     def fused_ldlq_available(self, x: Tensor) -> bool:
         """Whether :meth:`fused_ldlq_chunk` runs for tensors like ``x``: CPU tensors with the Numba backend (the
-        compiled chunk), CUDA tensors when Triton imports (the chunk kernel of
-        :func:`caldera.quantizers.e8p_triton.ldlq_chunk`)."""
+        compiled chunk), CUDA tensors where the Triton kernels are enabled (the chunk kernel of
+        :func:`caldera.quantizers.e8p_triton.ldlq_chunk`; :func:`caldera.quantizers.e8p_triton.enabled_on_cuda`)."""
         if x.device.type == "cuda":
             from caldera.quantizers import e8p_triton
 
-            return e8p_triton.available()
+            return e8p_triton.enabled_on_cuda()
         return self.backend == "numba" and x.device.type == "cpu" and _numba_ldlq_kernel() is not None
 
     def fused_ldlq_chunk(

@@ -45,6 +45,20 @@ def available() -> bool:
     return triton is not None
 
 
+#: the environment variable that lets CUDA tensors take these kernels: "1" to use them. Off by default until a GPU
+#: acceptance run (benchmarks/gpu_acceptance.py, which sets it) has checked them compiled against the device
+#: search they replace; without it CUDA takes :func:`caldera.quantizers.e8p.encode_dense` and the block loop.
+ENABLE_ON_CUDA = "CALDERA_E8P_TRITON"
+
+
+def enabled_on_cuda() -> bool:
+    """Whether CUDA tensors take the Triton search and BlockLDLQ chunk: Triton imports and
+    :data:`ENABLE_ON_CUDA` is "1"."""
+    import os
+
+    return available() and os.environ.get(ENABLE_ON_CUDA) == "1"
+
+
 if triton is not None:
 
     @triton.jit

@@ -113,3 +113,14 @@ def test_ldlq_chunk_kernel_matches_the_block_loop(kt, monkeypatch, n, d, buffer,
     below = (torch.arange(d)[:, None] // 8) > (torch.arange(d)[None, :] // 8)
     x = (X.double() + (X - Wh_k).double() @ (L.double() * below)).float()
     assert (E8P().quantize(x) == codes_k).float().mean() > 0.99
+
+
+def test_cuda_takes_the_kernels_only_when_enabled(kt, monkeypatch):
+    """Never compiled on a GPU yet: CUDA tensors take the Triton search and chunk only with CALDERA_E8P_TRITON=1
+    (the acceptance run sets it), else the device search and the block loop."""
+    monkeypatch.delenv(kt.ENABLE_ON_CUDA, raising=False)
+    assert not kt.enabled_on_cuda()
+    monkeypatch.setenv(kt.ENABLE_ON_CUDA, "1")
+    assert kt.enabled_on_cuda()
+    monkeypatch.setenv(kt.ENABLE_ON_CUDA, "0")
+    assert not kt.enabled_on_cuda()

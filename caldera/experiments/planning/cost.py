@@ -354,6 +354,12 @@ def duration(seconds: float) -> str:
     return f"{seconds / 3600:.2f} h"
 
 
+#: the engine a CUDA cost file must have been measured with to price the device path of this version (BlockLDLQ
+#: without host synchronisation, the Triton E8P search and chunk kernels); the acceptance run's ``costs`` stage
+#: records it in the file it writes
+CUDA_ENGINE = "blockldlq-sync-free"
+
+
 def report(config: dict[str, Any], costs: dict[str, Any]) -> str:
     """The text ``caldera cost`` prints."""
     est = estimate(config, costs)
@@ -362,6 +368,11 @@ def report(config: dict[str, Any], costs: dict[str, Any]) -> str:
     lines = [f"Predicted cost of `{config.get('name', '?')}` on {costs.get('device_name', dev)} "
              f"({unit} job time; component costs measured {costs.get('measured_at', '?')}, "
              f"torch {costs.get('torch', '?')}, {costs['threads']} threads)", ""]
+    if dev.startswith("cuda") and costs.get("engine") != CUDA_ENGINE:
+        lines.insert(1, f"These CUDA costs were measured before this version's device engine ({CUDA_ENGINE}: "
+                        "BlockLDLQ without host syncs, the Triton E8P search and chunk kernels) and price the older "
+                        "one; `python benchmarks/gpu_acceptance.py --device cuda --out DIR` measures the new ones "
+                        "(its `costs` stage), to be copied to benchmarks/results/costs-cuda.json.")
     for mkey, e in est.items():
         lines.append(f"## {mkey}: {duration(e['hours'] * 3600)} of {unit} job time in all")
         lines.append(f"{'rule':<17}{'jobs':>6}{'per job':>12}{'host GB':>10}{'device GB':>11}{'job time':>12}")

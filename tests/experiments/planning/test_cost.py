@@ -170,3 +170,14 @@ def test_coverage_says_which_components_reach_a_models_shapes():
     assert seven["measured"] == ["ldlq"] and seven["extrapolated"][0].startswith("forward (measured to FLOP/token")
     assert seventy["measured"] == [] and any(e.startswith("ldlq (measured to n·d 4.51e+07, this config 2.35e+08)")
                                              for e in seventy["extrapolated"])
+
+
+def test_cuda_costs_measured_before_the_device_engine_say_so():
+    """`caldera cost --device cuda` prices from the committed CUDA costs; until the acceptance run's `costs` stage
+    has measured this version's engine (and recorded it), the report says the figures price the older one."""
+    cfg = C.load_workflow_config("config/mini.yaml")
+    old = {**fake_costs(), "device": "cuda", "device_name": "H200"}
+    old.pop("engine", None)
+    assert "measured before this version's device engine" in C.report(cfg, old)
+    assert "measured before" not in C.report(cfg, {**old, "engine": C.CUDA_ENGINE})
+    assert "measured before" not in C.report(cfg, {**fake_costs(), "device": "cpu"})
