@@ -141,6 +141,14 @@ def output_lock(out: Path, what: str) -> Iterator[None]:
 
     lock = out.with_name(out.name + ".lock")
     lock.parent.mkdir(parents=True, exist_ok=True)
+    if lock.exists() or lock.is_symlink():  # a lock left by a killed run holds its pid (or nothing yet)
+        try:
+            held: str | None = lock.read_text().strip() if lock.is_file() else None
+        except (OSError, UnicodeDecodeError):
+            held = None
+        if held is None or not (held == "" or held.isdigit()):
+            raise CLIError(f"{what}: {lock} exists and is not a lock this command wrote (it holds no pid); the "
+                           "lock file beside --out is never overwritten: move it, or choose another --out")
     while True:
         fh = open(lock, "a+")
         try:
@@ -168,6 +176,64 @@ def output_lock(out: Path, what: str) -> Iterator[None]:
         finally:
             lock.unlink(missing_ok=True)
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def is_checkpoint_dir(p: Path) -> bool:
+    """A compressed checkpoint folder (it holds ``caldera_config.json``)."""
+    from caldera.pipeline.checkpoint import CONFIG_FILE
+
+    return p.is_dir() and (p / CONFIG_FILE).is_file()
+
+
+def _names(p: Path, pattern: str) -> bool:
+    return p.is_dir() and next(iter(p.glob(pattern)), None) is not None
+
+
+def is_hessian_dir(p: Path) -> bool:
+    """A folder ``caldera hessians`` wrote (``hessians.json`` or its ``layer_NNN.safetensors`` files), not a
+    compression's per-layer folder (``layer_NNN.json``) nor a checkpoint."""
+    return (_names(p, "hessians.json") or _names(p, "layer_[0-9][0-9][0-9].safetensors")) and not (
+        _names(p, "layer_[0-9][0-9][0-9].json") or is_checkpoint_dir(p))
+
+
+def is_layer_dir(p: Path) -> bool:
+    """A per-layer folder ``caldera compress`` wrote (``layer_NNN.json`` or ``allocation.json``), not a Hessians
+    folder nor a checkpoint."""
+    return (_names(p, "layer_[0-9][0-9][0-9].json") or _names(p, "allocation.json")) and not (
+        _names(p, "hessians.json") or is_checkpoint_dir(p))
+
+
+def is_records_file(*keys: str, **values: Any):
+    """A predicate: ``p`` is a JSON object file with ``keys`` and the given ``values`` (what an earlier run of the
+    same command wrote with ``--out``)."""
+
+    def check(p: Path) -> bool:
+        if not p.is_file():
+            return False
+        try:
+            obj = json.loads(p.read_text())
+        except (OSError, ValueError, UnicodeDecodeError):
+            return False
+        return isinstance(obj, dict) and all(k in obj for k in keys) and all(obj.get(k) == v
+                                                                              for k, v in values.items())
+
+    return check
+
+
+def local_input(name: str | None) -> str | None:
+    """``name`` when it is an existing local path (an input whose place an output must not take), else None."""
+    return name if name and Path(name).expanduser().exists() else None
+
+
+def guard_output(path: str | os.PathLike, **kw: Any) -> Path:
+    """:func:`caldera.atomic.guard_output` with its refusal as a :class:`CLIError`."""
+    from caldera.atomic import OutputExists
+    from caldera.atomic import guard_output as guard
+
+    try:
+        return guard(path, **kw)
+    except OutputExists as e:
+        raise CLIError(str(e)) from None
 
 
 class TqdmLogHandler(logging.StreamHandler):

@@ -6,12 +6,28 @@ import argparse
 import math
 from typing import Any
 
-from caldera.cli.common import DEFAULT_MODEL, CLIError, _emit, _example, _Parser, load_any_model, parse_limit
+from caldera.cli.common import (
+    DEFAULT_MODEL,
+    CLIError,
+    _emit,
+    _example,
+    _Parser,
+    guard_output,
+    is_records_file,
+    load_any_model,
+    local_input,
+    parse_limit,
+)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
     import torch
 
+    if args.out:
+        guard_output(args.out, option="--out", kind=f"records file of caldera eval {args.what}",
+                     same_kind=is_records_file("model", "kind", what=args.what),
+                     inputs={"--model": local_input(args.model), "--dense": local_input(getattr(args, "dense", None))},
+                     resumable=True)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.what == "throughput":

@@ -10,7 +10,10 @@ from caldera.cli.common import (
     CLIError,
     _example,
     _report,
+    guard_output,
+    is_hessian_dir,
     load_dense_model,
+    local_input,
     parse_layers,
     resolve_model_path,
 )
@@ -24,6 +27,8 @@ def cmd_hessians(args: argparse.Namespace) -> int:
 
     layers = parse_layers(args.layers)  # a malformed --layers is refused before the model loads
     path = resolve_model_path(args.model)
+    guard_output(args.out, option="--out", kind="Hessians folder of caldera hessians", same_kind=is_hessian_dir,
+                 inputs={"--model": local_input(path)}, resumable=True)
     if is_checkpoint(path):
         raise CLIError("--model is a compressed checkpoint; Hessians are collected on the original model")
     model, tok = load_dense_model(args.model, path)

@@ -121,19 +121,8 @@ def register() -> None:
 
 
 def _before(quantizer: Any, model: Any, checkpoint_files: Any) -> Any:
-    from safetensors import safe_open
-
-    from caldera.nn.compressed_linear import CompressedLinear
-    from caldera.pipeline.checkpoint.format import CONFIG_FILE, MODEL_FILE, replace_module
-    from caldera.pipeline.checkpoint.verify import (
-        check_against_model,
-        check_config,
-        check_stored_tensors,
-        read_config,
-        verify_checksums,
-        verify_manifest,
-    )
-    from caldera.pipeline.hessians import SAFETENSORS_DTYPES
+    from caldera.pipeline.checkpoint.format import CONFIG_FILE, replace_module
+    from caldera.pipeline.checkpoint.verify import read_structure
 
     if not checkpoint_files:
         raise ValueError("the caldera quantization method loads a compressed checkpoint folder; none was resolved")
@@ -144,24 +133,8 @@ def _before(quantizer: Any, model: Any, checkpoint_files: Any) -> Any:
             "caldera.load_compressed('org/name') (downloads the whole folder), or download the whole repository "
             "(huggingface_hub.snapshot_download) and pass its folder"
         )
-    verify_checksums(folder)
-    cfg = read_config(folder)
-    check_config(cfg, folder)
-    verify_manifest(cfg, folder)
-    with safe_open(str(folder / MODEL_FILE), "pt") as f:
-        shells = {}
-        for k in f.keys():
-            sl = f.get_slice(k)
-            shells[k] = torch.empty(sl.get_shape(), dtype=SAFETENSORS_DTYPES[sl.get_dtype()], device="meta")
-    check_against_model(cfg, shells, model, folder)
-    check_stored_tensors(cfg, shells, folder)  # dtypes and shapes; the values once they are read (_after)
-    for path, meta in cfg["modules"].items():
-        prefix = path + "."
-        own = {k[len(prefix):]: v for k, v in shells.items() if k.startswith(prefix)}
-        try:
-            mod = CompressedLinear.from_tensors(meta, own)
-        except (ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"checkpoint {folder}: modules[{path!r}] does not match its tensors ({e})") from None
+    cfg, _, modules = read_structure(folder)  # what load_compressed reads first, with the same checks
+    for path, mod in modules.items():
         replace_module(model, path, mod)
     quantizer._cfg, quantizer._folder = cfg, folder
     return model
@@ -170,21 +143,19 @@ def _before(quantizer: Any, model: Any, checkpoint_files: Any) -> Any:
 def _after(quantizer: Any, model: Any) -> Any:
     from caldera.pipeline.checkpoint.format import bad
     from caldera.pipeline.checkpoint.loader import attach_checkpoint_config
-    from caldera.pipeline.checkpoint.verify import (
-        check_fingerprint,
-        check_stored_tensors,
-        check_summary,
-        check_tensor_manifest,
-    )
+    from caldera.pipeline.checkpoint.verify import check_fingerprint, check_summary, check_values
 
     cfg, folder = quantizer._cfg, quantizer._folder
     tied = cfg.get("tied", {})
-    state = {k: v for k, v in model.state_dict().items() if k not in tied}
+    loaded = dict(model.state_dict(keep_vars=True))
+    state = {k: v.detach() for k, v in loaded.items() if k not in tied}
     on_meta = sorted(k for k, v in state.items() if v.device.type == "meta")
     if on_meta:
         raise bad(folder, f"tensors {on_meta[:5]} were not loaded")
-    check_tensor_manifest(cfg, state, folder)  # what was loaded, bit for bit: nothing missing, initialised or cast
-    check_stored_tensors(cfg, state, folder)  # ±1 signs, positive scales, codes in range
+    for alias, source in tied.items():  # the architecture ties them (read_structure): one tensor under two names
+        if loaded[alias] is not loaded[source]:
+            raise bad(folder, f"tensor {alias!r} is not tied to {source!r} after loading")
+    check_values(cfg, state, folder)  # what was loaded, bit for bit: nothing missing, initialised or cast
     for path in cfg["modules"]:
         check_fingerprint(folder, path, model.get_submodule(path), cfg["fingerprints"])
     check_summary(cfg, model, folder)

@@ -19,7 +19,7 @@ from caldera.pipeline.checkpoint.format import (
     replace_module,
 )
 from caldera.pipeline.checkpoint.verify import (
-    check_against_model,
+    build_base_model,
     check_module,
     check_summary,
     other_file_changes,
@@ -65,23 +65,6 @@ def reference_buffers(config: Any, wanted: dict[str, Tensor]) -> dict[str, Tenso
         pass
     got = dict(AutoModelForCausalLM.from_config(config).named_buffers())
     return {n: got[n] for n in wanted}
-
-
-def build_base_model(cfg: dict[str, Any], folder: str | os.PathLike) -> tuple[Any, nn.Module]:
-    """``(transformers config, model on the meta device)`` from ``base_config``; ``ValueError`` naming the
-    checkpoint for anything the config classes refuse (e.g. a ``hidden_size`` the head count does not divide)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    base = dict(cfg["base_config"])
-    try:
-        config = AutoConfig.for_model(base.pop("model_type"), **base)
-        with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config)
-    except Exception as e:  # noqa: BLE001 - strict-dataclass validation errors are not ValueErrors
-        msg = str(e).strip().splitlines()
-        raise bad(Path(folder), f"base_config does not build a model ({type(e).__name__}: "
-                   f"{' '.join(msg)[:300]})") from None
-    return config, model
 
 
 def resolve_checkpoint(name: str | os.PathLike, revision: str | None = None) -> Path:
@@ -183,8 +166,7 @@ def _assemble(
 ) -> nn.Module:
     """The base model with its compressed modules, from a config and tensors that :func:`read_checkpoint`
     returned; the checkpoint's config is kept as ``model.caldera_checkpoint_config`` (``save_pretrained``)."""
-    config, model = build_base_model(cfg, folder)
-    check_against_model(cfg, tensors, model, folder)
+    config, model = build_base_model(cfg, folder)  # read_checkpoint checked the tensors against it
     fingerprints = cfg.get("fingerprints") if verify else None
     for path, meta in cfg["modules"].items():
         mod = check_module(folder, path, meta, _module_tensors(tensors, path), fingerprints, **kw)
