@@ -9,18 +9,21 @@ an import hook that registers right after transformers imports it, so ``import c
 
 What the quantizer does, in transformers' loading order:
 
-1. before the weights are read (:meth:`CalderaHfQuantizer._process_model_before_weight_loading`): verify the
-   folder exactly as :func:`~caldera.pipeline.checkpoint.load_compressed` does (checksums, no unlisted file, the
-   config's structure, the content manifest, ``config.json`` equal to the recorded base config), then replace
-   every compressed ``nn.Linear`` by a :class:`~caldera.nn.compressed_linear.CompressedLinear` shell whose
-   tensors (shapes and dtypes from the safetensors header, checked against each module's metadata and the
-   uncompressed weights' one dtype) are on the meta device;
-2. transformers fills every tensor from ``model.safetensors`` (stored dtypes kept: :meth:`get_new_dtype`);
-3. after (:meth:`_process_model_after_weight_loading`): every tensor of the loaded model against its digest in
-   the manifest (nothing missing, nothing randomly initialised, nothing cast), what the values mean (±1 signs,
-   positive scales, codes in range), each module's reconstruction fingerprint, the recorded summaries
-   (:func:`~caldera.pipeline.checkpoint.check_summary`), and ``save_pretrained`` bound to the checkpoint writer
-   (:func:`~caldera.pipeline.checkpoint.attach_checkpoint_config`).
+1. before the weights are read (:meth:`CalderaHfQuantizer._process_model_before_weight_loading`): the one reading
+   of the checkpoint's structure that :func:`~caldera.pipeline.checkpoint.load_compressed` starts from too
+   (:func:`~caldera.pipeline.checkpoint.verify.read_structure`: checksums, the config, the content manifest, the
+   safetensors header against the model ``base_config`` builds: shapes, dtypes against the scheme, the ``tied``
+   map equal to what the architecture ties, every weight stored once, no foreign tensor), so a checkpoint one
+   loader refuses the other refuses with the same message; then every compressed ``nn.Linear`` is replaced by the
+   :class:`~caldera.nn.compressed_linear.CompressedLinear` shell that reading built (tensors on the meta device);
+2. transformers fills every tensor from ``model.safetensors`` (stored dtypes kept: :meth:`get_new_dtype`) and ties
+   the weights the architecture ties;
+3. after (:meth:`_process_model_after_weight_loading`): no tensor left on the meta device, every tied alias the
+   same tensor as its source, then what ``load_compressed`` checks of the values
+   (:func:`~caldera.pipeline.checkpoint.verify.check_values`: every tensor against its digest in the manifest,
+   so nothing randomly initialised or cast; ±1 signs, positive scales, codes in range), each module's
+   reconstruction fingerprint, the recorded summaries (:func:`~caldera.pipeline.checkpoint.check_summary`), and
+   ``save_pretrained`` bound to the checkpoint writer (:func:`~caldera.pipeline.checkpoint.attach_checkpoint_config`).
 
 Without the method registered transformers warns "Unknown quantization type" and builds a dense model with
 randomly initialised linear layers (lm-eval's HFLM stops earlier, with a ValueError). Processes that never

@@ -336,8 +336,11 @@ MUTATIONS = {
     "L scale negated": (_put(_Q + ".L_scale", lambda s: -s), _T + r"\.L_scale' .*negative or non-finite"),
     "Q scale float64": (_put(_Q + ".Q_scale", lambda s: s.double()), _T + r"\.Q_scale' .*dtype float64; scales "
                                                                           r"are stored as float32"),
-    "L codes out of range": (_put(_Q + ".L_codes", _codes_beyond), _T + r"\.L_codes' .*holds invalid codes .*"
-                                                                        r"must lie in \[0, \d+\]"),
+    "L codes out of range": (_put(_Q + ".L_codes", _codes_beyond), _T + r"\.L_codes' .*has dtype int64; e8p-rvq4 "
+                                                                        r"codes \(0 \.\. 4294967295\) are stored in "
+                                                                        r"the smallest integer dtype that holds them"),
+    "L codes negative": (_put(_Q + ".L_codes", lambda c: _one(-1)(c.to(torch.int8))),
+                         _T + r"\.L_codes' .*holds invalid codes .*must lie in \[0, \d+\]"),
     "Q codes as float": (_put(_Q + ".Q_codes", lambda c: c.float()), _T + r"\.Q_codes' .*dtype float32; e8p codes "
                                                                           r"are stored in an integer dtype"),
     "Q codes a column short": (_put(_Q + ".Q_codes", lambda c: c[:, :-1].contiguous()),
@@ -415,3 +418,90 @@ def test_unverified_load_skips_the_value_checks(assembled, tmp_path):
     ck, _ = _edited(assembled, tmp_path, MUTATIONS, "RHT signs x2", reseal_as_writer)
     model, _ = load_compressed(ck, verify=False, load_tokenizer=False)
     assert float(model.get_submodule(_Q).S_U.abs().max()) == 2
+
+
+# ------------------------------------------------------------ one structure reading for both loaders
+
+_LM = "lm_head.weight"
+_EMB = "model.embed_tokens.weight"
+
+
+def _pop(name):
+    return _set(lambda t: t.pop(name))
+
+
+def _refusals(ck):
+    """The messages load_compressed and from_pretrained refuse ``ck`` with (None where one loads it)."""
+    from transformers import AutoModelForCausalLM
+
+    out = []
+    for load in (lambda: load_compressed(ck, load_tokenizer=False), lambda: AutoModelForCausalLM.from_pretrained(
+            str(ck))):
+        try:
+            load()
+            out.append(None)
+        except ValueError as e:
+            out.append(str(e))
+    return out
+
+
+# Structure mutations of the tied checkpoint (`saved`), each resealed the way the writer seals one.
+STRUCTURE = {
+    "tie_word_embeddings false, tied map kept": (
+        edit_config(lambda c: c["base_config"].update(tie_word_embeddings=False)),
+        r"caldera_config\.json key 'tied' is \{'lm_head\.weight': 'model\.embed_tokens\.weight'\} but the "
+        r"LlamaForCausalLM that base_config builds \(tie_word_embeddings False\) ties no weights"),
+    "tied map emptied": (
+        edit_config(lambda c: c.update(tied={})),
+        r"caldera_config\.json key 'tied' is \{\} but the LlamaForCausalLM .* ties \{'lm_head\.weight'"),
+    "lm_head tied to the norm": (
+        edit_config(lambda c: c.update(tied={_LM: "model.norm.weight"})),
+        r"caldera_config\.json key 'tied' is \{'lm_head\.weight': 'model\.norm\.weight'\} but the LlamaForCausalLM"),
+    "lm_head stored while tied": (
+        _set(lambda t: t.update({_LM: t[_EMB].clone()})),
+        r"tensor 'lm_head\.weight' is stored in model\.safetensors but tied to 'model\.embed_tokens\.weight'"),
+    "tied source missing": (
+        _pop(_EMB), r"tied tensor 'lm_head\.weight' points to 'model\.embed_tokens\.weight', which "
+                    r"model\.safetensors does not hold"),
+    "a dense weight missing": (
+        _pop("model.norm.weight"), r"tensor 'model\.norm\.weight', a weight of the model base_config builds, is not "
+                                   r"in model\.safetensors"),
+    "a tensor of no module": (
+        _set(lambda t: t.update({"model.extra": torch.zeros(3)})),
+        r"tensor 'model\.extra' of model\.safetensors is neither a weight of the model base_config builds"),
+    "RHT flag off, signs stored": (
+        edit_config(lambda c: c["modules"][_Q].update(rht=False)),
+        r"modules\['model\.layers\.0\.self_attn\.q_proj'\] has tensors \['S_U', 'S_V'\] that its metadata does "
+        r"not use"),
+    "codes int64, bits summary deleted": (
+        _both(edit_config(lambda c: c.pop("bits", None)), _put(_Q + ".Q_codes", lambda c: c.to(torch.int64))),
+        _T + r"\.Q_codes' of model\.safetensors has dtype int64; e8p codes \(0 \.\. 65535\) are stored in the "
+             r"smallest integer dtype that holds them, at most uint16"),
+    "signs float32, bits summary deleted": (
+        _both(edit_config(lambda c: c.pop("bits", None)), _put(_Q + ".S_U", lambda s: s.float())),
+        _T + r"\.S_U' of model\.safetensors has dtype float32; RHT signs are stored as int8 ±1"),
+}
+
+
+@pytest.mark.parametrize("case", list(STRUCTURE))
+def test_both_loaders_refuse_a_structure_with_the_same_message(saved, tmp_path, case):
+    """load_compressed and from_pretrained read a checkpoint's structure with one function (read_structure): a
+    tied map the architecture does not tie (tie_word_embeddings false: from_pretrained would leave lm_head
+    random), a stored tied alias, a missing or foreign tensor, a module with tensors it does not use, and codes or
+    signs in a dtype the writer never uses are refused by both, with the same message naming the file."""
+    _, path = saved
+    ck, msg = _edited(path, tmp_path, STRUCTURE, case, reseal_as_writer)
+    got = _refusals(ck)
+    assert got[0] is not None and got[0] == got[1], got
+    assert re.search(rf"checkpoint .*ck is inconsistent: {msg}.*re-run `caldera compress`", got[0]), got[0]
+
+
+def test_an_untied_checkpoint_loads_the_same_both_ways(assembled):
+    """tie_word_embeddings false with lm_head stored (and no tied map): both loaders give the same logits, so the
+    refusal above is about the mismatch, not about untied heads."""
+    from transformers import AutoModelForCausalLM
+
+    a = load_compressed(assembled, load_tokenizer=False)[0]
+    b = AutoModelForCausalLM.from_pretrained(str(assembled))
+    with torch.no_grad():
+        assert torch.equal(a(torch.tensor(IDS)).logits, b(torch.tensor(IDS)).logits)
