@@ -118,6 +118,75 @@ def parse_layers(s: str | None) -> list[int] | None:
     return out
 
 
+#: the largest seed every sampler of the commands takes (torch generators: below 2**63 as a signed 64-bit integer)
+MAX_SEED = 2**63 - 1
+
+
+def int_option(lo: int, hi: int | None = None, meaning: str = "") -> Any:
+    """An argparse ``type``: an integer in ``[lo, hi]``. A value that is no integer reads as argparse's own
+    "invalid int value"; one out of range is refused naming the bounds and what the option counts
+    (``meaning``)."""
+
+    def parse(s: str) -> int:
+        v = int(s)  # ValueError: argparse says "invalid int value: 's'"
+        if v < lo or (hi is not None and v > hi):
+            bounds = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+            raise argparse.ArgumentTypeError(f"{v} is out of range: expected an integer {bounds}"
+                                             + (f" ({meaning})" if meaning else ""))
+        return v
+
+    parse.__name__ = "int"
+    return parse
+
+
+def check_positions(model: Any, length: int, option: str) -> None:
+    """``length`` tokens (``option``'s value, or the sum it names) fit the model's positions
+    (``max_position_embeddings`` of its config, when it has one): :class:`CLIError` naming the option otherwise."""
+    top = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if isinstance(top, int) and length > top:
+        raise CLIError(f"{option} is {length}, above the model's max_position_embeddings ({top}): positions "
+                       f"beyond it were never trained; use {option} <= {top}")
+
+
+def available_memory() -> int:
+    """Bytes this process may still allocate: ``MemAvailable`` of ``/proc/meminfo`` (else the physical memory),
+    capped by the cgroup's ``memory.max`` less its ``memory.current`` where there is one."""
+    avail = None
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                avail = int(line.split()[1]) * 1024
+    if avail is None:
+        avail = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    with contextlib.suppress(OSError, ValueError):
+        top = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if top != "max":
+            used = int(Path("/sys/fs/cgroup/memory.current").read_text().strip())
+            avail = min(avail, int(top) - used)
+    return avail
+
+
+def forward_memory(model: Any, batch: int, seq_len: int) -> int:
+    """Bytes a forward of ``batch`` sequences of ``seq_len`` tokens holds at its peak, roughly: the float32
+    logits three times (logits, their log-softmax, the loss's working copy), the causal mask and one layer's
+    attention scores and MLP activations."""
+    cfg = model.config
+    vocab = getattr(cfg, "vocab_size", 0) or 0
+    hidden = getattr(cfg, "hidden_size", 0) or 0
+    inter = getattr(cfg, "intermediate_size", 0) or 4 * hidden
+    heads = getattr(cfg, "num_attention_heads", 1) or 1
+    return 4 * batch * seq_len * (3 * vocab + 2 * inter + 8 * hidden + (heads + 1) * seq_len)
+
+
+def check_memory(need: int, what: str, fix: str) -> None:
+    """:class:`CLIError` when ``need`` bytes exceed what this machine has available (:func:`available_memory`),
+    naming ``what`` needs them and the options to change (``fix``)."""
+    avail = available_memory()
+    if need > avail:
+        raise CLIError(f"{what} needs about {need / 2**30:.1f} GiB of memory, more than the {avail / 2**30:.1f} GiB "
+                       f"this machine has available; {fix}")
+
+
 def parse_limit(s: str) -> int | float:
     """``--limit``: a number of documents (an integer >= 1) or a fraction of each task in (0, 1)."""
     try:

@@ -13,6 +13,7 @@ from caldera.cli.common import (
     _example,
     _report,
     guard_output,
+    int_option,
     is_checkpoint_dir,
     is_layer_dir,
     load_dense_model,
@@ -29,9 +30,13 @@ def cmd_compress(args: argparse.Namespace) -> int:
 
     params = parse_params(args.param, args.preset)
     try:  # this package's methods and the entry points of group caldera.methods; parameters before the model loads
-        get_method(args.method).make_config(params)
+        config = get_method(args.method).make_config(params)
     except (ValueError, TypeError) as e:
         raise CLIError(f"--method {args.method}: {e}") from None
+    rank = getattr(config, "rank", None)
+    if isinstance(rank, int) and args.ft_rank > rank:
+        raise CLIError(f"--ft-rank {args.ft_rank} is above the method's rank {rank}: the trainable components are "
+                       f"the leading ones of L R; use --ft-rank <= {rank}")
     layers = parse_layers(args.layers)
     out, work = Path(args.out), _work_dir(args)
     inputs = {"--hessians folder": args.hessians, "--model": local_input(args.model)}
@@ -182,7 +187,8 @@ def add_parser(sub: Any, raw: Any) -> None:
     )
     p.add_argument("--preset", help="method preset (caldera: paper, authors-2025, 16bit-factors, ...)")
     p.add_argument("--layers", help="only these decoder layers, e.g. 0,1,2 (default all)")
-    p.add_argument("--ft-rank", type=int, default=0, help="trainable leading rank kept in fp32 (LoRA FT later)")
+    p.add_argument("--ft-rank", type=int_option(0, meaning="leading rank kept trainable, at most the rank"),
+                   default=0, help="trainable leading rank kept in fp32 (LoRA FT later)")
     p.add_argument("--out", required=True, help="checkpoint folder to write")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the checkpoint an earlier run wrote at --out (kept until the new one is complete); "

@@ -211,3 +211,89 @@ def test_a_file_in_the_lock_files_place_is_never_overwritten(tmp_path, capsys):
     assert cli.main(argv) == 2
     assert "ck.lock exists and is not a lock this command wrote" in capsys.readouterr().err
     assert (tmp_path / "ck.lock").read_text() == "my notes"
+
+
+# every numeric option of every command: (command argv before it, option, values out of range)
+NUMERIC = [
+    (["hessians", "--out", "H"], "--n-samples", ["0", "-1"]),
+    (["hessians", "--out", "H"], "--seq-len", ["0", "-5"]),
+    (["hessians", "--out", "H"], "--seed", ["-1", str(2**63)]),
+    (["hessians", "--out", "H"], "--batch-size", ["0"]),
+    (["compress", "--hessians", "H", "--out", "C"], "--ft-rank", ["-1"]),
+    (["eval", "ppl"], "--threads", ["0", "-1"]),
+    (["eval", "ppl"], "--seq-len", ["1", "0"]),
+    (["eval", "ppl"], "--n-windows", ["0"]),
+    (["eval", "ppl"], "--max-windows", ["0", "-1"]),
+    (["eval", "ppl"], "--seed", ["-1", str(2**63)]),
+    (["eval", "ppl"], "--batch-size", ["0", "-2"]),
+    (["eval", "zeroshot"], "--batch-size", ["0"]),
+    (["eval", "zeroshot"], "--threads", ["0"]),
+    (["eval", "throughput"], "--threads", ["-1"]),
+    (["eval", "throughput"], "--new-tokens", ["0"]),
+    (["eval", "throughput"], "--runs", ["0"]),
+    (["eval", "throughput"], "--warmup", ["-1"]),
+    (["eval", "throughput"], "--calls", ["0"]),
+    (["eval", "throughput"], "--prompt-len", ["0"]),
+]
+
+
+@pytest.mark.parametrize("head, option, values", NUMERIC, ids=[f"{' '.join(h[:2])} {o}" for h, o, _ in NUMERIC])
+def test_every_numeric_option_is_typed_and_bounded_before_any_work(head, option, values, capsys):
+    """A value out of range, or no integer at all, is refused by the parser (exit 2, nothing loaded), naming the
+    option and the accepted range."""
+    for v in [*values, "1.5", "x", ""]:
+        with pytest.raises(SystemExit) as e:
+            cli.main([*head, option, v])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and f"argument {option}: " in err, (v, err)
+        assert ("is out of range: expected an integer" in err) if v.lstrip("-").isdigit() else (
+            f"invalid int value: '{v}'" in err), (v, err)
+
+
+def test_lengths_beyond_the_models_positions_and_runs_beyond_memory_are_refused(tmp_path, monkeypatch, capsys):
+    """--seq-len above max_position_embeddings (64 for the tiny model) is refused for perplexity and Hessians,
+    --prompt-len + --new-tokens for throughput; a run whose estimate exceeds the available memory is refused
+    naming the options to lower."""
+    from tests.helpers import tiny_model_dir
+
+    model = str(tiny_model_dir(tmp_path / "tiny"))
+    for argv, words in (
+        (["eval", "ppl", "--model", model, "--seq-len", "100000"],
+         "--seq-len is 100000, above the model's max_position_embeddings (64)"),
+        (["hessians", "--model", model, "--out", str(tmp_path / "H"), "--seq-len", "65"],
+         "--seq-len is 65, above the model's max_position_embeddings (64)"),
+        (["eval", "throughput", "--model", model, "--prompt-len", "60", "--new-tokens", "5"],
+         "--prompt-len + --new-tokens is 65, above the model's max_position_embeddings (64)"),
+    ):
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert words in err and "use " in err, err
+    monkeypatch.setattr(common, "available_memory", lambda: 1 << 10)
+    assert cli.main(["eval", "ppl", "--model", model, "--seq-len", "64", "--batch-size", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "perplexity on windows of --seq-len 64, --batch-size 4 at a time, needs about" in err, err
+    assert "lower --batch-size or --seq-len" in err
+    assert cli.main(["hessians", "--model", model, "--out", str(tmp_path / "H"), "--seq-len", "8"]) == 2
+    assert "lower --n-samples, --seq-len or --batch-size" in capsys.readouterr().err
+    assert not (tmp_path / "H").exists()
+
+
+def test_the_memory_estimate_counts_the_logits_and_attention():
+    """SmolLM2-135M's shapes: 100,000 tokens in one window need far more than 20 GB (what the unchecked run grew to
+    before the kernel killed it); the default 512-token window well under 1 GB."""
+    import types
+
+    cfg = types.SimpleNamespace(config=types.SimpleNamespace(vocab_size=49152, hidden_size=576, intermediate_size=1536,
+                                                             num_attention_heads=9))
+    assert common.forward_memory(cfg, 1, 100_000) > 20e9
+    assert common.forward_memory(cfg, 1, 512) < 1e9
+    assert common.forward_memory(cfg, 4, 512) == 4 * common.forward_memory(cfg, 1, 512)
+    assert common.available_memory() > 0
+
+
+def test_a_trainable_rank_above_the_methods_rank_is_refused_before_work(tmp_path, capsys):
+    argv = ["compress", "--hessians", str(tmp_path / "H"), "--method", "caldera", "--param", "rank=4", "--ft-rank",
+            "5", "--out", str(tmp_path / "C")]
+    assert cli.main(argv) == 2
+    assert "--ft-rank 5 is above the method's rank 4" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
