@@ -142,6 +142,14 @@ def _code_dtype(num_codes: int | None) -> torch.dtype | None:
     return narrow_codes(torch.tensor([0, num_codes - 1])).dtype
 
 
+def factor_codes_dtype(meta: dict, which: str) -> Any:
+    """The dtype the ``which`` (``"l"`` or ``"r"``) factor's codes were made in: ``lr_codes_dtype``, R's own
+    ``r_codes_dtype`` where its codes need a wider dtype than L's (e.g. 2-bit L, 4-bit R)."""
+    if which == "r" and meta.get("r_codes_dtype") is not None:
+        return meta["r_codes_dtype"]
+    return meta.get("lr_codes_dtype")
+
+
 def _check_codes(t: Tensor, quantizer: str, rows: int, features: int, codes_dtype: object) -> str | None:
     """Codes of ``quantizer`` for a (rows, features) matrix, stored in an integer dtype, whose values are codes
     of that quantizer and fit ``codes_dtype`` (the dtype they were made in)."""
@@ -247,7 +255,7 @@ def stored_tensor_problem(meta: dict, tensors: dict[str, Tensor]) -> tuple[str, 
     if kq > 0 and fmt == "quantized":
         for name, which, feats in (("L", "l_quantizer", n), ("R", "r_quantizer", d)):
             checks.append((f"{name}_codes", lambda name=name, which=which, feats=feats: _check_codes(
-                tensors[f"{name}_codes"], meta[which], kq, feats, meta.get("lr_codes_dtype"))))
+                tensors[f"{name}_codes"], meta[which], kq, feats, factor_codes_dtype(meta, which[0]))))
             checks.append((f"{name}_scale", lambda name=name, which=which, feats=feats: _check_scale(
                 tensors[f"{name}_scale"], meta[which], kq, feats)
                 or _check_zero_scale(tensors[f"{name}_scale"], tensors.get(f"{name}_codes"), meta[which])))
@@ -375,11 +383,13 @@ def encode_decomposition(
                 r_quantizer=rname,
                 lr_codes_dtype=_dtype_name(dec.L_codes.codes.dtype),
             )
+            if torch.iinfo(dec.R_codes.codes.dtype).bits > torch.iinfo(dec.L_codes.codes.dtype).bits:
+                meta["r_codes_dtype"] = _dtype_name(dec.R_codes.codes.dtype)  # R's codes do not fit L's dtype
             Lc, Rc = narrow_codes(dec.L_codes.codes.cpu()), narrow_codes(dec.R_codes.codes.cpu())
             Ls, Rs = dec.L_codes.scale.detach().float().cpu(), dec.R_codes.scale.detach().float().cpu()
             if check:
-                Lt = dequantize(lname, Lc, Ls, meta["lr_codes_dtype"])
-                Rq = dequantize(rname, Rc, Rs, meta["lr_codes_dtype"])
+                Lt = dequantize(lname, Lc, Ls, factor_codes_dtype(meta, "l"))
+                Rq = dequantize(rname, Rc, Rs, factor_codes_dtype(meta, "r"))
                 if not (_close(Lt.T, L) and _close(Rq, R)):
                     raise ValueError(f"L/R codes decoded with {lname!r}/{rname!r} do not reproduce dec.L/dec.R")
             if k > ft_rank:

@@ -505,3 +505,22 @@ def test_an_untied_checkpoint_loads_the_same_both_ways(assembled):
     b = AutoModelForCausalLM.from_pretrained(str(assembled))
     with torch.no_grad():
         assert torch.equal(a(torch.tensor(IDS)).logits, b(torch.tensor(IDS)).logits)
+
+
+def test_a_checkpoint_with_2_bit_l_and_4_bit_r_is_written_and_loads_both_ways(tmp_path):
+    """l_bits 2 with r_bits 4 (R's codes wider than L's) through `caldera compress`'s library path: the
+    checkpoint is assembled, and load_compressed and from_pretrained give the same logits."""
+    from transformers import AutoModelForCausalLM
+
+    params = {**CALDERA, "l_bits": 2, "r_bits": 4}
+    model = tiny_llama(0, tie_word_embeddings=False)
+    ids = torch.randint(0, 128, (4, 16), generator=torch.Generator().manual_seed(0))
+    collect_hessians(model, ids, tmp_path / "hess", progress=False)
+    C.compress_model(model, tmp_path / "hess", "caldera", params, tmp_path / "layers", progress=False)
+    path, _ = C.assemble_checkpoint(model, tmp_path / "layers", tmp_path / "ck", "caldera", params)
+    cfg = json.loads((path / CONFIG_FILE).read_text())
+    assert {m["r_codes_dtype"] for m in cfg["modules"].values()} == {"int64"}
+    a = load_compressed(path, load_tokenizer=False)[0]
+    b = AutoModelForCausalLM.from_pretrained(str(path))
+    with torch.no_grad():
+        assert torch.equal(a(torch.tensor(IDS)).logits, b(torch.tensor(IDS)).logits)
