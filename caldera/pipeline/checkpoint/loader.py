@@ -16,6 +16,7 @@ from caldera.pipeline.checkpoint.format import (
     MODEL_FILE,
     _module_tensors,
     bad,
+    load_tokenizer_files,
     replace_module,
 )
 from caldera.pipeline.checkpoint.verify import (
@@ -147,8 +148,6 @@ def load_compressed(
         model.to(device_map)
     tokenizer = None
     if load_tokenizer and any((folder / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")):
-        from transformers import AutoTokenizer
-
         if verify:
             diff = {k: v for k, v in other_file_changes(folder, cfg["manifest"]["files"]).items() if v}
             if diff:
@@ -157,7 +156,7 @@ def load_compressed(
                 warnings.warn(f"checkpoint {folder}: the files beside the model are not the ones written with it "
                               f"({'; '.join(f'{k}: {v[:5]}' for k, v in diff.items())}); the model is verified, the "
                               "tokenizer is loaded from the folder as it is now", stacklevel=2)
-        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        tokenizer = load_tokenizer_files(folder)
     return model, tokenizer
 
 

@@ -524,3 +524,138 @@ def test_a_checkpoint_with_2_bit_l_and_4_bit_r_is_written_and_loads_both_ways(tm
     b = AutoModelForCausalLM.from_pretrained(str(path))
     with torch.no_grad():
         assert torch.equal(a(torch.tensor(IDS)).logits, b(torch.tensor(IDS)).logits)
+
+
+# ------------------------------------------------------------ truncated or corrupt files, checksums recomputed
+
+
+def _cut(name, n):
+    def go(ck):
+        b = (ck / name).read_bytes()
+        (ck / name).write_bytes(b[:-n])
+
+    return go
+
+
+def _header_byte(ck):
+    b = bytearray((ck / MODEL_FILE).read_bytes())
+    b[10] = ord("{")
+    (ck / MODEL_FILE).write_bytes(bytes(b))
+
+
+CORRUPT = {
+    "model.safetensors truncated": (_cut(MODEL_FILE, 100), r"checkpoint file .*/model\.safetensors cannot be read "
+                                                           r"\(.*incomplete metadata"),
+    "model.safetensors header": (_header_byte, r"checkpoint file .*/model\.safetensors cannot be read \(.*header"),
+    "caldera_config.json truncated": (_cut(CONFIG_FILE, 10), r".*/caldera_config\.json is missing or not valid JSON"),
+    "checksums.json truncated": (_cut(CHECKSUM_FILE, 5), r".*/checksums\.json is missing or corrupt"),
+    "config.json truncated": (_cut("config.json", 10), r"config\.json differs from the file recorded in "
+                                                       r"manifest\.files"),
+    "tokenizer.json truncated": (_cut("tokenizer.json", 50), r".*/tokenizer\.json is not valid JSON \(JSONDecodeError"),
+    "tokenizer_config.json truncated": (_cut("tokenizer_config.json", 5), r".*/tokenizer_config\.json is not valid "
+                                                                          r"JSON"),
+}
+
+
+@pytest.fixture(scope="module")
+def with_dtype(saved, tmp_path_factory):
+    """The tied checkpoint with ``dtype`` in its base config (as every real model's config has), resealed:
+    transformers then reads no tensor file before the caldera quantizer does."""
+    _, path = saved
+    ck = copy_checkpoint(path, tmp_path_factory.mktemp("dtype") / "ck")
+    edit_config(lambda c: c["base_config"].update(dtype="float32"))(ck)
+    reseal(ck)
+    return ck
+
+
+@pytest.mark.parametrize("case", list(CORRUPT))
+def test_truncated_or_corrupt_files_are_refused_naming_the_file(with_dtype, tmp_path, case):
+    """Each file a load reads, truncated or corrupted with the checksums recomputed, is refused with a ValueError
+    naming it: by load_compressed, and the model files by from_pretrained with the same message (the tokenizer
+    files are not its to read: it loads the model)."""
+    from transformers import AutoModelForCausalLM
+
+    edit, msg = CORRUPT[case]
+    ck = copy_checkpoint(with_dtype, tmp_path / "ck")
+    edit(ck)
+    if "checksums" not in case:
+        rechecksum(ck)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the changed tokenizer files are named in a warning first
+        with pytest.raises(ValueError, match=msg) as e:
+            load_compressed(ck)
+    if "tokenizer" in case:
+        AutoModelForCausalLM.from_pretrained(str(ck))
+    elif "config.json" != case.split()[0]:
+        with pytest.raises(ValueError) as e2:
+            AutoModelForCausalLM.from_pretrained(str(ck))
+        assert str(e2.value) == str(e.value)
+    else:  # transformers parses config.json itself first, and names it
+        with pytest.raises(OSError, match=r"config file at '.*/config\.json' is not a valid JSON file"):
+            AutoModelForCausalLM.from_pretrained(str(ck))
+
+
+def test_a_dense_models_corrupt_tokenizer_is_named(tmp_path, capsys):
+    from caldera import cli
+    from caldera.pipeline.models import load_dense
+    from tests.helpers import tiny_model_dir
+
+    folder = tiny_model_dir(tmp_path / "tiny")
+    _cut("tokenizer.json", 50)(folder)
+    with pytest.raises(ValueError, match=r"tiny/tokenizer\.json is not valid JSON"):
+        load_dense(str(folder))
+    assert cli.main(["eval", "ppl", "--model", str(folder), "--seq-len", "8"]) == 2
+    assert "tokenizer.json is not valid JSON" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------ each check guarded: weakening it fails a test
+
+
+def _negate_sum(c):
+    c["fingerprints"][_Q][0] = -c["fingerprints"][_Q][0]  # what a layer decoding to -W keeps: Σ W² only
+
+
+def _zero_scale_one_code_left(t):
+    """q_proj's Q scale 0 with every code that of an all-zero matrix but one: not what a writer stores."""
+    from caldera.nn.format import resolve_quantizer
+
+    q = resolve_quantizer("e8p")
+    zero = int(q.quantize(torch.zeros(1, q.block_size)).reshape(-1)[0])
+    codes = torch.full_like(t[_Q + ".Q_codes"], zero)
+    codes.view(-1)[0] = zero + 1
+    t[_Q + ".Q_codes"], t[_Q + ".Q_scale"] = codes, t[_Q + ".Q_scale"] * 0
+
+
+# (edit, seal, message): each passes every check but the one it names
+GUARDED = {
+    "fingerprint: every number compared": (
+        edit_config(_negate_sum), rechecksum,
+        r"modules\['model\.layers\.0\.self_attn\.q_proj'\] decodes to a different weight than was saved"),
+    "caldera_config.json checksum": (
+        edit_config(lambda c: c["errors"][_Q].update(error=0.011)), lambda ck: None,
+        r"checkpoint file .*/caldera_config\.json is corrupt or truncated \(sha256"),
+    "zero scale: every code of an all-zero matrix": (
+        _set(_zero_scale_one_code_left), reseal_as_writer,
+        _T + r"\.Q_scale' of model\.safetensors is 0 where the codes are not those of an all-zero matrix"),
+    "manifest: no tensor unlisted": (
+        edit_config(lambda c: c["manifest"]["tensors"].pop("model.norm.weight")), rechecksum,
+        r"tensor 'model\.norm\.weight' of model\.safetensors is not listed in manifest\.tensors"),
+    "manifest: no listed tensor missing": (
+        edit_config(lambda c: c["manifest"]["tensors"].update({"model.extra.weight": "0" * 64})), rechecksum,
+        r"tensor 'model\.extra\.weight', listed in manifest\.tensors, is not in model\.safetensors"),
+}
+
+
+@pytest.mark.parametrize("case", list(GUARDED))
+def test_each_check_refuses_what_only_it_can_see(assembled, tmp_path, case):
+    """The per-module fingerprint compares both numbers, caldera_config.json is checksummed, a zero scale needs
+    every code of its rows to be the zero code, and the manifest lists exactly the stored tensors: each edit
+    below gets past every other check, so weakening the one it names (all -> any, the file skipped, any -> all,
+    the name check removed) makes a loader accept it."""
+    edit, seal, msg = GUARDED[case]
+    ck = copy_checkpoint(assembled, tmp_path / "ck")
+    edit(ck)
+    seal(ck)
+    got = _refusals(ck)
+    assert got[0] is not None and got[0] == got[1], got
+    assert re.search(msg, got[0]), got[0]
