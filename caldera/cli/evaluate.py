@@ -51,9 +51,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
             from caldera.pipeline import text
 
             if args.source in ("coqa-stories", "c4"):
-                data = text.random_windows(tok, args.source, args.seq_len, args.n_windows, seed=args.seed)
+                try:
+                    data = text.random_windows(tok, args.source, args.seq_len, args.n_windows, seed=args.seed)
+                except ValueError as e:
+                    raise CLIError(f"--seq-len {args.seq_len}, --n-windows {args.n_windows}: {e}") from None
             else:
                 data = text.perplexity_stream(tok, args.source)
+                if data.shape[-1] < args.seq_len:
+                    raise CLIError(f"--seq-len {args.seq_len} is longer than the {args.source} text "
+                                   f"({data.shape[-1]} tokens): no window fits; use --seq-len <= {data.shape[-1]}")
             res = perplexity(
                 model,
                 data,

@@ -78,7 +78,8 @@ def _checkpoint_summary(folder: Path, cfg: dict[str, Any], matrices: bool) -> di
         "shapes": [list(s) for s in shapes],
         "ranks": sorted({m["rank"] for m in mods.values()}),
         "ft_ranks": sorted({m["ft_rank"] for m in mods.values()}),
-        "quantizers": sorted({q for m in mods.values() for q in (m["q_quantizer"], m.get("l_quantizer")) if q}),
+        "quantizers": sorted({q for m in mods.values()
+                              for q in (m["q_quantizer"], m.get("l_quantizer"), m.get("r_quantizer")) if q}),
         "dense_layers": cfg.get("dense_layers", []),
         "error_by_linear": {
             k: {"mean": sum(v) / len(v), "min": min(v), "max": max(v), "n": len(v)}

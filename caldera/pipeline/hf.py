@@ -81,6 +81,16 @@ def _classes() -> tuple[type, type]:
                     f"this caldera reads {FORMAT_VERSION} (convert older checkpoints with `caldera convert`)"
                 )
 
+        def update_attn_implementation(self, config: Any) -> Any:
+            # the first look this quantizer gets at config.json's base config, before transformers uses its dtype
+            dt = getattr(config, "dtype", None)
+            if dt is not None and not isinstance(dt, torch.dtype) and not (
+                    isinstance(dt, str) and isinstance(getattr(torch, dt, None), torch.dtype)):
+                raise ValueError(f"config.json: dtype {dt!r} is not a torch dtype name (e.g. 'float32'); a caldera "
+                                 "checkpoint's config.json states the base config it was written with: re-run "
+                                 "`caldera compress` to rebuild the checkpoint")
+            return super().update_attn_implementation(config)
+
         def get_new_dtype(self, converter: Any, param: Any, dtype: Any) -> None:
             return None  # keep every stored dtype: codes are integers, scales/signs must not be rounded
 

@@ -357,7 +357,7 @@ def check_against_model(cfg: dict[str, Any], tensors: dict[str, Tensor], model: 
                 f"modules[{path!r}] is {meta['out_features']}x{meta['in_features']} but base_config makes it "
                 f"{shape[0]}x{shape[1]} (hidden_size {cfg['base_config'].get('hidden_size')!r})",
             )
-    params = dict(model.named_parameters())
+    params = dict(model.named_parameters(remove_duplicate=False))  # tied or not (inside from_pretrained: not yet)
     params.update(dict(model.named_buffers()))
     for k, v in tensors.items():
         if k in params and tuple(params[k].shape) != tuple(v.shape):
@@ -367,7 +367,11 @@ def check_against_model(cfg: dict[str, Any], tensors: dict[str, Tensor], model: 
                 f"(hidden_size {cfg['base_config'].get('hidden_size')!r})",
             )
     # the uncompressed weights (embeddings, norms, lm_head) were written from one model: one floating dtype
-    weights = dict(model.named_parameters())
+    weights = dict(model.named_parameters(remove_duplicate=False))
+    for k, v in sorted(tensors.items()):
+        if k in weights and not v.is_floating_point():
+            raise bad(folder, f"tensor {k!r} of {MODEL_FILE} has dtype {str(v.dtype).removeprefix('torch.')}; the "
+                      f"uncompressed weights of the {type(model).__name__} are floating point")
     dense = {k: v.dtype for k, v in tensors.items() if k in weights and v.is_floating_point()}
     if len(set(dense.values())) > 1:
         ref = max(dense, key=lambda k: tensors[k].numel())  # the embedding, as a rule

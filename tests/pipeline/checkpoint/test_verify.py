@@ -473,6 +473,13 @@ STRUCTURE = {
         edit_config(lambda c: c["modules"][_Q].update(rht=False)),
         r"modules\['model\.layers\.0\.self_attn\.q_proj'\] has tensors \['S_U', 'S_V'\] that its metadata does "
         r"not use"),
+    "embedding cast to int64": (
+        _put(_EMB, lambda w: w.to(torch.int64)),
+        r"tensor 'model\.embed_tokens\.weight' of model\.safetensors has dtype int64; the uncompressed weights of "
+        r"the LlamaForCausalLM are floating point"),
+    "a (64,) lm_head stored while tied": (
+        _set(lambda t: t.update({_LM: t["model.norm.weight"].clone()})),
+        r"lm_head\.weight has shape \(64,\) in model\.safetensors but \(128, 64\) per base_config"),
     "codes int64, bits summary deleted": (
         _both(edit_config(lambda c: c.pop("bits", None)), _put(_Q + ".Q_codes", lambda c: c.to(torch.int64))),
         _T + r"\.Q_codes' of model\.safetensors has dtype int64; e8p codes \(0 \.\. 65535\) are stored in the "
@@ -520,6 +527,9 @@ def test_a_checkpoint_with_2_bit_l_and_4_bit_r_is_written_and_loads_both_ways(tm
     path, _ = C.assemble_checkpoint(model, tmp_path / "layers", tmp_path / "ck", "caldera", params)
     cfg = json.loads((path / CONFIG_FILE).read_text())
     assert {m["r_codes_dtype"] for m in cfg["modules"].values()} == {"int64"}
+    from caldera.cli.info import _checkpoint_summary
+
+    assert _checkpoint_summary(path, cfg, False)["quantizers"] == ["e8p", "e8p-rvq4"]  # R's named too
     a = load_compressed(path, load_tokenizer=False)[0]
     b = AutoModelForCausalLM.from_pretrained(str(path))
     with torch.no_grad():
@@ -659,3 +669,15 @@ def test_each_check_refuses_what_only_it_can_see(assembled, tmp_path, case):
     got = _refusals(ck)
     assert got[0] is not None and got[0] == got[1], got
     assert re.search(msg, got[0]), got[0]
+
+
+def test_a_base_config_dtype_that_is_no_dtype_is_refused_by_both_loaders(saved, tmp_path):
+    """Found by the loaders' fuzz test: base_config dtype false (config.json resealed to match) made
+    from_pretrained fail inside transformers with an AttributeError; both loaders now refuse it with a ValueError."""
+    _, path = saved
+    ck = copy_checkpoint(path, tmp_path / "ck")
+    edit_config(lambda c: c["base_config"].update(dtype=False))(ck)
+    reseal_as_writer(ck)
+    got = _refusals(ck)
+    assert got[0] is not None and "base_config" in got[0], got
+    assert got[1] is not None and "config.json: dtype False is not a torch dtype name" in got[1], got
