@@ -136,6 +136,7 @@ def int_option(lo: int, hi: int | None = None, meaning: str = "") -> Any:
         return v
 
     parse.__name__ = "int"
+    parse.int_option = True  # type: ignore[attr-defined]
     return parse
 
 
@@ -357,6 +358,17 @@ class _Parser(argparse.ArgumentParser):
     lists every registered method's parameters without importing the methods for every other command."""
 
     lazy_epilog: Any = None
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        """argparse's, then every integer option (:func:`int_option`) checked to hold an integer: Python 3.11's
+        argparse drops a ``--`` value (``--seq-len=--``) without calling the option's type."""
+        ns, rest = super().parse_known_args(args, namespace)
+        for action in self._actions:
+            value = getattr(ns, action.dest, None)
+            if getattr(action.type, "int_option", False) and value is not None and (
+                    isinstance(value, bool) or not isinstance(value, int)):
+                self.error(f"argument {'/'.join(action.option_strings)}: expected an integer, got {value!r}")
+        return ns, rest
 
     def format_help(self) -> str:
         if self.lazy_epilog is not None:

@@ -297,3 +297,14 @@ def test_a_trainable_rank_above_the_methods_rank_is_refused_before_work(tmp_path
     assert cli.main(argv) == 2
     assert "--ft-rank 5 is above the method's rank 4" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("head, option", [(h, o) for h, o, _ in NUMERIC])
+def test_a_dash_dash_value_is_refused_not_parsed_as_an_empty_list(head, option, capsys):
+    """Found by the options' fuzz test: Python 3.11's argparse turns ``--seq-len=--`` into [] without calling the
+    option's type; every integer option refuses it."""
+    with pytest.raises(SystemExit) as e:
+        cli.main([*head, f"{option}=--"])
+    err = capsys.readouterr().err  # (an argparse that keeps the value calls the type: "invalid int value")
+    assert e.value.code == 2 and (f"argument {option}: expected an integer, got []" in err
+                                  or f"argument {option}: invalid int value: '--'" in err), err
