@@ -33,7 +33,7 @@ import secrets
 import shutil
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,57 @@ def new_folder(path: str | os.PathLike) -> Path:
     path = Path(path)
     if path.exists():
         raise OutputExists(f"{path} already exists; remove it or choose a new folder")
+    return path
+
+
+def _overlap(a: Path, b: Path) -> bool:
+    """True if ``a`` and ``b`` are the same path or one lies inside the other (links resolved)."""
+    ra, rb = a.resolve(), b.resolve()
+    return ra == rb or ra.is_relative_to(rb) or rb.is_relative_to(ra)
+
+
+def guard_output(
+    path: str | os.PathLike,
+    *,
+    option: str,
+    kind: str,
+    same_kind: Callable[[Path], bool] | None,
+    inputs: Mapping[str, str | os.PathLike | None] = (),
+    overwrite: bool = False,
+    resumable: bool = False,
+) -> Path:
+    """Check, before any work, that writing the output ``path`` (given as ``option``, a ``kind`` of output) loses
+    nothing it did not write; ``OutputExists`` (naming the option, the path and the fix) otherwise.
+
+    * ``path`` must not be, contain or lie inside any of ``inputs`` (``{option: path}`` of the command's inputs):
+      replacing the output would delete the input, writing into it would change it;
+    * an existing ``path`` that is not an empty folder must be an output of the same kind (``same_kind``; None:
+      only a new path will do): anything else (a file, an unrelated folder) is never replaced;
+    * an existing output of the same kind is resumed when the writer is ``resumable``, replaced only with
+      ``overwrite`` (its writer keeps the old one until the new one is complete: :func:`atomic_dir`,
+      :func:`atomic_path`), refused otherwise."""
+    path = Path(path)
+    for name, src in dict(inputs).items():
+        if src is not None and str(src) != "" and Path(src).exists() and _overlap(path, Path(src)):
+            rel = "is" if path.resolve() == Path(src).resolve() else "overlaps"
+            raise OutputExists(f"{option} {path} {rel} the {name} {src}, an input of this command; writing there "
+                               f"would replace or change it: choose another {option}")
+    if not (path.exists() or path.is_symlink()):
+        return path
+    if path.is_dir() and not path.is_symlink() and not any(path.iterdir()):
+        return path
+    if same_kind is None:
+        raise OutputExists(f"{option} {path} already exists; nothing was written and nothing is replaced: choose a "
+                           f"new {option} (or remove it yourself)")
+    if not same_kind(path):
+        what = "a folder" if path.is_dir() else "a file"
+        raise OutputExists(f"{option} {path} already exists and is {what} that is not a {kind}; nothing was written "
+                           f"and nothing is replaced: choose a new {option} (or remove it yourself)")
+    if resumable:
+        return path
+    if not overwrite:
+        raise OutputExists(f"{option} {path} already holds a {kind}; pass --overwrite to replace it (the old one is "
+                           f"kept until the new one is complete) or choose a new {option}")
     return path
 
 

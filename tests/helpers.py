@@ -338,3 +338,18 @@ def write_fake_olmo(root: Path) -> Path:
                 for c in r["choices"]:  # one request per choice, as in the real file
                     f.write(json.dumps({"doc": doc, "request": {"continuation": " " + c}}) + "\n")
     return root
+
+
+def tiny_hessians(tmp_path: Path, monkeypatch, n_samples: int = 4, seq_len: int = 16) -> tuple[Path, Path]:
+    """``(model folder, Hessians folder)``: :func:`tiny_model_dir` and ``caldera hessians`` on it, the calibration
+    text replaced by seeded random token ids."""
+    from caldera import cli
+    from caldera.pipeline import text
+
+    model_dir = tiny_model_dir(tmp_path / "tiny")
+    monkeypatch.setattr(text, "calibration_sequences", lambda tok, n, t, seed, source=None: torch.randint(
+        3, 128, (n, t), generator=torch.Generator().manual_seed(seed)))
+    h = tmp_path / "hess"
+    assert cli.main(["hessians", "--model", str(model_dir), "--out", str(h), "--n-samples", str(n_samples),
+                     "--seq-len", str(seq_len), "--quiet"]) == 0
+    return model_dir, h

@@ -154,3 +154,57 @@ def test_new_folder_refuses_an_existing_path_and_names_it(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(ValueError, match="file already exists"):  # OutputExists is a ValueError
         new_folder(str(tmp_path / "file"))
+
+
+def _guard(path, **kw):
+    from caldera.atomic import guard_output
+
+    kw.setdefault("same_kind", lambda p: (p / "marker").is_file())
+    return guard_output(path, option="--out", kind="thing", **kw)
+
+
+def test_guard_output_accepts_a_new_path_or_an_empty_folder(tmp_path):
+    assert _guard(tmp_path / "new") == tmp_path / "new"
+    (tmp_path / "empty").mkdir()
+    assert _guard(tmp_path / "empty") == tmp_path / "empty"
+
+
+def test_guard_output_never_accepts_what_is_not_of_its_kind_even_with_overwrite(tmp_path):
+    from caldera.atomic import OutputExists
+
+    (tmp_path / "file").write_text("precious")
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dir" / "notes.txt").write_text("precious")
+    for p, what in ((tmp_path / "file", "a file"), (tmp_path / "dir", "a folder")):
+        for kw in ({}, {"overwrite": True}, {"resumable": True}):
+            with pytest.raises(OutputExists, match=f"--out {p} already exists and is {what} that is not a thing"):
+                _guard(p, **kw)
+    assert (tmp_path / "file").read_text() == "precious" and (tmp_path / "dir" / "notes.txt").is_file()
+
+
+def test_guard_output_replaces_its_own_kind_only_with_overwrite_and_resumes_a_resumable_one(tmp_path):
+    from caldera.atomic import OutputExists
+
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "marker").write_text("")
+    with pytest.raises(OutputExists, match="already holds a thing; pass --overwrite to replace it"):
+        _guard(tmp_path / "old")
+    assert _guard(tmp_path / "old", overwrite=True) == tmp_path / "old"
+    assert _guard(tmp_path / "old", resumable=True) == tmp_path / "old"
+
+
+@pytest.mark.parametrize("where", ["same", "inside", "around"])
+def test_guard_output_always_refuses_an_input_of_the_command(tmp_path, where):
+    from caldera.atomic import OutputExists
+
+    inp = tmp_path / "in" / "H"
+    inp.mkdir(parents=True)
+    (inp / "marker").write_text("")  # even an output of the same kind, with --overwrite
+    out = {"same": inp, "inside": inp / "sub", "around": tmp_path / "in"}[where]
+    with pytest.raises(OutputExists, match=r"the --hessians folder .*an input of this command"):
+        _guard(out, inputs={"--hessians folder": inp}, overwrite=True, resumable=True)
+    link = tmp_path / "link"
+    link.symlink_to(inp)  # the same folder through a link
+    with pytest.raises(OutputExists, match="an input of this command"):
+        _guard(link, inputs={"--hessians folder": inp}, overwrite=True)
+    assert _guard(tmp_path / "other", inputs={"--hessians folder": inp, "--model": None}) == tmp_path / "other"

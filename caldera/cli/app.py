@@ -68,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError as e:
             print(f"caldera matrix-report: not available ({e})", file=sys.stderr)
             return 2
+        except CLIError as e:
+            print(f"caldera matrix-report: error: {e}", file=sys.stderr)
+            return 2
     ap = build_parser()
     args = ap.parse_args(argv)
     if getattr(args, "quiet", False):

@@ -118,6 +118,76 @@ def parse_layers(s: str | None) -> list[int] | None:
     return out
 
 
+#: the largest seed every sampler of the commands takes (torch generators: below 2**63 as a signed 64-bit integer)
+MAX_SEED = 2**63 - 1
+
+
+def int_option(lo: int, hi: int | None = None, meaning: str = "") -> Any:
+    """An argparse ``type``: an integer in ``[lo, hi]``. A value that is no integer reads as argparse's own
+    "invalid int value"; one out of range is refused naming the bounds and what the option counts
+    (``meaning``)."""
+
+    def parse(s: str) -> int:
+        v = int(s)  # ValueError: argparse says "invalid int value: 's'"
+        if v < lo or (hi is not None and v > hi):
+            bounds = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+            raise argparse.ArgumentTypeError(f"{v} is out of range: expected an integer {bounds}"
+                                             + (f" ({meaning})" if meaning else ""))
+        return v
+
+    parse.__name__ = "int"
+    parse.int_option = True  # type: ignore[attr-defined]
+    return parse
+
+
+def check_positions(model: Any, length: int, option: str) -> None:
+    """``length`` tokens (``option``'s value, or the sum it names) fit the model's positions
+    (``max_position_embeddings`` of its config, when it has one): :class:`CLIError` naming the option otherwise."""
+    top = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if isinstance(top, int) and length > top:
+        raise CLIError(f"{option} is {length}, above the model's max_position_embeddings ({top}): positions "
+                       f"beyond it were never trained; use {option} <= {top}")
+
+
+def available_memory() -> int:
+    """Bytes this process may still allocate: ``MemAvailable`` of ``/proc/meminfo`` (else the physical memory),
+    capped by the cgroup's ``memory.max`` less its ``memory.current`` where there is one."""
+    avail = None
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                avail = int(line.split()[1]) * 1024
+    if avail is None:
+        avail = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    with contextlib.suppress(OSError, ValueError):
+        top = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if top != "max":
+            used = int(Path("/sys/fs/cgroup/memory.current").read_text().strip())
+            avail = min(avail, int(top) - used)
+    return avail
+
+
+def forward_memory(model: Any, batch: int, seq_len: int) -> int:
+    """Bytes a forward of ``batch`` sequences of ``seq_len`` tokens holds at its peak, roughly: the float32
+    logits three times (logits, their log-softmax, the loss's working copy), the causal mask and one layer's
+    attention scores and MLP activations."""
+    cfg = model.config
+    vocab = getattr(cfg, "vocab_size", 0) or 0
+    hidden = getattr(cfg, "hidden_size", 0) or 0
+    inter = getattr(cfg, "intermediate_size", 0) or 4 * hidden
+    heads = getattr(cfg, "num_attention_heads", 1) or 1
+    return 4 * batch * seq_len * (3 * vocab + 2 * inter + 8 * hidden + (heads + 1) * seq_len)
+
+
+def check_memory(need: int, what: str, fix: str) -> None:
+    """:class:`CLIError` when ``need`` bytes exceed what this machine has available (:func:`available_memory`),
+    naming ``what`` needs them and the options to change (``fix``)."""
+    avail = available_memory()
+    if need > avail:
+        raise CLIError(f"{what} needs about {need / 2**30:.1f} GiB of memory, more than the {avail / 2**30:.1f} GiB "
+                       f"this machine has available; {fix}")
+
+
 def parse_limit(s: str) -> int | float:
     """``--limit``: a number of documents (an integer >= 1) or a fraction of each task in (0, 1)."""
     try:
@@ -141,6 +211,14 @@ def output_lock(out: Path, what: str) -> Iterator[None]:
 
     lock = out.with_name(out.name + ".lock")
     lock.parent.mkdir(parents=True, exist_ok=True)
+    if lock.exists() or lock.is_symlink():  # a lock left by a killed run holds its pid (or nothing yet)
+        try:
+            held: str | None = lock.read_text().strip() if lock.is_file() else None
+        except (OSError, UnicodeDecodeError):
+            held = None
+        if held is None or not (held == "" or held.isdigit()):
+            raise CLIError(f"{what}: {lock} exists and is not a lock this command wrote (it holds no pid); the "
+                           "lock file beside --out is never overwritten: move it, or choose another --out")
     while True:
         fh = open(lock, "a+")
         try:
@@ -168,6 +246,64 @@ def output_lock(out: Path, what: str) -> Iterator[None]:
         finally:
             lock.unlink(missing_ok=True)
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def is_checkpoint_dir(p: Path) -> bool:
+    """A compressed checkpoint folder (it holds ``caldera_config.json``)."""
+    from caldera.pipeline.checkpoint import CONFIG_FILE
+
+    return p.is_dir() and (p / CONFIG_FILE).is_file()
+
+
+def _names(p: Path, pattern: str) -> bool:
+    return p.is_dir() and next(iter(p.glob(pattern)), None) is not None
+
+
+def is_hessian_dir(p: Path) -> bool:
+    """A folder ``caldera hessians`` wrote (``hessians.json`` or its ``layer_NNN.safetensors`` files), not a
+    compression's per-layer folder (``layer_NNN.json``) nor a checkpoint."""
+    return (_names(p, "hessians.json") or _names(p, "layer_[0-9][0-9][0-9].safetensors")) and not (
+        _names(p, "layer_[0-9][0-9][0-9].json") or is_checkpoint_dir(p))
+
+
+def is_layer_dir(p: Path) -> bool:
+    """A per-layer folder ``caldera compress`` wrote (``layer_NNN.json`` or ``allocation.json``), not a Hessians
+    folder nor a checkpoint."""
+    return (_names(p, "layer_[0-9][0-9][0-9].json") or _names(p, "allocation.json")) and not (
+        _names(p, "hessians.json") or is_checkpoint_dir(p))
+
+
+def is_records_file(*keys: str, **values: Any):
+    """A predicate: ``p`` is a JSON object file with ``keys`` and the given ``values`` (what an earlier run of the
+    same command wrote with ``--out``)."""
+
+    def check(p: Path) -> bool:
+        if not p.is_file():
+            return False
+        try:
+            obj = json.loads(p.read_text())
+        except (OSError, ValueError, UnicodeDecodeError):
+            return False
+        return isinstance(obj, dict) and all(k in obj for k in keys) and all(obj.get(k) == v
+                                                                              for k, v in values.items())
+
+    return check
+
+
+def local_input(name: str | None) -> str | None:
+    """``name`` when it is an existing local path (an input whose place an output must not take), else None."""
+    return name if name and Path(name).expanduser().exists() else None
+
+
+def guard_output(path: str | os.PathLike, **kw: Any) -> Path:
+    """:func:`caldera.atomic.guard_output` with its refusal as a :class:`CLIError`."""
+    from caldera.atomic import OutputExists
+    from caldera.atomic import guard_output as guard
+
+    try:
+        return guard(path, **kw)
+    except OutputExists as e:
+        raise CLIError(str(e)) from None
 
 
 class TqdmLogHandler(logging.StreamHandler):
@@ -222,6 +358,17 @@ class _Parser(argparse.ArgumentParser):
     lists every registered method's parameters without importing the methods for every other command."""
 
     lazy_epilog: Any = None
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        """argparse's, then every integer option (:func:`int_option`) checked to hold an integer: Python 3.11's
+        argparse drops a ``--`` value (``--seq-len=--``) without calling the option's type."""
+        ns, rest = super().parse_known_args(args, namespace)
+        for action in self._actions:
+            value = getattr(ns, action.dest, None)
+            if getattr(action.type, "int_option", False) and value is not None and (
+                    isinstance(value, bool) or not isinstance(value, int)):
+                self.error(f"argument {'/'.join(action.option_strings)}: expected an integer, got {value!r}")
+        return ns, rest
 
     def format_help(self) -> str:
         if self.lazy_epilog is not None:

@@ -12,7 +12,12 @@ from caldera.cli.common import (
     CLIError,
     _example,
     _report,
+    guard_output,
+    int_option,
+    is_checkpoint_dir,
+    is_layer_dir,
     load_dense_model,
+    local_input,
     output_lock,
     parse_layers,
     parse_params,
@@ -25,12 +30,30 @@ def cmd_compress(args: argparse.Namespace) -> int:
 
     params = parse_params(args.param, args.preset)
     try:  # this package's methods and the entry points of group caldera.methods; parameters before the model loads
-        get_method(args.method).make_config(params)
+        config = get_method(args.method).make_config(params)
     except (ValueError, TypeError) as e:
         raise CLIError(f"--method {args.method}: {e}") from None
+    rank = getattr(config, "rank", None)
+    if isinstance(rank, int) and args.ft_rank > rank:
+        raise CLIError(f"--ft-rank {args.ft_rank} is above the method's rank {rank}: the trainable components are "
+                       f"the leading ones of L R; use --ft-rank <= {rank}")
     layers = parse_layers(args.layers)
-    with output_lock(Path(args.out), "compress"):
+    out, work = Path(args.out), _work_dir(args)
+    inputs = {"--hessians folder": args.hessians, "--model": local_input(args.model)}
+    guard_output(out, option="--out", kind="caldera checkpoint", same_kind=is_checkpoint_dir,
+                 inputs={**inputs, "--allocation file": args.allocation, "per-layer folder (--work-dir)": work},
+                 overwrite=args.overwrite or args.no_assemble)  # --no-assemble writes no checkpoint
+    guard_output(work, option="--work-dir" if args.work_dir else f"the per-layer folder {work.name} (--work-dir)",
+                 kind="per-layer folder of caldera compress", same_kind=is_layer_dir,
+                 inputs={**inputs, "--out": out}, resumable=True)
+    with output_lock(out, "compress"):
         return _compress(args, params, layers)
+
+
+def _work_dir(args: argparse.Namespace) -> Path:
+    """The per-layer folder: ``--work-dir``, else ``OUT.layers`` beside the checkpoint."""
+    out = Path(args.out)
+    return Path(args.work_dir) if args.work_dir else out.with_name(out.name + ".layers")
 
 
 def _allocation(args: argparse.Namespace, model: Any, params: dict[str, Any], work: Path) -> dict[str, Any] | None:
@@ -64,8 +87,7 @@ def _compress(args: argparse.Namespace, params: dict[str, Any], layers: list[int
     from caldera.pipeline.compress import assemble_checkpoint, compress_model
 
     model, tok = load_dense_model(args.model, resolve_model_path(args.model))
-    out = Path(args.out)
-    work = Path(args.work_dir) if args.work_dir else out.with_name(out.name + ".layers")
+    out, work = Path(args.out), _work_dir(args)
     if not Path(args.hessians).is_dir():
         raise CLIError(
             f"--hessians {args.hessians}: no such folder; run `caldera hessians --out {args.hessians}` first"
@@ -165,8 +187,12 @@ def add_parser(sub: Any, raw: Any) -> None:
     )
     p.add_argument("--preset", help="method preset (caldera: paper, authors-2025, 16bit-factors, ...)")
     p.add_argument("--layers", help="only these decoder layers, e.g. 0,1,2 (default all)")
-    p.add_argument("--ft-rank", type=int, default=0, help="trainable leading rank kept in fp32 (LoRA FT later)")
+    p.add_argument("--ft-rank", type=int_option(0, meaning="leading rank kept trainable, at most the rank"),
+                   default=0, help="trainable leading rank kept in fp32 (LoRA FT later)")
     p.add_argument("--out", required=True, help="checkpoint folder to write")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the checkpoint an earlier run wrote at --out (kept until the new one is complete); "
+                   "a path that holds anything else, or an input of this command, is always refused")
     p.add_argument("--work-dir", help="per-layer results folder (default OUT.layers)")
     p.add_argument(
         "--allow-partial",

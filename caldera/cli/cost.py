@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from caldera.cli.common import CLIError, _example
+from caldera.cli.common import CLIError, _example, guard_output, is_records_file
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
@@ -29,11 +29,15 @@ def cmd_cost(args: argparse.Namespace) -> int:
     if args.calibrate:
         from caldera.atomic import write_json
 
+        out = args.profile or str(job_profile.profile_file(args.device))
+        guard_output(out, option="--profile", kind=f"job profile ({job_profile.FORMAT})",
+                     same_kind=is_records_file(format=job_profile.FORMAT),
+                     inputs={"--configfile": args.configfile, "--costs file": args.costs,
+                             "--calibrate run": args.calibrate}, resumable=True)
         try:
             profile = job_profile.calibrate(args.calibrate, config, costs, source=args.calibrate)
         except ValueError as e:
             raise CLIError(f"--calibrate {args.calibrate}: {e}") from None
-        out = args.profile or str(job_profile.profile_file(args.device))
         write_json(out, profile)
         print(f"wrote {out}: the job costs of run `{profile['run']}` ({', '.join(profile['models'])})")
         return 0

@@ -6,12 +6,33 @@ import argparse
 import math
 from typing import Any
 
-from caldera.cli.common import DEFAULT_MODEL, CLIError, _emit, _example, _Parser, load_any_model, parse_limit
+from caldera.cli.common import (
+    DEFAULT_MODEL,
+    MAX_SEED,
+    CLIError,
+    _emit,
+    _example,
+    _Parser,
+    check_memory,
+    check_positions,
+    forward_memory,
+    guard_output,
+    int_option,
+    is_records_file,
+    load_any_model,
+    local_input,
+    parse_limit,
+)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
     import torch
 
+    if args.out:
+        guard_output(args.out, option="--out", kind=f"records file of caldera eval {args.what}",
+                     same_kind=is_records_file("model", "kind", what=args.what),
+                     inputs={"--model": local_input(args.model), "--dense": local_input(getattr(args, "dense", None))},
+                     resumable=True)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.what == "throughput":
@@ -19,15 +40,26 @@ def cmd_eval(args: argparse.Namespace) -> int:
     model, tok, kind = load_any_model(args.model)
     if tok is None:
         raise CLIError(f"{args.model} has no tokenizer files; re-run `caldera compress` (it saves the tokenizer)")
+    if args.what == "ppl":
+        check_positions(model, args.seq_len, "--seq-len")
+        check_memory(forward_memory(model, args.batch_size, args.seq_len),
+                     f"perplexity on windows of --seq-len {args.seq_len}, --batch-size {args.batch_size} at a time,",
+                     "lower --batch-size or --seq-len")
     try:
         if args.what == "ppl":
             from caldera.eval.perplexity import perplexity
             from caldera.pipeline import text
 
             if args.source in ("coqa-stories", "c4"):
-                data = text.random_windows(tok, args.source, args.seq_len, args.n_windows, seed=args.seed)
+                try:
+                    data = text.random_windows(tok, args.source, args.seq_len, args.n_windows, seed=args.seed)
+                except ValueError as e:
+                    raise CLIError(f"--seq-len {args.seq_len}, --n-windows {args.n_windows}: {e}") from None
             else:
                 data = text.perplexity_stream(tok, args.source)
+                if data.shape[-1] < args.seq_len:
+                    raise CLIError(f"--seq-len {args.seq_len} is longer than the {args.source} text "
+                                   f"({data.shape[-1]} tokens): no window fits; use --seq-len <= {data.shape[-1]}")
             res = perplexity(
                 model,
                 data,
@@ -92,6 +124,8 @@ def _eval_throughput(args: argparse.Namespace) -> int:
     m, t2, kind = load_any_model(args.model)
     models[kind if kind not in models else "model"] = m
     tok = tok or t2
+    for m in models.values():
+        check_positions(m, args.prompt_len + args.new_tokens, "--prompt-len + --new-tokens")
     if args.device:
         for m in models.values():
             m.to(args.device)
@@ -125,7 +159,7 @@ def add_parser(sub: Any, raw: Any) -> None:
     )
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--model", default=DEFAULT_MODEL, help="checkpoint, smollm2, gemma3, local folder or hub name")
-    common.add_argument("--threads", type=int, help="torch CPU threads")
+    common.add_argument("--threads", type=int_option(1, meaning="torch CPU threads"), help="torch CPU threads")
     common.add_argument("--out", help="write the full JSON records here (zero-shot: with every document's result)")
     common.add_argument("--json", action="store_true", help="print the JSON records instead of the summary")
     common.add_argument("--quiet", action="store_true", help="no progress bars and no summary (errors only)")
@@ -136,11 +170,17 @@ def add_parser(sub: Any, raw: Any) -> None:
                         formatter_class=raw, epilog=_example("caldera eval ppl --model CKPT --max-windows 8"))
     q.add_argument("--source", default=EVALUATION_SOURCES[0],
                    help=f"text (default {EVALUATION_SOURCES[0]}; coqa-stories and c4 use the random-window protocol)")
-    q.add_argument("--seq-len", type=int, default=512, help="window length (default 512)")
-    q.add_argument("--n-windows", type=int, default=64, help="windows for the random-window protocol")
-    q.add_argument("--max-windows", type=int, help="only the first windows (quick estimate)")
-    q.add_argument("--seed", type=int, default=0, help="random-window protocol: the windows' seed")
-    q.add_argument("--batch-size", type=int, default=1)
+    q.add_argument("--seq-len", type=int_option(2, meaning="window length, at most the model's "
+                                                 "max_position_embeddings"), default=512,
+                   help="window length (default 512; at most the model's max_position_embeddings)")
+    q.add_argument("--n-windows", type=int_option(1, meaning="windows drawn"), default=64,
+                   help="windows for the random-window protocol")
+    q.add_argument("--max-windows", type=int_option(1, meaning="windows scored"),
+                   help="only the first windows (quick estimate)")
+    q.add_argument("--seed", type=int_option(0, MAX_SEED, "the windows' seed"), default=0,
+                   help="random-window protocol: the windows' seed")
+    q.add_argument("--batch-size", type=int_option(1, meaning="windows per forward"), default=1,
+                   help="windows per forward (default 1)")
     q = what.add_parser("zeroshot", parents=[common], help="lm-eval zero-shot accuracy with Wilson intervals",
                         description="Zero-shot accuracy on the shipped lm-eval tasks, with 95 % Wilson intervals; "
                         "--out keeps every document's result (the claims' paired measures).",
@@ -148,17 +188,20 @@ def add_parser(sub: Any, raw: Any) -> None:
                             "caldera eval zeroshot --model CKPT --tasks caldera_arc_easy --limit 100 --out zs.json"))
     q.add_argument("--tasks", help="comma-separated tasks (default all five)")
     q.add_argument("--limit", type=parse_limit, help="documents per task (integer) or a fraction in (0, 1)")
-    q.add_argument("--batch-size", type=int, default=1)
+    q.add_argument("--batch-size", type=int_option(1, meaning="requests per forward"), default=1,
+                   help="requests per forward (default 1)")
     q = what.add_parser("throughput", parents=[common], help="batch-1 generation and single-token forward speed",
                         description="Batch-1 tokens per second: generation with a KV cache and the paper's "
                         "single-token forward, median of timed runs.",
                         formatter_class=raw, epilog=_example("caldera eval throughput --model CKPT --dense smollm2"))
     q.add_argument("--dense", help="also measure this dense model in the same run")
-    q.add_argument("--new-tokens", type=int, default=32, help="generated tokens per run")
-    q.add_argument("--runs", type=int, default=5, help="timed runs (median)")
-    q.add_argument("--warmup", type=int, default=1, help="untimed runs")
-    q.add_argument("--calls", type=int, default=20, help="model(token) calls per timed block")
+    q.add_argument("--new-tokens", type=int_option(1, meaning="generated tokens"), default=32,
+                   help="generated tokens per run")
+    q.add_argument("--runs", type=int_option(1, meaning="timed runs"), default=5, help="timed runs (median)")
+    q.add_argument("--warmup", type=int_option(0, meaning="untimed runs"), default=1, help="untimed runs")
+    q.add_argument("--calls", type=int_option(1, meaning="calls per timed block"), default=20,
+                   help="model(token) calls per timed block")
     q.add_argument("--prompt", default="The capital of France is", help="prompt text")
-    q.add_argument("--prompt-len", type=int, default=8, help="prompt tokens kept")
+    q.add_argument("--prompt-len", type=int_option(1, meaning="prompt tokens"), default=8, help="prompt tokens kept")
     q.add_argument("--device", help="e.g. cuda (default: where the model loads, the CPU)")
     p.set_defaults(func=cmd_eval)

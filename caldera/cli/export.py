@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from caldera.cli.common import CLIError, _example, _print_json
+from caldera.cli.common import CLIError, _example, _print_json, guard_output, local_input
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     from caldera.atomic import OutputExists
     from caldera.pipeline.export import export_hf
 
+    guard_output(args.out, option="--out", kind="new folder", same_kind=None,
+                 inputs={"checkpoint": local_input(args.checkpoint)})
     try:
         out = export_hf(args.checkpoint, args.out)
     except OutputExists as e:
@@ -26,6 +28,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
     from caldera.atomic import OutputExists
     from caldera.pipeline.checkpoint import convert_checkpoint
 
+    guard_output(args.out, option="--out", kind="new folder", same_kind=None,
+                 inputs={"checkpoint": local_input(args.checkpoint)})
     try:
         out = convert_checkpoint(args.checkpoint, args.out)
     except OutputExists as e:

@@ -7,10 +7,17 @@ from typing import Any
 
 from caldera.cli.common import (
     DEFAULT_MODEL,
+    MAX_SEED,
     CLIError,
     _example,
     _report,
+    check_memory,
+    check_positions,
+    guard_output,
+    int_option,
+    is_hessian_dir,
     load_dense_model,
+    local_input,
     parse_layers,
     resolve_model_path,
 )
@@ -24,9 +31,15 @@ def cmd_hessians(args: argparse.Namespace) -> int:
 
     layers = parse_layers(args.layers)  # a malformed --layers is refused before the model loads
     path = resolve_model_path(args.model)
+    guard_output(args.out, option="--out", kind="Hessians folder of caldera hessians", same_kind=is_hessian_dir,
+                 inputs={"--model": local_input(path)}, resumable=True)
     if is_checkpoint(path):
         raise CLIError("--model is a compressed checkpoint; Hessians are collected on the original model")
     model, tok = load_dense_model(args.model, path)
+    check_positions(model, args.seq_len, "--seq-len")
+    check_memory(hessian_memory(model, args.n_samples, args.batch_size, args.seq_len),
+                 f"collecting Hessians of {args.n_samples} sequences of {args.seq_len} tokens, {args.batch_size} at a "
+                 "time,", "lower --n-samples, --seq-len or --batch-size")
     try:
         ids = calibration_sequences(tok, args.n_samples, args.seq_len, args.seed, source=args.source)
     except FileNotFoundError as e:
@@ -48,6 +61,18 @@ def cmd_hessians(args: argparse.Namespace) -> int:
 
 
 
+def hessian_memory(model: Any, n_samples: int, batch: int, seq_len: int) -> int:
+    """Bytes the layer-by-layer collection holds at its peak, roughly: every sequence's float32 hidden states in
+    and out of the layer (and a spare), one batch's forward through it, and its Hessians (float64, the widest
+    input's square, four groups)."""
+    cfg = model.config
+    hidden = getattr(cfg, "hidden_size", 0) or 0
+    inter = getattr(cfg, "intermediate_size", 0) or 4 * hidden
+    heads = getattr(cfg, "num_attention_heads", 1) or 1
+    return (12 * n_samples * seq_len * hidden + 4 * batch * seq_len * (2 * inter + 8 * hidden + (heads + 1) * seq_len)
+            + 32 * max(hidden, inter) ** 2)
+
+
 def add_parser(sub: Any, raw: Any) -> None:
     """This command's parser (``caldera COMMAND --help``)."""
     from caldera.pipeline.text import CALIBRATION_SOURCE
@@ -65,10 +90,15 @@ def add_parser(sub: Any, raw: Any) -> None:
         default=CALIBRATION_SOURCE,
         help=f"calibration text (default {CALIBRATION_SOURCE}; paper scale: redpajama)",
     )
-    p.add_argument("--n-samples", type=int, default=16, help="calibration sequences (default 16)")
-    p.add_argument("--seq-len", type=int, default=256, help="tokens per sequence (default 256)")
-    p.add_argument("--seed", type=int, default=0, help="calibration sampler seed (default 0)")
-    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--n-samples", type=int_option(1, meaning="calibration sequences"), default=16,
+                   help="calibration sequences (default 16)")
+    p.add_argument("--seq-len", type=int_option(1, meaning="tokens per sequence, at most the model's "
+                                                 "max_position_embeddings"), default=256,
+                   help="tokens per sequence (default 256; at most the model's max_position_embeddings)")
+    p.add_argument("--seed", type=int_option(0, MAX_SEED, "the sampler's seed"), default=0,
+                   help="calibration sampler seed (default 0)")
+    p.add_argument("--batch-size", type=int_option(1, meaning="sequences per forward"), default=8,
+                   help="sequences per forward (default 8)")
     p.add_argument("--layers", help="subset of decoder layers, e.g. 0,1,2 or 0-5 (default all)")
     p.add_argument("--out", required=True, help="output folder for layer_XXX.safetensors")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from caldera.cli.common import CLIError, _emit, _example
+from caldera.cli.common import CLIError, _emit, _example, guard_output, is_records_file
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -16,6 +16,10 @@ def cmd_info(args: argparse.Namespace) -> int:
     folder = Path(args.checkpoint)
     if not is_checkpoint(folder):
         raise CLIError(f"{folder} is not a compressed checkpoint (no caldera_config.json); run `caldera compress`")
+    if args.out:
+        guard_output(args.out, option="--out", kind="records file of caldera info",
+                     same_kind=is_records_file("checkpoint", "method", "n_compressed_modules"),
+                     inputs={"checkpoint": folder}, resumable=True)
     if not args.no_verify:  # checksums, then the content: metadata against tensors (as every loader does)
         load_compressed(folder, load_tokenizer=False, cache_dequantized=False)
     cfg = read_config(folder)
@@ -74,7 +78,8 @@ def _checkpoint_summary(folder: Path, cfg: dict[str, Any], matrices: bool) -> di
         "shapes": [list(s) for s in shapes],
         "ranks": sorted({m["rank"] for m in mods.values()}),
         "ft_ranks": sorted({m["ft_rank"] for m in mods.values()}),
-        "quantizers": sorted({q for m in mods.values() for q in (m["q_quantizer"], m.get("l_quantizer")) if q}),
+        "quantizers": sorted({q for m in mods.values()
+                              for q in (m["q_quantizer"], m.get("l_quantizer"), m.get("r_quantizer")) if q}),
         "dense_layers": cfg.get("dense_layers", []),
         "error_by_linear": {
             k: {"mean": sum(v) / len(v), "min": min(v), "max": max(v), "n": len(v)}

@@ -5,10 +5,30 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from caldera.cli.common import guard_output
+
+#: the folder ``caldera.reports.matrix`` writes without ``--out``
+DEFAULT_OUT = "results/matrix_report"
+REPORT_FILES = ("matrix_report.md", "matrix_report.json")
+
+
+def _out(rest: list[str]) -> str:
+    """The ``--out`` among the report's arguments (``--out DIR`` or ``--out=DIR``), else its default."""
+    out = DEFAULT_OUT
+    for i, a in enumerate(rest):
+        if a == "--out" and i + 1 < len(rest):
+            out = rest[i + 1]
+        elif a.startswith("--out="):
+            out = a.split("=", 1)[1]
+    return out
+
 
 def cmd_matrix_report(args: argparse.Namespace, rest: list[str]) -> int:
     from caldera.reports.matrix import main as report_main  # lazy: the matrix report imports its plotting stack
 
+    if not {"-h", "--help"} & set(rest):  # the report writes its two files into --out (a new or its own folder)
+        guard_output(_out(rest), option="--out", kind="matrix report folder", resumable=True,
+                     same_kind=lambda p: p.is_dir() and any((p / f).is_file() for f in REPORT_FILES))
     return int(report_main(rest) or 0)
 
 

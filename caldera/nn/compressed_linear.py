@@ -79,6 +79,7 @@ from caldera.nn.format import (
     META_VERSION,
     dequantize,
     encode_decomposition,
+    factor_codes_dtype,
     q_extra_names,
     resolve_quantizer,
 )
@@ -250,9 +251,9 @@ class CompressedLinear(nn.Module):
         if c is not None and c.device == self._q_device() and c.dtype == torch.float32:
             return c, self._R_cache
         if self.meta["lr_format"] == "quantized":
-            cdt = self.meta["lr_codes_dtype"]
-            L = dequantize(self.meta["l_quantizer"], self.L_codes, self.L_scale, cdt).T.contiguous()
-            R = dequantize(self.meta["r_quantizer"], self.R_codes, self.R_scale, cdt)
+            L = dequantize(self.meta["l_quantizer"], self.L_codes, self.L_scale,
+                           factor_codes_dtype(self.meta, "l")).T.contiguous()
+            R = dequantize(self.meta["r_quantizer"], self.R_codes, self.R_scale, factor_codes_dtype(self.meta, "r"))
         else:
             L, R = self.L_16.float(), self.R_16.float()
         if self.cache_dequantized:

@@ -135,6 +135,21 @@ def _integer_dtype(name: object) -> torch.dtype | None:
     return dt
 
 
+def _code_dtype(num_codes: int | None) -> torch.dtype | None:
+    """The dtype :func:`narrow_codes` stores codes ``0 .. num_codes - 1`` in at most (None: no bound known)."""
+    if num_codes is None or num_codes < 1:
+        return None
+    return narrow_codes(torch.tensor([0, num_codes - 1])).dtype
+
+
+def factor_codes_dtype(meta: dict, which: str) -> Any:
+    """The dtype the ``which`` (``"l"`` or ``"r"``) factor's codes were made in: ``lr_codes_dtype``, R's own
+    ``r_codes_dtype`` where its codes need a wider dtype than L's (e.g. 2-bit L, 4-bit R)."""
+    if which == "r" and meta.get("r_codes_dtype") is not None:
+        return meta["r_codes_dtype"]
+    return meta.get("lr_codes_dtype")
+
+
 def _check_codes(t: Tensor, quantizer: str, rows: int, features: int, codes_dtype: object) -> str | None:
     """Codes of ``quantizer`` for a (rows, features) matrix, stored in an integer dtype, whose values are codes
     of that quantizer and fit ``codes_dtype`` (the dtype they were made in)."""
@@ -147,6 +162,10 @@ def _check_codes(t: Tensor, quantizer: str, rows: int, features: int, codes_dtyp
     dt = _integer_dtype(codes_dtype)
     if dt is None:
         return f"is read as codes of dtype {codes_dtype!r}, which is not an integer dtype"
+    widest = _code_dtype(q.num_codes)
+    if widest is not None and t.dtype.itemsize > widest.itemsize:
+        return (f"has dtype {_dtype_name(t.dtype)}; {quantizer} codes (0 .. {q.num_codes - 1}) are stored in the "
+                f"smallest integer dtype that holds them, at most {_dtype_name(widest)}")
     from caldera.quantizers.e8p import check_codes
 
     top = torch.iinfo(dt).max + 1 if q.num_codes is None else min(q.num_codes, torch.iinfo(dt).max + 1)
@@ -236,7 +255,7 @@ def stored_tensor_problem(meta: dict, tensors: dict[str, Tensor]) -> tuple[str, 
     if kq > 0 and fmt == "quantized":
         for name, which, feats in (("L", "l_quantizer", n), ("R", "r_quantizer", d)):
             checks.append((f"{name}_codes", lambda name=name, which=which, feats=feats: _check_codes(
-                tensors[f"{name}_codes"], meta[which], kq, feats, meta.get("lr_codes_dtype"))))
+                tensors[f"{name}_codes"], meta[which], kq, feats, factor_codes_dtype(meta, which[0]))))
             checks.append((f"{name}_scale", lambda name=name, which=which, feats=feats: _check_scale(
                 tensors[f"{name}_scale"], meta[which], kq, feats)
                 or _check_zero_scale(tensors[f"{name}_scale"], tensors.get(f"{name}_codes"), meta[which])))
@@ -260,7 +279,7 @@ def stored_tensor_problem(meta: dict, tensors: dict[str, Tensor]) -> tuple[str, 
 
 
 def _check_signs(t: Tensor, trainable: bool) -> str | None:
-    """RHT signs: ±1 (int8, or float32 as :func:`_signs_tensor` may write them); trainable signs: float32, any
+    """RHT signs: int8 ±1 (what :func:`_signs_tensor` writes for ±1 values); trainable signs: float32, any
     finite nonzero value (fine-tuning moves them; a zero sign zeroes a whole row or column of the transform, a
     non-finite one poisons it)."""
     if trainable:
@@ -272,8 +291,9 @@ def _check_signs(t: Tensor, trainable: bool) -> str | None:
                     "finite and nonzero (a zero sign zeroes a whole row or column of the transform, a non-finite "
                     "one poisons it)")
         return None
-    if t.dtype not in (torch.int8, torch.float32):
-        return f"has dtype {_dtype_name(t.dtype)}; RHT signs are stored as int8 ±1"
+    if t.dtype != torch.int8:
+        return (f"has dtype {_dtype_name(t.dtype)}; RHT signs are stored as int8 ±1 (float32 only when trainable: "
+                "signs_trainable)")
     if t.device.type != "meta" and not bool(((t == 1) | (t == -1)).all()):
         bad = t[(t != 1) & (t != -1)]
         return f"holds {bad.numel()} values other than ±1 (e.g. {float(bad[0]):g}); RHT signs are ±1"
@@ -363,11 +383,13 @@ def encode_decomposition(
                 r_quantizer=rname,
                 lr_codes_dtype=_dtype_name(dec.L_codes.codes.dtype),
             )
+            if torch.iinfo(dec.R_codes.codes.dtype).bits > torch.iinfo(dec.L_codes.codes.dtype).bits:
+                meta["r_codes_dtype"] = _dtype_name(dec.R_codes.codes.dtype)  # R's codes do not fit L's dtype
             Lc, Rc = narrow_codes(dec.L_codes.codes.cpu()), narrow_codes(dec.R_codes.codes.cpu())
             Ls, Rs = dec.L_codes.scale.detach().float().cpu(), dec.R_codes.scale.detach().float().cpu()
             if check:
-                Lt = dequantize(lname, Lc, Ls, meta["lr_codes_dtype"])
-                Rq = dequantize(rname, Rc, Rs, meta["lr_codes_dtype"])
+                Lt = dequantize(lname, Lc, Ls, factor_codes_dtype(meta, "l"))
+                Rq = dequantize(rname, Rc, Rs, factor_codes_dtype(meta, "r"))
                 if not (_close(Lt.T, L) and _close(Rq, R)):
                     raise ValueError(f"L/R codes decoded with {lname!r}/{rname!r} do not reproduce dec.L/dec.R")
             if k > ft_rank:

@@ -9,18 +9,21 @@ an import hook that registers right after transformers imports it, so ``import c
 
 What the quantizer does, in transformers' loading order:
 
-1. before the weights are read (:meth:`CalderaHfQuantizer._process_model_before_weight_loading`): verify the
-   folder exactly as :func:`~caldera.pipeline.checkpoint.load_compressed` does (checksums, no unlisted file, the
-   config's structure, the content manifest, ``config.json`` equal to the recorded base config), then replace
-   every compressed ``nn.Linear`` by a :class:`~caldera.nn.compressed_linear.CompressedLinear` shell whose
-   tensors (shapes and dtypes from the safetensors header, checked against each module's metadata and the
-   uncompressed weights' one dtype) are on the meta device;
-2. transformers fills every tensor from ``model.safetensors`` (stored dtypes kept: :meth:`get_new_dtype`);
-3. after (:meth:`_process_model_after_weight_loading`): every tensor of the loaded model against its digest in
-   the manifest (nothing missing, nothing randomly initialised, nothing cast), what the values mean (±1 signs,
-   positive scales, codes in range), each module's reconstruction fingerprint, the recorded summaries
-   (:func:`~caldera.pipeline.checkpoint.check_summary`), and ``save_pretrained`` bound to the checkpoint writer
-   (:func:`~caldera.pipeline.checkpoint.attach_checkpoint_config`).
+1. before the weights are read (:meth:`CalderaHfQuantizer._process_model_before_weight_loading`): the one reading
+   of the checkpoint's structure that :func:`~caldera.pipeline.checkpoint.load_compressed` starts from too
+   (:func:`~caldera.pipeline.checkpoint.verify.read_structure`: checksums, the config, the content manifest, the
+   safetensors header against the model ``base_config`` builds: shapes, dtypes against the scheme, the ``tied``
+   map equal to what the architecture ties, every weight stored once, no foreign tensor), so a checkpoint one
+   loader refuses the other refuses with the same message; then every compressed ``nn.Linear`` is replaced by the
+   :class:`~caldera.nn.compressed_linear.CompressedLinear` shell that reading built (tensors on the meta device);
+2. transformers fills every tensor from ``model.safetensors`` (stored dtypes kept: :meth:`get_new_dtype`) and ties
+   the weights the architecture ties;
+3. after (:meth:`_process_model_after_weight_loading`): no tensor left on the meta device, every tied alias the
+   same tensor as its source, then what ``load_compressed`` checks of the values
+   (:func:`~caldera.pipeline.checkpoint.verify.check_values`: every tensor against its digest in the manifest,
+   so nothing randomly initialised or cast; ±1 signs, positive scales, codes in range), each module's
+   reconstruction fingerprint, the recorded summaries (:func:`~caldera.pipeline.checkpoint.check_summary`), and
+   ``save_pretrained`` bound to the checkpoint writer (:func:`~caldera.pipeline.checkpoint.attach_checkpoint_config`).
 
 Without the method registered transformers warns "Unknown quantization type" and builds a dense model with
 randomly initialised linear layers (lm-eval's HFLM stops earlier, with a ValueError). Processes that never
@@ -78,6 +81,16 @@ def _classes() -> tuple[type, type]:
                     f"this caldera reads {FORMAT_VERSION} (convert older checkpoints with `caldera convert`)"
                 )
 
+        def update_attn_implementation(self, config: Any) -> Any:
+            # the first look this quantizer gets at config.json's base config, before transformers uses its dtype
+            dt = getattr(config, "dtype", None)
+            if dt is not None and not isinstance(dt, torch.dtype) and not (
+                    isinstance(dt, str) and isinstance(getattr(torch, dt, None), torch.dtype)):
+                raise ValueError(f"config.json: dtype {dt!r} is not a torch dtype name (e.g. 'float32'); a caldera "
+                                 "checkpoint's config.json states the base config it was written with: re-run "
+                                 "`caldera compress` to rebuild the checkpoint")
+            return super().update_attn_implementation(config)
+
         def get_new_dtype(self, converter: Any, param: Any, dtype: Any) -> None:
             return None  # keep every stored dtype: codes are integers, scales/signs must not be rounded
 
@@ -121,19 +134,8 @@ def register() -> None:
 
 
 def _before(quantizer: Any, model: Any, checkpoint_files: Any) -> Any:
-    from safetensors import safe_open
-
-    from caldera.nn.compressed_linear import CompressedLinear
-    from caldera.pipeline.checkpoint.format import CONFIG_FILE, MODEL_FILE, replace_module
-    from caldera.pipeline.checkpoint.verify import (
-        check_against_model,
-        check_config,
-        check_stored_tensors,
-        read_config,
-        verify_checksums,
-        verify_manifest,
-    )
-    from caldera.pipeline.hessians import SAFETENSORS_DTYPES
+    from caldera.pipeline.checkpoint.format import CONFIG_FILE, replace_module
+    from caldera.pipeline.checkpoint.verify import read_structure
 
     if not checkpoint_files:
         raise ValueError("the caldera quantization method loads a compressed checkpoint folder; none was resolved")
@@ -144,24 +146,8 @@ def _before(quantizer: Any, model: Any, checkpoint_files: Any) -> Any:
             "caldera.load_compressed('org/name') (downloads the whole folder), or download the whole repository "
             "(huggingface_hub.snapshot_download) and pass its folder"
         )
-    verify_checksums(folder)
-    cfg = read_config(folder)
-    check_config(cfg, folder)
-    verify_manifest(cfg, folder)
-    with safe_open(str(folder / MODEL_FILE), "pt") as f:
-        shells = {}
-        for k in f.keys():
-            sl = f.get_slice(k)
-            shells[k] = torch.empty(sl.get_shape(), dtype=SAFETENSORS_DTYPES[sl.get_dtype()], device="meta")
-    check_against_model(cfg, shells, model, folder)
-    check_stored_tensors(cfg, shells, folder)  # dtypes and shapes; the values once they are read (_after)
-    for path, meta in cfg["modules"].items():
-        prefix = path + "."
-        own = {k[len(prefix):]: v for k, v in shells.items() if k.startswith(prefix)}
-        try:
-            mod = CompressedLinear.from_tensors(meta, own)
-        except (ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"checkpoint {folder}: modules[{path!r}] does not match its tensors ({e})") from None
+    cfg, _, modules = read_structure(folder)  # what load_compressed reads first, with the same checks
+    for path, mod in modules.items():
         replace_module(model, path, mod)
     quantizer._cfg, quantizer._folder = cfg, folder
     return model
@@ -170,21 +156,19 @@ def _before(quantizer: Any, model: Any, checkpoint_files: Any) -> Any:
 def _after(quantizer: Any, model: Any) -> Any:
     from caldera.pipeline.checkpoint.format import bad
     from caldera.pipeline.checkpoint.loader import attach_checkpoint_config
-    from caldera.pipeline.checkpoint.verify import (
-        check_fingerprint,
-        check_stored_tensors,
-        check_summary,
-        check_tensor_manifest,
-    )
+    from caldera.pipeline.checkpoint.verify import check_fingerprint, check_summary, check_values
 
     cfg, folder = quantizer._cfg, quantizer._folder
     tied = cfg.get("tied", {})
-    state = {k: v for k, v in model.state_dict().items() if k not in tied}
+    loaded = dict(model.state_dict(keep_vars=True))
+    state = {k: v.detach() for k, v in loaded.items() if k not in tied}
     on_meta = sorted(k for k, v in state.items() if v.device.type == "meta")
     if on_meta:
         raise bad(folder, f"tensors {on_meta[:5]} were not loaded")
-    check_tensor_manifest(cfg, state, folder)  # what was loaded, bit for bit: nothing missing, initialised or cast
-    check_stored_tensors(cfg, state, folder)  # ±1 signs, positive scales, codes in range
+    for alias, source in tied.items():  # the architecture ties them (read_structure): one tensor under two names
+        if loaded[alias] is not loaded[source]:
+            raise bad(folder, f"tensor {alias!r} is not tied to {source!r} after loading")
+    check_values(cfg, state, folder)  # what was loaded, bit for bit: nothing missing, initialised or cast
     for path in cfg["modules"]:
         check_fingerprint(folder, path, model.get_submodule(path), cfg["fingerprints"])
     check_summary(cfg, model, folder)

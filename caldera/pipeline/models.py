@@ -93,8 +93,13 @@ def load_dense(source: str, device: torch.device | str = "cpu", dtype: torch.dty
     ``dtype``, loaded on the CPU then moved to ``device``. The global RNG is seeded first (0), so that whatever a
     caller draws next does not depend on how loading went."""
     from caldera.pipeline.assets import load_model
+    from caldera.pipeline.checkpoint.format import tokenizer_file_problem
 
     torch.manual_seed(0)
+    folder = Path(source).expanduser()
+    problem = tokenizer_file_problem(folder) if folder.is_dir() else None
+    if problem is not None:  # the tokenizer libraries' own errors do not name the file
+        raise ValueError(f"{problem}; copy the model's tokenizer files there again")
     model, tokenizer = load_model(source, dtype=dtype)
     return model.to(device), tokenizer
 

@@ -84,7 +84,8 @@ def test_second_compress_into_one_folder_refuses_and_stale_lock_is_taken_over(tm
     import fcntl
 
     out = tmp_path / "ckpt"
-    argv = ["compress", "--model", "./nosuch", "--hessians", str(tmp_path), "--method", "caldera", "--out", str(out)]
+    argv = ["compress", "--model", "./nosuch", "--hessians", str(tmp_path / "H"), "--method", "caldera", "--out",
+            str(out)]
     lock = tmp_path / "ckpt.lock"
     with open(lock, "w") as held:  # a running compress holds the lock
         held.write("4242\n")
@@ -100,3 +101,210 @@ def test_second_compress_into_one_folder_refuses_and_stale_lock_is_taken_over(tm
     err = capsys.readouterr().err
     assert "another run" not in err and "--model ./nosuch: no such folder" in err  # got past the lock
     assert not lock.exists()  # the run that took it over deleted it on its way out
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _writers(tmp_path: Path) -> dict[str, tuple]:
+    """Per command that writes: ``(argv for an output path, {input name: its path})``; every input exists and
+    holds something of its own."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    hess = tmp_path / "H"
+    hess.mkdir()
+    (hess / "hessians.json").write_text("{}")
+    (hess / "layer_000.safetensors").write_bytes(b"hessian")
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    (ck / "caldera_config.json").write_text("{}")
+    root = Path(__file__).resolve().parents[2]
+    return {
+        "hessians": (lambda out: ["hessians", "--model", str(model), "--out", out], {"model": model}),
+        "compress": (lambda out: ["compress", "--model", str(model), "--hessians", str(hess), "--method", "quip#",
+                                  "--out", out], {"hessians": hess, "model": model}),
+        "eval ppl": (lambda out: ["eval", "ppl", "--model", str(ck), "--out", out], {"ck": ck}),
+        "eval zeroshot": (lambda out: ["eval", "zeroshot", "--model", str(ck), "--out", out], {"ck": ck}),
+        "eval throughput": (lambda out: ["eval", "throughput", "--model", str(ck), "--dense", str(model), "--out",
+                                         out], {"ck": ck, "model": model}),
+        "info": (lambda out: ["info", str(ck), "--out", out], {"ck": ck}),
+        "export": (lambda out: ["export", str(ck), "--out", out], {"ck": ck}),
+        "convert": (lambda out: ["convert", str(ck), "--out", out], {"ck": ck}),
+        "cost": (lambda out: ["cost", "--configfile", str(root / "config/mini.yaml"), "--calibrate", str(ck),
+                              "--profile", out], {"ck": ck}),
+        "matrix-report": (lambda out: ["matrix-report", "--out", out], {}),
+    }
+
+
+WRITERS = ["hessians", "compress", "eval ppl", "eval zeroshot", "eval throughput", "info", "export", "convert",
+           "cost", "matrix-report"]
+
+
+@pytest.mark.parametrize("command", WRITERS)
+def test_no_command_writes_over_a_file_or_folder_it_did_not_write(command, tmp_path, capsys):
+    """Every command that writes refuses, before any work, an output path that holds an unrelated file or
+    folder, and every one of its own inputs; each is left byte for byte."""
+    argv, inputs = _writers(tmp_path)[command]
+    (tmp_path / "notes.txt").write_text("precious")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "thesis.tex").write_text("precious")
+    before = _tree(tmp_path)
+    for target in (tmp_path / "notes.txt", tmp_path / "mine"):
+        for extra in ([], ["--overwrite"]) if command == "compress" else ([],):
+            assert cli.main([*argv(str(target)), *extra]) == 2, target
+            err = capsys.readouterr().err
+            assert f"--out {target} already exists" in err or f"--profile {target} already exists" in err, err
+            assert "nothing was written and nothing is replaced" in err, err
+    for name, path in inputs.items():
+        for extra in ([], ["--overwrite"]) if command == "compress" else ([],):
+            assert cli.main([*argv(str(path)), *extra]) == 2, name
+            err = capsys.readouterr().err
+            assert f"{path} is the" in err and "an input of this command" in err, err
+    assert _tree(tmp_path) == before
+
+
+def test_compress_replaces_a_checkpoint_only_with_overwrite_and_never_the_hessians(tmp_path, monkeypatch, capsys):
+    """A checkpoint at --out is replaced only with --overwrite, and stays whole until the new one is complete
+    (a writer that fails midway leaves it byte for byte); --out or --work-dir on the Hessians is refused."""
+    from caldera.pipeline.checkpoint import load_compressed, writer
+    from tests.helpers import tiny_hessians
+
+    model_dir, h = tiny_hessians(tmp_path, monkeypatch, n_samples=2, seq_len=8)
+    ck = tmp_path / "ck"
+    hessians = _tree(h)
+
+    def compress(*args):
+        return cli.main(["compress", "--model", str(model_dir), "--hessians", str(h), "--method", "quip#", "--quiet",
+                         *args])
+
+    assert compress("--out", str(ck)) == 0
+    first = _tree(ck)
+    assert compress("--out", str(ck)) == 2
+    assert f"--out {ck} already holds a caldera checkpoint; pass --overwrite" in capsys.readouterr().err
+    real = writer.save_file
+
+    def dies(*a, **k):
+        real(*a, **k)
+        raise OSError("disk full")
+
+    monkeypatch.setattr(writer, "save_file", dies)
+    with pytest.raises(OSError, match="disk full"):
+        compress("--out", str(ck), "--overwrite")
+    assert _tree(ck) == first and not list(tmp_path.glob("ck.tmp-*"))
+    monkeypatch.setattr(writer, "save_file", real)
+    assert compress("--out", str(ck), "--overwrite") == 0
+    load_compressed(ck, load_tokenizer=False)
+    for args in (["--out", str(h)], ["--out", str(tmp_path / "ck3"), "--work-dir", str(h)],
+                 ["--out", str(h / "ck")]):
+        assert compress(*args, "--overwrite") == 2
+        assert "an input of this command" in capsys.readouterr().err
+    assert compress("--out", str(tmp_path / "ck4"), "--work-dir", str(model_dir)) == 2
+    assert "is the --model" in capsys.readouterr().err
+    assert _tree(h) == hessians
+
+
+def test_a_file_in_the_lock_files_place_is_never_overwritten(tmp_path, capsys):
+    (tmp_path / "ck.lock").write_text("my notes")
+    argv = ["compress", "--hessians", str(tmp_path / "H"), "--method", "quip#", "--out", str(tmp_path / "ck")]
+    assert cli.main(argv) == 2
+    assert "ck.lock exists and is not a lock this command wrote" in capsys.readouterr().err
+    assert (tmp_path / "ck.lock").read_text() == "my notes"
+
+
+# every numeric option of every command: (command argv before it, option, values out of range)
+NUMERIC = [
+    (["hessians", "--out", "H"], "--n-samples", ["0", "-1"]),
+    (["hessians", "--out", "H"], "--seq-len", ["0", "-5"]),
+    (["hessians", "--out", "H"], "--seed", ["-1", str(2**63)]),
+    (["hessians", "--out", "H"], "--batch-size", ["0"]),
+    (["compress", "--hessians", "H", "--out", "C"], "--ft-rank", ["-1"]),
+    (["eval", "ppl"], "--threads", ["0", "-1"]),
+    (["eval", "ppl"], "--seq-len", ["1", "0"]),
+    (["eval", "ppl"], "--n-windows", ["0"]),
+    (["eval", "ppl"], "--max-windows", ["0", "-1"]),
+    (["eval", "ppl"], "--seed", ["-1", str(2**63)]),
+    (["eval", "ppl"], "--batch-size", ["0", "-2"]),
+    (["eval", "zeroshot"], "--batch-size", ["0"]),
+    (["eval", "zeroshot"], "--threads", ["0"]),
+    (["eval", "throughput"], "--threads", ["-1"]),
+    (["eval", "throughput"], "--new-tokens", ["0"]),
+    (["eval", "throughput"], "--runs", ["0"]),
+    (["eval", "throughput"], "--warmup", ["-1"]),
+    (["eval", "throughput"], "--calls", ["0"]),
+    (["eval", "throughput"], "--prompt-len", ["0"]),
+]
+
+
+@pytest.mark.parametrize("head, option, values", NUMERIC, ids=[f"{' '.join(h[:2])} {o}" for h, o, _ in NUMERIC])
+def test_every_numeric_option_is_typed_and_bounded_before_any_work(head, option, values, capsys):
+    """A value out of range, or no integer at all, is refused by the parser (exit 2, nothing loaded), naming the
+    option and the accepted range."""
+    for v in [*values, "1.5", "x", ""]:
+        with pytest.raises(SystemExit) as e:
+            cli.main([*head, option, v])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and f"argument {option}: " in err, (v, err)
+        assert ("is out of range: expected an integer" in err) if v.lstrip("-").isdigit() else (
+            f"invalid int value: '{v}'" in err), (v, err)
+
+
+def test_lengths_beyond_the_models_positions_and_runs_beyond_memory_are_refused(tmp_path, monkeypatch, capsys):
+    """--seq-len above max_position_embeddings (64 for the tiny model) is refused for perplexity and Hessians,
+    --prompt-len + --new-tokens for throughput; a run whose estimate exceeds the available memory is refused
+    naming the options to lower."""
+    from tests.helpers import tiny_model_dir
+
+    model = str(tiny_model_dir(tmp_path / "tiny"))
+    for argv, words in (
+        (["eval", "ppl", "--model", model, "--seq-len", "100000"],
+         "--seq-len is 100000, above the model's max_position_embeddings (64)"),
+        (["hessians", "--model", model, "--out", str(tmp_path / "H"), "--seq-len", "65"],
+         "--seq-len is 65, above the model's max_position_embeddings (64)"),
+        (["eval", "throughput", "--model", model, "--prompt-len", "60", "--new-tokens", "5"],
+         "--prompt-len + --new-tokens is 65, above the model's max_position_embeddings (64)"),
+    ):
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert words in err and "use " in err, err
+    monkeypatch.setattr(common, "available_memory", lambda: 1 << 10)
+    assert cli.main(["eval", "ppl", "--model", model, "--seq-len", "64", "--batch-size", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "perplexity on windows of --seq-len 64, --batch-size 4 at a time, needs about" in err, err
+    assert "lower --batch-size or --seq-len" in err
+    assert cli.main(["hessians", "--model", model, "--out", str(tmp_path / "H"), "--seq-len", "8"]) == 2
+    assert "lower --n-samples, --seq-len or --batch-size" in capsys.readouterr().err
+    assert not (tmp_path / "H").exists()
+
+
+def test_the_memory_estimate_counts_the_logits_and_attention():
+    """SmolLM2-135M's shapes: 100,000 tokens in one window need far more than 20 GB (what the unchecked run grew to
+    before the kernel killed it); the default 512-token window well under 1 GB."""
+    import types
+
+    cfg = types.SimpleNamespace(config=types.SimpleNamespace(vocab_size=49152, hidden_size=576, intermediate_size=1536,
+                                                             num_attention_heads=9))
+    assert common.forward_memory(cfg, 1, 100_000) > 20e9
+    assert common.forward_memory(cfg, 1, 512) < 1e9
+    assert common.forward_memory(cfg, 4, 512) == 4 * common.forward_memory(cfg, 1, 512)
+    assert common.available_memory() > 0
+
+
+def test_a_trainable_rank_above_the_methods_rank_is_refused_before_work(tmp_path, capsys):
+    argv = ["compress", "--hessians", str(tmp_path / "H"), "--method", "caldera", "--param", "rank=4", "--ft-rank",
+            "5", "--out", str(tmp_path / "C")]
+    assert cli.main(argv) == 2
+    assert "--ft-rank 5 is above the method's rank 4" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("head, option", [(h, o) for h, o, _ in NUMERIC])
+def test_a_dash_dash_value_is_refused_not_parsed_as_an_empty_list(head, option, capsys):
+    """Found by the options' fuzz test: Python 3.11's argparse turns ``--seq-len=--`` into [] without calling the
+    option's type; every integer option refuses it."""
+    with pytest.raises(SystemExit) as e:
+        cli.main([*head, f"{option}=--"])
+    err = capsys.readouterr().err  # (an argparse that keeps the value calls the type: "invalid int value")
+    assert e.value.code == 2 and (f"argument {option}: expected an integer, got []" in err
+                                  or f"argument {option}: invalid int value: '--'" in err), err

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from caldera import cli
-from tests.helpers import printed_json, tiny_model_dir
+from tests.helpers import printed_json, tiny_hessians
 
 COMMANDS = ["assets", "hessians", "compress", "eval", "info", "convert"]
 
@@ -35,14 +34,8 @@ def test_compress_with_a_per_matrix_rank_method_allocates_over_every_layer_first
     """`caldera compress --method caldera-rank-per-layer`: the allocation is made from every decoder layer's
     Hessians (even with --layers), written beside the layers, reused by the next run, and each matrix gets its
     rank; --allocation of another config is refused."""
-    from caldera.pipeline import text
-
-    model_dir = tiny_model_dir(tmp_path / "tiny")
-    monkeypatch.setattr(text, "calibration_sequences", lambda tok, n, t, seed, source=None: torch.randint(
-        3, 128, (n, t), generator=torch.Generator().manual_seed(seed)))
-    h, ck = tmp_path / "hess", tmp_path / "ck"
-    assert cli.main(["hessians", "--model", str(model_dir), "--out", str(h), "--n-samples", "4", "--seq-len", "16",
-                     "--quiet"]) == 0
+    model_dir, h = tiny_hessians(tmp_path, monkeypatch)
+    ck = tmp_path / "ck"
     capsys.readouterr()
     argv = ["compress", "--model", str(model_dir), "--hessians", str(h), "--method", "caldera-rank-per-layer",
             "--param", "rank=4", "--param", "min_rank=2", "--param", "rank_multiple=2", "--param", "outer_iters=1",

@@ -54,8 +54,9 @@ def test_an_existing_out_folder_is_refused_and_kept(checkpoint, tmp_path, capsys
     (out / "mine.txt").write_text("keep")
     assert cli.main([command, str(ck), "--out", str(out)]) == 2
     cap = capsys.readouterr()
-    assert cap.out == "" and cap.err == (f"caldera {command}: error: --out {out} already exists; remove it or "
-                                         "choose a new folder\n")
+    assert cap.out == "" and cap.err == (f"caldera {command}: error: --out {out} already exists; nothing was "
+                                         "written and nothing is replaced: choose a new --out (or remove it "
+                                         "yourself)\n")
     assert [p.name for p in out.iterdir()] == ["mine.txt"]
 
 

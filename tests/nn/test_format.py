@@ -152,3 +152,49 @@ def test_a_zero_scale_needs_the_codes_of_zero():
     meta, ts = _stored()
     ts["R_scale"] = torch.tensor(0.0)
     assert stored_tensor_problem(meta, ts)[0] == "R_scale"
+
+
+def _factor_bits():
+    """Every (q_bits, l_bits, r_bits) of the three bit tables, with whether CalderaConfig accepts it."""
+    import itertools
+
+    from caldera import CalderaConfig
+    from caldera.config import LR_BITS, Q_BITS
+
+    for q, lb, rb in itertools.product(Q_BITS, LR_BITS, LR_BITS):
+        try:
+            CalderaConfig.preset("paper", rank=8, q_bits=q, l_bits=lb, r_bits=rb)
+            yield q, lb, rb, True
+        except ValueError:
+            yield q, lb, rb, False
+
+
+@pytest.mark.parametrize("q_bits, l_bits, r_bits, accepted", list(_factor_bits()))
+def test_every_factor_bits_the_config_accepts_is_stored_and_read_back(q_bits, l_bits, r_bits, accepted):
+    """The format stores every accepted (q_bits, l_bits, r_bits), e.g. 2-bit L with 4-bit R, whose codes need a
+    wider dtype than L's (r_codes_dtype): written to safetensors bytes and read back, the layer decodes to the
+    decomposition's Q + L R and its tensors pass the scheme's checks. The config refuses exactly what the format
+    cannot store: quantized factors beside 16-bit ones (one lr_format per layer)."""
+    from safetensors.torch import load, save
+
+    from caldera import CalderaConfig, caldera_decompose
+    from caldera.nn.compressed_linear import CompressedLinear
+
+    if not accepted:
+        assert (l_bits == 16) != (r_bits == 16)
+        return
+    g = torch.Generator().manual_seed(q_bits * 100 + l_bits * 10 + r_bits)
+    W, X = torch.randn(N, 64, generator=g), torch.randn(256, 64, generator=g)
+    cfg = CalderaConfig.preset("paper", rank=8, q_bits=q_bits, l_bits=l_bits, r_bits=r_bits, outer_iters=1,
+                               inner_iters=1)
+    dec = caldera_decompose(W, X.T @ X / 256, cfg)
+    mod = CompressedLinear.from_decomposition(dec)
+    meta, tensors = mod.metadata(), load(save({k: v.contiguous() for k, v in mod.state_dict().items()}))
+    assert stored_tensor_problem(meta, tensors) is None
+    back = CompressedLinear.from_tensors(meta, tensors)
+    want = (dec.Q + dec.L @ dec.R).float()
+    torch.testing.assert_close(back.rotated_weight(), want, rtol=0, atol=1e-5 * float(want.abs().max()))
+    if l_bits != 16 and torch.iinfo(dec.R_codes.codes.dtype).bits > torch.iinfo(dec.L_codes.codes.dtype).bits:
+        assert meta["r_codes_dtype"] == str(dec.R_codes.codes.dtype).removeprefix("torch.")
+    else:
+        assert "r_codes_dtype" not in meta  # the layouts that stored before are written byte for byte as before

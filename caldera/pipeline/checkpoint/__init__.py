@@ -24,15 +24,19 @@ cannot change it and is not refused. ``config.json``'s ``quantization_config`` s
 from ``caldera_config.json`` and verified against it.
 
 The folder is written under a temporary sibling name and renamed into place (:func:`caldera.atomic.atomic_dir`).
-:func:`load_compressed` (and the transformers quantizer) verify before building anything (:func:`read_checkpoint`):
-every model file's checksum, the config's structure (:func:`check_config`), the content manifest
-(:func:`verify_manifest`, :func:`check_tensor_manifest`: checksums only prove the files are the ones listed, the
-manifest that the tensors, base config and config.json are the ones written), finite tensors
-(:func:`check_tensors`), what the tensors mean (:func:`check_stored_tensors`: ±1 RHT signs, finite positive scales,
-codes in their quantizer's range, every tensor of the shape and dtype its module's metadata names; the uncompressed
-weights in one dtype), the shapes implied by the base config, each module's fingerprint (metadata against tensors)
-and the summaries that ``caldera info`` reports (:func:`check_summary`: ``bits`` recomputed from the modules,
-``dense_layers``, ``errors``, ``ft_rank``, the method config's ``rank`` and bits). The manifest, fingerprints and
+:func:`load_compressed` and the transformers quantizer verify before building anything, both from one reading
+of the structure (:func:`read_structure`, before any tensor value is read): every model file's checksum, the
+config's structure (:func:`check_config`), the content manifest (:func:`verify_manifest`: checksums only prove the
+files are the ones listed, the manifest that the tensors, base config and config.json are the ones written), the
+safetensors header (:func:`header_tensors`) against the model the base config builds (:func:`check_structure`:
+shapes, the ``tied`` map equal to what the architecture ties, every weight stored once and nothing foreign, the
+names in the manifest, every tensor of the shape and dtype its module's metadata and the scheme name, the
+uncompressed weights in one dtype). Then the values, by both (:func:`check_values`): finite
+(:func:`check_tensors`), equal to their digests (:func:`check_tensor_manifest`), meaning what the scheme says
+(:func:`check_stored_tensors`: ±1 RHT signs, finite positive scales, codes in their quantizer's range); each
+module's fingerprint (metadata against tensors) and the summaries that ``caldera info`` reports
+(:func:`check_summary`: ``bits`` recomputed from the modules, ``dense_layers``, ``errors``, ``ft_rank``, the method
+config's ``rank`` and bits). The manifest, fingerprints and
 checksums only prove that nothing changed since they were computed (anyone can recompute them); these checks refuse
 content that no writer produces. A missing manifest or fingerprint is an error; ``verify=False`` is the one,
 explicit opt-out. Only then does it build ``AutoModelForCausalLM.from_config(base_config)`` (on the meta device: no
@@ -90,12 +94,16 @@ from caldera.pipeline.checkpoint.verify import (  # noqa: F401
     check_fingerprint,
     check_module,
     check_stored_tensors,
+    check_structure,
     check_summary,
     check_tensor_manifest,
     check_tensors,
+    check_values,
+    header_tensors,
     other_file_changes,
     read_checkpoint,
     read_config,
+    read_structure,
     verify_checksums,
     verify_manifest,
 )

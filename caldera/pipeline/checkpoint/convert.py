@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from caldera.atomic import new_folder
+from caldera.pipeline.checkpoint.format import load_tokenizer_files
 from caldera.pipeline.checkpoint.loader import _DERIVED_KEYS, _assemble
 from caldera.pipeline.checkpoint.verify import read_checkpoint
 from caldera.pipeline.checkpoint.writer import save_compressed
@@ -19,9 +20,7 @@ def convert_checkpoint(old: str | os.PathLike, out: str | os.PathLike) -> Path:
     model = _assemble(cfg, tensors, old, verify=True, cache_dequantized=False, kernel="reference")
     tok = None
     if any((old / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")):
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(str(old), local_files_only=True)
+        tok = load_tokenizer_files(old)
     extra = {k: v for k, v in cfg.items() if k not in _DERIVED_KEYS}
     return save_compressed(model, out, method=cfg["method"], method_config=cfg["method_config"], tokenizer=tok,
                            extra=extra)

@@ -197,6 +197,36 @@ def hf_config_dict(base_config: dict[str, Any], method: str, config: dict[str, A
     return {**base_config, "quantization_config": qc}
 
 
+def tokenizer_file_problem(folder: str | Path) -> str | None:
+    """``"<file>: <what is wrong>"`` for the first tokenizer file of ``folder`` (:data:`TOKENIZER_FILES`) stored as
+    JSON that does not parse (truncated, not UTF-8), else None: what names the file when a tokenizer cannot be
+    loaded (the tokenizer libraries' own errors do not)."""
+    for name in TOKENIZER_FILES:
+        p = Path(folder) / name
+        if name.endswith(".json") and p.is_file():
+            try:
+                json.loads(p.read_bytes().decode("utf-8"))
+            except (ValueError, UnicodeDecodeError) as e:
+                return f"{p} is not valid JSON ({type(e).__name__}: {e})"
+    return None
+
+
+def load_tokenizer_files(folder: str | Path) -> Any:
+    """``AutoTokenizer.from_pretrained(folder)`` (local files only); ``ValueError`` naming the file and the fix when
+    a tokenizer file is truncated or corrupt, or the folder's when the tokenizer cannot be built otherwise."""
+    from transformers import AutoTokenizer
+
+    problem = tokenizer_file_problem(folder)
+    if problem is None:
+        try:
+            return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        except (OSError, ValueError, TypeError, KeyError, RuntimeError) as e:
+            first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
+            problem = f"the tokenizer files of {folder} cannot be loaded ({type(e).__name__}: {first[:300]})"
+    raise ValueError(f"{problem}; save the tokenizer there again (tokenizer.save_pretrained) or copy its files from "
+                     "the original model")
+
+
 def bad(folder: Path, what: str) -> ValueError:
     """The error for an inconsistent checkpoint: it names the folder, what is wrong and the fix."""
     return ValueError(f"checkpoint {folder} is inconsistent: {what}; {_RERUN}")

@@ -16,10 +16,11 @@ from caldera.pipeline.checkpoint.format import (
     MODEL_FILE,
     _module_tensors,
     bad,
+    load_tokenizer_files,
     replace_module,
 )
 from caldera.pipeline.checkpoint.verify import (
-    check_against_model,
+    build_base_model,
     check_module,
     check_summary,
     other_file_changes,
@@ -65,23 +66,6 @@ def reference_buffers(config: Any, wanted: dict[str, Tensor]) -> dict[str, Tenso
         pass
     got = dict(AutoModelForCausalLM.from_config(config).named_buffers())
     return {n: got[n] for n in wanted}
-
-
-def build_base_model(cfg: dict[str, Any], folder: str | os.PathLike) -> tuple[Any, nn.Module]:
-    """``(transformers config, model on the meta device)`` from ``base_config``; ``ValueError`` naming the
-    checkpoint for anything the config classes refuse (e.g. a ``hidden_size`` the head count does not divide)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    base = dict(cfg["base_config"])
-    try:
-        config = AutoConfig.for_model(base.pop("model_type"), **base)
-        with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config)
-    except Exception as e:  # noqa: BLE001 - strict-dataclass validation errors are not ValueErrors
-        msg = str(e).strip().splitlines()
-        raise bad(Path(folder), f"base_config does not build a model ({type(e).__name__}: "
-                   f"{' '.join(msg)[:300]})") from None
-    return config, model
 
 
 def resolve_checkpoint(name: str | os.PathLike, revision: str | None = None) -> Path:
@@ -164,8 +148,6 @@ def load_compressed(
         model.to(device_map)
     tokenizer = None
     if load_tokenizer and any((folder / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")):
-        from transformers import AutoTokenizer
-
         if verify:
             diff = {k: v for k, v in other_file_changes(folder, cfg["manifest"]["files"]).items() if v}
             if diff:
@@ -174,7 +156,7 @@ def load_compressed(
                 warnings.warn(f"checkpoint {folder}: the files beside the model are not the ones written with it "
                               f"({'; '.join(f'{k}: {v[:5]}' for k, v in diff.items())}); the model is verified, the "
                               "tokenizer is loaded from the folder as it is now", stacklevel=2)
-        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        tokenizer = load_tokenizer_files(folder)
     return model, tokenizer
 
 
@@ -183,8 +165,7 @@ def _assemble(
 ) -> nn.Module:
     """The base model with its compressed modules, from a config and tensors that :func:`read_checkpoint`
     returned; the checkpoint's config is kept as ``model.caldera_checkpoint_config`` (``save_pretrained``)."""
-    config, model = build_base_model(cfg, folder)
-    check_against_model(cfg, tensors, model, folder)
+    config, model = build_base_model(cfg, folder)  # read_checkpoint checked the tensors against it
     fingerprints = cfg.get("fingerprints") if verify else None
     for path, meta in cfg["modules"].items():
         mod = check_module(folder, path, meta, _module_tensors(tensors, path), fingerprints, **kw)

@@ -178,16 +178,167 @@ def check_config(cfg: dict[str, Any], folder: str | os.PathLike, *, legacy: bool
 
 
 def check_tensors(cfg: dict[str, Any], tensors: dict[str, Tensor], folder: str | os.PathLike) -> None:
-    """Tensors against a config that passed :func:`check_config`: every floating tensor finite, every tied
-    source present. (A compressed module's tensors outside its known names are refused later, by
-    :func:`check_module`'s unused-tensor check.)"""
+    """Every floating tensor finite (what they are and where they belong: :func:`check_structure`)."""
     folder = Path(folder)
     nonfinite = [k for k, v in tensors.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
     if nonfinite:
         raise bad(folder, f"{len(nonfinite)} tensors hold NaN/Inf values, e.g. {sorted(nonfinite)[:3]}")
-    for alias, source in cfg.get("tied", {}).items():
+
+
+def header_tensors(folder: str | os.PathLike) -> dict[str, Tensor]:
+    """Every tensor of ``model.safetensors`` as an empty tensor on the meta device, of the shape and dtype its
+    header names: what the structure checks read (no value is read). ``ValueError`` naming the file when it
+    cannot be read (truncated, not safetensors) or names a dtype no checkpoint stores."""
+    from safetensors import safe_open
+
+    from caldera.pipeline.hessians import SAFETENSORS_DTYPES
+
+    path = Path(folder) / MODEL_FILE
+    out: dict[str, Tensor] = {}
+    try:
+        with safe_open(str(path), "pt") as f:
+            for k in f.keys():
+                sl = f.get_slice(k)
+                dt = SAFETENSORS_DTYPES.get(sl.get_dtype())
+                if dt is None:
+                    raise bad(Path(folder), f"tensor {k!r} of {MODEL_FILE} has dtype {sl.get_dtype()}, which no "
+                               "checkpoint stores")
+                out[k] = torch.empty(sl.get_shape(), dtype=dt, device="meta")
+    except (SafetensorError, OSError) as e:
+        raise ValueError(f"checkpoint file {path} cannot be read ({e}); {_RERUN}") from None
+    return out
+
+
+def build_base_model(cfg: dict[str, Any], folder: str | os.PathLike) -> tuple[Any, nn.Module]:
+    """``(transformers config, model on the meta device)`` from ``base_config``; ``ValueError`` naming the
+    checkpoint for anything the config classes refuse (e.g. a ``hidden_size`` the head count does not divide)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    base = dict(cfg["base_config"])
+    try:
+        config = AutoConfig.for_model(base.pop("model_type"), **base)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+    except Exception as e:  # noqa: BLE001 - strict-dataclass validation errors are not ValueErrors
+        msg = str(e).strip().splitlines()
+        raise bad(Path(folder), f"base_config does not build a model ({type(e).__name__}: "
+                  f"{' '.join(msg)[:300]})") from None
+    return config, model
+
+
+def architecture_ties(model: nn.Module) -> dict[str, str]:
+    """``{alias: source}`` of the parameters ``model``'s architecture shares (the same parameter under two names,
+    e.g. ``lm_head.weight`` of a model with ``tie_word_embeddings``): what a checkpoint's ``tied`` map must be.
+    Read from the architecture's declaration and its config (transformers' ``get_expanded_tied_weights_keys``)
+    where the model has one, so it holds inside ``from_pretrained``, which ties only after loading; else from
+    the parameters the model shares."""
+    declared = getattr(model, "get_expanded_tied_weights_keys", None)
+    if callable(declared):
+        try:
+            return dict(declared(all_submodels=True))
+        except TypeError:
+            return dict(declared())
+    seen: dict[int, str] = {}
+    out: dict[str, str] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in seen:
+            out[name] = seen[id(p)]
+        else:
+            seen[id(p)] = name
+    return out
+
+
+def check_manifest_names(cfg: dict[str, Any], names: Any, folder: str | os.PathLike) -> None:
+    """The tensors of ``model.safetensors`` (``names``) are exactly those listed in ``manifest.tensors``."""
+    want = cfg["manifest"]["tensors"]
+    for k in sorted(set(want) ^ set(names)):
+        if k not in names:
+            raise bad(Path(folder), f"tensor {k!r}, listed in manifest.tensors, is not in {MODEL_FILE}")
+        raise bad(Path(folder), f"tensor {k!r} of {MODEL_FILE} is not listed in manifest.tensors")
+
+
+def check_structure(cfg: dict[str, Any], tensors: dict[str, Tensor], model: nn.Module, folder: str | os.PathLike,
+                    *, manifest: bool = True) -> dict[str, CompressedLinear]:
+    """What a checkpoint's structure must be for both loaders (``load_compressed`` and ``from_pretrained``) to
+    build the same model, checked on ``tensors`` (the real ones or :func:`header_tensors`' meta shells) and the
+    model ``base_config`` builds (:func:`build_base_model`): every module and tensor shape against the
+    architecture (:func:`check_against_model`); the ``tied`` map equal to the weights the architecture ties
+    (nothing a loader would leave random or share where the other does not), every tied source stored and no
+    tied alias; every other weight of the model stored, nothing stored that is not the model's or a compressed
+    module's; the names in ``manifest.tensors`` (``manifest``); every compressed module's tensors of the dtypes
+    and shapes its metadata names (:func:`check_stored_tensors`) and no tensor it does not use
+    (:func:`check_module`). Returns the :class:`CompressedLinear` modules built from ``tensors``."""
+    folder = Path(folder)
+    check_against_model(cfg, tensors, model, folder)
+    tied, ties = cfg.get("tied", {}), architecture_ties(model)
+    if tied != ties:
+        raise bad(folder, f"{CONFIG_FILE} key 'tied' is {tied} but the {type(model).__name__} that base_config builds "
+                  f"(tie_word_embeddings {cfg['base_config'].get('tie_word_embeddings')!r}) ties "
+                  f"{ties or 'no weights'}; a tied weight is one the architecture ties")
+    for alias, source in tied.items():
+        if alias in tensors:
+            raise bad(folder, f"tensor {alias!r} is stored in {MODEL_FILE} but tied to {source!r} (key 'tied' of "
+                      f"{CONFIG_FILE}); a tied weight is stored once, under its source")
         if source not in tensors:
             raise bad(folder, f"tied tensor {alias!r} points to {source!r}, which {MODEL_FILE} does not hold")
+    compressed = tuple(p + "." for p in cfg["modules"])
+    needed = [k for k in model.state_dict() if k not in tied and not k.startswith(compressed)]
+    missing = [k for k in needed if k not in tensors]
+    if missing:
+        raise bad(folder, f"tensor {missing[0]!r}, a weight of the model base_config builds, is not in {MODEL_FILE} "
+                  f"({len(missing)} missing)")
+    extra = sorted(set(tensors) - set(needed) - {k for k in tensors if k.startswith(compressed)})
+    if extra:
+        raise bad(folder, f"tensor {extra[0]!r} of {MODEL_FILE} is neither a weight of the model base_config builds "
+                  f"nor a compressed module's ({len(extra)} such)")
+    if manifest:
+        check_manifest_names(cfg, tensors, folder)
+    check_stored_tensors(cfg, tensors, folder)
+    return {path: check_module(folder, path, meta, _module_tensors(tensors, path), None)
+            for path, meta in cfg["modules"].items()}
+
+
+def read_structure(folder: str | os.PathLike, *, verify: bool = True, legacy: bool = False
+                   ) -> tuple[dict[str, Any], dict[str, Tensor], dict[str, CompressedLinear]]:
+    """The one reading of a checkpoint's structure that both loaders start from, before any tensor value is read:
+    checksums (:func:`verify_checksums`), the config (:func:`read_config`, :func:`check_config`), the content
+    manifest against the folder (:func:`verify_manifest`), the safetensors header (:func:`header_tensors`) and
+    :func:`check_structure` against the model ``base_config`` builds. Returns ``(config, meta tensors, modules
+    on the meta device)``. ``verify=False`` skips the checksums and the manifest; ``legacy`` reads format 1."""
+    folder = Path(folder)
+    if verify:
+        verify_checksums(folder)
+    elif not folder.is_dir():
+        raise FileNotFoundError(f"checkpoint folder {folder} does not exist; run `caldera compress` first")
+    cfg = read_config(folder)
+    check_config(cfg, folder, legacy=legacy or not verify)
+    v2 = cfg["format_version"] == FORMAT_VERSION
+    if verify and v2:
+        verify_manifest(cfg, folder)
+    shells = header_tensors(folder)
+    _, model = build_base_model(cfg, folder)
+    modules = check_structure(cfg, shells, model, folder, manifest=verify and v2)
+    return cfg, shells, modules
+
+
+def check_values(cfg: dict[str, Any], tensors: dict[str, Tensor], folder: str | os.PathLike, *,
+                 verify: bool = True) -> None:
+    """What both loaders check of the tensors' values once they are read: finite (:func:`check_tensors`) and,
+    verified, each equal to its digest in the manifest (:func:`check_tensor_manifest`; format 1: its
+    fingerprints present) and meaning what the scheme says (:func:`check_stored_tensors`: ±1 signs, positive
+    scales, codes in range and in the dtype the writer stores them in)."""
+    folder = Path(folder)
+    check_tensors(cfg, tensors, folder)
+    if not verify:
+        return
+    if cfg["format_version"] == FORMAT_VERSION:
+        check_tensor_manifest(cfg, tensors, folder)
+    else:
+        fps = cfg.get("fingerprints")
+        if not isinstance(fps, dict) or set(cfg["modules"]) - set(fps):
+            raise bad(folder, "this format-1 checkpoint has no reconstruction fingerprints (key 'fingerprints'), "
+                       "so its tensors cannot be checked against its metadata")
+    check_stored_tensors(cfg, tensors, folder)
 
 
 def check_against_model(cfg: dict[str, Any], tensors: dict[str, Tensor], model: nn.Module, folder: Path) -> None:
@@ -206,7 +357,7 @@ def check_against_model(cfg: dict[str, Any], tensors: dict[str, Tensor], model: 
                 f"modules[{path!r}] is {meta['out_features']}x{meta['in_features']} but base_config makes it "
                 f"{shape[0]}x{shape[1]} (hidden_size {cfg['base_config'].get('hidden_size')!r})",
             )
-    params = dict(model.named_parameters())
+    params = dict(model.named_parameters(remove_duplicate=False))  # tied or not (inside from_pretrained: not yet)
     params.update(dict(model.named_buffers()))
     for k, v in tensors.items():
         if k in params and tuple(params[k].shape) != tuple(v.shape):
@@ -216,7 +367,11 @@ def check_against_model(cfg: dict[str, Any], tensors: dict[str, Tensor], model: 
                 f"(hidden_size {cfg['base_config'].get('hidden_size')!r})",
             )
     # the uncompressed weights (embeddings, norms, lm_head) were written from one model: one floating dtype
-    weights = dict(model.named_parameters())
+    weights = dict(model.named_parameters(remove_duplicate=False))
+    for k, v in sorted(tensors.items()):
+        if k in weights and not v.is_floating_point():
+            raise bad(folder, f"tensor {k!r} of {MODEL_FILE} has dtype {str(v.dtype).removeprefix('torch.')}; the "
+                      f"uncompressed weights of the {type(model).__name__} are floating point")
     dense = {k: v.dtype for k, v in tensors.items() if k in weights and v.is_floating_point()}
     if len(set(dense.values())) > 1:
         ref = max(dense, key=lambda k: tensors[k].numel())  # the embedding, as a rule
@@ -356,11 +511,8 @@ def check_tensor_manifest(cfg: dict[str, Any], tensors: dict[str, Tensor], folde
     tensor missing or extra; every compressed module has a reconstruction fingerprint."""
     folder = Path(folder)
     want = cfg["manifest"]["tensors"]
-    for k in sorted(set(want) | set(tensors)):
-        if k not in tensors:
-            raise bad(folder, f"tensor {k!r}, listed in manifest.tensors, is not in {MODEL_FILE}")
-        if k not in want:
-            raise bad(folder, f"tensor {k!r} of {MODEL_FILE} is not listed in manifest.tensors")
+    check_manifest_names(cfg, tensors, folder)
+    for k in sorted(set(want) & set(tensors)):
         if tensor_digest(tensors[k]) != want[k]:
             raise bad(folder, f"tensor {k!r} differs from the one recorded in manifest.tensors "
                        f"({MODEL_FILE} was modified after writing)")
@@ -374,36 +526,17 @@ def check_tensor_manifest(cfg: dict[str, Any], tensors: dict[str, Tensor], folde
 def read_checkpoint(
     folder: str | os.PathLike, *, verify: bool = True, legacy: bool = False
 ) -> tuple[dict[str, Any], dict[str, Tensor]]:
-    """``(config, tensors)`` of a checkpoint folder, verified (``verify=True``): checksums and no unlisted file
-    (:func:`verify_checksums`), the config's structure (:func:`check_config`), the content manifest
-    (:func:`verify_manifest`, :func:`check_tensor_manifest`), finite tensors (:func:`check_tensors`) and what
-    the compressed modules' tensors mean (:func:`check_stored_tensors`).
+    """``(config, tensors)`` of a checkpoint folder: its structure (:func:`read_structure`, what
+    ``from_pretrained`` reads too), then every tensor and its values (:func:`check_values`).
     ``legacy=True`` also reads format 1 (no manifest; its fingerprints are then required), for ``caldera convert``.
-    ``verify=False`` (documented opt-out) keeps only the structural checks a load needs not to crash."""
+    ``verify=False`` (documented opt-out) skips the checksums, the manifest and the values' meaning."""
     folder = Path(folder)
-    if verify:
-        verify_checksums(folder)
-    elif not folder.is_dir():
-        raise FileNotFoundError(f"checkpoint folder {folder} does not exist; run `caldera compress` first")
-    cfg = read_config(folder)
-    check_config(cfg, folder, legacy=legacy or not verify)
-    v2 = cfg["format_version"] == FORMAT_VERSION
-    if verify and v2:
-        verify_manifest(cfg, folder)
+    cfg, _, _ = read_structure(folder, verify=verify, legacy=legacy)
     try:
         tensors = load_file(str(folder / MODEL_FILE))
     except (SafetensorError, OSError) as e:
         raise ValueError(f"checkpoint file {folder / MODEL_FILE} cannot be read ({e}); {_RERUN}") from None
-    check_tensors(cfg, tensors, folder)
-    if verify and v2:
-        check_tensor_manifest(cfg, tensors, folder)
-    elif verify:
-        fps = cfg.get("fingerprints")
-        if not isinstance(fps, dict) or set(cfg["modules"]) - set(fps):
-            raise bad(folder, "this format-1 checkpoint has no reconstruction fingerprints (key 'fingerprints'), "
-                       "so its tensors cannot be checked against its metadata")
-    if verify:
-        check_stored_tensors(cfg, tensors, folder)
+    check_values(cfg, tensors, folder, verify=verify)
     return cfg, tensors
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
-from caldera.atomic import atomic_dir, sha256_file
+from caldera.atomic import OutputExists, atomic_dir, sha256_file
 from caldera.nn.compressed_linear import CompressedLinear
 from caldera.pipeline.checkpoint.format import (
     CHECKSUM_FILE,
@@ -40,6 +40,9 @@ def write_checkpoint(
     tokenizer: Any | None = None,
 ) -> Path:
     """Write ``tensors`` + ``config`` (+ tokenizer) + checksums to ``out_dir`` atomically (:func:`atomic_dir`).
+    An existing ``out_dir`` is replaced only when it is an empty folder or a checkpoint (it holds
+    ``caldera_config.json``), and only once the new one is complete; anything else is refused
+    (:class:`~caldera.atomic.OutputExists`) before any work.
 
     ``tokenizer``: a tokenizer (saved with ``save_pretrained``) or the folder it was loaded from (its
     :data:`TOKENIZER_FILES` copied byte for byte: a 262k-entry tokenizer takes seconds to load).
@@ -49,6 +52,11 @@ def write_checkpoint(
     content manifest as ``config["manifest"]``: the sha256 of every tensor (:func:`tensor_digest`), of the base
     config (:func:`json_digest`) and of every other file the loader reads (``config.json``, tokenizer files).
     """
+    out = Path(out_dir)
+    if (out.exists() or out.is_symlink()) and not (out.is_dir() and not any(out.iterdir())) and not (
+            out.is_dir() and (out / CONFIG_FILE).is_file()):
+        raise OutputExists(f"{out} exists and is not a checkpoint folder (no {CONFIG_FILE}); a checkpoint replaces "
+                           "its folder as a whole: choose a new folder (or remove it yourself)")
     flat = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
     fingerprints = {
         path: weight_fingerprint(CompressedLinear.from_tensors(meta, _module_tensors(flat, path)))

@@ -336,8 +336,11 @@ MUTATIONS = {
     "L scale negated": (_put(_Q + ".L_scale", lambda s: -s), _T + r"\.L_scale' .*negative or non-finite"),
     "Q scale float64": (_put(_Q + ".Q_scale", lambda s: s.double()), _T + r"\.Q_scale' .*dtype float64; scales "
                                                                           r"are stored as float32"),
-    "L codes out of range": (_put(_Q + ".L_codes", _codes_beyond), _T + r"\.L_codes' .*holds invalid codes .*"
-                                                                        r"must lie in \[0, \d+\]"),
+    "L codes out of range": (_put(_Q + ".L_codes", _codes_beyond), _T + r"\.L_codes' .*has dtype int64; e8p-rvq4 "
+                                                                        r"codes \(0 \.\. 4294967295\) are stored in "
+                                                                        r"the smallest integer dtype that holds them"),
+    "L codes negative": (_put(_Q + ".L_codes", lambda c: _one(-1)(c.to(torch.int8))),
+                         _T + r"\.L_codes' .*holds invalid codes .*must lie in \[0, \d+\]"),
     "Q codes as float": (_put(_Q + ".Q_codes", lambda c: c.float()), _T + r"\.Q_codes' .*dtype float32; e8p codes "
                                                                           r"are stored in an integer dtype"),
     "Q codes a column short": (_put(_Q + ".Q_codes", lambda c: c[:, :-1].contiguous()),
@@ -415,3 +418,266 @@ def test_unverified_load_skips_the_value_checks(assembled, tmp_path):
     ck, _ = _edited(assembled, tmp_path, MUTATIONS, "RHT signs x2", reseal_as_writer)
     model, _ = load_compressed(ck, verify=False, load_tokenizer=False)
     assert float(model.get_submodule(_Q).S_U.abs().max()) == 2
+
+
+# ------------------------------------------------------------ one structure reading for both loaders
+
+_LM = "lm_head.weight"
+_EMB = "model.embed_tokens.weight"
+
+
+def _pop(name):
+    return _set(lambda t: t.pop(name))
+
+
+def _refusals(ck):
+    """The messages load_compressed and from_pretrained refuse ``ck`` with (None where one loads it)."""
+    from transformers import AutoModelForCausalLM
+
+    out = []
+    for load in (lambda: load_compressed(ck, load_tokenizer=False), lambda: AutoModelForCausalLM.from_pretrained(
+            str(ck))):
+        try:
+            load()
+            out.append(None)
+        except ValueError as e:
+            out.append(str(e))
+    return out
+
+
+# Structure mutations of the tied checkpoint (`saved`), each resealed the way the writer seals one.
+STRUCTURE = {
+    "tie_word_embeddings false, tied map kept": (
+        edit_config(lambda c: c["base_config"].update(tie_word_embeddings=False)),
+        r"caldera_config\.json key 'tied' is \{'lm_head\.weight': 'model\.embed_tokens\.weight'\} but the "
+        r"LlamaForCausalLM that base_config builds \(tie_word_embeddings False\) ties no weights"),
+    "tied map emptied": (
+        edit_config(lambda c: c.update(tied={})),
+        r"caldera_config\.json key 'tied' is \{\} but the LlamaForCausalLM .* ties \{'lm_head\.weight'"),
+    "lm_head tied to the norm": (
+        edit_config(lambda c: c.update(tied={_LM: "model.norm.weight"})),
+        r"caldera_config\.json key 'tied' is \{'lm_head\.weight': 'model\.norm\.weight'\} but the LlamaForCausalLM"),
+    "lm_head stored while tied": (
+        _set(lambda t: t.update({_LM: t[_EMB].clone()})),
+        r"tensor 'lm_head\.weight' is stored in model\.safetensors but tied to 'model\.embed_tokens\.weight'"),
+    "tied source missing": (
+        _pop(_EMB), r"tied tensor 'lm_head\.weight' points to 'model\.embed_tokens\.weight', which "
+                    r"model\.safetensors does not hold"),
+    "a dense weight missing": (
+        _pop("model.norm.weight"), r"tensor 'model\.norm\.weight', a weight of the model base_config builds, is not "
+                                   r"in model\.safetensors"),
+    "a tensor of no module": (
+        _set(lambda t: t.update({"model.extra": torch.zeros(3)})),
+        r"tensor 'model\.extra' of model\.safetensors is neither a weight of the model base_config builds"),
+    "RHT flag off, signs stored": (
+        edit_config(lambda c: c["modules"][_Q].update(rht=False)),
+        r"modules\['model\.layers\.0\.self_attn\.q_proj'\] has tensors \['S_U', 'S_V'\] that its metadata does "
+        r"not use"),
+    "embedding cast to int64": (
+        _put(_EMB, lambda w: w.to(torch.int64)),
+        r"tensor 'model\.embed_tokens\.weight' of model\.safetensors has dtype int64; the uncompressed weights of "
+        r"the LlamaForCausalLM are floating point"),
+    "a (64,) lm_head stored while tied": (
+        _set(lambda t: t.update({_LM: t["model.norm.weight"].clone()})),
+        r"lm_head\.weight has shape \(64,\) in model\.safetensors but \(128, 64\) per base_config"),
+    "codes int64, bits summary deleted": (
+        _both(edit_config(lambda c: c.pop("bits", None)), _put(_Q + ".Q_codes", lambda c: c.to(torch.int64))),
+        _T + r"\.Q_codes' of model\.safetensors has dtype int64; e8p codes \(0 \.\. 65535\) are stored in the "
+             r"smallest integer dtype that holds them, at most uint16"),
+    "signs float32, bits summary deleted": (
+        _both(edit_config(lambda c: c.pop("bits", None)), _put(_Q + ".S_U", lambda s: s.float())),
+        _T + r"\.S_U' of model\.safetensors has dtype float32; RHT signs are stored as int8 ±1"),
+}
+
+
+@pytest.mark.parametrize("case", list(STRUCTURE))
+def test_both_loaders_refuse_a_structure_with_the_same_message(saved, tmp_path, case):
+    """load_compressed and from_pretrained read a checkpoint's structure with one function (read_structure): a
+    tied map the architecture does not tie (tie_word_embeddings false: from_pretrained would leave lm_head
+    random), a stored tied alias, a missing or foreign tensor, a module with tensors it does not use, and codes or
+    signs in a dtype the writer never uses are refused by both, with the same message naming the file."""
+    _, path = saved
+    ck, msg = _edited(path, tmp_path, STRUCTURE, case, reseal_as_writer)
+    got = _refusals(ck)
+    assert got[0] is not None and got[0] == got[1], got
+    assert re.search(rf"checkpoint .*ck is inconsistent: {msg}.*re-run `caldera compress`", got[0]), got[0]
+
+
+def test_an_untied_checkpoint_loads_the_same_both_ways(assembled):
+    """tie_word_embeddings false with lm_head stored (and no tied map): both loaders give the same logits, so the
+    refusal above is about the mismatch, not about untied heads."""
+    from transformers import AutoModelForCausalLM
+
+    a = load_compressed(assembled, load_tokenizer=False)[0]
+    b = AutoModelForCausalLM.from_pretrained(str(assembled))
+    with torch.no_grad():
+        assert torch.equal(a(torch.tensor(IDS)).logits, b(torch.tensor(IDS)).logits)
+
+
+def test_a_checkpoint_with_2_bit_l_and_4_bit_r_is_written_and_loads_both_ways(tmp_path):
+    """l_bits 2 with r_bits 4 (R's codes wider than L's) through `caldera compress`'s library path: the
+    checkpoint is assembled, and load_compressed and from_pretrained give the same logits."""
+    from transformers import AutoModelForCausalLM
+
+    params = {**CALDERA, "l_bits": 2, "r_bits": 4}
+    model = tiny_llama(0, tie_word_embeddings=False)
+    ids = torch.randint(0, 128, (4, 16), generator=torch.Generator().manual_seed(0))
+    collect_hessians(model, ids, tmp_path / "hess", progress=False)
+    C.compress_model(model, tmp_path / "hess", "caldera", params, tmp_path / "layers", progress=False)
+    path, _ = C.assemble_checkpoint(model, tmp_path / "layers", tmp_path / "ck", "caldera", params)
+    cfg = json.loads((path / CONFIG_FILE).read_text())
+    assert {m["r_codes_dtype"] for m in cfg["modules"].values()} == {"int64"}
+    from caldera.cli.info import _checkpoint_summary
+
+    assert _checkpoint_summary(path, cfg, False)["quantizers"] == ["e8p", "e8p-rvq4"]  # R's named too
+    a = load_compressed(path, load_tokenizer=False)[0]
+    b = AutoModelForCausalLM.from_pretrained(str(path))
+    with torch.no_grad():
+        assert torch.equal(a(torch.tensor(IDS)).logits, b(torch.tensor(IDS)).logits)
+
+
+# ------------------------------------------------------------ truncated or corrupt files, checksums recomputed
+
+
+def _cut(name, n):
+    def go(ck):
+        b = (ck / name).read_bytes()
+        (ck / name).write_bytes(b[:-n])
+
+    return go
+
+
+def _header_byte(ck):
+    b = bytearray((ck / MODEL_FILE).read_bytes())
+    b[10] = ord("{")
+    (ck / MODEL_FILE).write_bytes(bytes(b))
+
+
+CORRUPT = {
+    "model.safetensors truncated": (_cut(MODEL_FILE, 100), r"checkpoint file .*/model\.safetensors cannot be read "
+                                                           r"\(.*incomplete metadata"),
+    "model.safetensors header": (_header_byte, r"checkpoint file .*/model\.safetensors cannot be read \(.*header"),
+    "caldera_config.json truncated": (_cut(CONFIG_FILE, 10), r".*/caldera_config\.json is missing or not valid JSON"),
+    "checksums.json truncated": (_cut(CHECKSUM_FILE, 5), r".*/checksums\.json is missing or corrupt"),
+    "config.json truncated": (_cut("config.json", 10), r"config\.json differs from the file recorded in "
+                                                       r"manifest\.files"),
+    "tokenizer.json truncated": (_cut("tokenizer.json", 50), r".*/tokenizer\.json is not valid JSON \(JSONDecodeError"),
+    "tokenizer_config.json truncated": (_cut("tokenizer_config.json", 5), r".*/tokenizer_config\.json is not valid "
+                                                                          r"JSON"),
+}
+
+
+@pytest.fixture(scope="module")
+def with_dtype(saved, tmp_path_factory):
+    """The tied checkpoint with ``dtype`` in its base config (as every real model's config has), resealed:
+    transformers then reads no tensor file before the caldera quantizer does."""
+    _, path = saved
+    ck = copy_checkpoint(path, tmp_path_factory.mktemp("dtype") / "ck")
+    edit_config(lambda c: c["base_config"].update(dtype="float32"))(ck)
+    reseal(ck)
+    return ck
+
+
+@pytest.mark.parametrize("case", list(CORRUPT))
+def test_truncated_or_corrupt_files_are_refused_naming_the_file(with_dtype, tmp_path, case):
+    """Each file a load reads, truncated or corrupted with the checksums recomputed, is refused with a ValueError
+    naming it: by load_compressed, and the model files by from_pretrained with the same message (the tokenizer
+    files are not its to read: it loads the model)."""
+    from transformers import AutoModelForCausalLM
+
+    edit, msg = CORRUPT[case]
+    ck = copy_checkpoint(with_dtype, tmp_path / "ck")
+    edit(ck)
+    if "checksums" not in case:
+        rechecksum(ck)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the changed tokenizer files are named in a warning first
+        with pytest.raises(ValueError, match=msg) as e:
+            load_compressed(ck)
+    if "tokenizer" in case:
+        AutoModelForCausalLM.from_pretrained(str(ck))
+    elif "config.json" != case.split()[0]:
+        with pytest.raises(ValueError) as e2:
+            AutoModelForCausalLM.from_pretrained(str(ck))
+        assert str(e2.value) == str(e.value)
+    else:  # transformers parses config.json itself first, and names it
+        with pytest.raises(OSError, match=r"config file at '.*/config\.json' is not a valid JSON file"):
+            AutoModelForCausalLM.from_pretrained(str(ck))
+
+
+def test_a_dense_models_corrupt_tokenizer_is_named(tmp_path, capsys):
+    from caldera import cli
+    from caldera.pipeline.models import load_dense
+    from tests.helpers import tiny_model_dir
+
+    folder = tiny_model_dir(tmp_path / "tiny")
+    _cut("tokenizer.json", 50)(folder)
+    with pytest.raises(ValueError, match=r"tiny/tokenizer\.json is not valid JSON"):
+        load_dense(str(folder))
+    assert cli.main(["eval", "ppl", "--model", str(folder), "--seq-len", "8"]) == 2
+    assert "tokenizer.json is not valid JSON" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------ each check guarded: weakening it fails a test
+
+
+def _negate_sum(c):
+    c["fingerprints"][_Q][0] = -c["fingerprints"][_Q][0]  # what a layer decoding to -W keeps: Σ W² only
+
+
+def _zero_scale_one_code_left(t):
+    """q_proj's Q scale 0 with every code that of an all-zero matrix but one: not what a writer stores."""
+    from caldera.nn.format import resolve_quantizer
+
+    q = resolve_quantizer("e8p")
+    zero = int(q.quantize(torch.zeros(1, q.block_size)).reshape(-1)[0])
+    codes = torch.full_like(t[_Q + ".Q_codes"], zero)
+    codes.view(-1)[0] = zero + 1
+    t[_Q + ".Q_codes"], t[_Q + ".Q_scale"] = codes, t[_Q + ".Q_scale"] * 0
+
+
+# (edit, seal, message): each passes every check but the one it names
+GUARDED = {
+    "fingerprint: every number compared": (
+        edit_config(_negate_sum), rechecksum,
+        r"modules\['model\.layers\.0\.self_attn\.q_proj'\] decodes to a different weight than was saved"),
+    "caldera_config.json checksum": (
+        edit_config(lambda c: c["errors"][_Q].update(error=0.011)), lambda ck: None,
+        r"checkpoint file .*/caldera_config\.json is corrupt or truncated \(sha256"),
+    "zero scale: every code of an all-zero matrix": (
+        _set(_zero_scale_one_code_left), reseal_as_writer,
+        _T + r"\.Q_scale' of model\.safetensors is 0 where the codes are not those of an all-zero matrix"),
+    "manifest: no tensor unlisted": (
+        edit_config(lambda c: c["manifest"]["tensors"].pop("model.norm.weight")), rechecksum,
+        r"tensor 'model\.norm\.weight' of model\.safetensors is not listed in manifest\.tensors"),
+    "manifest: no listed tensor missing": (
+        edit_config(lambda c: c["manifest"]["tensors"].update({"model.extra.weight": "0" * 64})), rechecksum,
+        r"tensor 'model\.extra\.weight', listed in manifest\.tensors, is not in model\.safetensors"),
+}
+
+
+@pytest.mark.parametrize("case", list(GUARDED))
+def test_each_check_refuses_what_only_it_can_see(assembled, tmp_path, case):
+    """The per-module fingerprint compares both numbers, caldera_config.json is checksummed, a zero scale needs
+    every code of its rows to be the zero code, and the manifest lists exactly the stored tensors: each edit
+    below gets past every other check, so weakening the one it names (all -> any, the file skipped, any -> all,
+    the name check removed) makes a loader accept it."""
+    edit, seal, msg = GUARDED[case]
+    ck = copy_checkpoint(assembled, tmp_path / "ck")
+    edit(ck)
+    seal(ck)
+    got = _refusals(ck)
+    assert got[0] is not None and got[0] == got[1], got
+    assert re.search(msg, got[0]), got[0]
+
+
+def test_a_base_config_dtype_that_is_no_dtype_is_refused_by_both_loaders(saved, tmp_path):
+    """Found by the loaders' fuzz test: base_config dtype false (config.json resealed to match) made
+    from_pretrained fail inside transformers with an AttributeError; both loaders now refuse it with a ValueError."""
+    _, path = saved
+    ck = copy_checkpoint(path, tmp_path / "ck")
+    edit_config(lambda c: c["base_config"].update(dtype=False))(ck)
+    reseal_as_writer(ck)
+    got = _refusals(ck)
+    assert got[0] is not None and "base_config" in got[0], got
+    assert got[1] is not None and "config.json: dtype False is not a torch dtype name" in got[1], got
