@@ -129,7 +129,7 @@ rule pareto:
         png=report(f"{TABLES_DIR}/figure_pareto.png", caption="../report/figure_pareto.rst", category="Figures"),
         pdf=f"{TABLES_DIR}/figure_pareto.pdf",
     benchmark:
-        f"{RES}/benchmarks/plot_figure/figure_pareto.tsv"
+        f"{RES}/benchmarks/pareto/figure_pareto.tsv"
     log:
         f"{RES}/logs/figures/plot_pareto.log",
     params:

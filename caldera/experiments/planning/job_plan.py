@@ -122,7 +122,8 @@ def plan_jobs(config: dict[str, Any]) -> list[PlannedJob]:
     pending = pending_tables(config)
     jobs += [PlannedJob(Rule.MAKE_TABLE, t) for t in config.get("tables", []) if t not in pending]
     jobs += [PlannedJob(Rule.PENDING_TABLE, t) for t in pending]
-    jobs += [PlannedJob(Rule.THEORY_REPORT, "theory"), PlannedJob(Rule.CLAIMS, "claims")]
+    jobs += [PlannedJob(Rule.THEORY_REPORT, "theory"), PlannedJob(Rule.CLAIMS, "claims"),
+             PlannedJob(Rule.VERDICT_PAGE, "verdicts"), PlannedJob(Rule.PARETO, "figure_pareto")]
     return jobs
 
 

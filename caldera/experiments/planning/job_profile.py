@@ -37,7 +37,8 @@ FORMAT = "caldera-job-costs/1"
 #: rules priced by a constant per job (the calibration run's median): they read small files and write a report
 CONSTANT_RULES = (Rule.ASSETS, Rule.ALLOCATE, Rule.WEIGHT_SPECTRA, Rule.FIGURE3_DATA, Rule.PLOT_FIGURE,
                   Rule.PLOT_RANKS, Rule.MAKE_TABLE, Rule.PENDING_TABLE, Rule.THEORY_REPORT, Rule.CLAIMS,
-                  Rule.THROUGHPUT, Rule.THROUGHPUT_TABLE, Rule.LORA_TABLE, Rule.TIMINGS, Rule.ASSEMBLE_CHECKPOINT)
+                  Rule.VERDICT_PAGE, Rule.PARETO, Rule.THROUGHPUT, Rule.THROUGHPUT_TABLE, Rule.LORA_TABLE,
+                  Rule.TIMINGS, Rule.ASSEMBLE_CHECKPOINT)
 #: what a job that the calibration run did not have costs: the median of its small report jobs
 SMALL_JOB = Rule.MAKE_TABLE
 

@@ -38,6 +38,8 @@ class Rule(StrEnum):
     PENDING_TABLE = "pending_table"
     THEORY_REPORT = "theory_report"
     CLAIMS = "claims"
+    VERDICT_PAGE = "verdict_page"
+    PARETO = "pareto"
     TIMINGS = "timings"
     RESTORE_RECORD = "restore_record"
     RECORD = "record"
@@ -66,6 +68,8 @@ STAGES: dict[Rule, str] = {
     Rule.PENDING_TABLE: "tables and reports",
     Rule.THEORY_REPORT: "tables and reports",
     Rule.CLAIMS: "tables and reports",
+    Rule.VERDICT_PAGE: "tables and reports",
+    Rule.PARETO: "figures",
     Rule.THROUGHPUT: "throughput (Table 6)",
     Rule.THROUGHPUT_TABLE: "tables and reports",
     Rule.LORA_FINETUNE: "LoRA fine-tuning (Table 5)",
