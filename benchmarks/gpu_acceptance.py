@@ -95,7 +95,7 @@ ENGINE_SHAPES = {
     "engine_gate_up": ((11008, 4096), (128, 64)),
     "engine_down": ((4096, 11008), (64, 128)),
 }
-#: the targets of the GPU issue: search latency per call at n ≤ 11008 8-vectors, BlockLDLQ at 4096² (seconds, with
+#: the GPU targets: search latency per call at n ≤ 11008 8-vectors, BlockLDLQ at 4096² (seconds, with
 #: no host synchronisation), a warm 4096² decomposition (seconds), decode at 4096×11008 batch 1 (µs)
 SEARCH_TARGET_US = 30.0
 LDLQ_TARGET_S = 0.050
