@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_the_committed_design_regenerates_and_funds_only_what_reaches_80_percent(tmp_path):
     out = tmp_path / "design.md"
-    assert seed_design.main(["--run", str(ROOT / "paper_tables/generated"), "--spreads",
+    assert seed_design.main(["--run", str(ROOT / "benchmarks/results/seed_design_input_9b6744a"), "--spreads",
                            str(ROOT / "paper_tables/mini-seeds"), str(ROOT / "paper_tables/mini-full"),
                            "--budget-min", "26.1", "--out", str(out)]) == 0
     got = json.loads(out.with_suffix(".json").read_text())

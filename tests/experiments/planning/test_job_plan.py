@@ -36,10 +36,6 @@ def test_the_planned_jobs_are_the_jobs_snakemake_plans(name, tmp_path):
     assert dict(got) == want
 
 
-@pytest.mark.xfail(strict=True, reason="the committed default run (paper_tables/generated) predates the one-process "
-                   "throughput job, the seed design's replicates and the verdict page and Pareto rules of "
-                   "config/mini.yaml; a default run with --config tables_dir=paper_tables/generated regenerates it, "
-                   "and this mark goes (strict: the test fails once it passes)")
 def test_the_planned_jobs_are_the_jobs_of_the_committed_default_run():
     """Per rule, the planned jobs of config/mini.yaml are the jobs the committed default run timed (its
     timings.json); job by job where it lists them: the prediction is compared job by job."""
