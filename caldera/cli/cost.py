@@ -84,6 +84,7 @@ def _device(args: argparse.Namespace, config: dict[str, Any]) -> tuple[str, str]
     """``(device, why)``: ``--device`` when it names one; for ``auto`` the ``--costs`` file's device when one is
     given, else the config's (:func:`caldera.experiments.planning.cost.config_device`)."""
     import json
+    from pathlib import Path
 
     from caldera.experiments.planning.cost import config_device
 
@@ -91,7 +92,7 @@ def _device(args: argparse.Namespace, config: dict[str, Any]) -> tuple[str, str]
         return args.device, f"--device {args.device}"
     if args.costs:
         try:
-            dev = json.loads(open(args.costs).read()).get("device")
+            dev = json.loads(Path(args.costs).read_text()).get("device")
         except (OSError, ValueError, AttributeError):
             dev = None
         if isinstance(dev, str) and dev:
