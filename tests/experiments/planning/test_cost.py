@@ -210,8 +210,8 @@ def test_the_report_prints_the_grand_total_over_every_model_and_its_notes():
                        "(modelled rules)"
     assert lines[2:5] == ["note one", "note two", ""]
     assert hours > max(e["hours"] for e in est.values())  # more than any one model's
-    one = {**cfg, "models": {"llama-2-7b": cfg["models"]["llama-2-7b"]}}
-    assert C.total_line(C.estimate(one, costs), "GPU").endswith(" over 1 model (modelled rules)")
+    one = {"m": {"hours": 1.0, "rules": {"hessians": {"jobs": 1}, "evaluate": {"jobs": 2}}}}
+    assert C.total_line(one, "GPU") == "Total: 60.0 min of GPU job time in 3 jobs over 1 model (modelled rules)"
 
 
 def test_the_extrapolation_note_names_the_missing_profile_and_the_measurements():
