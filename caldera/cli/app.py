@@ -11,7 +11,7 @@ import logging
 import sys
 
 from caldera.cli import assets, compare, compress, cost, evaluate, export, hessians, info, lm_eval, matrix_report
-from caldera.cli.common import CLIError, TqdmLogHandler, _Parser, quiet_progress
+from caldera.cli.common import CLIError, HelpFormatter, TqdmLogHandler, _Parser, quiet_progress
 from caldera.cli.lm_eval import cmd_lm_eval
 from caldera.cli.matrix_report import cmd_matrix_report
 
@@ -39,13 +39,13 @@ def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(
         prog="caldera",
         description="Compress, evaluate and inspect models with CALDERA (W ≈ Q + LR).",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
         epilog=EPILOG,
     )
     ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     ap.add_argument("--version", action="version", version=f"caldera {__version__}")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
-    raw = argparse.RawDescriptionHelpFormatter
+    raw = HelpFormatter  # descriptions as written, each option's default shown
 
     for mod in (assets, hessians, compress, evaluate, info, cost, export, lm_eval, matrix_report, compare):
         mod.add_parser(sub, raw)

@@ -22,30 +22,69 @@ class CLIError(Exception):
     """An error whose message tells the user what to do; printed without a traceback."""
 
 
-def resolve_model_path(name: str) -> str:
+def require_path(value: str, option: str, kind: str = "folder", fix: str = "") -> Path:
+    """``value`` of ``option`` (an option, or a positional argument's name) as a path that exists, of ``kind``:
+    ``folder``, ``file`` or ``path`` (either). Nothing there is one :class:`CLIError` line, "OPTION: no such
+    KIND: VALUE", with ``fix`` (what makes it) after it; a file where a folder is wanted (or the reverse) says
+    so."""
+    p = Path(value).expanduser()
+    if not p.exists():
+        what = "file or folder" if kind == "path" else kind
+        raise CLIError(f"{option}: no such {what}: {value}" + (f"; {fix}" if fix else ""))
+    if kind == "folder" and not p.is_dir():
+        raise CLIError(f"{option}: not a folder: {value}" + (f"; {fix}" if fix else ""))
+    if kind == "file" and not p.is_file():
+        raise CLIError(f"{option}: not a file: {value}" + (f"; {fix}" if fix else ""))
+    return p
+
+
+def unknown_model_name(name: str, option: str = "--model") -> CLIError | None:
+    """The error for ``--model NAME`` (``option``) when ``name`` is a bare name (no ``/``, and not a path:
+    :func:`caldera.pipeline.sources.looks_like_path`) that is neither an offline asset nor an existing folder: such
+    a name never goes to the hub (a hub model is ``org/name``); the message offers the close known names
+    (``difflib``, compared without case) and lists them all. None for any other name."""
+    import difflib
+
+    from caldera.pipeline.assets import MODEL_ASSETS
+    from caldera.pipeline.sources import looks_like_path
+
+    if "/" in name or name in MODEL_ASSETS or looks_like_path(name) or Path(name).expanduser().exists():
+        return None
+    known = sorted(MODEL_ASSETS)
+    close = difflib.get_close_matches(name.lower(), known, n=len(known), cutoff=0.6)
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    return CLIError(f"{option} {name}: not a known model name nor a local folder; {hint}known names: "
+                    f"{', '.join(known)}; a hub model is named org/name (e.g. HuggingFaceTB/SmolLM2-135M)")
+
+
+def resolve_model_path(name: str, option: str = "--model") -> str:
     """``--model`` as a folder or hub id (:func:`caldera.pipeline.models.resolve_model`); an asset that is not
-    built, a file or a mistyped path is one :class:`CLIError` line."""
+    built, a file, a mistyped path or an unknown bare name (:func:`unknown_model_name`) is one
+    :class:`CLIError` line naming ``option``, before any hub request."""
     from caldera.pipeline.assets import MODEL_ASSETS
     from caldera.pipeline.models import AssetNotBuilt, resolve_model
 
+    unknown = unknown_model_name(name, option)
+    if unknown is not None:
+        raise unknown
     try:
         return resolve_model(name)
     except AssetNotBuilt as e:
         raise CLIError(f"the {name} model is not cached at {e.filename}; run `caldera assets --only {name}` first"
                        ) from None
     except NotADirectoryError:
-        raise CLIError(f"--model {name}: not a folder") from None
+        raise CLIError(f"{option} {name}: not a folder") from None
     except FileNotFoundError as e:
-        raise CLIError(f"--model {name}: no such folder ({e.filename}); check the path (a hub id looks like "
+        raise CLIError(f"{option} {name}: no such folder ({e.filename}); check the path (a hub id looks like "
                        f"org/name; the offline assets are {' and '.join(MODEL_ASSETS)})") from None
 
 
-def _unloadable(name: str, path: str, e: OSError) -> CLIError:
+def _unloadable(name: str, path: str, e: OSError, option: str = "--model") -> CLIError:
     """The one line for a dense model that transformers could not load (not a model folder / hub id unreachable
     or unknown): the first line of its error."""
     first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
     where = "the folder" if Path(path).is_dir() else "no local folder of that name, and as a hub id it"
-    return CLIError(f"--model {name}: {where} could not be loaded ({first})")
+    return CLIError(f"{option} {name}: {where} could not be loaded ({first})")
 
 
 def load_dense_model(name: str, path: str):
@@ -60,19 +99,19 @@ def load_dense_model(name: str, path: str):
         raise _unloadable(name, path, e) from None
 
 
-def load_any_model(name: str):
+def load_any_model(name: str, option: str = "--model"):
     """``(model, tokenizer, kind)`` of ``--model``: a compressed checkpoint or a dense model (fp32)
     (:func:`caldera.pipeline.models.load_any`); a dense model that cannot be loaded is one :class:`CLIError` line,
-    as in :func:`load_dense_model`."""
+    as in :func:`load_dense_model`, naming ``option``."""
     from caldera.pipeline.models import is_checkpoint, load_any
 
-    path = resolve_model_path(name)
+    path = resolve_model_path(name, option)
     try:
         return load_any(path)
     except OSError as e:
         if is_checkpoint(path):
             raise
-        raise _unloadable(name, path, e) from None
+        raise _unloadable(name, path, e, option) from None
 
 
 def _parse_value(s: str) -> Any:
@@ -85,13 +124,57 @@ def _parse_value(s: str) -> Any:
         return s
 
 
-def parse_params(items: list[str] | None, preset: str | None) -> dict[str, Any]:
+def param_types(config_cls: type) -> dict[str, Any]:
+    """Each field of a method's config dataclass and its type (``int``, ``float``, ``bool``, ``str``, ...)."""
+    import dataclasses
+    import typing
+
+    try:
+        hints = typing.get_type_hints(config_cls)
+    except (NameError, TypeError):  # an annotation that does not resolve: its values are read untyped
+        hints = {}
+    return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(config_cls)}
+
+
+#: how a parameter type is written in messages
+_TYPE_WORDS = {bool: "true or false (bool)", int: "an integer (int)", float: "a number (float)", str: "text (str)"}
+
+
+def _typed_value(key: str, raw: str, typ: Any) -> Any:
+    """``raw`` (the text after ``KEY=``) as the value of a parameter of type ``typ``: ``bool`` from true/false,
+    ``int`` from an integer literal, ``float`` from any JSON number, ``str`` as written; any other type from
+    JSON (else the text). A value of the wrong type is a :class:`CLIError` naming the parameter, the expected
+    type and the value."""
+    if typ is str:
+        return raw
+    if typ not in (bool, int, float):
+        return _parse_value(raw)
+    low = raw.lower()
+    if typ is bool and low in ("true", "false"):
+        return low == "true"
+    try:
+        v = json.loads(raw)
+    except ValueError:
+        v = None
+    if typ is int and isinstance(v, int) and not isinstance(v, bool):
+        return v
+    if typ is float and isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    raise CLIError(f"--param {key}={raw}: {key} takes {_TYPE_WORDS[typ]}, got {raw!r}")
+
+
+def parse_params(items: list[str] | None, preset: str | None, types: dict[str, Any] | None = None
+                 ) -> dict[str, Any]:
+    """``--param KEY=VALUE`` items (and ``--preset``) as a parameter dict. ``types``: each parameter's type
+    (:func:`param_types` of the method's config), each value checked against it (:func:`_typed_value`);
+    parameters it does not name (and every one without ``types``) are read as JSON, true/false, else text."""
     params: dict[str, Any] = {}
     for item in items or []:
         if "=" not in item:
             raise CLIError(f"--param {item!r}: expected key=value (e.g. --param rank=64)")
         k, v = item.split("=", 1)
-        params[k.strip()] = _parse_value(v.strip())
+        k, v = k.strip(), v.strip()
+        params[k] = _typed_value(k, v, types[k]) if types and k in types else _parse_value(v)
     if preset:
         params["preset"] = preset
     return params
@@ -351,6 +434,19 @@ def quiet_progress() -> None:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Every command's help: descriptions and epilogs as written, and each option's default after its help
+    ("(default: X)") unless the help already names its default, or it has none (``None``, a flag's ``False``)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        d = action.default
+        if (not action.option_strings or d is None or d is False or d is argparse.SUPPRESS
+                or "default" in text.lower()):
+            return text
+        return f"{text} (default: %(default)s)"
 
 
 class _Parser(argparse.ArgumentParser):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from caldera.cli.common import _emit, _example
+from caldera.cli.common import _emit, _example, require_path
 
 DEFAULT_AGAINST = "paper_tables/generated"
 
@@ -13,6 +13,9 @@ DEFAULT_AGAINST = "paper_tables/generated"
 def cmd_compare(args: argparse.Namespace) -> int:
     from caldera.experiments.report.compare import compare_folders, differs, summary_lines
 
+    require_path(args.run, "run", "folder", "give a run's tables folder (its config's tables_dir) or results/NAME")
+    require_path(args.against, "--against", "folder", "give a tables folder, e.g. the committed "
+                 f"{DEFAULT_AGAINST}")
     res = compare_folders(args.run, args.against)
     _emit(args, res, summary_lines(res))
     return 1 if differs(res) else 0
@@ -36,5 +39,5 @@ def add_parser(sub: Any, raw: Any) -> None:
     p.add_argument("--against", default=DEFAULT_AGAINST,
                    help=f"the record to compare with (default: {DEFAULT_AGAINST}, the committed default run)")
     p.add_argument("--json", action="store_true", help="print the JSON records instead of the summary")
-    p.add_argument("--out", help="write the JSON records here")
+    p.add_argument("--out", help="write the JSON records here (default: none written)")
     p.set_defaults(func=cmd_compare)

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from caldera.cli.common import (
-    DEFAULT_MODEL,
     CLIError,
     _example,
     _report,
@@ -19,8 +18,10 @@ from caldera.cli.common import (
     load_dense_model,
     local_input,
     output_lock,
+    param_types,
     parse_layers,
     parse_params,
+    require_path,
     resolve_model_path,
 )
 
@@ -28,9 +29,10 @@ from caldera.cli.common import (
 def cmd_compress(args: argparse.Namespace) -> int:
     from caldera.methods import get_method
 
-    params = parse_params(args.param, args.preset)
     try:  # this package's methods and the entry points of group caldera.methods; parameters before the model loads
-        config = get_method(args.method).make_config(params)
+        spec = get_method(args.method)
+        params = parse_params(args.param, args.preset, param_types(spec.config_cls))
+        config = spec.make_config(params)
     except (ValueError, TypeError) as e:
         raise CLIError(f"--method {args.method}: {e}") from None
     rank = getattr(config, "rank", None)
@@ -38,8 +40,12 @@ def cmd_compress(args: argparse.Namespace) -> int:
         raise CLIError(f"--ft-rank {args.ft_rank} is above the method's rank {rank}: the trainable components are "
                        f"the leading ones of L R; use --ft-rank <= {rank}")
     layers = parse_layers(args.layers)
+    args.model = hessians_model(args.model, args.hessians)
     out, work = Path(args.out), _work_dir(args)
     inputs = {"--hessians folder": args.hessians, "--model": local_input(args.model)}
+    if args.allocation:
+        require_path(args.allocation, "--allocation", "file", "pass the allocation.json an earlier run wrote, or "
+                     "leave --allocation out to make one")
     guard_output(out, option="--out", kind="caldera checkpoint", same_kind=is_checkpoint_dir,
                  inputs={**inputs, "--allocation file": args.allocation, "per-layer folder (--work-dir)": work},
                  overwrite=args.overwrite or args.no_assemble)  # --no-assemble writes no checkpoint
@@ -48,6 +54,27 @@ def cmd_compress(args: argparse.Namespace) -> int:
                  inputs={**inputs, "--out": out}, resumable=True)
     with output_lock(out, "compress"):
         return _compress(args, params, layers)
+
+
+def hessians_model(model: str | None, hessians: str) -> str:
+    """The model to compress: the one the ``--hessians`` folder records (:func:`caldera.pipeline.hessians.
+    recorded_model`) when ``--model`` is not given; ``--model`` when it is the same model or the folder records
+    none. A missing folder, a folder that records no model without ``--model``, and a ``--model`` other than the
+    recorded one are each one :class:`CLIError` line naming both and the fix."""
+    from caldera.pipeline.hessians import recorded_model, same_model
+
+    folder = require_path(hessians, "--hessians", "folder", f"run `caldera hessians --out {hessians}` first")
+    rec = recorded_model(folder)
+    if model is None:
+        if rec is None:
+            raise CLIError(f"--hessians {hessians} records no model (no hessians.json, and no layer file names one); "
+                           "pass --model, the model these Hessians were collected for")
+        return rec[0]
+    if rec is not None and not same_model(model, rec[0]):
+        raise CLIError(f"--model {model}, but the Hessians in {hessians} were collected for {rec[0]} ({rec[1]}); "
+                       f"leave --model out to compress {rec[0]}, or collect {model}'s Hessians first "
+                       f"(`caldera hessians --model {model} --out NEW`)")
+    return model
 
 
 def _work_dir(args: argparse.Namespace) -> Path:
@@ -88,10 +115,6 @@ def _compress(args: argparse.Namespace, params: dict[str, Any], layers: list[int
 
     model, tok = load_dense_model(args.model, resolve_model_path(args.model))
     out, work = Path(args.out), _work_dir(args)
-    if not Path(args.hessians).is_dir():
-        raise CLIError(
-            f"--hessians {args.hessians}: no such folder; run `caldera hessians --out {args.hessians}` first"
-        )
     try:
         summary = compress_model(
             model,
@@ -176,7 +199,9 @@ def add_parser(sub: Any, raw: Any) -> None:
     p.lazy_epilog = lambda: methods_help(_example(
         "caldera compress --hessians H --method caldera --preset paper --param rank=64 --out CKPT",
         "caldera compress --hessians H --method quip# --layers 0-3 --allow-partial --out CKPT  # others dense"))
-    p.add_argument("--model", default=DEFAULT_MODEL, help="smollm2 (default), gemma3, a local folder or a hub name")
+    p.add_argument("--model", help="the model the Hessians were collected for: smollm2, gemma3, a local folder or "
+                   "a hub id org/name (default: the model --hessians records in its hessians.json; another one is "
+                   "refused)")
     p.add_argument("--hessians", required=True, help="folder written by caldera hessians")
     p.add_argument("--method", default="caldera", help="registered method (listed below with its parameters)")
     p.add_argument(
@@ -185,7 +210,8 @@ def add_parser(sub: Any, raw: Any) -> None:
         metavar="KEY=VALUE",
         help="method parameter (repeatable), e.g. --param rank=64 --param l_bits=4",
     )
-    p.add_argument("--preset", help="method preset (caldera: paper, authors-2025, 16bit-factors, ...)")
+    p.add_argument("--preset", help="method preset (caldera: paper, authors-2025, 16bit-factors, ...; default: "
+                   "none, the method's defaults listed below)")
     p.add_argument("--layers", help="only these decoder layers, e.g. 0,1,2 (default all)")
     p.add_argument("--ft-rank", type=int_option(0, meaning="leading rank kept trainable, at most the rank"),
                    default=0, help="trainable leading rank kept in fp32 (LoRA FT later)")
@@ -200,7 +226,7 @@ def add_parser(sub: Any, raw: Any) -> None:
         help="assemble even if some layers are missing (they stay dense); without it, --layers that leave "
         "layers uncompressed exit non-zero (the computed layers are kept)",
     )
-    p.add_argument("--no-assemble", action="store_true", help="only write the per-layer files")
+    p.add_argument("--no-assemble", action="store_true", help="only write the per-layer files (no checkpoint)")
     p.add_argument("--allocation", help="per-matrix settings of a method that chooses them from the whole model "
                    "(caldera-rank-per-layer): the allocation.json of an earlier run "
                    "(default: WORK_DIR/allocation.json, "

@@ -119,7 +119,7 @@ def _eval_throughput(args: argparse.Namespace) -> int:
     models: dict[str, Any] = {}
     tok = None
     if args.dense:
-        m, tok, _ = load_any_model(args.dense)
+        m, tok, _ = load_any_model(args.dense, "--dense")
         models["dense"] = m
     m, t2, kind = load_any_model(args.model)
     models[kind if kind not in models else "model"] = m
@@ -159,8 +159,10 @@ def add_parser(sub: Any, raw: Any) -> None:
     )
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--model", default=DEFAULT_MODEL, help="checkpoint, smollm2, gemma3, local folder or hub name")
-    common.add_argument("--threads", type=int_option(1, meaning="torch CPU threads"), help="torch CPU threads")
-    common.add_argument("--out", help="write the full JSON records here (zero-shot: with every document's result)")
+    common.add_argument("--threads", type=int_option(1, meaning="torch CPU threads"),
+                        help="torch CPU threads (default: torch's own choice)")
+    common.add_argument("--out", help="write the full JSON records here (zero-shot: with every document's result; "
+                        "default: none written)")
     common.add_argument("--json", action="store_true", help="print the JSON records instead of the summary")
     common.add_argument("--quiet", action="store_true", help="no progress bars and no summary (errors only)")
     what = p.add_subparsers(dest="what", required=True, metavar="WHAT", parser_class=_Parser)
@@ -176,7 +178,7 @@ def add_parser(sub: Any, raw: Any) -> None:
     q.add_argument("--n-windows", type=int_option(1, meaning="windows drawn"), default=64,
                    help="windows for the random-window protocol")
     q.add_argument("--max-windows", type=int_option(1, meaning="windows scored"),
-                   help="only the first windows (quick estimate)")
+                   help="only the first windows (quick estimate; default: every window)")
     q.add_argument("--seed", type=int_option(0, MAX_SEED, "the windows' seed"), default=0,
                    help="random-window protocol: the windows' seed")
     q.add_argument("--batch-size", type=int_option(1, meaning="windows per forward"), default=1,
@@ -187,14 +189,15 @@ def add_parser(sub: Any, raw: Any) -> None:
                         formatter_class=raw, epilog=_example(
                             "caldera eval zeroshot --model CKPT --tasks caldera_arc_easy --limit 100 --out zs.json"))
     q.add_argument("--tasks", help="comma-separated tasks (default all five)")
-    q.add_argument("--limit", type=parse_limit, help="documents per task (integer) or a fraction in (0, 1)")
+    q.add_argument("--limit", type=parse_limit,
+                   help="documents per task (integer) or a fraction in (0, 1) (default: every document)")
     q.add_argument("--batch-size", type=int_option(1, meaning="requests per forward"), default=1,
                    help="requests per forward (default 1)")
     q = what.add_parser("throughput", parents=[common], help="batch-1 generation and single-token forward speed",
                         description="Batch-1 tokens per second: generation with a KV cache and the paper's "
                         "single-token forward, median of timed runs.",
                         formatter_class=raw, epilog=_example("caldera eval throughput --model CKPT --dense smollm2"))
-    q.add_argument("--dense", help="also measure this dense model in the same run")
+    q.add_argument("--dense", help="also measure this dense model in the same run (default: none)")
     q.add_argument("--new-tokens", type=int_option(1, meaning="generated tokens"), default=32,
                    help="generated tokens per run")
     q.add_argument("--runs", type=int_option(1, meaning="timed runs"), default=5, help="timed runs (median)")

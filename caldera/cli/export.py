@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from caldera.cli.common import CLIError, _example, _print_json, guard_output, local_input
+from caldera.cli.common import CLIError, _example, _report, guard_output, local_input, require_path
+from caldera.cli.info import CHECKPOINT_FIX
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     from caldera.atomic import OutputExists
     from caldera.pipeline.export import export_hf
 
+    require_path(args.checkpoint, "checkpoint", "folder", CHECKPOINT_FIX)
     guard_output(args.out, option="--out", kind="new folder", same_kind=None,
                  inputs={"checkpoint": local_input(args.checkpoint)})
     try:
@@ -20,22 +22,25 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise CLIError(f"--out {e}") from None
     except ValueError as e:
         raise CLIError(str(e)) from None
-    _print_json({"exported": str(out)})
-    return 0
+    return _report(args, {"exported": str(out), "checkpoint": args.checkpoint},
+                   [f"exported {args.checkpoint} to {out}: a plain Hugging Face folder (dense weights, config, "
+                    "tokenizer) that AutoModelForCausalLM.from_pretrained loads without caldera"])
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
     from caldera.atomic import OutputExists
     from caldera.pipeline.checkpoint import convert_checkpoint
 
+    require_path(args.checkpoint, "checkpoint", "folder", CHECKPOINT_FIX)
     guard_output(args.out, option="--out", kind="new folder", same_kind=None,
                  inputs={"checkpoint": local_input(args.checkpoint)})
     try:
         out = convert_checkpoint(args.checkpoint, args.out)
     except OutputExists as e:
         raise CLIError(f"--out {e}") from None
-    _print_json({"converted": str(out)})
-    return 0
+    return _report(args, {"converted": str(out), "checkpoint": args.checkpoint},
+                   [f"converted {args.checkpoint} to {out}: the current checkpoint format (config.json and the "
+                    "content manifest)"])
 
 
 
@@ -48,8 +53,9 @@ def add_parser(sub: Any, raw: Any) -> None:
         "tokenizer with save_pretrained: AutoModelForCausalLM / lm_eval --model hf load it without caldera.",
         formatter_class=raw, epilog=_example("caldera export CKPT --out CKPT-dense"),
     )
-    p.add_argument("checkpoint")
+    p.add_argument("checkpoint", help="the checkpoint folder (what caldera compress --out writes)")
     p.add_argument("--out", required=True, help="new folder to write (must not exist)")
+    p.add_argument("--json", action="store_true", help="print the result as a JSON record instead of a line")
     p.set_defaults(func=cmd_export)
     p = sub.add_parser(
         "convert",
@@ -59,6 +65,7 @@ def add_parser(sub: Any, raw: Any) -> None:
         "lm-eval) and the content manifest.",
         formatter_class=raw, epilog=_example("caldera convert results/ck --out results/ck2"),
     )
-    p.add_argument("checkpoint")
+    p.add_argument("checkpoint", help="the format-1 checkpoint folder to rewrite")
     p.add_argument("--out", required=True, help="new folder to write (must not exist)")
+    p.add_argument("--json", action="store_true", help="print the result as a JSON record instead of a line")
     p.set_defaults(func=cmd_convert)

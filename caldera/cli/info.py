@@ -6,13 +6,17 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from caldera.cli.common import CLIError, _emit, _example, guard_output, is_records_file
+from caldera.cli.common import CLIError, _emit, _example, guard_output, is_records_file, require_path
+
+#: what a missing checkpoint argument is told
+CHECKPOINT_FIX = "a checkpoint is the folder `caldera compress` writes (its --out)"
 
 
 def cmd_info(args: argparse.Namespace) -> int:
     from caldera.pipeline.checkpoint import check_config, load_compressed, read_config
     from caldera.pipeline.models import is_checkpoint
 
+    require_path(args.checkpoint, "checkpoint", "folder", CHECKPOINT_FIX)
     folder = Path(args.checkpoint)
     if not is_checkpoint(folder):
         raise CLIError(f"{folder} is not a compressed checkpoint (no caldera_config.json); run `caldera compress`")
@@ -101,10 +105,10 @@ def add_parser(sub: Any, raw: Any) -> None:
         "--json prints the records, --out FILE writes them.",
         formatter_class=raw, epilog=_example("caldera info CKPT", "caldera info CKPT --matrices --json"),
     )
-    p.add_argument("checkpoint")
+    p.add_argument("checkpoint", help="the checkpoint folder (what caldera compress --out writes)")
     p.add_argument("--matrices", action="store_true", help="list every matrix's errors")
     p.add_argument("--json", action="store_true", help="print the JSON records instead of the summary")
-    p.add_argument("--out", help="write the JSON records here")
+    p.add_argument("--out", help="write the JSON records here (default: none written)")
     p.add_argument("--no-verify", action="store_true",
                    help="skip the verification (checksums, content manifest, fingerprints): summarize as stored")
     p.set_defaults(func=cmd_info)

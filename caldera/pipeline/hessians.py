@@ -265,7 +265,7 @@ def load_layer_hessians(path: str | os.PathLike) -> dict[str, Tensor]:
     return {g: parts["H"] for g, parts in groups.items()}
 
 
-def _same_model(a: Any, b: Any) -> bool:
+def same_model(a: Any, b: Any) -> bool:
     """The same model name, or two spellings of one local folder."""
     if a == b:
         return True
@@ -273,6 +273,31 @@ def _same_model(a: Any, b: Any) -> bool:
         return False
     pa, pb = Path(a).expanduser(), Path(b).expanduser()
     return pa.is_dir() and pb.is_dir() and pa.resolve() == pb.resolve()
+
+
+def recorded_model(hessian_dir: str | os.PathLike) -> tuple[str, str] | None:
+    """``(model, where)``: the model a Hessians folder was collected for, as ``caldera hessians`` recorded it
+    (its ``--model``: an asset name, a folder or a hub id) and the file that says so: the folder's
+    ``hessians.json``, else the metadata of its first ``layer_NNN.safetensors``. None when neither names one (or
+    cannot be read)."""
+    folder = Path(hessian_dir)
+    try:
+        rec = json.loads((folder / "hessians.json").read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        rec = None
+    if isinstance(rec, dict) and isinstance(rec.get("model"), str) and rec["model"]:
+        return rec["model"], str(folder / "hessians.json")
+    first = next(iter(sorted(p for p in folder.glob("layer_*.safetensors") if _LAYER_NAME.fullmatch(p.name))), None)
+    if first is None:
+        return None
+    try:
+        with safe_open(str(first), framework="pt") as f:
+            meta = json.loads((f.metadata() or {}).get(META_KEY) or "null")
+    except (SafetensorError, OSError, RuntimeError, ValueError):
+        return None
+    if isinstance(meta, dict) and isinstance(meta.get("model"), str) and meta["model"]:
+        return meta["model"], str(first)
+    return None
 
 
 def check_hessian_files(hessian_dir: str | os.PathLike, layers: Sequence[int], model: nn.Module,
@@ -326,7 +351,7 @@ def check_hessian_files(hessian_dir: str | os.PathLike, layers: Sequence[int], m
             ref, source = {k: meta.get(k) for k in JOB_FIELDS}, str(path)
         for k, want in ref.items():
             got = meta.get(k)
-            if not (_same_model(got, want) if k == "model" else got == want):
+            if not (same_model(got, want) if k == "model" else got == want):
                 raise ValueError(
                     f"Hessian file {path} has {k} {got!r} but {source} says {want!r}: it was collected for another "
                     f"model or calibration set (or mislabelled); use the Hessians of this model and calibration "

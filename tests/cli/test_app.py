@@ -185,3 +185,45 @@ def test_errors_say_what_to_do(tmp_path, monkeypatch, capsys):
         "preset": "paper",
     }
     assert common.parse_layers("0,2-4") == [0, 2, 3, 4] and common.parse_layers(None) is None
+
+
+def _parsers(parser, path=("caldera",)):
+    """``(command path, parser)`` of every parser under ``parser``, nested subcommands (``eval ppl``) included."""
+    import argparse
+
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _parsers(sub, (*path, name))
+
+
+def test_every_option_of_every_command_has_help_and_shows_its_default():
+    """Walks the whole parser: an argument (option or positional) without help text fails, and so does an
+    option with a default (not None, not a flag's False) whose help shows no default."""
+    import argparse
+
+    missing, no_default, seen = [], [], 0
+    for path, parser in _parsers(cli.build_parser()):
+        fmt = parser._get_formatter()
+        for action in parser._actions:
+            if isinstance(action, (argparse._HelpAction, argparse._VersionAction, argparse._SubParsersAction)):
+                continue
+            seen += 1
+            name = f"{' '.join(path)} {'/'.join(action.option_strings) or action.dest}"
+            if not action.help or action.help is argparse.SUPPRESS:
+                missing.append(name)
+            elif action.default not in (None, False, argparse.SUPPRESS) and "default" not in fmt._expand_help(
+                    action).lower():
+                no_default.append(name)
+    assert seen > 60  # every command's options were walked
+    assert not missing, f"arguments without help: {missing}"
+    assert not no_default, f"options whose help shows no default: {no_default}"
+
+
+def test_a_default_shows_in_the_printed_help(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["eval", "throughput", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--model MODEL checkpoint, smollm2, gemma3, local folder or hub name (default: smollm2)" in out
+    assert "--runs RUNS timed runs (median) (default: 5)" in out

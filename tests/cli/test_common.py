@@ -43,6 +43,100 @@ def test_mistyped_local_path_is_one_line_not_a_hub_request(name, tmp_path, monke
     assert f"--model {name}: no such folder" in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("name, close", [("smolm2", "smollm2"), ("SmolLM2", "smollm2"), ("gemma", "gemma3"),
+                                         ("llama", None)])
+def test_an_unknown_bare_model_name_never_reaches_the_hub_and_gets_the_close_names(name, close, tmp_path,
+                                                                                  monkeypatch, capsys):
+    """A name without "/" that is no offline asset and no folder here is refused at once (no hub request, no
+    retries), with difflib's close known names and the list of them all."""
+    monkeypatch.chdir(tmp_path)
+    import caldera.pipeline.assets as assets
+    import caldera.pipeline.models as models
+
+    monkeypatch.setattr(assets, "load_model", lambda *a, **k: pytest.fail("reached the hub"))
+    monkeypatch.setattr(models, "resolve_model", lambda *a, **k: pytest.fail("resolved as a hub id"))
+    for argv in (["hessians", "--model", name, "--out", str(tmp_path / "h")], ["eval", "ppl", "--model", name],
+                 ["eval", "throughput", "--dense", name]):
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        opt = "--dense" if "--dense" in argv else "--model"
+        assert len(err.splitlines()) == 1 and f"{opt} {name}: not a known model name nor a local folder; " in err
+        assert ((f"did you mean {close}? " in err) if close else "did you mean" not in err), err
+        assert "known names: gemma3, smollm2; a hub model is named org/name" in err
+    assert not (tmp_path / "h").exists()
+
+
+def test_a_bare_name_that_is_a_local_folder_or_an_asset_is_not_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mymodel").mkdir()
+    assert common.unknown_model_name("mymodel") is None
+    assert common.unknown_model_name("smollm2") is None and common.unknown_model_name("org/name") is None
+    assert common.unknown_model_name("bad name!") is None  # not a hub id at all: a mistyped path (above)
+    assert common.unknown_model_name("smolm2") is not None
+
+
+def test_a_path_argument_that_does_not_exist_is_one_line_naming_it(tmp_path):
+    (tmp_path / "f.json").write_text("{}")
+    assert common.require_path(str(tmp_path), "--x") == tmp_path
+    assert common.require_path(str(tmp_path / "f.json"), "--x", "file") == tmp_path / "f.json"
+    assert common.require_path(str(tmp_path / "f.json"), "--x", "path") == tmp_path / "f.json"
+    for value, kind, words in (
+        ("nosuch", "folder", "--x: no such folder: {v}; make it"),
+        ("nosuch", "file", "--x: no such file: {v}; make it"),
+        ("nosuch", "path", "--x: no such file or folder: {v}; make it"),
+        ("f.json", "folder", "--x: not a folder: {v}; make it"),
+        ("", "file", "--x: not a file: {v}; make it"),
+    ):
+        v = str(tmp_path / value)
+        with pytest.raises(common.CLIError) as e:
+            common.require_path(v, "--x", kind, "make it")
+        assert str(e.value) == words.format(v=v)
+
+
+@pytest.mark.parametrize("raw, typ, value", [
+    ("64", int, 64), ("-1", int, -1), ("true", bool, True), ("False", bool, False), ("0.02", float, 0.02),
+    ("1", float, 1.0), ("1e-3", float, 1e-3), ("exact", str, "exact"), ("123", str, "123"), ("[1, 2]", list, [1, 2]),
+])
+def test_a_parameter_value_is_read_as_its_type(raw, typ, value):
+    got = common._typed_value("p", raw, typ)
+    assert got == value and type(got) is type(value)
+
+
+@pytest.mark.parametrize("raw, typ, words", [
+    ("abc", int, "an integer (int)"), ("64.0", int, "an integer (int)"), ("true", int, "an integer (int)"),
+    ("1e3", int, "an integer (int)"), ("", int, "an integer (int)"), ("yes", bool, "true or false (bool)"),
+    ("1", bool, "true or false (bool)"), ("x", float, "a number (float)"), ("true", float, "a number (float)"),
+])
+def test_a_parameter_value_of_another_type_names_the_parameter_the_type_and_the_value(raw, typ, words):
+    with pytest.raises(common.CLIError) as e:
+        common._typed_value("rank", raw, typ)
+    assert str(e.value) == f"--param rank={raw}: rank takes {words}, got {raw!r}"
+
+
+def test_the_method_configs_give_each_parameter_its_type():
+    from caldera.config import CalderaConfig
+    from caldera.methods.rank_per_layer import RankPerLayerConfig
+
+    t = common.param_types(CalderaConfig)
+    assert t["rank"] is int and t["rht"] is bool and t["sigma_reg"] is float and t["svd"] is str
+    assert common.param_types(RankPerLayerConfig)["min_rank"] is int  # with the fields it inherits
+    assert common.parse_params(["rank=8", "sigma_reg=1", "svd=exact", "new=3"], None, t) == {
+        "rank": 8, "sigma_reg": 1.0, "svd": "exact", "new": 3}
+
+
+def test_the_help_shows_an_options_default_unless_it_names_one_or_has_none():
+    import argparse
+
+    ap = argparse.ArgumentParser(formatter_class=common.HelpFormatter)
+    ap.add_argument("--n", type=int, default=5, help="a count")
+    ap.add_argument("--m", default="x", help="a name (default x)")
+    ap.add_argument("--o", help="optional")
+    ap.add_argument("--f", action="store_true", help="a flag")
+    text = " ".join(ap.format_help().split())
+    assert "--n N a count (default: 5)" in text and "--m M a name (default x) " in text
+    assert "--o O optional " in text and "--f a flag" in text and text.count("default") == 2
+
+
 def test_a_model_that_cannot_be_loaded_is_one_line(tmp_path, monkeypatch, capsys):
     import caldera.pipeline.assets as assets
 
@@ -84,6 +178,7 @@ def test_second_compress_into_one_folder_refuses_and_stale_lock_is_taken_over(tm
     import fcntl
 
     out = tmp_path / "ckpt"
+    (tmp_path / "H").mkdir()  # a Hessians folder that records no model: --model is taken as given
     argv = ["compress", "--model", "./nosuch", "--hessians", str(tmp_path / "H"), "--method", "caldera", "--out",
             str(out)]
     lock = tmp_path / "ckpt.lock"
@@ -206,6 +301,8 @@ def test_compress_replaces_a_checkpoint_only_with_overwrite_and_never_the_hessia
 
 
 def test_a_file_in_the_lock_files_place_is_never_overwritten(tmp_path, capsys):
+    (tmp_path / "H").mkdir()
+    (tmp_path / "H" / "hessians.json").write_text('{"model": "smollm2"}')  # the model compress takes from it
     (tmp_path / "ck.lock").write_text("my notes")
     argv = ["compress", "--hessians", str(tmp_path / "H"), "--method", "quip#", "--out", str(tmp_path / "ck")]
     assert cli.main(argv) == 2

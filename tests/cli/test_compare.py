@@ -45,4 +45,6 @@ def test_a_perplexity_outside_the_record_interval_is_named_and_exits_1(tmp_path,
 
 def test_no_such_folder(tmp_path, capsys):
     assert cli.main(["compare", str(tmp_path / "missing")]) == 2
-    assert "no such folder" in capsys.readouterr().err
+    assert f"caldera compare: error: run: no such folder: {tmp_path / 'missing'}; " in capsys.readouterr().err
+    assert cli.main(["compare", str(tmp_path), "--against", str(tmp_path / "gone")]) == 2
+    assert f"caldera compare: error: --against: no such folder: {tmp_path / 'gone'}; " in capsys.readouterr().err

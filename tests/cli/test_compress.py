@@ -55,3 +55,52 @@ def test_compress_with_a_per_matrix_rank_method_allocates_over_every_layer_first
                                                                                 "rank": 6}}))
     assert cli.main([*argv, "--out", str(tmp_path / "ck2"), "--allocation", str(tmp_path / "other.json")]) == 2
     assert "run the allocation again" in capsys.readouterr().err
+
+
+def test_a_parameter_value_of_the_wrong_type_names_the_parameter_the_type_and_the_value(tmp_path, capsys):
+    """Checked against the method's config field types before anything loads (no YAML advice)."""
+    for param, words in (("rank=abc", "rank takes an integer (int), got 'abc'"),
+                         ("rht=yes", "rht takes true or false (bool), got 'yes'"),
+                         ("sigma_reg=small", "sigma_reg takes a number (float), got 'small'")):
+        argv = ["compress", "--hessians", str(tmp_path / "H"), "--param", param, "--out", str(tmp_path / "o")]
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err == f"caldera compress: error: --param {param}: {words}\n", err
+    assert cli.main(["compress", "--hessians", str(tmp_path / "H"), "--method", "rtn", "--param", "per_row=2",
+                     "--out", str(tmp_path / "o")]) == 2
+    assert "--param per_row=2: per_row takes true or false (bool), got '2'" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_model_is_taken_from_the_hessians_and_another_one_is_refused(tmp_path, monkeypatch, capsys):
+    """Without --model, compress takes the model the Hessians record (hessians.json); a --model other than that
+    one is refused before anything loads, naming both and the fix; a Hessians folder that records none needs
+    --model; a missing one is "no such folder"."""
+    from tests.helpers import tiny_model_dir
+
+    model_dir, h = tiny_hessians(tmp_path, monkeypatch, n_samples=2, seq_len=8)
+    other = tiny_model_dir(tmp_path / "other")
+    ck = tmp_path / "ck"
+    capsys.readouterr()
+    base = ["compress", "--hessians", str(h), "--method", "quip#", "--quiet"]
+    assert cli.main([*base, "--model", str(other), "--out", str(ck)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"caldera compress: error: --model {other}, but the Hessians in {h} were collected for "
+                   f"{model_dir} ({h / 'hessians.json'}); leave --model out to compress {model_dir}, or collect "
+                   f"{other}'s Hessians first (`caldera hessians --model {other} --out NEW`)\n")
+    assert not ck.exists() and not (tmp_path / "ck.layers").exists()
+    assert cli.main([*base, "--out", str(ck), "--json"]) == 0  # no --model: the recorded one
+    assert printed_json(capsys)["checkpoint"] == str(ck)
+    assert json.loads((ck / "config.json").read_text())["num_hidden_layers"] == 2
+    (h / "hessians.json").unlink()  # the layer files' metadata still name the model
+    assert cli.main([*base, "--out", str(tmp_path / "ck2")]) == 0
+    empty = tmp_path / "H-empty"
+    empty.mkdir()
+    assert cli.main(["compress", "--hessians", str(empty), "--method", "quip#", "--out", str(tmp_path / "ck3")]) == 2
+    assert f"--hessians {empty} records no model" in capsys.readouterr().err
+    assert cli.main(["compress", "--hessians", str(tmp_path / "nosuch"), "--out", str(tmp_path / "ck3")]) == 2
+    assert capsys.readouterr().err == (f"caldera compress: error: --hessians: no such folder: {tmp_path / 'nosuch'}; "
+                                       f"run `caldera hessians --out {tmp_path / 'nosuch'}` first\n")
+    assert cli.main([*base, "--out", str(tmp_path / "ck3"), "--allocation", str(tmp_path / "a.json")]) == 2
+    assert f"--allocation: no such file: {tmp_path / 'a.json'}" in capsys.readouterr().err
+    assert not (tmp_path / "ck3").exists()

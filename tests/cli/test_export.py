@@ -37,7 +37,10 @@ def test_export_writes_a_plain_model_with_the_compressed_logits(checkpoint, tmp_
     model, ck = checkpoint
     out = tmp_path / "dense"
     assert cli.main(["export", str(ck), "--out", str(out)]) == 0
-    assert printed_json(capsys) == {"exported": str(out)}
+    assert capsys.readouterr().out == (f"exported {ck} to {out}: a plain Hugging Face folder (dense weights, config, "
+                                       "tokenizer) that AutoModelForCausalLM.from_pretrained loads without caldera\n")
+    assert cli.main(["export", str(ck), "--out", str(tmp_path / "again"), "--json"]) == 0
+    assert printed_json(capsys) == {"exported": str(tmp_path / "again"), "checkpoint": str(ck)}
     dense = AutoModelForCausalLM.from_pretrained(str(out)).eval()
     assert all(type(m).__name__ != "CompressedLinear" for m in dense.modules())
     with torch.no_grad():
@@ -64,8 +67,8 @@ def test_an_existing_out_folder_is_refused_and_kept(checkpoint, tmp_path, capsys
 def test_a_missing_checkpoint_points_to_compress(tmp_path, capsys, command):
     assert cli.main([command, str(tmp_path / "nosuch"), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"caldera {command}: error: ") and len(err.splitlines()) == 1
-    assert "nosuch" in err and "`caldera compress`" in err
+    assert err.startswith(f"caldera {command}: error: checkpoint: no such folder: {tmp_path / 'nosuch'}; ")
+    assert len(err.splitlines()) == 1 and "`caldera compress`" in err
     assert not (tmp_path / "out").exists()
 
 
@@ -77,8 +80,8 @@ def test_convert_writes_a_format_1_checkpoint_in_the_current_format(checkpoint, 
     rechecksum(old)
     with pytest.raises(ValueError, match="format_version 1"):
         load_compressed(old)
-    assert cli.main(["convert", str(old), "--out", str(new)]) == 0
-    assert printed_json(capsys) == {"converted": str(new)}
+    assert cli.main(["convert", str(old), "--out", str(new), "--json"]) == 0
+    assert printed_json(capsys) == {"converted": str(new), "checkpoint": str(old)}
     assert json.loads((new / CONFIG_FILE).read_text())["format_version"] == 2 and (new / "config.json").is_file()
     converted, _ = load_compressed(new)
     with torch.no_grad():

@@ -102,3 +102,13 @@ def test_a_folder_that_is_no_checkpoint_points_to_compress(tmp_path, capsys):
     assert cli.main(["info", str(tmp_path), "--no-verify"]) == 2
     assert capsys.readouterr().err == (f"caldera info: error: {tmp_path} is not a compressed checkpoint (no "
                                        "caldera_config.json); run `caldera compress`\n")
+
+
+def test_a_checkpoint_that_does_not_exist_is_no_such_folder(tmp_path, capsys):
+    missing = tmp_path / "nonexistent"
+    assert cli.main(["info", str(missing)]) == 2
+    assert capsys.readouterr().err == (f"caldera info: error: checkpoint: no such folder: {missing}; a checkpoint is "
+                                       "the folder `caldera compress` writes (its --out)\n")
+    (tmp_path / "file").write_text("x")
+    assert cli.main(["info", str(tmp_path / "file")]) == 2
+    assert f"checkpoint: not a folder: {tmp_path / 'file'}" in capsys.readouterr().err

@@ -1,8 +1,8 @@
 """Fuzzing the commands' numeric options (Hypothesis): every value drawn from the option's type and its edges
 either is refused with a message naming the option, or gives the right result. The parser is fuzzed over every
 numeric option of every command; ``caldera eval ppl`` runs for real on a tiny model, its window count, scored
-tokens and perplexity checked against a direct computation. ``CALDERA_FUZZ_EXAMPLES`` raises the number of cases
-(CI runs the default)."""
+tokens and perplexity checked against a direct computation; ``compress --param`` values are fuzzed against each
+parameter's type. ``CALDERA_FUZZ_EXAMPLES`` raises the number of cases (CI runs the default)."""
 
 from __future__ import annotations
 
@@ -102,3 +102,37 @@ def test_eval_ppl_gives_the_right_perplexity_or_a_clear_error(tiny, monkeypatch,
         logits = model(windows).logits.double()
     nll = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), windows[:, 1:].reshape(-1))
     assert math.isclose(res["ppl"], math.exp(float(nll)), rel_tol=1e-5), (res["ppl"], math.exp(float(nll)))
+
+
+PARAM_VALUES = st.one_of(st.text(max_size=8), st.integers(-(2**70), 2**70).map(str), st.floats().map(repr),
+                         st.sampled_from(["true", "false", "True", "1.0", "1e3", "", "null", "[1]", '"64"', "NaN",
+                                          "Infinity", " 7 ", "01", "0x10", "1_000"]))
+
+
+@settings(max_examples=_examples(300), deadline=None)
+@given(key=st.sampled_from(["rank", "outer_iters", "rht", "hessian_update", "sigma_reg", "svd", "update_order"]),
+       value=PARAM_VALUES)
+def test_every_method_parameter_value_is_of_its_type_or_refused_naming_it(key, value):
+    """Invariant: ``--param KEY=VALUE`` gives a value of KEY's type (CalderaConfig's field) equal to what was
+    written, or a CLIError naming the parameter, its type and the value."""
+    from caldera.cli import common
+    from caldera.config import CalderaConfig
+
+    types = common.param_types(CalderaConfig)
+    raw = value.strip()
+    try:
+        got = common.parse_params([f"{key}={value}"], None, types)[key]
+    except common.CLIError as e:
+        assert str(e).startswith(f"--param {key}={raw}: {key} takes ") and str(e).endswith(f"got {raw!r}"), str(e)
+        assert types[key] in (int, float, bool)  # text parameters take any text
+        return
+    typ = types[key]
+    assert type(got) is typ, (value, got)
+    if typ is int:
+        assert got == int(raw)
+    elif typ is float:
+        assert got == float(raw) or (math.isnan(got) and math.isnan(float(raw)))
+    elif typ is bool:
+        assert raw.lower() in ("true", "false") and got == (raw.lower() == "true")
+    else:
+        assert got == raw

@@ -98,8 +98,10 @@ def test_the_cli_compresses_with_an_entry_point_method(ext_dist, tmp_path, monke
         return 0
 
     monkeypatch.setattr(compress, "_compress", fake)
-    assert cli.main(["compress", "--hessians", "h", "--method", "ext-test-method", "--param", "scale=3",
-                     "--out", str(tmp_path / "ck")]) == 0
+    (tmp_path / "h").mkdir()
+    (tmp_path / "h" / "hessians.json").write_text('{"model": "smollm2"}')  # the model compress takes
+    assert cli.main(["compress", "--hessians", str(tmp_path / "h"), "--method", "ext-test-method", "--param",
+                     "scale=3", "--out", str(tmp_path / "ck")]) == 0
     assert seen == {"method": "ext-test-method", "params": {"scale": 3}}
     assert cli.main(["compress", "--hessians", "h", "--method", "broken-method", "--out", str(tmp_path / "c")]) == 2
 

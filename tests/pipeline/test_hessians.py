@@ -373,3 +373,22 @@ def test_a_swapped_file_is_refused_by_every_reader(collected, tmp_path):
         load_layer_hessians(layer_file(h, 1))
     assert collect_hessians(model, calib(n=3, t=8), h, progress=False)["computed"] == [0, 1]
     load_layer_hessians(layer_file(h, 0))
+
+
+def test_the_recorded_model_comes_from_the_summary_else_from_a_layer_file(tmp_path):
+    """recorded_model: hessians.json's model; without it, the first layer file's metadata; None for a folder
+    that names none (empty, or files that cannot be read)."""
+    from caldera.pipeline.hessians import recorded_model
+
+    collect_hessians(tiny_llama(0), calib(2, 8), tmp_path, progress=False, model_name="my/model")
+    assert recorded_model(tmp_path) == ("my/model", str(tmp_path / "hessians.json"))
+    (tmp_path / "hessians.json").write_text(json.dumps({"model": "another"}))
+    assert recorded_model(tmp_path)[0] == "another"
+    (tmp_path / "hessians.json").unlink()
+    assert recorded_model(tmp_path) == ("my/model", str(layer_file(tmp_path, 0)))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert recorded_model(empty) is None
+    (empty / "hessians.json").write_text("{}")
+    (empty / "layer_000.safetensors").write_bytes(b"not safetensors")
+    assert recorded_model(empty) is None

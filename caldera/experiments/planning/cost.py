@@ -360,14 +360,52 @@ def duration(seconds: float) -> str:
 CUDA_ENGINE = "blockldlq-sync-free"
 
 
-def report(config: dict[str, Any], costs: dict[str, Any]) -> str:
-    """The text ``caldera cost`` prints."""
+def config_device(config: dict[str, Any]) -> tuple[str, str]:
+    """``(device, why)``: where ``config``'s jobs run, ``cuda`` or ``cpu``, as ``caldera cost`` prices them, and
+    the reason in words. The config's ``device`` when it names one; for ``auto`` (the default) a GPU when a model
+    comes from the hub (a source that is neither an offline asset ``asset:NAME`` nor a local path, as the paper
+    scale's ``meta-llama/...``: a GPU cluster's run), else this machine's CPU."""
+    from caldera.pipeline.sources import looks_like_path
+
+    want = str(config.get("device", "auto"))
+    if want.startswith("cuda") or want == "cpu":
+        return ("cuda" if want.startswith("cuda") else "cpu"), f"the config's device is {want}"
+    hub = [m["source"] for m in config["models"].values()
+           if isinstance(m.get("source"), str) and not m["source"].startswith("asset:")
+           and not looks_like_path(m["source"])]
+    if hub:
+        return "cuda", (f"the config's device is {want} and its models come from the hub ({', '.join(hub)}): a GPU "
+                        "cluster's run")
+    return "cpu", f"the config's device is {want} and its models are local: this machine's CPU"
+
+
+def extrapolation_note(costs: dict[str, Any], profile_path: str | Path) -> str:
+    """The line that says a price comes from the component laws, not from a job profile: which file is missing,
+    which measurements it extrapolates (device, date, command) and what it leaves out."""
+    return (f"No job profile of {costs['device']} ({profile_path} is missing): these prices are extrapolated from "
+            f"the component costs measured on {costs.get('device_name', costs['device'])} "
+            f"({costs.get('measured_at', '?')}, {costs.get('command', 'benchmarks/measure_costs.py')}) through each "
+            "component's scaling law in the matrix shapes; job start-up, model loads and the rules not modelled are "
+            "left out.")
+
+
+def total_line(est: dict[str, Any], unit: str) -> str:
+    """The grand total of :func:`estimate` over every model: job time and jobs."""
+    hours = sum(e["hours"] for e in est.values())
+    jobs = sum(r["jobs"] for e in est.values() for r in e["rules"].values())
+    return (f"Total: {duration(hours * 3600)} of {unit} job time in {jobs} jobs over {len(est)} "
+            f"model{'s' if len(est) != 1 else ''} (modelled rules)")
+
+
+def report(config: dict[str, Any], costs: dict[str, Any], notes: Sequence[str] = ()) -> str:
+    """The text ``caldera cost`` prints: the header, the grand total, ``notes`` (the device and why, where the
+    prices come from: :func:`extrapolation_note`), then per model its rules and hours."""
     est = estimate(config, costs)
     dev = costs["device"]
     unit = "GPU" if dev.startswith("cuda") else f"CPU ({costs['threads']} threads)"
     lines = [f"Predicted cost of `{config.get('name', '?')}` on {costs.get('device_name', dev)} "
              f"({unit} job time; component costs measured {costs.get('measured_at', '?')}, "
-             f"torch {costs.get('torch', '?')}, {costs['threads']} threads)", ""]
+             f"torch {costs.get('torch', '?')}, {costs['threads']} threads)", total_line(est, unit), *notes, ""]
     if dev.startswith("cuda") and costs.get("engine") != CUDA_ENGINE:
         lines.insert(1, f"These CUDA costs were measured before this version's device engine ({CUDA_ENGINE}: "
                         "BlockLDLQ without host syncs, the Triton E8P search and chunk kernels) and price the older "

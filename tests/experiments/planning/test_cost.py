@@ -182,3 +182,42 @@ def test_cuda_costs_measured_before_the_device_engine_say_so():
     assert "measured before this version's device engine" in C.report(cfg, old)
     assert "measured before" not in C.report(cfg, {**old, "engine": C.CUDA_ENGINE})
     assert "measured before" not in C.report(cfg, {**fake_costs(), "device": "cpu"})
+
+
+@pytest.mark.parametrize("config, device, words", [
+    ("config/paper.yaml", "cuda", "the config's device is auto and its models come from the hub (meta-llama/"),
+    ("config/mini.yaml", "cpu", "the config's device is auto and its models are local"),
+    ("config/paper-local.yaml", "cpu", "its models are local"),  # local folders standing in for the hub's
+])
+def test_the_priced_device_is_the_configs(config, device, words):
+    """A config whose models come from the hub (paper scale: a GPU cluster's run) is priced on the GPU, one of
+    offline assets or local folders on the CPU; a device the config names is taken as named."""
+    cfg = C.load_workflow_config(config)
+    got, why = C.config_device(cfg)
+    assert got == device and words in why, why
+    assert C.config_device({**cfg, "device": "cpu"}) == ("cpu", "the config's device is cpu")
+    assert C.config_device({**cfg, "device": "cuda:1"}) == ("cuda", "the config's device is cuda:1")
+
+
+def test_the_report_prints_the_grand_total_over_every_model_and_its_notes():
+    cfg = C.load_workflow_config("config/paper.yaml")
+    costs = fake_costs()
+    est = C.estimate(cfg, costs)
+    hours = sum(e["hours"] for e in est.values())
+    jobs = sum(r["jobs"] for e in est.values() for r in e["rules"].values())
+    lines = C.report(cfg, costs, ["note one", "note two"]).splitlines()
+    assert lines[1] == f"Total: {C.duration(hours * 3600)} of CPU (2 threads) job time in {jobs} jobs over 5 models " \
+                       "(modelled rules)"
+    assert lines[2:5] == ["note one", "note two", ""]
+    assert hours > max(e["hours"] for e in est.values())  # more than any one model's
+    one = {"m": {"hours": 1.0, "rules": {"hessians": {"jobs": 1}, "evaluate": {"jobs": 2}}}}
+    assert C.total_line(one, "GPU") == "Total: 60.0 min of GPU job time in 3 jobs over 1 model (modelled rules)"
+
+
+def test_the_extrapolation_note_names_the_missing_profile_and_the_measurements():
+    costs = {**fake_costs("cuda"), "device_name": "H200", "measured_at": "2026-11-28T16:57:46Z",
+             "command": "benchmarks/gpu_acceptance.py"}
+    note = C.extrapolation_note(costs, "benchmarks/results/jobs-cuda.json")
+    assert note.startswith("No job profile of cuda (benchmarks/results/jobs-cuda.json is missing): these prices are "
+                           "extrapolated from the component costs measured on H200 (2026-11-28T16:57:46Z, "
+                           "benchmarks/gpu_acceptance.py) through each component's scaling law")
