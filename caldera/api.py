@@ -45,6 +45,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+
 def _load(model: Any, tokenizer: Any) -> tuple[Any, Any, str | None]:
     """``(model, tokenizer, name)``: a name or path loaded as ``caldera hessians --model`` loads it (float32 on the
     CPU; ``name``: the string given, recorded in the Hessians), or a loaded model as given (``name`` None)."""
@@ -129,7 +130,7 @@ def _check_data(data: Any) -> None:
             raise ValueError("data is an empty list; give at least one text")
         bad = [i for i, t in enumerate(data) if not isinstance(t, str)]
         if bad:
-            raise TypeError(f"data: items {bad[:5]} are not strings; a list of data is a list of texts")
+            raise TypeError(f"data: items {bad[:5]} are not strings; data as a list holds texts")
         return
     raise TypeError(f"data must be a calibration source's name, a list of texts or an (N, T) tensor of token ids, "
                     f"not {type(data).__name__}")
