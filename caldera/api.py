@@ -249,9 +249,9 @@ def compress(
         progress: show progress bars.
 
     Returns the compressed model (a transformers model whose compressed layers are
-    :class:`caldera.nn.CompressedLinear`), or the checkpoint folder when ``out`` is given; load it with
-    :func:`caldera.load_compressed`. Bad input raises ``ValueError`` or ``TypeError`` naming the argument,
-    before any work.
+    :class:`caldera.nn.compressed_linear.CompressedLinear`), or the checkpoint folder when ``out`` is given
+    (:func:`caldera.load_compressed` loads it). Bad input raises ``ValueError`` or ``TypeError`` naming the
+    argument, before any work.
     """
     from caldera.atomic import guard_output
     from caldera.cli.common import is_checkpoint_dir, is_layer_dir

@@ -48,7 +48,8 @@ def test_hessians_and_compress_write_the_commands_files_byte_for_byte(tmp_path, 
     assert caldera.compress(str(model_dir), h_api, "caldera", params=PARAMS, out=ck_api, overwrite=True) == ck_api
     assert _files(ck_api) == _files(ck_cli)
 
-    model = caldera.compress(str(model_dir), h_api, "caldera", params=PARAMS)
+    # the per-layer files of the run above (a fresh compression without out= runs in the module's example)
+    model = caldera.compress(str(model_dir), h_api, "caldera", params=PARAMS, work_dir=tmp_path / "ck_api.layers")
     ref, _ = caldera.load_compressed(ck_cli)
     got, want = model.state_dict(), ref.state_dict()
     assert sorted(got) == sorted(want) and all(torch.equal(got[k], want[k]) for k in want)
