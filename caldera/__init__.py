@@ -10,11 +10,19 @@ See ``caldera.decomposition`` for Algorithm 1 and ``caldera.lplr`` for Algorithm
 loads for inference with ``model, tokenizer = caldera.load_compressed(path)`` (a standard transformers model whose
 compressed layers run from their codes); after ``import caldera`` the same folder also loads with
 ``AutoModelForCausalLM.from_pretrained(path)`` (the ``caldera`` quantization method, :mod:`caldera.pipeline.hf`).
+A whole model compresses from Python as the ``caldera hessians`` and ``caldera compress`` commands compress it::
+
+    H = caldera.hessians("smollm2", "lambada-books", out="H")
+    model = caldera.compress("smollm2", H, method="caldera", preset="paper", params={"rank": 64})
+
+(:mod:`caldera.api`; its reference, generated from the docstrings, is ``docs/api.md``).
 """
 
 __version__ = "0.1.0"
 
 _LAZY = {
+    "hessians": "caldera.api",  # `caldera hessians`: calibration Hessians of a whole model
+    "compress": "caldera.api",  # `caldera compress`: the compressed model (or its checkpoint folder)
     "CalderaConfig": "caldera.config",
     "Decomposition": "caldera.decomposition",
     "HessianContext": "caldera.decomposition",

@@ -30,7 +30,8 @@ rank  layer           modules
                       and the cost of a run before it starts
 8     report          ``experiments.report``: every table, plot and claim, from small result files
 9     jobs            ``experiments.jobs``: one module per workflow rule family, each job's ``step_*`` function
-10    entry points    ``cli`` and the package ``caldera`` itself (its lazy public API and the transformers hook)
+10    entry points    ``cli``, ``api`` (the Python functions of the commands), ``api_reference`` (docs/api.md) and
+                      the package ``caldera`` itself (its lazy public API and the transformers hook)
 ====  ==============  ===========================================================================================
 
 The theory checks live outside the package, in the top-level ``theory/`` (checks, report and their tests): they
@@ -67,7 +68,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("planning", ("experiments", "experiments.planning")),  # "experiments": the package's own (empty) __init__
     ("report", ("experiments.report",)),
     ("jobs", ("experiments.jobs",)),
-    ("entry points", ("cli", "")),  # "": the package's own __init__
+    ("entry points", ("cli", "api", "api_reference", "")),  # "": the package's own __init__
 )
 #: Modules of ``caldera.kernels`` that only the kernels package imports (its dispatcher chooses among them).
 KERNEL_BACKENDS = ("caldera.kernels.cpu", "caldera.kernels.native", "caldera.kernels.triton_e8p",

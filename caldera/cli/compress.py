@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -86,27 +85,12 @@ def _work_dir(args: argparse.Namespace) -> Path:
 def _allocation(args: argparse.Namespace, model: Any, params: dict[str, Any], work: Path) -> dict[str, Any] | None:
     """Per-matrix settings of a method with a model-level step (None for the others): ``--allocation FILE``,
     else ``<work>/allocation.json`` when it was made for this method and config, else profiled over every
-    decoder layer (whatever ``--layers`` says: the choice is the whole model's) and written there."""
-    from caldera.atomic import write_atomic
-    from caldera.methods import get_method
-    from caldera.pipeline.allocate import allocate_model, profile_model, read_allocation
+    decoder layer (whatever ``--layers`` says: the choice is the whole model's) and written there
+    (:func:`caldera.pipeline.allocate.model_allocation`)."""
+    from caldera.pipeline.allocate import model_allocation
 
-    if get_method(args.method).plan is None:
-        if args.allocation:
-            raise CLIError(f"--allocation: method {args.method!r} takes no per-matrix settings; remove it")
-        return None
-    path = Path(args.allocation) if args.allocation else work / "allocation.json"
-    if path.is_file():
-        try:
-            return read_allocation(path, args.method, params)
-        except ValueError as e:
-            if args.allocation:
-                raise CLIError(f"--allocation {path}: {e}") from None
-    alloc = allocate_model([profile_model(model, args.hessians, args.method, params, progress=not args.quiet,
-                                          hessian_expect={"model": args.model})], args.method, params)
-    work.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, json.dumps(alloc, indent=1, sort_keys=True) + "\n")
-    return alloc["overrides"]
+    return model_allocation(model, args.hessians, args.method, params, work, allocation=args.allocation,
+                            progress=not args.quiet, hessian_expect={"model": args.model}, option="--allocation")
 
 
 def _compress(args: argparse.Namespace, params: dict[str, Any], layers: list[int] | None) -> int:

@@ -109,3 +109,35 @@ def read_allocation(path: str | os.PathLike, method: str, method_params: Any) ->
         raise ValueError(f"{path} was allocated for {alloc.get('method')!r} with {alloc.get('method_config')}, not "
                          f"{method!r} with {want}; run the allocation again")
     return alloc["overrides"]
+
+
+def model_allocation(model: nn.Module, hessian_dir: str | os.PathLike, method: str, method_params: Any,
+                     work_dir: str | os.PathLike, *, allocation: str | os.PathLike | None = None,
+                     progress: bool = True, hessian_expect: dict[str, Any] | None = None,
+                     option: str = "allocation") -> dict[str, dict[str, Any]] | None:
+    """The ``overrides`` :func:`caldera.pipeline.compress.compress_model` takes for ``method`` (None for a method
+    without a model-level step): read from ``allocation`` (a file :func:`allocate_model`'s result was written
+    to), else from ``work_dir/allocation.json`` when it was made for this method and config, else profiled over
+    every decoder layer of ``model`` (:func:`profile_model`, the whole model's choice whatever layers are then
+    compressed), allocated and written to that file (``allocation`` or ``work_dir/allocation.json``).
+
+    ``ValueError`` naming ``option`` (how the caller calls ``allocation``): an ``allocation`` for a method that
+    takes no per-matrix settings, or an ``allocation`` file of another method or config."""
+    from caldera.atomic import write_atomic
+
+    if get_method(method).plan is None:
+        if allocation:
+            raise ValueError(f"{option}: method {method!r} takes no per-matrix settings; remove it")
+        return None
+    path = Path(allocation) if allocation else Path(work_dir) / "allocation.json"
+    if path.is_file():
+        try:
+            return read_allocation(path, method, method_params)
+        except ValueError as e:
+            if allocation:
+                raise ValueError(f"{option} {path}: {e}") from None
+    alloc = allocate_model([profile_model(model, hessian_dir, method, method_params, progress=progress,
+                                          hessian_expect=hessian_expect)], method, method_params)
+    Path(work_dir).mkdir(parents=True, exist_ok=True)
+    write_atomic(path, json.dumps(alloc, indent=1, sort_keys=True) + "\n")
+    return alloc["overrides"]

@@ -233,6 +233,13 @@ def _separator(tokenizer) -> list[int]:
 # --------------------------------------------------------------------------- calibration
 
 
+def _check_counts(n_samples: int, seq_len: int) -> None:
+    if n_samples < 1 or seq_len < 2:
+        raise ValueError(
+            f"need n_samples >= 1 and seq_len >= 2, got n_samples={n_samples}, seq_len={seq_len}"
+        )
+
+
 def calibration_sequences(
     tokenizer,
     n_samples: int,
@@ -256,10 +263,7 @@ def calibration_sequences(
     ``"\\n\\n"`` separator; the row is cut at ``seq_len`` and the rest of the last document is discarded.
     The first k rows do not depend on ``n_samples`` (asking for more rows only appends rows).
     """
-    if n_samples < 1 or seq_len < 2:
-        raise ValueError(
-            f"need n_samples >= 1 and seq_len >= 2, got n_samples={n_samples}, seq_len={seq_len}"
-        )
+    _check_counts(n_samples, seq_len)
     if source in EVALUATION_SOURCES and not allow_eval_source:
         raise ValueError(
             f"source={source!r} is evaluation text; calibrate on {CALIBRATION_SOURCE!r} (or 'redpajama'), "
@@ -268,6 +272,23 @@ def calibration_sequences(
     docs = load_documents(source, root)
     if not docs:
         raise ValueError(f"source={source!r} has no documents")
+    return sample_sequences(tokenizer, docs, n_samples, seq_len, seed, add_bos=add_bos)
+
+
+def sample_sequences(
+    tokenizer,
+    documents: Sequence[str],
+    n_samples: int,
+    seq_len: int,
+    seed: int,
+    add_bos: bool | None = None,
+) -> torch.Tensor:
+    """``(n_samples, seq_len)`` int64 token ids packed from ``documents`` (texts), every row exactly ``seq_len``
+    long: the sampler of :func:`calibration_sequences`, over documents the caller gives. ``ValueError`` when
+    ``documents`` is empty or none of them has a token."""
+    _check_counts(n_samples, seq_len)
+    if not documents:
+        raise ValueError("documents is empty; give at least one text")
     prefix = bos_prefix(tokenizer, add_bos)
     sep = _separator(tokenizer)
     gen = torch.Generator().manual_seed(int(seed))
@@ -279,11 +300,13 @@ def calibration_sequences(
         first = True
         while len(row) < seq_len:
             if not order:
-                order = torch.randperm(len(docs), generator=gen).tolist()
+                order = torch.randperm(len(documents), generator=gen).tolist()
             i = order.pop(0)
             if i not in cache:
-                cache[i] = _encode(tokenizer, docs[i])
+                cache[i] = _encode(tokenizer, documents[i])
             if not cache[i]:
+                if len(cache) == len(documents) and not any(cache.values()):
+                    raise ValueError(f"none of the {len(documents)} documents has a token; give non-empty texts")
                 continue
             if not first:
                 row.extend(sep)

@@ -1,5 +1,6 @@
 """caldera.pipeline.allocate: profile_model visits every matrix of the chosen layers once, allocate_model joins the
-chunks' profiles and checks them, read_allocation returns only an allocation of the same method and config.
+chunks' profiles and checks them, read_allocation returns only an allocation of the same method and config,
+model_allocation makes, writes and reuses the allocation of a whole model.
 
 The method's own profile/allocate are replaced by recording fakes, so what is checked is the pipeline step."""
 
@@ -12,7 +13,13 @@ import pytest
 import torch
 
 from caldera.methods import registry
-from caldera.pipeline.allocate import PROFILE_FORMAT, allocate_model, profile_model, read_allocation
+from caldera.pipeline.allocate import (
+    PROFILE_FORMAT,
+    allocate_model,
+    model_allocation,
+    profile_model,
+    read_allocation,
+)
 from caldera.pipeline.hessians import collect_hessians
 from caldera.pipeline.linears import LINEARS
 from tests.helpers import gen, tiny_llama
@@ -124,3 +131,31 @@ def test_read_allocation_returns_the_overrides_of_the_same_method_and_config(tmp
         read_allocation(path, METHOD, PARAMS)
     with pytest.raises(ValueError, match="missing.json: cannot read the allocation"):
         read_allocation(tmp_path / "missing.json", METHOD, PARAMS)
+
+
+def test_model_allocation_is_made_once_written_and_reused(tiny, fake_plan, tmp_path):
+    """Profiled over every layer and allocated into work/allocation.json; the next call reads it (no allocate
+    call); a file of another config given as ``allocation`` is refused naming the option; a stale default file
+    is made again."""
+    model, hess = tiny
+    work = tmp_path / "work"
+    got = model_allocation(model, hess, METHOD, PARAMS, work, progress=False)
+    assert got == {f"{li}.{name}": {"rank": 2} for li in (0, 1) for name in LINEARS}
+    assert len(fake_plan["allocate"]) == 1 and len(fake_plan["allocate"][0]) == 2 * len(LINEARS)
+    assert read_allocation(work / "allocation.json", METHOD, PARAMS) == got
+    assert model_allocation(model, hess, METHOD, PARAMS, work, progress=False) == got
+    assert len(fake_plan["allocate"]) == 1
+    other = {**PARAMS, "rank": 6}
+    with pytest.raises(ValueError, match=r"^--allocation .*allocation.json: .*run the allocation again"):
+        model_allocation(model, hess, METHOD, other, work, allocation=work / "allocation.json", option="--allocation")
+    assert model_allocation(model, hess, METHOD, other, work, progress=False) == got  # the default file: made again
+    assert len(fake_plan["allocate"]) == 2
+    assert read_allocation(work / "allocation.json", METHOD, other) == got
+
+
+def test_model_allocation_of_a_method_without_a_model_level_step(tiny, tmp_path):
+    model, hess = tiny
+    assert model_allocation(model, hess, "caldera", {"rank": 4}, tmp_path / "w") is None
+    assert not (tmp_path / "w").exists()
+    with pytest.raises(ValueError, match=r"^allocation: method 'caldera' takes no per-matrix settings; remove it"):
+        model_allocation(model, hess, "caldera", {"rank": 4}, tmp_path / "w", allocation=tmp_path / "a.json")

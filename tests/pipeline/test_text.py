@@ -112,6 +112,28 @@ def test_calibration_sequences_exact_length_and_seeded(olmo, add_bos):
     assert any(b.startswith(pieces[-1]) for b in texts["books"])
 
 
+def test_sample_sequences_is_the_calibration_sampler_over_given_documents(olmo):
+    """calibration_sequences of a source = sample_sequences of that source's documents (same seed, same rows)."""
+    root, _ = olmo
+    tok = byte_tokenizer(True)
+    docs = text.load_documents(text.CALIBRATION_SOURCE, root)
+    want = text.calibration_sequences(tok, 5, 300, seed=7, root=root)
+    assert torch.equal(text.sample_sequences(tok, docs, 5, 300, 7), want)
+    assert not torch.equal(text.sample_sequences(tok, docs[::-1], 5, 300, 7), want)
+
+
+def test_sample_sequences_refuses_no_text_instead_of_looping():
+    tok = byte_tokenizer(False)
+    with pytest.raises(ValueError, match="documents is empty"):
+        text.sample_sequences(tok, [], 2, 8, 0)
+    with pytest.raises(ValueError, match="none of the 2 documents has a token"):
+        text.sample_sequences(tok, ["", ""], 2, 8, 0)
+    with pytest.raises(ValueError, match="need n_samples >= 1 and seq_len >= 2"):
+        text.sample_sequences(tok, ["abc"], 0, 8, 0)
+    a = text.sample_sequences(tok, ["", "abc"], 2, 8, 0)  # empty texts are skipped
+    assert a.shape == (2, 8) and tok.decode(a[0]) == "abc\n\nabc"
+
+
 def test_calibration_refuses_evaluation_text(olmo):
     root, _ = olmo
     tok = byte_tokenizer(False)
