@@ -428,3 +428,82 @@ def test_paired_seed_part_takes_the_larger_variance_and_says_which():
     assert stats.paired_seed_part([0.1])["half"] is None  # one shared seed, no block: unknown
     single = stats.paired_seed_part([0.1], {"var": 0.01, "df": 12})
     assert single["half"] == pytest.approx(stats.t_quantile(12) * math.sqrt(0.02))
+
+
+def _paired_table(n11, n10, n01, n00):
+    a = [1] * (n11 + n10) + [0] * (n01 + n00)
+    b = [1] * n11 + [0] * n10 + [1] * n01 + [0] * n00
+    return a, b
+
+
+def _exact_coverage(fn, n, p):
+    """Exact coverage of ``fn``'s interval for the difference p10 − p01 over every 2×2 table of n documents."""
+    from scipy.stats import multinomial
+
+    d, cov = p[1] - p[2], 0.0
+    for n11, n10, n01 in itertools.product(range(n + 1), repeat=3):
+        if n11 + n10 + n01 <= n:
+            counts = [n11, n10, n01, n - n11 - n10 - n01]
+            iv = fn(*_paired_table(*counts))
+            cov += multinomial.pmf(counts, n, p) * (iv["lo"] <= d <= iv["hi"])
+    return cov
+
+
+PAIRED_BINARY_CASES = [(0.4, 0.1, 0.1, 0.4), (0.6, 0.2, 0.05, 0.15), (0.3, 0.3, 0.3, 0.1), (0.2, 0.2, 0.1, 0.5),
+                       (0.45, 0.05, 0.05, 0.45)]
+
+
+@pytest.mark.parametrize("n", [4, 8])
+def test_paired_proportion_interval_holds_coverage_at_few_documents_where_the_t_interval_does_not(n):
+    newcombe = [_exact_coverage(stats.paired_proportion_difference, n, p) for p in PAIRED_BINARY_CASES]
+    t = [_exact_coverage(stats.paired_mean_difference, n, p) for p in PAIRED_BINARY_CASES]
+    assert min(newcombe) >= 0.88 and np.mean(newcombe) >= 0.93
+    assert min(t) < 0.88  # the construction it replaces for accuracy: too narrow at few documents
+
+
+def test_paired_proportion_interval_keeps_a_width_where_every_document_agrees():
+    a, b = _paired_table(4, 0, 0, 0)  # both right on all 4 documents
+    iv = stats.paired_proportion_difference(a, b)
+    assert iv["estimate"] == 0.0 and iv["lo"] < -0.3 and iv["hi"] > 0.3
+    assert stats.paired_mean_difference(a, b)["sdd"] == 0.0  # the t interval collapses to a point
+    lo, hi = stats.wilson_interval(4, 4)  # φ = 0 here: each side is one Wilson half-width
+    assert iv["hi"] == pytest.approx(1.0 - lo) and iv["lo"] == pytest.approx(lo - 1.0)
+
+
+def test_paired_proportion_interval_is_antisymmetric_and_contains_its_estimate():
+    for counts in itertools.product(range(4), repeat=4):
+        if sum(counts) == 0:
+            continue
+        a, b = _paired_table(*counts)
+        ab, ba = stats.paired_proportion_difference(a, b), stats.paired_proportion_difference(b, a)
+        assert ab["lo"] == pytest.approx(-ba["hi"]) and ab["hi"] == pytest.approx(-ba["lo"])
+        assert -1.0 <= ab["lo"] <= ab["estimate"] <= ab["hi"] <= 1.0
+
+
+def test_paired_proportion_interval_refuses_non_binary_or_unpaired_input():
+    with pytest.raises(ValueError, match="0/1"):
+        stats.paired_proportion_difference([0, 2], [1, 0])
+    with pytest.raises(ValueError, match="equal lengths"):
+        stats.paired_proportion_difference([0, 1], [1])
+
+
+def test_paired_proportion_interval_narrows_with_positive_correlation_at_equal_accuracies():
+    """Same two accuracies (10/20 each): documents both models get right or wrong together leave a narrower
+    interval than independent outcomes (φ = 0). Its half-widths follow the formula at the corrected φ: cross
+    product 8·8 − 2·2 = 60, lowered by n/2 = 10, over √(10⁴): φ = 0.5."""
+    corr = stats.paired_proportion_difference(*_paired_table(8, 2, 2, 8))
+    indep = stats.paired_proportion_difference(*_paired_table(5, 5, 5, 5))
+    assert corr["sdd"] < indep["sdd"]
+    lo, hi = stats.wilson_interval(10, 20)
+    w = 0.5 - lo  # = hi − 0.5: the Wilson interval of 1/2 is symmetric
+    assert indep["hi"] == pytest.approx(math.sqrt(2) * w)
+    assert corr["hi"] == pytest.approx(math.sqrt(2 * w * w - 2 * 0.5 * w * w))
+
+
+@pytest.mark.parametrize("counts", [(2, 0, 0, 2), (3, 0, 0, 1), (10, 0, 0, 10)])
+def test_paired_proportion_interval_keeps_a_width_on_wholly_concordant_documents(counts):
+    """Both models right on the same documents and wrong on the others (uncorrected φ = 1, which cancels the two
+    Wilson half-widths and leaves a point at an accuracy of 1/2): the interval still spans no difference with
+    a width."""
+    iv = stats.paired_proportion_difference(*_paired_table(*counts))
+    assert iv["lo"] < -0.05 and iv["hi"] > 0.05

@@ -46,7 +46,7 @@ def _lora_pair(task: str, ft: dict[str, Any], base: dict[str, Any] | None) -> tu
     pairs = [(c, by_doc[d]) for d, c in zip(ft["doc_id"], ft["correct"]) if d in by_doc]
     if not pairs:
         return None
-    iv = stats.paired_mean_difference([a for a, _ in pairs], [b for _, b in pairs])
+    iv = stats.paired_proportion_difference([a for a, _ in pairs], [b for _, b in pairs])
     return (stats.direction(iv), f"acc {100 * iv['estimate']:+.1f} [{100 * iv['lo']:+.1f}, {100 * iv['hi']:+.1f}] "
             f"points ({iv['n']} docs)", iv["sdd"])
 
