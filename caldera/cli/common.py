@@ -140,10 +140,29 @@ def int_option(lo: int, hi: int | None = None, meaning: str = "") -> Any:
     return parse
 
 
-def check_positions(model: Any, length: int, option: str) -> None:
+def model_config(path: str) -> Any | None:
+    """The transformers config of the model in the local folder ``path`` (a dense model or a checkpoint, resolved by
+    :func:`resolve_model_path`), from its ``config.json`` alone (no weight is read; a composite config's text
+    model's): what a command checks its options against before it loads the model. None for a hub id (its config
+    comes with the model) or a config that cannot be read (loading the model then says why)."""
+    folder = Path(path).expanduser()
+    if not (folder / "config.json").is_file():
+        return None
+    try:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(str(folder), local_files_only=True)
+    except Exception:  # noqa: BLE001 - an unreadable config is reported by the model's load
+        return None
+    text = getattr(config, "get_text_config", None)
+    return text() if callable(text) else config
+
+
+def check_positions(config: Any, length: int, option: str) -> None:
     """``length`` tokens (``option``'s value, or the sum it names) fit the model's positions
-    (``max_position_embeddings`` of its config, when it has one): :class:`CLIError` naming the option otherwise."""
-    top = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    (``max_position_embeddings`` of its transformers ``config``, when it has one): :class:`CLIError` naming the
+    option otherwise."""
+    top = getattr(config, "max_position_embeddings", None)
     if isinstance(top, int) and length > top:
         raise CLIError(f"{option} is {length}, above the model's max_position_embeddings ({top}): positions "
                        f"beyond it were never trained; use {option} <= {top}")
@@ -167,11 +186,10 @@ def available_memory() -> int:
     return avail
 
 
-def forward_memory(model: Any, batch: int, seq_len: int) -> int:
-    """Bytes a forward of ``batch`` sequences of ``seq_len`` tokens holds at its peak, roughly: the float32
-    logits three times (logits, their log-softmax, the loss's working copy), the causal mask and one layer's
-    attention scores and MLP activations."""
-    cfg = model.config
+def forward_memory(cfg: Any, batch: int, seq_len: int) -> int:
+    """Bytes a forward of ``batch`` sequences of ``seq_len`` tokens holds at its peak, beyond the model's own
+    weights, roughly: the float32 logits three times (logits, their log-softmax, the loss's working copy), the
+    causal mask and one layer's attention scores and MLP activations. ``cfg``: the model's transformers config."""
     vocab = getattr(cfg, "vocab_size", 0) or 0
     hidden = getattr(cfg, "hidden_size", 0) or 0
     inter = getattr(cfg, "intermediate_size", 0) or 4 * hidden
