@@ -561,7 +561,8 @@ def _garbage(name):
 
 
 _REFUSED = r"; re-run `caldera compress` to rebuild the checkpoint$"
-_TOKENIZER_FIX = r".*; save the tokenizer there again \(tokenizer\.save_pretrained\) or copy its files from the original"
+_TOKENIZER_FIX = (r".*; save the tokenizer there again \(tokenizer\.save_pretrained\) or copy its files from the "
+                  r"original")
 CORRUPT = {
     "model.safetensors truncated": (_cut(MODEL_FILE, 100), r"checkpoint file .*/model\.safetensors cannot be read "
                                                            r"\(.*incomplete metadata.*" + _REFUSED),
