@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from caldera.arguments import MAX_SEED, IntOptionParser, int_option  # noqa: F401 - the commands' bounded options
 from caldera.atomic import write_atomic
 
 DEFAULT_MODEL = "smollm2"
@@ -116,28 +117,6 @@ def parse_layers(s: str | None) -> list[int] | None:
     if not out:
         raise CLIError(f"--layers {s!r}: selects no layer; expected a list like 0,1,2 or a range 0-5")
     return out
-
-
-#: the largest seed every sampler of the commands takes (torch generators: below 2**63 as a signed 64-bit integer)
-MAX_SEED = 2**63 - 1
-
-
-def int_option(lo: int, hi: int | None = None, meaning: str = "") -> Any:
-    """An argparse ``type``: an integer in ``[lo, hi]``. A value that is no integer reads as argparse's own
-    "invalid int value"; one out of range is refused naming the bounds and what the option counts
-    (``meaning``)."""
-
-    def parse(s: str) -> int:
-        v = int(s)  # ValueError: argparse says "invalid int value: 's'"
-        if v < lo or (hi is not None and v > hi):
-            bounds = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-            raise argparse.ArgumentTypeError(f"{v} is out of range: expected an integer {bounds}"
-                                             + (f" ({meaning})" if meaning else ""))
-        return v
-
-    parse.__name__ = "int"
-    parse.int_option = True  # type: ignore[attr-defined]
-    return parse
 
 
 def model_config(path: str) -> Any | None:
@@ -371,22 +350,12 @@ def quiet_progress() -> None:
         hf_logging.disable_progress_bar()
 
 
-class _Parser(argparse.ArgumentParser):
-    """An argument parser whose epilog may be computed when help is printed (``lazy_epilog``): ``compress --help``
-    lists every registered method's parameters without importing the methods for every other command."""
+class _Parser(IntOptionParser):
+    """An argument parser whose integer options are checked (:class:`~caldera.arguments.IntOptionParser`) and whose
+    epilog may be computed when help is printed (``lazy_epilog``): ``compress --help`` lists every registered
+    method's parameters without importing the methods for every other command."""
 
     lazy_epilog: Any = None
-
-    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
-        """argparse's, then every integer option (:func:`int_option`) checked to hold an integer: Python 3.11's
-        argparse drops a ``--`` value (``--seq-len=--``) without calling the option's type."""
-        ns, rest = super().parse_known_args(args, namespace)
-        for action in self._actions:
-            value = getattr(ns, action.dest, None)
-            if getattr(action.type, "int_option", False) and value is not None and (
-                    isinstance(value, bool) or not isinstance(value, int)):
-                self.error(f"argument {'/'.join(action.option_strings)}: expected an integer, got {value!r}")
-        return ns, rest
 
     def format_help(self) -> str:
         if self.lazy_epilog is not None:

@@ -18,6 +18,7 @@ from caldera.cli.common import (
     is_layer_dir,
     load_dense_model,
     local_input,
+    model_config,
     output_lock,
     parse_layers,
     parse_params,
@@ -38,6 +39,7 @@ def cmd_compress(args: argparse.Namespace) -> int:
         raise CLIError(f"--ft-rank {args.ft_rank} is above the method's rank {rank}: the trainable components are "
                        f"the leading ones of L R; use --ft-rank <= {rank}")
     layers = parse_layers(args.layers)
+    check_model_shapes(args, config, layers)
     out, work = Path(args.out), _work_dir(args)
     inputs = {"--hessians folder": args.hessians, "--model": local_input(args.model)}
     guard_output(out, option="--out", kind="caldera checkpoint", same_kind=is_checkpoint_dir,
@@ -48,6 +50,42 @@ def cmd_compress(args: argparse.Namespace) -> int:
                  inputs={**inputs, "--out": out}, resumable=True)
     with output_lock(out, "compress"):
         return _compress(args, params, layers)
+
+
+def check_model_shapes(args: argparse.Namespace, config: Any, layers: list[int] | None) -> None:
+    """``--layers`` among the model's decoder layers and the method's ranks within every matrix it would compress
+    (:meth:`~caldera.methods.registry.MethodSpec.check_shapes`), on the architecture ``config.json`` describes
+    (built on the meta device: no weight is read), before any output is written or the model loads. Nothing is
+    checked here for a hub model or a model that cannot be resolved or built (its load checks or says why)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from caldera.methods import get_method
+    from caldera.pipeline.compress import matrix_shapes
+    from caldera.pipeline.hessians import decoder_layers
+    from caldera.pipeline.models import is_checkpoint
+
+    try:
+        path = resolve_model_path(args.model)
+    except CLIError:
+        return
+    model_cfg = model_config(path) if not is_checkpoint(path) else None
+    if model_cfg is None:
+        return
+    try:
+        with torch.device("meta"):
+            meta = AutoModelForCausalLM.from_config(model_cfg)
+        n_layers = len(decoder_layers(meta))
+    except Exception:  # noqa: BLE001 - an architecture this check cannot build: the load reports it
+        return
+    bad = [x for x in layers or [] if not 0 <= x < n_layers]
+    if bad:
+        raise CLIError(f"--layers {args.layers}: layers {bad} are not among the model's {n_layers} decoder layers "
+                       f"(0-{n_layers - 1})")
+    try:
+        get_method(args.method).check_shapes(config, matrix_shapes(meta, layers))
+    except ValueError as e:
+        raise CLIError(f"--method {args.method}: {e}") from None
 
 
 def _work_dir(args: argparse.Namespace) -> Path:

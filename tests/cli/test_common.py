@@ -234,6 +234,8 @@ NUMERIC = [
     (["eval", "throughput"], "--warmup", ["-1"]),
     (["eval", "throughput"], "--calls", ["0"]),
     (["eval", "throughput"], "--prompt-len", ["0"]),
+    (["matrix-report", "--out", "MR"], "--rank", ["0", "-1", "256"]),
+    (["matrix-report", "--out", "MR"], "--outer-iters", ["0", "-1", "101"]),
 ]
 
 
