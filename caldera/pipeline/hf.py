@@ -181,12 +181,14 @@ def explain_config_failures() -> None:
 def build_config(config_dict: Any) -> Any:
     """The transformers config of the class ``config_dict``'s ``model_type`` names, built from it (what
     ``AutoConfig`` builds next); None when ``config_dict`` names no known model type (transformers says so)."""
+    import copy
+
     from transformers import CONFIG_MAPPING
 
     model_type = config_dict.get("model_type") if isinstance(config_dict, dict) else None
     if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
         return None
-    return CONFIG_MAPPING[model_type].from_dict(dict(config_dict))
+    return CONFIG_MAPPING[model_type].from_dict(copy.deepcopy(config_dict))  # transformers' own dict untouched
 
 
 def register() -> None:
