@@ -169,10 +169,11 @@ def explain_config_failures() -> None:
         try:
             config_dict, unused = original(cls, pretrained_model_name_or_path, **kwargs)
             build_config(config_dict)
-        except Exception:  # noqa: BLE001 - whatever transformers raises, the checkpoint's own reading explains it
-            read_structure_on_cpu(folder)  # raises what is wrong with the checkpoint, if anything
-            raise
-        return config_dict, unused
+            return config_dict, unused
+        except Exception as e:  # noqa: BLE001 - whatever transformers raises, the checkpoint's own reading explains it
+            failure = e
+        read_structure_on_cpu(folder)  # raises what is wrong with the checkpoint (not chained to transformers' error)
+        raise failure
 
     get_config_dict.caldera_explains_failures = True  # type: ignore[attr-defined]
     PreTrainedConfig.get_config_dict = classmethod(get_config_dict)
