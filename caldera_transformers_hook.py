@@ -28,20 +28,26 @@ TARGETS = {"transformers.configuration_utils": "explain_config_failures",
 class CalderaTransformersHook:
     """``sys.meta_path`` finder: after each module of :data:`TARGETS` is executed, call its caldera function."""
 
+    _finding = frozenset()  # the names this finder is looking up (another hook may ask it again)
+
     def find_spec(self, name, path=None, target=None):
-        if name not in TARGETS:
+        if name not in TARGETS or name in self._finding:
             return None
         if self in sys.meta_path and all(m == name or m in sys.modules for m in TARGETS):
             sys.meta_path.remove(self)  # once per process
-        for finder in sys.meta_path:
-            if finder is self:
-                continue
-            find = getattr(finder, "find_spec", None)
-            spec = find(name, path, target) if find is not None else None
-            if spec is not None:
-                break
-        else:
-            return None
+        self._finding = self._finding | {name}
+        try:
+            for finder in sys.meta_path:
+                if finder is self:
+                    continue
+                find = getattr(finder, "find_spec", None)
+                spec = find(name, path, target) if find is not None else None
+                if spec is not None:
+                    break
+            else:
+                return None
+        finally:
+            self._finding = self._finding - {name}
         run = spec.loader.exec_module
 
         def exec_module(module):

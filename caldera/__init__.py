@@ -48,19 +48,25 @@ class _RegisterWithTransformers:
     ``config.json`` explained). ``import caldera`` thus never imports transformers itself (several seconds), yet
     ``from_pretrained`` on a checkpoint works in any process that imported caldera."""
 
+    _finding: frozenset = frozenset()  # the names this finder is looking up (another hook may ask it again)
+
     def find_spec(self, name, path, target=None):
-        if name not in _HF_MODULES:
+        if name not in _HF_MODULES or name in self._finding:
             return None
         import sys
 
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
+        self._finding = self._finding | {name}
+        try:
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(name, path, target)
+                if spec is not None:
+                    break
+            else:
+                return None
+        finally:
+            self._finding = self._finding - {name}
         run = spec.loader.exec_module
 
         def exec_module(module):

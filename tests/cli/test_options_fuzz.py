@@ -1,8 +1,8 @@
 """Fuzzing the commands' numeric options (Hypothesis): every value drawn from the option's type and its edges
 either is refused with a message naming the option, or gives the right result. The parser is fuzzed over every
-numeric option of every command (``matrix-report``'s own parser included); ``caldera eval ppl`` runs for real on a tiny model, its window count, scored
-tokens and perplexity checked against a direct computation. ``CALDERA_FUZZ_EXAMPLES`` raises the number of cases
-(CI runs the default)."""
+numeric option of every command (``matrix-report``'s own parser included); ``caldera eval ppl`` runs for real on
+a tiny model, its window count, scored tokens and perplexity checked against a direct computation.
+``CALDERA_FUZZ_EXAMPLES`` raises the number of cases (CI runs the default)."""
 
 from __future__ import annotations
 
