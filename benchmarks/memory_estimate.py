@@ -4,10 +4,11 @@
 Each estimate is what the command compares with the memory this machine has available before it runs (refusing a
 run that cannot fit): the bytes the run holds beyond the model's own weights. For a few small configurations,
 offline (a tiny LLaMA written here; SmolLM2-135M when its offline asset is built: ``caldera assets --only
-smollm2``), each job runs in a child process: the model loaded as the commands load it (float32 on the CPU), its
-resident set noted and its peak reset (``/proc/self/clear_refs``), then the job the estimate describes (a
-perplexity forward of the windows, or the layer-by-layer Hessian collection) on seeded random token ids. The
-child's peak resident set comes from ``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss`` of a bare interpreter that
+smollm2``), each job runs in a child process: the model loaded as the commands load it (float32 on the CPU) and
+every weight read once (a float32 file's tensors may be mapped and paged in on first use, which is the weights'
+memory, not the run's), its resident set noted and its peak reset (``/proc/self/clear_refs``), then the job the
+estimate describes (a perplexity forward of the windows, or the layer-by-layer Hessian collection) on seeded random
+token ids. The child's peak resident set comes from ``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss`` of a bare interpreter that
 waits for it; the measured working memory is that peak less the resident set after the load.
 
     python benchmarks/memory_estimate.py --out benchmarks/results/memory_estimate_cpu
@@ -97,6 +98,9 @@ def child(folder: str, job: str, sizes: dict[str, int]) -> dict[str, Any]:
     from caldera.pipeline.models import load_dense
 
     model, _ = load_dense(folder)
+    with torch.no_grad():  # every weight resident (a float32 file's tensors may be mapped, read on first use)
+        for t in model.state_dict().values():
+            t.sum()
     vocab = model.config.vocab_size
     g = torch.Generator().manual_seed(0)
     n = sizes["batch"] if job == "ppl" else sizes["n_samples"]
@@ -165,7 +169,7 @@ def render(res: dict[str, Any], command: str) -> str:
              "The estimate is what `caldera eval ppl` (`forward_memory`) and `caldera hessians` (`hessian_memory`) "
              "compare with the available memory before a run: the bytes held beyond the model's weights. Measured: "
              "the child's peak resident set (getrusage of children, ru_maxrss) less its resident set after the "
-             "model load (peak reset there). MiB.", "",
+             "model load with every weight read once (peak reset there). MiB.", "",
              "| model | job | sizes | estimate | after load | peak | measured | estimate / measured | covers |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
