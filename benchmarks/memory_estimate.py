@@ -8,8 +8,8 @@ smollm2``), each job runs in a child process: the model loaded as the commands l
 every weight read once (a float32 file's tensors may be mapped and paged in on first use, which is the weights'
 memory, not the run's), its resident set noted and its peak reset (``/proc/self/clear_refs``), then the job the
 estimate describes (a perplexity forward of the windows, or the layer-by-layer Hessian collection) on seeded random
-token ids. The child's peak resident set comes from ``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss`` of a bare interpreter that
-waits for it; the measured working memory is that peak less the resident set after the load.
+token ids. The child's peak resident set comes from ``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss`` of a bare
+interpreter that waits for it; the measured working memory is that peak less the resident set after the load.
 
     python benchmarks/memory_estimate.py --out benchmarks/results/memory_estimate_cpu
 
