@@ -7,9 +7,11 @@ Without it transformers does not know ``quant_method: "caldera"`` in a checkpoin
 every compressed linear layer (their dense tensors are not in the checkpoint).
 
 What runs at start-up is only this module (standard library only, nothing imported): a ``sys.meta_path`` finder
-that answers for one module name, ``transformers.quantizers.auto`` (transformers' quantizer registry, imported
-by every ``from_pretrained``), and returns None for every other import. When transformers imports that module,
-the finder lets the normal finder load it and then calls :func:`caldera.pipeline.hf.register` (``caldera``
+that answers for two module names (:data:`TARGETS`): ``transformers.configuration_utils`` (how transformers reads
+``config.json``) and ``transformers.quantizers.auto`` (its quantizer registry, imported by every
+``from_pretrained``), and returns None for every other import. When transformers imports one of them, the finder
+lets the normal finder load it and then calls its function of :mod:`caldera.pipeline.hf`
+(:func:`~caldera.pipeline.hf.explain_config_failures`, :func:`~caldera.pipeline.hf.register`; ``caldera``
 resolved on the process's final ``sys.path``, so a checkout on ``PYTHONPATH`` wins over the installed copy).
 Processes that never import transformers never import caldera. ``CALDERA_NO_TRANSFORMERS_HOOK=1`` turns the hook
 off. (``caldera/__init__.py`` has the same finder for processes that do import caldera; this one must not import
@@ -18,37 +20,47 @@ caldera at start-up, so it cannot share that code.)
 
 import sys
 
-TARGET = "transformers.quantizers.auto"
+#: transformers' modules (in import order) -> the function of caldera.pipeline.hf called once each is executed
+TARGETS = {"transformers.configuration_utils": "explain_config_failures",
+           "transformers.quantizers.auto": "register"}
 
 
 class CalderaTransformersHook:
-    """``sys.meta_path`` finder: after ``transformers.quantizers.auto`` is executed, ``import caldera``."""
+    """``sys.meta_path`` finder: after each module of :data:`TARGETS` is executed, call its caldera function."""
+
+    _finding = frozenset()  # the names this finder is looking up (another hook may ask it again)
 
     def find_spec(self, name, path=None, target=None):
-        if name != TARGET:
+        if name not in TARGETS or name in self._finding:
             return None
-        if self in sys.meta_path:
+        if self in sys.meta_path and all(m == name or m in sys.modules for m in TARGETS):
             sys.meta_path.remove(self)  # once per process
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            spec = find(name, path, target) if find is not None else None
-            if spec is not None:
-                break
-        else:
-            return None
+        self._finding = self._finding | {name}
+        try:
+            for finder in sys.meta_path:
+                if finder is self:
+                    continue
+                find = getattr(finder, "find_spec", None)
+                spec = find(name, path, target) if find is not None else None
+                if spec is not None:
+                    break
+            else:
+                return None
+        finally:
+            self._finding = self._finding - {name}
         run = spec.loader.exec_module
 
         def exec_module(module):
             run(module)
             try:
-                from caldera.pipeline.hf import register
+                from caldera.pipeline import hf
 
-                register()
+                getattr(hf, TARGETS[name])()
             except Exception as e:  # noqa: BLE001 - never break the user's transformers import
                 import warnings
 
-                warnings.warn(f"caldera-transformers.pth: registering caldera failed ({type(e).__name__}: {e}); "
-                              "caldera checkpoints will not load with from_pretrained", stacklevel=2)
+                warnings.warn(f"caldera-transformers.pth: hooking caldera into {name} failed ({type(e).__name__}: "
+                              f"{e}); caldera checkpoints may not load with from_pretrained", stacklevel=2)
 
         spec.loader.exec_module = exec_module
         return spec
@@ -58,7 +70,7 @@ def install():
     """Put the hook first on ``sys.meta_path`` (once; not with ``CALDERA_NO_TRANSFORMERS_HOOK=1``)."""
     import os
 
-    if os.environ.get("CALDERA_NO_TRANSFORMERS_HOOK") == "1" or TARGET in sys.modules:
+    if os.environ.get("CALDERA_NO_TRANSFORMERS_HOOK") == "1" or any(m in sys.modules for m in TARGETS):
         return
     if not any(type(f).__name__ == "CalderaTransformersHook" for f in sys.meta_path):
         sys.meta_path.insert(0, CalderaTransformersHook())

@@ -43,43 +43,54 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'caldera' has no attribute {name!r}")
 
 
-_HF_REGISTRY = "transformers.quantizers.auto"
+#: transformers' modules whose import calls a function of :mod:`caldera.pipeline.hf` (in import order): its
+#: config reading (then :func:`~caldera.pipeline.hf.explain_config_failures`) and its quantizer registry (then
+#: :func:`~caldera.pipeline.hf.register`)
+_HF_MODULES = {"transformers.configuration_utils": "explain_config_failures",
+               "transformers.quantizers.auto": "register"}
 
 
 class _RegisterWithTransformers:
-    """Import hook (``sys.meta_path``): right after transformers imports its quantizer registry, register the
-    ``caldera`` method (:func:`caldera.pipeline.hf.register`). ``import caldera`` thus never imports transformers
-    itself (several seconds), yet ``from_pretrained`` on a checkpoint works in any process that imported caldera."""
+    """Import hook (``sys.meta_path``): right after transformers imports each module of :data:`_HF_MODULES`, call
+    its function of :mod:`caldera.pipeline.hf` (the ``caldera`` method registered, failures to read a checkpoint's
+    ``config.json`` explained). ``import caldera`` thus never imports transformers itself (several seconds), yet
+    ``from_pretrained`` on a checkpoint works in any process that imported caldera."""
+
+    _finding: frozenset = frozenset()  # the names this finder is looking up (another hook may ask it again)
 
     def find_spec(self, name, path, target=None):
-        if name != _HF_REGISTRY:
+        if name not in _HF_MODULES or name in self._finding:
             return None
         import sys
 
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
+        self._finding = self._finding | {name}
+        try:
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(name, path, target)
+                if spec is not None:
+                    break
+            else:
+                return None
+        finally:
+            self._finding = self._finding - {name}
         run = spec.loader.exec_module
 
         def exec_module(module):
             run(module)
-            if self in sys.meta_path:
+            if self in sys.meta_path and all(m in sys.modules for m in _HF_MODULES):
                 sys.meta_path.remove(self)
             try:
-                from caldera.pipeline.hf import register
+                from caldera.pipeline import hf
 
-                register()
+                getattr(hf, _HF_MODULES[name])()
             except Exception as e:  # noqa: BLE001 - never break the user's transformers import
                 import warnings
 
                 warnings.warn(
-                    f"caldera could not register its quantization method with transformers ({type(e).__name__}: "
-                    f"{e}); from_pretrained on caldera checkpoints will not work, load_compressed still does",
+                    f"caldera could not hook into transformers' {name} ({type(e).__name__}: {e}); "
+                    "from_pretrained on caldera checkpoints may not work, load_compressed still does",
                     stacklevel=2,
                 )
 
@@ -90,11 +101,13 @@ class _RegisterWithTransformers:
 def _hook_transformers() -> None:
     import sys
 
-    if _HF_REGISTRY in sys.modules:
-        from caldera.pipeline.hf import register
+    loaded = [m for m in _HF_MODULES if m in sys.modules]
+    if loaded:
+        from caldera.pipeline import hf
 
-        register()
-    elif not any(isinstance(f, _RegisterWithTransformers) for f in sys.meta_path):
+        for m in loaded:
+            getattr(hf, _HF_MODULES[m])()
+    if len(loaded) < len(_HF_MODULES) and not any(isinstance(f, _RegisterWithTransformers) for f in sys.meta_path):
         sys.meta_path.insert(0, _RegisterWithTransformers())
 
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from caldera.arguments import MAX_SEED, IntOptionParser, int_option  # noqa: F401 - the commands' bounded options
 from caldera.atomic import write_atomic
 
 DEFAULT_MODEL = "smollm2"
@@ -201,32 +202,29 @@ def parse_layers(s: str | None) -> list[int] | None:
     return out
 
 
-#: the largest seed every sampler of the commands takes (torch generators: below 2**63 as a signed 64-bit integer)
-MAX_SEED = 2**63 - 1
+def model_config(path: str) -> Any | None:
+    """The transformers config of the model in the local folder ``path`` (a dense model or a checkpoint, resolved by
+    :func:`resolve_model_path`), from its ``config.json`` alone (no weight is read; a composite config's text
+    model's): what a command checks its options against before it loads the model. None for a hub id (its config
+    comes with the model) or a config that cannot be read (loading the model then says why)."""
+    folder = Path(path).expanduser()
+    if not (folder / "config.json").is_file():
+        return None
+    try:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(str(folder), local_files_only=True)
+    except Exception:  # noqa: BLE001 - an unreadable config is reported by the model's load
+        return None
+    text = getattr(config, "get_text_config", None)
+    return text() if callable(text) else config
 
 
-def int_option(lo: int, hi: int | None = None, meaning: str = "") -> Any:
-    """An argparse ``type``: an integer in ``[lo, hi]``. A value that is no integer reads as argparse's own
-    "invalid int value"; one out of range is refused naming the bounds and what the option counts
-    (``meaning``)."""
-
-    def parse(s: str) -> int:
-        v = int(s)  # ValueError: argparse says "invalid int value: 's'"
-        if v < lo or (hi is not None and v > hi):
-            bounds = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-            raise argparse.ArgumentTypeError(f"{v} is out of range: expected an integer {bounds}"
-                                             + (f" ({meaning})" if meaning else ""))
-        return v
-
-    parse.__name__ = "int"
-    parse.int_option = True  # type: ignore[attr-defined]
-    return parse
-
-
-def check_positions(model: Any, length: int, option: str) -> None:
+def check_positions(config: Any, length: int, option: str) -> None:
     """``length`` tokens (``option``'s value, or the sum it names) fit the model's positions
-    (``max_position_embeddings`` of its config, when it has one): :class:`CLIError` naming the option otherwise."""
-    top = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    (``max_position_embeddings`` of its transformers ``config``, when it has one): :class:`CLIError` naming the
+    option otherwise."""
+    top = getattr(config, "max_position_embeddings", None)
     if isinstance(top, int) and length > top:
         raise CLIError(f"{option} is {length}, above the model's max_position_embeddings ({top}): positions "
                        f"beyond it were never trained; use {option} <= {top}")
@@ -250,11 +248,10 @@ def available_memory() -> int:
     return avail
 
 
-def forward_memory(model: Any, batch: int, seq_len: int) -> int:
-    """Bytes a forward of ``batch`` sequences of ``seq_len`` tokens holds at its peak, roughly: the float32
-    logits three times (logits, their log-softmax, the loss's working copy), the causal mask and one layer's
-    attention scores and MLP activations."""
-    cfg = model.config
+def forward_memory(cfg: Any, batch: int, seq_len: int) -> int:
+    """Bytes a forward of ``batch`` sequences of ``seq_len`` tokens holds at its peak, beyond the model's own
+    weights, roughly: the float32 logits three times (logits, their log-softmax, the loss's working copy), the
+    causal mask and one layer's attention scores and MLP activations. ``cfg``: the model's transformers config."""
     vocab = getattr(cfg, "vocab_size", 0) or 0
     hidden = getattr(cfg, "hidden_size", 0) or 0
     inter = getattr(cfg, "intermediate_size", 0) or 4 * hidden
@@ -449,22 +446,12 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
-class _Parser(argparse.ArgumentParser):
-    """An argument parser whose epilog may be computed when help is printed (``lazy_epilog``): ``compress --help``
-    lists every registered method's parameters without importing the methods for every other command."""
+class _Parser(IntOptionParser):
+    """An argument parser whose integer options are checked (:class:`~caldera.arguments.IntOptionParser`) and whose
+    epilog may be computed when help is printed (``lazy_epilog``): ``compress --help`` lists every registered
+    method's parameters without importing the methods for every other command."""
 
     lazy_epilog: Any = None
-
-    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
-        """argparse's, then every integer option (:func:`int_option`) checked to hold an integer: Python 3.11's
-        argparse drops a ``--`` value (``--seq-len=--``) without calling the option's type."""
-        ns, rest = super().parse_known_args(args, namespace)
-        for action in self._actions:
-            value = getattr(ns, action.dest, None)
-            if getattr(action.type, "int_option", False) and value is not None and (
-                    isinstance(value, bool) or not isinstance(value, int)):
-                self.error(f"argument {'/'.join(action.option_strings)}: expected an integer, got {value!r}")
-        return ns, rest
 
     def format_help(self) -> str:
         if self.lazy_epilog is not None:

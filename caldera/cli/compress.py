@@ -16,6 +16,7 @@ from caldera.cli.common import (
     is_layer_dir,
     load_dense_model,
     local_input,
+    model_config,
     output_lock,
     param_types,
     parse_layers,
@@ -40,6 +41,7 @@ def cmd_compress(args: argparse.Namespace) -> int:
                        f"the leading ones of L R; use --ft-rank <= {rank}")
     layers = parse_layers(args.layers)
     args.model = hessians_model(args.model, args.hessians)
+    check_model_shapes(args, config, layers)
     out, work = Path(args.out), _work_dir(args)
     inputs = {"--hessians folder": args.hessians, "--model": local_input(args.model)}
     if args.allocation:
@@ -74,6 +76,42 @@ def hessians_model(model: str | None, hessians: str) -> str:
                        f"leave --model out to compress {rec[0]}, or collect {model}'s Hessians first "
                        f"(`caldera hessians --model {model} --out NEW`)")
     return model
+
+
+def check_model_shapes(args: argparse.Namespace, config: Any, layers: list[int] | None) -> None:
+    """``--layers`` among the model's decoder layers and the method's ranks within every matrix it would compress
+    (:meth:`~caldera.methods.registry.MethodSpec.check_shapes`), on the architecture ``config.json`` describes
+    (built on the meta device: no weight is read), before any output is written or the model loads. Nothing is
+    checked here for a hub model or a model that cannot be resolved or built (its load checks or says why)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from caldera.methods import get_method
+    from caldera.pipeline.compress import matrix_shapes
+    from caldera.pipeline.hessians import decoder_layers
+    from caldera.pipeline.models import is_checkpoint
+
+    try:
+        path = resolve_model_path(args.model)
+    except CLIError:
+        return
+    model_cfg = model_config(path) if not is_checkpoint(path) else None
+    if model_cfg is None:
+        return
+    try:
+        with torch.device("meta"):
+            meta = AutoModelForCausalLM.from_config(model_cfg)
+        n_layers = len(decoder_layers(meta))
+    except Exception:  # noqa: BLE001 - an architecture this check cannot build: the load reports it
+        return
+    bad = [x for x in layers or [] if not 0 <= x < n_layers]
+    if bad:
+        raise CLIError(f"--layers {args.layers}: layers {bad} are not among the model's {n_layers} decoder layers "
+                       f"(0-{n_layers - 1})")
+    try:
+        get_method(args.method).check_shapes(config, matrix_shapes(meta, layers))
+    except ValueError as e:
+        raise CLIError(f"--method {args.method}: {e}") from None
 
 
 def _work_dir(args: argparse.Namespace) -> Path:

@@ -21,7 +21,9 @@ from caldera.cli.common import (
     is_records_file,
     load_any_model,
     local_input,
+    model_config,
     parse_limit,
+    resolve_model_path,
 )
 
 
@@ -37,14 +39,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     if args.what == "throughput":
         return _eval_throughput(args)
+    config = model_config(resolve_model_path(args.model)) if args.what == "ppl" else None
+    if config is not None:  # config.json alone: a run that cannot fit is refused before the weights load
+        check_ppl_fits(config, args)
     model, tok, kind = load_any_model(args.model)
     if tok is None:
         raise CLIError(f"{args.model} has no tokenizer files; re-run `caldera compress` (it saves the tokenizer)")
-    if args.what == "ppl":
-        check_positions(model, args.seq_len, "--seq-len")
-        check_memory(forward_memory(model, args.batch_size, args.seq_len),
-                     f"perplexity on windows of --seq-len {args.seq_len}, --batch-size {args.batch_size} at a time,",
-                     "lower --batch-size or --seq-len")
+    if args.what == "ppl" and config is None:  # a hub model: its config came with it
+        check_ppl_fits(model.config, args)
     try:
         if args.what == "ppl":
             from caldera.eval.perplexity import perplexity
@@ -84,6 +86,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return _emit(args, res, zeroshot_summary(res), brief)
 
 
+def check_ppl_fits(config: Any, args: argparse.Namespace) -> None:
+    """``--seq-len`` within the model's positions and a forward of ``--batch-size`` windows
+    (:func:`~caldera.cli.common.forward_memory`) within what this machine has available, for the model of
+    transformers ``config``: :class:`CLIError` naming the options otherwise."""
+    check_positions(config, args.seq_len, "--seq-len")
+    check_memory(forward_memory(config, args.batch_size, args.seq_len),
+                 f"perplexity on windows of --seq-len {args.seq_len}, --batch-size {args.batch_size} at a time,",
+                 "lower --batch-size or --seq-len")
+
+
 def ppl_summary(res: dict[str, Any]) -> list[str]:
     """``caldera eval ppl``'s lines: perplexity with its interval, then what was scored."""
     ci = f"  [{res['ppl_lo']:.2f}, {res['ppl_hi']:.2f}] 95 % (Student's t over windows)" if "ppl_lo" in res else ""
@@ -116,6 +128,12 @@ def _eval_throughput(args: argparse.Namespace) -> int:
 
     from caldera.eval.throughput import compare_throughput
 
+    length, option = args.prompt_len + args.new_tokens, "--prompt-len + --new-tokens"
+    names = [n for n in (args.dense, args.model) if n]
+    configs = {n: model_config(resolve_model_path(n)) for n in names}
+    for config in configs.values():  # config.json alone: checked before any weight loads
+        if config is not None:
+            check_positions(config, length, option)
     models: dict[str, Any] = {}
     tok = None
     if args.dense:
@@ -124,8 +142,9 @@ def _eval_throughput(args: argparse.Namespace) -> int:
     m, t2, kind = load_any_model(args.model)
     models[kind if kind not in models else "model"] = m
     tok = tok or t2
-    for m in models.values():
-        check_positions(m, args.prompt_len + args.new_tokens, "--prompt-len + --new-tokens")
+    for name, m in zip(names, models.values()):
+        if configs[name] is None:  # a hub model: its config came with it
+            check_positions(m.config, length, option)
     if args.device:
         for m in models.values():
             m.to(args.device)

@@ -18,6 +18,7 @@ from caldera.cli.common import (
     is_hessian_dir,
     load_dense_model,
     local_input,
+    model_config,
     parse_layers,
     resolve_model_path,
 )
@@ -35,11 +36,12 @@ def cmd_hessians(args: argparse.Namespace) -> int:
                  inputs={"--model": local_input(path)}, resumable=True)
     if is_checkpoint(path):
         raise CLIError("--model is a compressed checkpoint; Hessians are collected on the original model")
+    config = model_config(path)  # config.json alone: a run that cannot fit is refused before the weights load
+    if config is not None:
+        check_fits(config, args)
     model, tok = load_dense_model(args.model, path)
-    check_positions(model, args.seq_len, "--seq-len")
-    check_memory(hessian_memory(model, args.n_samples, args.batch_size, args.seq_len),
-                 f"collecting Hessians of {args.n_samples} sequences of {args.seq_len} tokens, {args.batch_size} at a "
-                 "time,", "lower --n-samples, --seq-len or --batch-size")
+    if config is None:  # a hub model: its config came with it
+        check_fits(model.config, args)
     try:
         ids = calibration_sequences(tok, args.n_samples, args.seq_len, args.seed, source=args.source)
     except FileNotFoundError as e:
@@ -61,11 +63,20 @@ def cmd_hessians(args: argparse.Namespace) -> int:
 
 
 
-def hessian_memory(model: Any, n_samples: int, batch: int, seq_len: int) -> int:
-    """Bytes the layer-by-layer collection holds at its peak, roughly: every sequence's float32 hidden states in
-    and out of the layer (and a spare), one batch's forward through it, and its Hessians (float64, the widest
-    input's square, four groups)."""
-    cfg = model.config
+def check_fits(config: Any, args: argparse.Namespace) -> None:
+    """``--seq-len`` within the model's positions and the collection's memory (:func:`hessian_memory`) within what
+    this machine has available, for the model of transformers ``config``: :class:`CLIError` naming the options
+    otherwise."""
+    check_positions(config, args.seq_len, "--seq-len")
+    check_memory(hessian_memory(config, args.n_samples, args.batch_size, args.seq_len),
+                 f"collecting Hessians of {args.n_samples} sequences of {args.seq_len} tokens, {args.batch_size} at a "
+                 "time,", "lower --n-samples, --seq-len or --batch-size")
+
+
+def hessian_memory(cfg: Any, n_samples: int, batch: int, seq_len: int) -> int:
+    """Bytes the layer-by-layer collection holds at its peak beyond the model's own weights, roughly: every
+    sequence's float32 hidden states in and out of the layer (and a spare), one batch's forward through it, and its
+    Hessians (float64, the widest input's square, four groups). ``cfg``: the model's transformers config."""
     hidden = getattr(cfg, "hidden_size", 0) or 0
     inter = getattr(cfg, "intermediate_size", 0) or 4 * hidden
     heads = getattr(cfg, "num_attention_heads", 1) or 1

@@ -9,8 +9,14 @@ an import hook that registers right after transformers imports it, so ``import c
 
 What the quantizer does, in transformers' loading order:
 
-1. before the weights are read (:meth:`CalderaHfQuantizer._process_model_before_weight_loading`): the one reading
-   of the checkpoint's structure that :func:`~caldera.pipeline.checkpoint.load_compressed` starts from too
+0. transformers reads ``config.json`` (``PreTrainedConfig.get_config_dict``, wrapped by
+   :func:`explain_config_failures`): when it cannot read a checkpoint folder's ``config.json`` or build a config
+   from it, the checkpoint is read as :func:`~caldera.pipeline.checkpoint.load_compressed` reads it and refused
+   with the same message (naming the file and the fix) instead of transformers' own ``OSError`` / ``TypeError``;
+1. as soon as transformers hands the quantizer the config (:meth:`CalderaHfQuantizer.update_attn_implementation`,
+   before transformers reads any tensor file, e.g. ``model.safetensors``' header for a config without ``dtype``),
+   or else before the weights are read (:meth:`CalderaHfQuantizer._process_model_before_weight_loading`): the one
+   reading of the checkpoint's structure that :func:`~caldera.pipeline.checkpoint.load_compressed` starts from too
    (:func:`~caldera.pipeline.checkpoint.verify.read_structure`: checksums, the config, the content manifest, the
    safetensors header against the model ``base_config`` builds: shapes, dtypes against the scheme, the ``tied``
    map equal to what the architecture ties, every weight stored once, no foreign tensor), so a checkpoint one
@@ -73,6 +79,7 @@ def _classes() -> tuple[type, type]:
             super().__init__(quantization_config, **kwargs)
             self._cfg: dict[str, Any] | None = None
             self._folder: Path | None = None
+            self._structure: tuple[Path, Any] | None = None  # (folder, read_structure's result) read early
 
         def validate_environment(self, *args: Any, **kwargs: Any) -> None:
             if self.quantization_config.format_version != FORMAT_VERSION:
@@ -89,21 +96,16 @@ def _classes() -> tuple[type, type]:
                 raise ValueError(f"config.json: dtype {dt!r} is not a torch dtype name (e.g. 'float32'); a caldera "
                                  "checkpoint's config.json states the base config it was written with: re-run "
                                  "`caldera compress` to rebuild the checkpoint")
+            folder = local_checkpoint(getattr(config, "name_or_path", None))
+            if folder is not None:  # read before transformers reads a tensor file itself
+                self._structure = (folder.resolve(), read_structure_on_cpu(folder))
             return super().update_attn_implementation(config)
 
         def get_new_dtype(self, converter: Any, param: Any, dtype: Any) -> None:
             return None  # keep every stored dtype: codes are integers, scales/signs must not be rounded
 
         def _process_model_before_weight_loading(self, model: Any, checkpoint_files: Any = None, **kwargs: Any):
-            # transformers builds the model under a meta-device and `dtype` default; the lookup arrays a quantizer
-            # builds on first use (E8P's codebook) must be real float32 tensors (the shells are explicitly meta)
-            old = torch.get_default_dtype()
-            torch.set_default_dtype(torch.float32)
-            try:
-                with torch.device("cpu"):
-                    return _before(self, model, checkpoint_files)
-            finally:
-                torch.set_default_dtype(old)
+            return _before(self, model, checkpoint_files)
 
         def _process_model_after_weight_loading(self, model: Any, **kwargs: Any):
             return _after(self, model)
@@ -118,9 +120,83 @@ def _classes() -> tuple[type, type]:
     return CalderaQuantizationConfig, CalderaHfQuantizer
 
 
+def local_checkpoint(name: Any, subfolder: str = "") -> Path | None:
+    """The local checkpoint folder ``name`` (joined with ``subfolder``) names, when it is one (it holds
+    ``caldera_config.json``); None for a hub id, a plain model folder or no name."""
+    from caldera.pipeline.checkpoint.format import CONFIG_FILE
+
+    if not isinstance(name, (str, Path)) or not str(name):
+        return None
+    folder = Path(name) / (subfolder or "")
+    return folder if (folder / CONFIG_FILE).is_file() else None
+
+
+def read_structure_on_cpu(folder: Path) -> Any:
+    """:func:`~caldera.pipeline.checkpoint.verify.read_structure` of ``folder`` under a float32 default dtype on the
+    CPU: transformers builds the model under a meta-device and ``dtype`` default, and the lookup arrays a quantizer
+    builds on first use (E8P's codebook) must be real float32 tensors (the shells are explicitly meta)."""
+    from caldera.pipeline.checkpoint.verify import read_structure
+
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float32)
+    try:
+        with torch.device("cpu"):
+            return read_structure(folder)
+    finally:
+        torch.set_default_dtype(old)
+
+
+def explain_config_failures() -> None:
+    """Wrap ``PreTrainedConfig.get_config_dict`` (how ``AutoConfig`` and every ``from_pretrained`` read
+    ``config.json``; idempotent): for a local checkpoint folder (:func:`local_checkpoint`) the config is also built
+    from what was read, and when reading or building fails (``config.json`` truncated, not JSON, a base config the
+    config class refuses) the checkpoint is read as ``load_compressed`` reads it (:func:`read_structure_on_cpu`),
+    whose ``ValueError`` names the file and the fix. Nothing changes for other folders, hub ids, or a checkpoint
+    in which that reading finds nothing wrong (transformers' own error stands)."""
+    import functools
+
+    from transformers.configuration_utils import PreTrainedConfig
+
+    if getattr(PreTrainedConfig.get_config_dict, "caldera_explains_failures", False):
+        return
+    original = PreTrainedConfig.get_config_dict.__func__
+
+    @functools.wraps(original)
+    def get_config_dict(cls: type, pretrained_model_name_or_path: Any, **kwargs: Any) -> Any:
+        folder = local_checkpoint(pretrained_model_name_or_path, kwargs.get("subfolder", ""))
+        if folder is None:
+            return original(cls, pretrained_model_name_or_path, **kwargs)
+        try:
+            config_dict, unused = original(cls, pretrained_model_name_or_path, **kwargs)
+            build_config(config_dict)
+            return config_dict, unused
+        except Exception as e:  # noqa: BLE001 - whatever transformers raises, the checkpoint's own reading explains it
+            failure = e
+        read_structure_on_cpu(folder)  # raises what is wrong with the checkpoint (not chained to transformers' error)
+        raise failure
+
+    get_config_dict.caldera_explains_failures = True  # type: ignore[attr-defined]
+    PreTrainedConfig.get_config_dict = classmethod(get_config_dict)
+
+
+def build_config(config_dict: Any) -> Any:
+    """The transformers config of the class ``config_dict``'s ``model_type`` names, built from it (what
+    ``AutoConfig`` builds next); None when ``config_dict`` names no known model type (transformers says so)."""
+    import copy
+
+    from transformers import CONFIG_MAPPING
+
+    model_type = config_dict.get("model_type") if isinstance(config_dict, dict) else None
+    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
+        return None
+    return CONFIG_MAPPING[model_type].from_dict(copy.deepcopy(config_dict))  # transformers' own dict untouched
+
+
 def register() -> None:
-    """Register the ``caldera`` quantization config and quantizer with transformers (idempotent)."""
+    """Register the ``caldera`` quantization config and quantizer with transformers (idempotent), and explain
+    failures to read a checkpoint's ``config.json`` (:func:`explain_config_failures`)."""
     global _REGISTERED
+    explain_config_failures()
     if _REGISTERED:
         return
     from transformers.quantizers import auto
@@ -135,7 +211,6 @@ def register() -> None:
 
 def _before(quantizer: Any, model: Any, checkpoint_files: Any) -> Any:
     from caldera.pipeline.checkpoint.format import CONFIG_FILE, replace_module
-    from caldera.pipeline.checkpoint.verify import read_structure
 
     if not checkpoint_files:
         raise ValueError("the caldera quantization method loads a compressed checkpoint folder; none was resolved")
@@ -146,7 +221,12 @@ def _before(quantizer: Any, model: Any, checkpoint_files: Any) -> Any:
             "caldera.load_compressed('org/name') (downloads the whole folder), or download the whole repository "
             "(huggingface_hub.snapshot_download) and pass its folder"
         )
-    cfg, _, modules = read_structure(folder)  # what load_compressed reads first, with the same checks
+    early = quantizer._structure
+    if early is not None and early[0] == folder.resolve():
+        cfg, _, modules = early[1]  # read when transformers handed over the config
+    else:
+        cfg, _, modules = read_structure_on_cpu(folder)  # what load_compressed reads first, with the same checks
+    quantizer._structure = None
     for path, mod in modules.items():
         replace_module(model, path, mod)
     quantizer._cfg, quantizer._folder = cfg, folder

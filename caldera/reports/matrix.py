@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from caldera.arguments import IntOptionParser, int_option, out_of_range
 from caldera.atomic import write_atomic
 from caldera.ldl import regularize_hessian
 from caldera.methods import get_method
@@ -111,13 +112,41 @@ def to_markdown(rows: list[dict[str, Any]], claims: list[dict[str, Any]], rank: 
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="caldera matrix-report", description=__doc__.splitlines()[0])
+#: the most outer iterations (T_out) the report runs: the paper's ablations run 15; a larger value is a typo
+#: (e.g. 1500) that would take hours before anything is written
+MAX_OUTER_ITERS = 100
+
+
+def build_parser() -> IntOptionParser:
+    """The report's options: ``--rank`` >= 1 (below the smallest matrix dimension of the cases run: checked by
+    :func:`parse_args`) and ``--outer-iters`` in ``[1, MAX_OUTER_ITERS]``, typed and bounded before any work."""
+    ap = IntOptionParser(prog="caldera matrix-report", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="two small matrices, T_out = 3 (a smoke run)")
-    ap.add_argument("--rank", type=int, default=64)
-    ap.add_argument("--outer-iters", type=int, default=None, help="T_out (default 15, quick: 3)")
+    ap.add_argument("--rank", type=int_option(1, meaning="rank of the low-rank factors"), default=64,
+                    help="rank of the low-rank factors (default 64; below the smallest matrix dimension)")
+    ap.add_argument("--outer-iters", type=int_option(1, MAX_OUTER_ITERS, "T_out, the outer iterations"),
+                    default=None, help=f"T_out (default 15, quick: 3; at most {MAX_OUTER_ITERS})")
     ap.add_argument("--out", type=Path, default=Path("results/matrix_report"))
+    return ap
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The parsed options (:func:`build_parser`), ``--rank`` also checked against the cases it would run
+    (``--quick``: :data:`QUICK_CASES`, else :data:`CASES`): a rank above a matrix's smaller dimension has no
+    factors of that rank, refused by the parser (exit 2) naming the bounds and the case."""
+    ap = build_parser()
     args = ap.parse_args(argv)
+    cases = QUICK_CASES if args.quick else CASES
+    smallest = min(cases, key=lambda c: min(c.n, c.d))
+    top = min(smallest.n, smallest.d) - 1  # caldera.validation.check_rank: 1 <= rank < min(n, d)
+    if args.rank > top:
+        meaning = f"rank of the low-rank factors, below the smallest matrix dimension: {smallest.name}"
+        ap.error("argument --rank: " + out_of_range(args.rank, 1, top, meaning))
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     cases = QUICK_CASES if args.quick else CASES
     outer = args.outer_iters or (3 if args.quick else 15)
     rows = []

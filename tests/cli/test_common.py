@@ -331,6 +331,8 @@ NUMERIC = [
     (["eval", "throughput"], "--warmup", ["-1"]),
     (["eval", "throughput"], "--calls", ["0"]),
     (["eval", "throughput"], "--prompt-len", ["0"]),
+    (["matrix-report", "--out", "MR"], "--rank", ["0", "-1", "256"]),
+    (["matrix-report", "--out", "MR"], "--outer-iters", ["0", "-1", "101"]),
 ]
 
 
@@ -375,13 +377,89 @@ def test_lengths_beyond_the_models_positions_and_runs_beyond_memory_are_refused(
     assert not (tmp_path / "H").exists()
 
 
+class Loaded(Exception):
+    """Raised by a model loader the test replaced: the command got as far as loading weights."""
+
+
+def _no_loading(monkeypatch):
+    """Every model loader of the commands (dense, any, compressed) raises :class:`Loaded`."""
+    import caldera.pipeline.checkpoint as checkpoint
+    import caldera.pipeline.models as models
+
+    def loaded(*a, **k):
+        raise Loaded
+
+    for mod, name in ((models, "load_dense"), (models, "load_any"), (checkpoint, "load_compressed")):
+        monkeypatch.setattr(mod, name, loaded)
+
+
+def test_lengths_and_memory_are_refused_from_config_json_before_any_weight_loads(tmp_path, monkeypatch, capsys):
+    """--seq-len (eval ppl, hessians), --prompt-len + --new-tokens (eval throughput) and the memory estimates are
+    checked against config.json alone, for a dense folder and a compressed checkpoint: with every model loader
+    replaced by one that raises, each refusal still comes, while a run that fits reaches the loader."""
+    from tests.helpers import tiny_model_dir
+    from tests.pipeline.checkpoint_helpers import save_tiny_checkpoint
+
+    dense = str(tiny_model_dir(tmp_path / "tiny"))
+    _, ck = save_tiny_checkpoint(tmp_path / "ck")
+    _no_loading(monkeypatch)
+    too_long = "--seq-len is 65, above the model's max_position_embeddings (64)"
+    for model in (dense, str(ck)):
+        cases = [(["eval", "ppl", "--model", model, "--seq-len", "65"], too_long),
+                 (["eval", "throughput", "--model", model, "--prompt-len", "60", "--new-tokens", "5"],
+                  "--prompt-len + --new-tokens is 65, above the model's max_position_embeddings (64)")]
+        if model == dense:
+            cases += [(["hessians", "--model", model, "--out", str(tmp_path / "H"), "--seq-len", "65"], too_long),
+                      (["eval", "throughput", "--model", str(ck), "--dense", model, "--prompt-len", "64",
+                        "--new-tokens", "1"], "is 65, above the model's max_position_embeddings (64)")]
+        for argv, words in cases:
+            assert cli.main(argv) == 2, argv
+            assert words in capsys.readouterr().err, argv
+        for argv in (["eval", "ppl", "--model", model, "--seq-len", "64"],
+                     ["eval", "throughput", "--model", model, "--prompt-len", "60", "--new-tokens", "4"]):
+            with pytest.raises(Loaded):  # the same runs, fitting: the loader is reached
+                cli.main(argv)
+    with pytest.raises(Loaded):
+        cli.main(["hessians", "--model", dense, "--out", str(tmp_path / "H2"), "--seq-len", "64"])
+    monkeypatch.setattr(common, "available_memory", lambda: 1 << 10)
+    assert cli.main(["eval", "ppl", "--model", dense, "--seq-len", "8"]) == 2
+    assert "lower --batch-size or --seq-len" in capsys.readouterr().err
+    assert cli.main(["hessians", "--model", dense, "--out", str(tmp_path / "H3"), "--seq-len", "8"]) == 2
+    assert "lower --n-samples, --seq-len or --batch-size" in capsys.readouterr().err
+
+
+def test_a_model_whose_config_is_not_read_first_is_checked_once_loaded(tmp_path, monkeypatch, capsys):
+    """A hub model's config comes with its weights (model_config is None): the same refusal, after the load."""
+    from caldera.cli import evaluate, hessians
+    from tests.helpers import tiny_model_dir
+
+    model = str(tiny_model_dir(tmp_path / "tiny"))
+    for mod in (evaluate, hessians):
+        monkeypatch.setattr(mod, "model_config", lambda path: None)
+    for argv in (["eval", "ppl", "--model", model, "--seq-len", "65"],
+                 ["hessians", "--model", model, "--out", str(tmp_path / "H"), "--seq-len", "65"],
+                 ["eval", "throughput", "--model", model, "--prompt-len", "60", "--new-tokens", "5"]):
+        assert cli.main(argv) == 2
+        assert "above the model's max_position_embeddings (64)" in capsys.readouterr().err
+
+
+def test_the_model_config_is_read_from_config_json_alone(tmp_path):
+    """model_config: a local folder's config (a checkpoint's too), None for a hub id or an unreadable config.json."""
+    from tests.helpers import tiny_model_dir
+
+    folder = tiny_model_dir(tmp_path / "tiny")
+    assert common.model_config(str(folder)).max_position_embeddings == 64
+    assert common.model_config("org/name") is None
+    (folder / "config.json").write_text("{")
+    assert common.model_config(str(folder)) is None
+
+
 def test_the_memory_estimate_counts_the_logits_and_attention():
     """SmolLM2-135M's shapes: 100,000 tokens in one window need far more than 20 GB (what the unchecked run grew to
     before the kernel killed it); the default 512-token window well under 1 GB."""
     import types
 
-    cfg = types.SimpleNamespace(config=types.SimpleNamespace(vocab_size=49152, hidden_size=576, intermediate_size=1536,
-                                                             num_attention_heads=9))
+    cfg = types.SimpleNamespace(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_attention_heads=9)
     assert common.forward_memory(cfg, 1, 100_000) > 20e9
     assert common.forward_memory(cfg, 1, 512) < 1e9
     assert common.forward_memory(cfg, 4, 512) == 4 * common.forward_memory(cfg, 1, 512)

@@ -104,3 +104,35 @@ def test_the_model_is_taken_from_the_hessians_and_another_one_is_refused(tmp_pat
     assert cli.main([*base, "--out", str(tmp_path / "ck3"), "--allocation", str(tmp_path / "a.json")]) == 2
     assert f"--allocation: no such file: {tmp_path / 'a.json'}" in capsys.readouterr().err
     assert not (tmp_path / "ck3").exists()
+
+
+def test_a_rank_or_layer_the_model_cannot_have_is_refused_from_config_json_before_any_work(tmp_path, monkeypatch,
+                                                                                          capsys):
+    """The tiny LLaMA (2 decoder layers; k_proj and v_proj 32x64): --param rank=32 has no 32-rank factors of a
+    32-row matrix, --layers 2 is no layer of it; both are refused naming the option, with the dense loader
+    replaced by one that fails the test and nothing written. rank=31 and --layers 1 pass the check and reach it."""
+    import caldera.pipeline.models as models
+    from tests.helpers import tiny_model_dir
+
+    class Loaded(Exception):
+        pass
+
+    def loaded(*a, **k):
+        raise Loaded
+
+    model = str(tiny_model_dir(tmp_path / "tiny"))
+    (tmp_path / "H").mkdir()  # Hessians recorded for this model (compress checks that before the shapes)
+    (tmp_path / "H" / "hessians.json").write_text(json.dumps({"model": model}))
+    monkeypatch.setattr(models, "load_dense", loaded)
+    capsys.readouterr()
+    out = tmp_path / "o"
+    base = ["compress", "--model", model, "--hessians", str(tmp_path / "H"), "--method", "caldera", "--out", str(out)]
+    for extra, words in ((["--param", "rank=32"], "--method caldera: method 'caldera' cannot compress 2 matrices: "
+                          "self_attn.k_proj 32×64: rank=32 is too large (accepted: 1 <= rank < min(n, d) = 32)"),
+                         (["--param", "rank=4", "--layers", "1-2"], "--layers 1-2: layers [2] are not among the "
+                          "model's 2 decoder layers (0-1)")):
+        assert cli.main([*base, *extra]) == 2
+        assert words in capsys.readouterr().err
+        assert not out.exists() and not (tmp_path / "o.layers").exists()
+    with pytest.raises(Loaded):
+        cli.main([*base, "--param", "rank=31", "--layers", "1"])

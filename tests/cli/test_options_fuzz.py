@@ -1,8 +1,9 @@
 """Fuzzing the commands' numeric options (Hypothesis): every value drawn from the option's type and its edges
 either is refused with a message naming the option, or gives the right result. The parser is fuzzed over every
-numeric option of every command; ``caldera eval ppl`` runs for real on a tiny model, its window count, scored
-tokens and perplexity checked against a direct computation; ``compress --param`` values are fuzzed against each
-parameter's type. ``CALDERA_FUZZ_EXAMPLES`` raises the number of cases (CI runs the default)."""
+numeric option of every command (``matrix-report``'s own parser included); ``caldera eval ppl`` runs for real on
+a tiny model, its window count, scored tokens and perplexity checked against a direct computation; ``compress
+--param`` values are fuzzed against each parameter's type. ``CALDERA_FUZZ_EXAMPLES`` raises the number of cases
+(CI runs the default)."""
 
 from __future__ import annotations
 
@@ -16,13 +17,15 @@ from hypothesis import strategies as st
 
 from caldera import cli
 from caldera.cli.common import MAX_SEED
+from caldera.reports.matrix import CASES, MAX_OUTER_ITERS
 from tests.cli.test_common import NUMERIC
 
 #: (option, lowest accepted, highest accepted or None) per command head, from the options' declared bounds
 BOUNDS = {"--n-samples": (1, None), "--seq-len": (1, None), "--seed": (0, MAX_SEED), "--batch-size": (1, None),
           "--ft-rank": (0, None), "--threads": (1, None), "--n-windows": (1, None), "--max-windows": (1, None),
           "--new-tokens": (1, None), "--runs": (1, None), "--warmup": (0, None), "--calls": (1, None),
-          "--prompt-len": (1, None)}
+          "--prompt-len": (1, None), "--outer-iters": (1, MAX_OUTER_ITERS),
+          "--rank": (1, min(min(c.n, c.d) for c in CASES) - 1)}  # matrix-report without --quick: below every case's
 
 
 def _examples(n: int) -> int:
@@ -44,7 +47,12 @@ def test_every_numeric_option_parses_to_its_value_or_is_refused_naming_it(case, 
     head, option, _ = case
     lo, hi = BOUNDS[option] if not (head[0] == "eval" and option == "--seq-len") else (2, None)
     try:
-        args = cli.build_parser().parse_args([*head, f"{option}={value}"])
+        if head[0] == "matrix-report":  # its own parser, behind `caldera matrix-report`
+            from caldera.reports.matrix import parse_args
+
+            args = parse_args([*head[1:], f"{option}={value}"])
+        else:
+            args = cli.build_parser().parse_args([*head, f"{option}={value}"])
     except SystemExit as e:
         err = capsys.readouterr().err
         assert e.code == 2 and f"argument {option}: " in err, (value, err)

@@ -79,6 +79,32 @@ def test_import_caldera_then_transformers_in_a_fresh_process(saved, tmp_path):
     assert torch.equal(torch.load(out), ids_logits(model))
 
 
+TRUNCATED_CONFIG = r"""
+import sys
+import caldera
+from transformers import AutoModelForCausalLM
+try:
+    AutoModelForCausalLM.from_pretrained(sys.argv[1])
+except ValueError as e:
+    print(e)
+"""
+
+
+def test_a_truncated_config_json_is_named_with_its_fix_in_a_fresh_process(saved, tmp_path):
+    """`import caldera` then transformers, fresh: transformers reads config.json before it imports its quantizer
+    registry, so the import hook also wraps its config reading; a truncated config.json is refused with the
+    checkpoint's own message (the file and the fix), not transformers' OSError."""
+    _, path = saved
+    ck = copy_checkpoint(path, tmp_path / "ck")
+    (ck / "config.json").write_bytes((ck / "config.json").read_bytes()[:-10])
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    r = subprocess.run([sys.executable, "-c", TRUNCATED_CONFIG, str(ck)], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.startswith(f"checkpoint file {ck}/config.json is corrupt or truncated (sha256 "), r.stdout
+    assert r.stdout.rstrip().endswith("re-run `caldera compress` to rebuild the checkpoint"), r.stdout
+
+
 def test_save_pretrained_round_trip(saved, tmp_path):
     """save_pretrained of a from_pretrained (or load_compressed) model writes the checkpoint format again: the
     same tensors and config (extras kept), verified on reload by both loaders; a non-empty folder is refused."""

@@ -90,6 +90,39 @@ def test_from_pretrained_without_import_caldera(saved, tmp_path):
         assert torch.equal(got, want) if off == "0" else not torch.allclose(got, want, atol=1e-3)
 
 
+TRUNCATED_CONFIG = r"""
+import site, sys
+site.addsitedir(sys.argv[1])
+assert "caldera" not in sys.modules
+from transformers import AutoModelForCausalLM
+try:
+    AutoModelForCausalLM.from_pretrained(sys.argv[2])
+except ValueError as e:
+    print(e)
+"""
+
+
+def test_a_truncated_config_json_is_named_with_its_fix_without_import_caldera(saved, tmp_path):
+    """A child that never imports caldera, on a checkpoint whose config.json was truncated: with the hook, the
+    checkpoint's own refusal (the file and the fix), although transformers reads config.json before it imports
+    its quantizer registry; with the hook off, transformers' OSError."""
+    _, path = saved
+    ck = tmp_path / "ck"
+    shutil.copytree(path, ck)
+    (ck / "config.json").write_bytes((ck / "config.json").read_bytes()[:-10])
+    d = site_dir(tmp_path)
+    for off in ("0", "1"):
+        r = subprocess.run([sys.executable, "-c", TRUNCATED_CONFIG, str(d), str(ck)],
+                           env=child_env(CALDERA_NO_TRANSFORMERS_HOOK=off), capture_output=True, text=True,
+                           timeout=600)
+        if off == "0":
+            assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+            assert r.stdout.startswith(f"checkpoint file {ck}/config.json is corrupt or truncated (sha256 "), r.stdout
+            assert r.stdout.rstrip().endswith("re-run `caldera compress` to rebuild the checkpoint"), r.stdout
+        else:
+            assert r.returncode != 0 and "is not a valid JSON file" in r.stderr, r.stderr[-3000:]
+
+
 LM_EVAL = r"""
 import site, sys
 site.addsitedir(sys.argv[1])

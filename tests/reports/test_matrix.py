@@ -104,3 +104,41 @@ def test_main_writes_the_table_and_claims_of_what_it_measured(tmp_path, monkeypa
     assert md in capsys.readouterr().out
     assert sum(line.startswith("| ") for line in md.splitlines()) == 1 + len(M.methods(4, 3)) + 1 + len(
         data["claims"])  # header, one row a method; header, one row a claim
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_the_rank_is_bounded_by_the_smallest_matrix_of_the_cases_run(quick, monkeypatch, capsys):
+    """--rank below min(n, d) of every case run (caldera.validation.check_rank), refused by the parser otherwise,
+    naming the bounds and the case; --quick runs other cases, with their own bound."""
+    monkeypatch.setattr(M, "QUICK_CASES", [M.Case(64, 32, 1e2, 0.5, 0), TINY])
+    cases = M.QUICK_CASES if quick else M.CASES
+    small = min(min(c.n, c.d) for c in cases)
+    flag = ["--quick"] if quick else []
+    assert M.parse_args([*flag, "--rank", str(small - 1)]).rank == small - 1
+    for bad in (small, small + 1, 0, -3):
+        with pytest.raises(SystemExit) as e:
+            M.parse_args([*flag, "--rank", str(bad)])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and f"argument --rank: {bad} is out of range: expected an integer" in err, err
+        if bad > 0:
+            case = min(cases, key=lambda c: min(c.n, c.d)).name
+            assert f"in [1, {small - 1}]" in err and case in err, err
+
+
+def test_the_outer_iterations_are_bounded(capsys):
+    assert M.parse_args(["--outer-iters", "1"]).outer_iters == 1
+    assert M.parse_args(["--outer-iters", str(M.MAX_OUTER_ITERS)]).outer_iters == M.MAX_OUTER_ITERS
+    for bad in ("0", "-1", str(M.MAX_OUTER_ITERS + 1), "1.5", "--"):
+        with pytest.raises(SystemExit) as e:
+            M.parse_args([f"--outer-iters={bad}"])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and "argument --outer-iters: " in err, err
+
+
+def test_out_of_range_options_are_refused_before_any_case_runs(tmp_path, monkeypatch):
+    """No matrix is decomposed and nothing is written for a refused option."""
+    monkeypatch.setattr(M, "run_case", lambda *a: pytest.fail("a case ran"))
+    for argv in (["--rank", "100000"], ["--outer-iters", "100000"], ["--rank", "0"]):
+        with pytest.raises(SystemExit):
+            M.main([*argv, "--out", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()

@@ -221,8 +221,8 @@ def build_base_model(cfg: dict[str, Any], folder: str | os.PathLike) -> tuple[An
             model = AutoModelForCausalLM.from_config(config)
     except Exception as e:  # noqa: BLE001 - strict-dataclass validation errors are not ValueErrors
         msg = str(e).strip().splitlines()
-        raise bad(Path(folder), f"base_config does not build a model ({type(e).__name__}: "
-                  f"{' '.join(msg)[:300]})") from None
+        raise bad(Path(folder), f"base_config of {CONFIG_FILE} (the base config of {HF_CONFIG_FILE}) does not build a "
+                  f"model ({type(e).__name__}: {' '.join(msg)[:300]})") from None
     return config, model
 
 

@@ -44,8 +44,9 @@ def test_hidden_size_mismatch_is_a_value_error(saved, tmp_path):
     ck = copy_checkpoint(path, tmp_path / "ck")
     edit_config(lambda c: c["base_config"].update(hidden_size=63))(ck)
     reseal(ck)
-    with pytest.raises(ValueError, match=r"base_config does not build a model \(StrictDataclassClassValidationError"
-                       r".*hidden size \(63\) is not a multiple of the number of attention heads.*re-run"):
+    with pytest.raises(ValueError, match=r"base_config of caldera_config\.json \(the base config of config\.json\) "
+                       r"does not build a model \(StrictDataclassClassValidationError.*hidden size \(63\) is not a "
+                       r"multiple of the number of attention heads.*re-run"):
         load_compressed(ck)
 
 

@@ -553,18 +553,50 @@ def _header_byte(ck):
     (ck / MODEL_FILE).write_bytes(bytes(b))
 
 
+def _garbage(name):
+    def go(ck):
+        (ck / name).write_bytes(b"\xff\xfe\x00 not json \x80")
+
+    return go
+
+
+_REFUSED = r"re-run `caldera compress` to rebuild the checkpoint$"
+_TOKENIZER_FIX = (r".*; save the tokenizer there again \(tokenizer\.save_pretrained\) or copy its files from the "
+                  r"original")
 CORRUPT = {
     "model.safetensors truncated": (_cut(MODEL_FILE, 100), r"checkpoint file .*/model\.safetensors cannot be read "
-                                                           r"\(.*incomplete metadata"),
-    "model.safetensors header": (_header_byte, r"checkpoint file .*/model\.safetensors cannot be read \(.*header"),
-    "caldera_config.json truncated": (_cut(CONFIG_FILE, 10), r".*/caldera_config\.json is missing or not valid JSON"),
-    "checksums.json truncated": (_cut(CHECKSUM_FILE, 5), r".*/checksums\.json is missing or corrupt"),
+                                                           r"\(.*incomplete metadata.*" + _REFUSED),
+    "model.safetensors header": (_header_byte, r"checkpoint file .*/model\.safetensors cannot be read \(.*header.*"
+                                 + _REFUSED),
+    "caldera_config.json truncated": (_cut(CONFIG_FILE, 10), r".*/caldera_config\.json is missing or not valid JSON.*"
+                                      + _REFUSED),
+    "caldera_config.json garbage": (_garbage(CONFIG_FILE), r".*/caldera_config\.json is missing or not valid JSON.*"
+                                    + _REFUSED),
+    "checksums.json truncated": (_cut(CHECKSUM_FILE, 5), r".*/checksums\.json is missing or corrupt.*" + _REFUSED),
+    "checksums.json garbage": (_garbage(CHECKSUM_FILE), r".*/checksums\.json is missing or corrupt.*" + _REFUSED),
     "config.json truncated": (_cut("config.json", 10), r"config\.json differs from the file recorded in "
-                                                       r"manifest\.files"),
-    "tokenizer.json truncated": (_cut("tokenizer.json", 50), r".*/tokenizer\.json is not valid JSON \(JSONDecodeError"),
+                                                       r"manifest\.files.*" + _REFUSED),
+    "config.json garbage": (_garbage("config.json"), r"config\.json differs from the file recorded in "
+                                                     r"manifest\.files.*" + _REFUSED),
+    "config.json with a base config its class refuses": (
+        edit_config(lambda c: c["base_config"].update(hidden_size="big")),
+        r"base_config of caldera_config\.json \(the base config of config\.json\) does not build a model "
+        r"\(StrictDataclassFieldValidationError.*hidden_size.*" + _REFUSED),
+    "tokenizer.json truncated": (_cut("tokenizer.json", 50), r".*/tokenizer\.json is not valid JSON \(JSONDecodeError"
+                                 + _TOKENIZER_FIX),
+    "tokenizer.json garbage": (_garbage("tokenizer.json"), r".*/tokenizer\.json is not valid JSON \(UnicodeDecodeError"
+                               + _TOKENIZER_FIX),
     "tokenizer_config.json truncated": (_cut("tokenizer_config.json", 5), r".*/tokenizer_config\.json is not valid "
-                                                                          r"JSON"),
+                                                                          r"JSON" + _TOKENIZER_FIX),
 }
+
+
+def _seal(case):
+    """How each CORRUPT case is sealed: a checksums file left as it is, a base config edited in caldera_config.json
+    written through to config.json as the writer would (manifest and checksums too), else checksums recomputed."""
+    if "checksums" in case:
+        return lambda ck: None
+    return reseal if "base config" in case else rechecksum
 
 
 @pytest.fixture(scope="module")
@@ -578,31 +610,61 @@ def with_dtype(saved, tmp_path_factory):
     return ck
 
 
+@pytest.fixture(scope="module")
+def without_dtype(saved, tmp_path_factory):
+    """The tied checkpoint with no ``dtype`` key in its base config, resealed: transformers then reads
+    model.safetensors' header itself, to choose a dtype, before the model is built."""
+    _, path = saved
+    ck = copy_checkpoint(path, tmp_path_factory.mktemp("nodtype") / "ck")
+    edit_config(lambda c: c["base_config"].pop("dtype", None))(ck)
+    reseal(ck)
+    return ck
+
+
+@pytest.mark.parametrize("dtype", ["dtype", "no dtype"])
 @pytest.mark.parametrize("case", list(CORRUPT))
-def test_truncated_or_corrupt_files_are_refused_naming_the_file(with_dtype, tmp_path, case):
-    """Each file a load reads, truncated or corrupted with the checksums recomputed, is refused with a ValueError
-    naming it: by load_compressed, and the model files by from_pretrained with the same message (the tokenizer
-    files are not its to read: it loads the model)."""
+def test_truncated_or_corrupt_files_are_refused_naming_the_file(with_dtype, without_dtype, tmp_path, case, dtype):
+    """Each file a load reads, truncated or replaced by bytes that are not JSON (checksums recomputed, or the
+    checksums file itself), and a config.json whose base config its config class refuses, is refused with a
+    ValueError naming it and the fix: by load_compressed, and the model files by from_pretrained with the same
+    message (the tokenizer files are not its to read: it loads the model). With and without ``dtype`` in
+    config.json: without it transformers reads model.safetensors' header itself, to choose a dtype, and the
+    quantizer reads the checkpoint before that; config.json is read by transformers before any quantizer exists,
+    and a failure to read it or build its config is explained by the checkpoint's own reading."""
     from transformers import AutoModelForCausalLM
 
     edit, msg = CORRUPT[case]
-    ck = copy_checkpoint(with_dtype, tmp_path / "ck")
+    if dtype == "dtype":
+        assert json.loads((with_dtype / "config.json").read_text())["dtype"] == "float32"
+        ck = copy_checkpoint(with_dtype, tmp_path / "ck")
+    else:
+        assert "dtype" not in json.loads((without_dtype / "config.json").read_text())
+        ck = copy_checkpoint(without_dtype, tmp_path / "ck")
     edit(ck)
-    if "checksums" not in case:
-        rechecksum(ck)
+    _seal(case)(ck)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the changed tokenizer files are named in a warning first
         with pytest.raises(ValueError, match=msg) as e:
             load_compressed(ck)
     if "tokenizer" in case:
         AutoModelForCausalLM.from_pretrained(str(ck))
-    elif "config.json" != case.split()[0]:
+    else:
         with pytest.raises(ValueError) as e2:
             AutoModelForCausalLM.from_pretrained(str(ck))
         assert str(e2.value) == str(e.value)
-    else:  # transformers parses config.json itself first, and names it
-        with pytest.raises(OSError, match=r"config file at '.*/config\.json' is not a valid JSON file"):
-            AutoModelForCausalLM.from_pretrained(str(ck))
+
+
+def test_a_config_that_transformers_cannot_read_in_a_plain_folder_keeps_transformers_error(tmp_path):
+    """The explanation is for caldera checkpoints only: a plain model folder with a truncated config.json still
+    gets transformers' own OSError (the wrapper reads nothing else there)."""
+    from transformers import AutoConfig
+
+    from tests.helpers import tiny_model_dir
+
+    folder = tiny_model_dir(tmp_path / "tiny")
+    _cut("config.json", 10)(folder)
+    with pytest.raises(OSError, match=r"config file at '.*/config\.json' is not a valid JSON file"):
+        AutoConfig.from_pretrained(str(folder))
 
 
 def test_a_dense_models_corrupt_tokenizer_is_named(tmp_path, capsys):
