@@ -12,7 +12,7 @@ compressed layers run from their codes); after ``import caldera`` the same folde
 ``AutoModelForCausalLM.from_pretrained(path)`` (the ``caldera`` quantization method, :mod:`caldera.pipeline.hf`).
 """
 
-__version__ = "0.1.0"
+from caldera.version import __version__
 
 _LAZY = {
     "CalderaConfig": "caldera.config",
