@@ -52,8 +52,8 @@ def info_summary(info: dict[str, Any]) -> list[str]:
     # provenance: what info's keys (method, method_config, bits, dense_layers, provenance) say of the origin
     short = {"base model": "base model", "calibration": "calibration", "caldera version": "caldera",
              "git commit": "commit"}
-    origin = [textwrap.fill(f"{short[label]:11s} {value}", 110, subsequent_indent=" " * 12)
-              for label, value in card_facts(info) if label in short]
+    # one line each, not wrapped: paths and sha256 digests stay whole (copied, grepped)
+    origin = [f"{short[label]:11s} {value}" for label, value in card_facts(info) if label in short]
     if not isinstance(info.get("provenance"), dict):
         origin = ["provenance  not recorded (a checkpoint written before caldera recorded it)"]
     lines = [f"checkpoint  {info['checkpoint']}",

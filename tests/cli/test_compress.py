@@ -85,6 +85,6 @@ def test_the_checkpoint_records_its_provenance_and_a_rerun_writes_the_same_bytes
     assert prov["base_model"]["weights_sha256"] in card and "pip install caldera" in card
     capsys.readouterr()
     assert cli.main(["info", str(a)]) == 0
-    out = " ".join(capsys.readouterr().out.split())  # the long lines are wrapped
-    assert f"base model {model_dir} (weights sha256 {prov['base_model']['weights_sha256']})" in out
-    assert f"caldera {__version__}" in out and f"commit {prov['git_commit']}" in out
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == f"base model  {model_dir} (weights sha256 {prov['base_model']['weights_sha256']})"
+    assert lines[3:5] == [f"caldera     {__version__}", f"commit      {prov['git_commit']}"]
