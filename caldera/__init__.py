@@ -18,7 +18,7 @@ A whole model compresses from Python as the ``caldera hessians`` and ``caldera c
 (:mod:`caldera.api`; its reference, generated from the docstrings, is ``docs/api.md``).
 """
 
-__version__ = "0.1.0"
+from caldera.version import __version__
 
 _LAZY = {
     "hessians": "caldera.api",  # `caldera hessians`: calibration Hessians of a whole model

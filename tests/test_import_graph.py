@@ -16,8 +16,8 @@ Layering, lowest first. A module may import modules of its own layer and of the 
 rank  layer           modules
 ====  ==============  ===========================================================================================
 0     foundation      ``arguments``, ``atomic``, ``bits``, ``cache``, ``metrics``, ``numerics``, ``openmp``,
-                      ``paper_reference``, ``stats``, ``strict_yaml``, ``synthetic``, ``validation``: files, numbers,
-                      tables, options, checks and the process environment, knowing no algorithm
+                      ``paper_reference``, ``stats``, ``strict_yaml``, ``synthetic``, ``validation``, ``version``:
+                      files, numbers, tables, options, checks and the process environment, knowing no algorithm
 1     primitives      ``quantizers``, ``hadamard``, ``triangular``: codebooks, transforms and triangular products
 2     algorithm       ``ldl``, ``ldlq``, ``lplr``, ``regression``, ``config``, ``decomposition``, ``methods``:
                       pure functions on matrices (Algorithm 1 and 2, the baselines, the method registry)
@@ -58,7 +58,7 @@ ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 #: Layers, lowest first: (name, module prefixes). A module's layer is that of its longest matching prefix.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("arguments", "atomic", "bits", "cache", "matmul_precision", "metrics", "numerics", "openmp",
-                    "paper_reference", "stats", "strict_yaml", "synthetic", "validation")),
+                    "paper_reference", "stats", "strict_yaml", "synthetic", "validation", "version")),
     ("primitives", ("quantizers", "hadamard", "triangular")),
     ("algorithm", ("ldl", "ldlq", "lplr", "regression", "config", "decomposition", "methods")),
     ("kernels", ("kernels",)),

@@ -133,9 +133,11 @@ def _allocation(args: argparse.Namespace, model: Any, params: dict[str, Any], wo
 
 def _compress(args: argparse.Namespace, params: dict[str, Any], layers: list[int] | None) -> int:
     """``cmd_compress`` under the output lock: compress the layers, then assemble the checkpoint."""
+    from caldera.pipeline.checkpoint import base_generation_config, checkpoint_provenance
     from caldera.pipeline.compress import assemble_checkpoint, compress_model
 
-    model, tok = load_dense_model(args.model, resolve_model_path(args.model))
+    source = resolve_model_path(args.model)
+    model, tok = load_dense_model(args.model, source)
     out, work = Path(args.out), _work_dir(args)
     try:
         summary = compress_model(
@@ -162,7 +164,9 @@ def _compress(args: argparse.Namespace, params: dict[str, Any], layers: list[int
     if not args.no_assemble:
         try:
             ck, info = assemble_checkpoint(
-                model, work, out, args.method, params, tokenizer=tok, allow_partial=args.allow_partial
+                model, work, out, args.method, params, tokenizer=tok, allow_partial=args.allow_partial,
+                extra={"provenance": checkpoint_provenance(args.model, source, args.hessians)},
+                generation_config=base_generation_config(source),
             )
         except ValueError as e:
             if "not compressed" not in str(e):

@@ -55,8 +55,8 @@ def cmd_hessians(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         seed=args.seed,
         model_name=args.model,
+        source=args.source,
     )
-    summary["source"] = args.source
     return _report(args, summary, [f"Hessians in {args.out}: {len(summary['computed'])} layers computed, "
                                    f"{len(summary['skipped'])} already there ({summary['n_tokens']} calibration "
                                    f"tokens of {args.source})"])

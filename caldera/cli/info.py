@@ -1,4 +1,4 @@
-"""``caldera info``: bits, shapes, ranks and errors of a checkpoint."""
+"""``caldera info``: provenance, bits, shapes, ranks and errors of a checkpoint."""
 
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def info_summary(info: dict[str, Any]) -> list[str]:
-    """``caldera info``'s lines: method, bits (formula and storage), modules and the error per matrix type."""
+    """``caldera info``'s lines: provenance (base model, calibration, caldera version, git commit), method, bits
+    (formula and storage), modules and the error per matrix type."""
     b = info.get("bits") or {}
     skip = {"seed", "rht", "sigma_reg"}
     params = ", ".join(f"{k}={v}" for k, v in sorted(info["method_config"].items()) if k not in skip)
@@ -50,7 +51,17 @@ def info_summary(info: dict[str, Any]) -> list[str]:
     dense = info["dense_layers"]
     import textwrap
 
+    from caldera.pipeline.checkpoint.card import card_facts
+
+    # provenance: what info's keys (method, method_config, bits, dense_layers, provenance) say of the origin
+    short = {"base model": "base model", "calibration": "calibration", "caldera version": "caldera",
+             "git commit": "commit"}
+    # one line each, not wrapped: paths and sha256 digests stay whole (copied, grepped)
+    origin = [f"{short[label]:11s} {value}" for label, value in card_facts(info) if label in short]
+    if not isinstance(info.get("provenance"), dict):
+        origin = ["provenance  not recorded (a checkpoint written before caldera recorded it)"]
     lines = [f"checkpoint  {info['checkpoint']}",
+             *origin,
              textwrap.fill(f"method      {info['method']} ({params})", 110, subsequent_indent=" " * 12),
              f"bits/weight {bits}",
              f"modules     {info['n_compressed_modules']} compressed; ranks {info['ranks']}"
@@ -85,6 +96,7 @@ def _checkpoint_summary(folder: Path, cfg: dict[str, Any], matrices: bool) -> di
         "quantizers": sorted({q for m in mods.values()
                               for q in (m["q_quantizer"], m.get("l_quantizer"), m.get("r_quantizer")) if q}),
         "dense_layers": cfg.get("dense_layers", []),
+        "provenance": cfg.get("provenance"),  # None: written before provenance was recorded
         "error_by_linear": {
             k: {"mean": sum(v) / len(v), "min": min(v), "max": max(v), "n": len(v)}
             for k, v in sorted(by_linear.items())
@@ -100,7 +112,7 @@ def add_parser(sub: Any, raw: Any) -> None:
     """This command's parser (``caldera COMMAND --help``)."""
     p = sub.add_parser(
         "info",
-        help="bits, shapes, ranks and per-matrix errors of a checkpoint",
+        help="provenance, bits, shapes, ranks and per-matrix errors of a checkpoint",
         description="Summarize a compressed checkpoint (verifies checksums first). Prints a short summary; "
         "--json prints the records, --out FILE writes them.",
         formatter_class=raw, epilog=_example("caldera info CKPT", "caldera info CKPT --matrices --json"),

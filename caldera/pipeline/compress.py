@@ -419,12 +419,15 @@ def assemble_checkpoint(
     tokenizer: Any | None = None,
     allow_partial: bool = False,
     extra: dict[str, Any] | None = None,
+    generation_config: bytes | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Build the compressed checkpoint folder ``out_dir`` from ``layer_dir``'s per-layer files (a folder, or
     several: e.g. one per compression job, each layer taken from the folder that holds it).
 
     Every decoder layer must be done (``allow_partial=True`` keeps the missing ones dense and records them
-    as ``dense_layers``). The model itself is not modified. Returns ``(path, summary)``.
+    as ``dense_layers``). The model itself is not modified. Returns ``(path, summary)``. ``extra``: further keys
+    of ``caldera_config.json`` (``provenance``: :mod:`caldera.pipeline.checkpoint.provenance`);
+    ``generation_config``: the base model's ``generation_config.json`` bytes.
     """
     spec = get_method(method)
     cfg_dict = _jsonable(dataclasses.asdict(spec.make_config(params)))
@@ -483,5 +486,5 @@ def assemble_checkpoint(
         "dense_layers": missing,
         **(extra or {}),
     }
-    path = write_checkpoint(out_dir, tensors, config, tokenizer)
+    path = write_checkpoint(out_dir, tensors, config, tokenizer, generation_config=generation_config)
     return path, {"path": str(path), "bits": bits, "dense_layers": missing, "errors": errors}

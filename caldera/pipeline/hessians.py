@@ -538,6 +538,7 @@ def collect_hessians(
     device: torch.device | str | None = None,
     offload: bool = False,
     loader: Any | None = None,
+    source: str | None = None,
 ) -> dict[str, Any]:
     """Collect the four Hessians of every decoder layer of ``model`` from ``calibration_ids`` (N, T) int64.
 
@@ -552,7 +553,8 @@ def collect_hessians(
     ``out_dir/hessians.timing.json`` (what this run did: the layers it computed and skipped, the decoder layers
     it ran, ``collect_s``, the wall seconds of the collection from the first batch's embedding to the last layer
     file). Resumable: layers whose artifact exists and loads cleanly are skipped; if every requested layer is
-    done nothing runs. ``seed`` (of the calibration sampler) and ``model_name`` only go into the metadata.
+    done nothing runs. ``seed`` (of the calibration sampler), ``model_name`` and ``source`` (the calibration text's
+    name, in ``hessians.json`` when given: what a checkpoint's provenance reports) only go into the metadata.
     Returns the summary with the timing file's keys, ``{"computed": [...], "skipped": [...], ...}``.
     """
     import time
@@ -586,6 +588,7 @@ def collect_hessians(
         "seed": seed,
         "calibration_sha256": fp,
         "dtype": str(store_dtype).removeprefix("torch."),
+        **({"source": str(source)} if source is not None else {}),
     }
     t0 = time.perf_counter()
     if todo:

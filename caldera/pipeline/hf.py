@@ -31,8 +31,12 @@ What the quantizer does, in transformers' loading order:
    reconstruction fingerprint, the recorded summaries (:func:`~caldera.pipeline.checkpoint.check_summary`), and
    ``save_pretrained`` bound to the checkpoint writer (:func:`~caldera.pipeline.checkpoint.attach_checkpoint_config`).
 
-Without the method registered transformers warns "Unknown quantization type" and builds a dense model with
-randomly initialised linear layers (lm-eval's HFLM stops earlier, with a ValueError). Processes that never
+Without the method registered transformers refuses the folder before building anything: ``config.json`` names as
+its weights file (``transformers_weights``) a text that is no file, ``NEEDS_CALDERA`` of
+:mod:`caldera.pipeline.checkpoint.format`, which says that caldera is needed and how to install it (without that key
+transformers would warn "Unknown quantization type" and build a dense model with randomly initialised linear
+layers); the quantizer removes the key as it first sees the config
+(:meth:`CalderaHfQuantizer.update_attn_implementation`). Processes that never
 ``import caldera`` (``lm_eval --model hf --model_args pretrained=CKPT``) get it from the start-up hook an installed
 caldera ships (``caldera-transformers.pth`` → ``caldera_transformers_hook.py``: imports caldera when transformers
 loads its quantizer registry); without an install (caldera only on ``PYTHONPATH``) use ``caldera lm-eval``.
@@ -46,6 +50,7 @@ from typing import Any
 import torch
 
 from caldera.pipeline.checkpoint import FORMAT_VERSION, QUANT_METHOD
+from caldera.pipeline.checkpoint.format import GUARD_KEY
 
 _REGISTERED = False
 
@@ -90,6 +95,9 @@ def _classes() -> tuple[type, type]:
 
         def update_attn_implementation(self, config: Any) -> Any:
             # the first look this quantizer gets at config.json's base config, before transformers uses its dtype
+            # and looks up the weights file: the guard that refuses the folder without caldera goes
+            # (format.NEEDS_CALDERA), so transformers reads model.safetensors; verify_manifest checks config.json
+            vars(config).pop(GUARD_KEY, None)
             dt = getattr(config, "dtype", None)
             if dt is not None and not isinstance(dt, torch.dtype) and not (
                     isinstance(dt, str) and isinstance(getattr(torch, dt, None), torch.dtype)):
@@ -252,5 +260,5 @@ def _after(quantizer: Any, model: Any) -> Any:
     for path in cfg["modules"]:
         check_fingerprint(folder, path, model.get_submodule(path), cfg["fingerprints"])
     check_summary(cfg, model, folder)
-    attach_checkpoint_config(model, cfg)
+    attach_checkpoint_config(model, cfg, folder)
     return model

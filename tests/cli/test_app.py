@@ -106,7 +106,8 @@ def test_pipeline_end_to_end(tmp_path, monkeypatch, capsys):
 
     assert cli.main(["info", str(ck)]) == 0  # a short summary by default
     out = capsys.readouterr().out
-    assert out.startswith(f"checkpoint  {ck}\nmethod      quip# (") and "bits/weight 2.000 (paper formula)" in out
+    assert out.startswith(f"checkpoint  {ck}\nbase model  {model_dir} (weights sha256 ")  # then the provenance
+    assert "\nmethod      quip# (" in out and "bits/weight 2.000 (paper formula)" in out
     assert "  self_attn.k_proj   " in out and not out.lstrip().startswith("{")
     assert cli.main(["info", str(ck), "--json", "--out", str(tmp_path / "info.json")]) == 0
     info = printed_json(capsys)

@@ -136,3 +136,36 @@ def test_a_rank_or_layer_the_model_cannot_have_is_refused_from_config_json_befor
         assert not out.exists() and not (tmp_path / "o.layers").exists()
     with pytest.raises(Loaded):
         cli.main([*base, "--param", "rank=31", "--layers", "1"])
+
+
+def test_the_checkpoint_records_its_provenance_and_a_rerun_writes_the_same_bytes(tmp_path, monkeypatch, capsys):
+    """`caldera compress` records where the checkpoint came from (the model as named with its weight files'
+    digest, the calibration of the Hessians folder, this caldera's version and commit), keeps the model's
+    generation_config.json byte for byte, writes the model card, and `caldera info` prints the provenance; a
+    second run into another folder writes every file with the same bytes."""
+    from caldera.pipeline.checkpoint.provenance import calibration_record, weights_digest
+    from caldera.version import __version__
+
+    model_dir, h = tiny_hessians(tmp_path, monkeypatch)
+    (model_dir / "generation_config.json").write_text('{\n  "bos_token_id": 1,\n  "max_new_tokens": 9\n}\n')
+    cks = [tmp_path / "a", tmp_path / "b"]
+    for ck in cks:
+        assert cli.main(["compress", "--model", str(model_dir), "--hessians", str(h), "--method", "quip#",
+                         "--out", str(ck), "--quiet"]) == 0
+    a, b = cks
+    files = sorted(p.name for p in a.iterdir())
+    assert files == sorted(p.name for p in b.iterdir())
+    assert [f for f in files if (a / f).read_bytes() != (b / f).read_bytes()] == []
+    prov = json.loads((a / "caldera_config.json").read_text())["provenance"]
+    assert prov["base_model"] == {"name": str(model_dir), "weights_sha256": weights_digest(model_dir)}
+    assert prov["calibration"] == calibration_record(h) and prov["calibration"]["n_tokens"] == 64
+    assert prov["calibration"]["source"] == json.loads((h / "hessians.json").read_text())["source"]
+    assert prov["caldera_version"] == __version__ and prov["git_commit"]
+    assert (a / "generation_config.json").read_bytes() == (model_dir / "generation_config.json").read_bytes()
+    card = (a / "README.md").read_text()
+    assert prov["base_model"]["weights_sha256"] in card and "pip install caldera" in card
+    capsys.readouterr()
+    assert cli.main(["info", str(a)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == f"base model  {model_dir} (weights sha256 {prov['base_model']['weights_sha256']})"
+    assert lines[3:5] == [f"caldera     {__version__}", f"commit      {prov['git_commit']}"]

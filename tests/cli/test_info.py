@@ -31,6 +31,7 @@ CONFIG = {
     "dense_layers": [2],
 }
 SUMMARY = [
+    "provenance  not recorded (a checkpoint written before caldera recorded it)",
     "method      caldera (l_bits=4, outer_iters=15, rank=32)",
     "bits/weight 2.400 (paper formula), 2.500 as stored (codes, scales, signs), 2.625 in the tensor files",
     "modules     4 compressed; ranks [16, 32], fine-tuned ranks [0, 8]; quantizers e8p, e8p-rvq4; dense layers [2]",
@@ -61,8 +62,28 @@ def test_a_checkpoint_without_bits_or_fine_tuning_says_so(tmp_path, capsys):
     ck = _checkpoint(tmp_path / "ck", modules=modules, bits=None, dense_layers=[])
     assert cli.main(["info", str(ck), "--no-verify"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[2] == "bits/weight not recorded"
-    assert lines[3] == "modules     4 compressed; ranks [16, 32]; quantizers e8p, e8p-rvq4; dense layers none"
+    assert lines[3] == "bits/weight not recorded"
+    assert lines[4] == "modules     4 compressed; ranks [16, 32]; quantizers e8p, e8p-rvq4; dense layers none"
+
+
+PROVENANCE = {"base_model": {"name": "smollm2", "weights_sha256": "ab" * 32},
+              "calibration": {"source": "wikitext2", "n_tokens": 4096, "n_sequences": 16, "seq_len": 256,
+                              "seed": 0, "calibration_sha256": "cd" * 32, "hessians_sha256": "ef" * 32},
+              "caldera_version": "0.1.0", "git_commit": "unknown"}
+
+
+def test_the_provenance_is_printed_and_in_the_records(tmp_path, capsys):
+    """Base model and its weights digest, calibration (source, tokens, digests), caldera version and commit,
+    between the checkpoint line and the method; the records hold the provenance as recorded."""
+    ck = _checkpoint(tmp_path / "ck", provenance=PROVENANCE)
+    assert cli.main(["info", str(ck), "--no-verify"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == f"base model  smollm2 (weights sha256 {'ab' * 32})"
+    assert lines[2] == ("calibration 4096 tokens of wikitext2 (16 sequences of 256, seed 0); calibration sha256 "
+                        f"{'cd' * 32}, Hessians sha256 {'ef' * 32}")  # one line: digests stay whole
+    assert lines[3:5] == ["caldera     0.1.0", "commit      unknown"] and lines[5:] == SUMMARY[1:]
+    assert cli.main(["info", str(ck), "--no-verify", "--json"]) == 0
+    assert printed_json(capsys)["provenance"] == PROVENANCE
 
 
 def test_json_records_on_stdout_and_in_the_out_file(tmp_path, capsys):

@@ -193,8 +193,9 @@ def _both_loaders_match(folder, model):
 
 
 def test_the_usual_hugging_face_save_patterns_reload_with_identicalids_logits(saved, tmp_path):
-    """model.save_pretrained then the tokenizer's own save_pretrained, a README.md model card, .gitattributes:
-    files that cannot change the model's computation load with both loaders and give the same logits."""
+    """model.save_pretrained then the tokenizer's own save_pretrained, a README.md model card written over the one
+    saved, .gitattributes: files that cannot change the model's computation load with both loaders and give the
+    same logits."""
     from transformers import AutoModelForCausalLM
 
     model, path = saved
@@ -204,7 +205,8 @@ def test_the_usual_hugging_face_save_patterns_reload_with_identicalids_logits(sa
     word_tokenizer().save_pretrained(out)
     (out / "README.md").write_text("---\nlibrary_name: transformers\ntags: [caldera]\n---\n# A compressed model\n")
     (out / ".gitattributes").write_text("*.safetensors filter=lfs diff=lfs merge=lfs -text\n")
-    with pytest.warns(UserWarning, match=r"added: \['README\.md', 'tokenizer\.json', 'tokenizer_config\.json'\]"):
+    with pytest.warns(UserWarning, match=r"added: \['tokenizer\.json', 'tokenizer_config\.json'\]; changed: "
+                      r"\['README\.md'\]"):
         _both_loaders_match(out, model)  # the tokenizer saved after the model is named, not refused
 
 
@@ -257,3 +259,93 @@ def test_quantization_config_states_the_scheme_and_is_verified(saved, tmp_path):
     with pytest.raises(ValueError, match=r"config\.json does not match caldera_config\.json \(its base_config and "
                        r"quantization scheme; keys \['quantization_config'\]\)"):
         load_compressed(ck)
+
+
+WITHOUT_CALDERA = r"""
+import importlib.abc, sys
+
+
+class NoCaldera(importlib.abc.MetaPathFinder):
+    # as where caldera is not installed: neither the package nor its start-up hook can be imported
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in ("caldera", "caldera_transformers_hook"):
+            raise ImportError(f"No module named {name!r} (blocked)")
+        return None
+
+
+sys.meta_path.insert(0, NoCaldera())
+for name in [m for m in sys.modules if m.partition(".")[0] in ("caldera", "caldera_transformers_hook")]:
+    del sys.modules[name]
+try:
+    import caldera
+except ImportError:
+    pass
+else:
+    sys.exit("caldera is importable: the child does not stand for an environment without it")
+from transformers import AutoModelForCausalLM
+m = AutoModelForCausalLM.from_pretrained(sys.argv[1])
+print("LOADED", type(m.model.layers[0].self_attn.q_proj).__name__)
+"""
+
+
+def _without_caldera(folder, cwd):
+    """Run :data:`WITHOUT_CALDERA` on ``folder``: a fresh offline process that cannot import caldera."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(PYTHONNOUSERSITE="1", CALDERA_NO_TRANSFORMERS_HOOK="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    return subprocess.run([sys.executable, "-c", WITHOUT_CALDERA, str(folder)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_without_caldera_transformers_refuses_the_checkpoint_naming_caldera(saved, tmp_path):
+    """Where caldera cannot be imported, from_pretrained(CKPT) fails before building a model, with an error that
+    names caldera and how to install it (config.json's guard); the same folder loads with caldera as the
+    compressed model. The guard is what refuses: without it plain transformers builds the dense architecture,
+    whose compressed layers it fills with random weights."""
+    from transformers import AutoModelForCausalLM
+
+    from caldera.pipeline.checkpoint import GUARD_KEY, HF_CONFIG_FILE, NEEDS_CALDERA
+
+    model, path = saved
+    r = _without_caldera(path, tmp_path)
+    assert r.returncode != 0 and "LOADED" not in r.stdout, r.stdout + r.stderr[-3000:]
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("ValueError") and last.endswith(NEEDS_CALDERA), r.stderr[-3000:]
+    assert "pip install caldera" in last and "random weights" in last
+    assert json.loads((path / HF_CONFIG_FILE).read_text())[GUARD_KEY] == NEEDS_CALDERA
+    hf = AutoModelForCausalLM.from_pretrained(str(path))  # with caldera: the compressed model, guard removed
+    assert isinstance(hf.model.layers[0].self_attn.q_proj, CompressedLinear)
+    assert torch.equal(ids_logits(hf), ids_logits(model)) and GUARD_KEY not in hf.config.to_dict()
+    bare = copy_checkpoint(path, tmp_path / "bare")
+    hc = json.loads((bare / HF_CONFIG_FILE).read_text())
+    del hc[GUARD_KEY]
+    (bare / HF_CONFIG_FILE).write_text(json.dumps(hc))
+    r = _without_caldera(bare, tmp_path)
+    assert r.returncode == 0 and r.stdout.split() == ["LOADED", "Linear"], r.stderr[-3000:]
+
+
+def test_save_pretrained_keeps_provenance_generation_config_and_card(tmp_path):
+    """A checkpoint with provenance and the base model's generation_config.json, loaded by from_pretrained or
+    load_compressed and saved with save_pretrained: the same provenance, the generation config byte for byte and
+    the same model card."""
+    import dataclasses
+
+    from transformers import AutoModelForCausalLM
+
+    from caldera.pipeline.checkpoint import save_compressed
+    from tests.pipeline.checkpoint_helpers import compress_in_place, tiny_llama
+
+    model, cfg = compress_in_place(tiny_llama(seed=4))
+    prov = {"base_model": {"name": "org/tiny", "weights_sha256": "ab" * 32}, "caldera_version": "0.1.0",
+            "git_commit": "unknown", "calibration": {"source": "wikitext2", "n_tokens": 64}}
+    gen = b'{\n  "bos_token_id": 1,\n  "eos_token_id": 2,\n  "max_new_tokens": 7\n}\n'
+    path = save_compressed(model, tmp_path / "ck", method="quip#", method_config=dataclasses.asdict(cfg),
+                           extra={"provenance": prov}, generation_config=gen)
+    hf = AutoModelForCausalLM.from_pretrained(str(path))
+    assert hf.generation_config.max_new_tokens == 7
+    lc, _ = load_compressed(path)
+    for name, m in (("hf", hf), ("lc", lc)):
+        out = tmp_path / name
+        m.save_pretrained(out)
+        assert json.loads((out / CONFIG_FILE).read_text())["provenance"] == prov
+        for f in ("generation_config.json", "README.md"):
+            assert (out / f).read_bytes() == (path / f).read_bytes(), (name, f)

@@ -3,7 +3,7 @@
 
 Before the hook, lm-eval 0.4.13 stopped with "ValueError: Unknown quantization type, got caldera - supported types
 are: [...]" (its HFLM parses the quantization_config), and a bare `AutoModelForCausalLM.from_pretrained(CKPT)`
-warned and built the dense architecture with random weights for every compressed layer. The children below get
+is refused (config.json's guard: caldera is needed). The children below get
 the hook as an installed package does: ``site.addsitedir`` on a folder holding what a wheel puts at the root of
 site-packages (the .pth and its module), which processes the .pth as Python's start-up does."""
 
@@ -71,23 +71,28 @@ with torch.no_grad():
 
 def test_from_pretrained_without_import_caldera(saved, tmp_path):
     """A child that never imports caldera: with the hook, from_pretrained builds CompressedLinear layers with the
-    saved model's logits bit for bit; with the hook turned off, the silent failure it prevents (plain nn.Linear
-    layers, random weights, other logits)."""
+    saved model's logits bit for bit; with the hook turned off, transformers refuses the folder with the error
+    config.json's guard gives (caldera is needed, how to install it), not a model with random weights."""
     import json
+
+    from caldera.pipeline.checkpoint import NEEDS_CALDERA
 
     model, path = saved
     d = site_dir(tmp_path)
     with torch.no_grad():
         want = model(torch.tensor(IDS)).logits
-    for off, layer in (("0", "CompressedLinear"), ("1", "Linear")):
+    for off in ("0", "1"):
         out = tmp_path / f"logits{off}.pt"
         r = subprocess.run([sys.executable, "-c", FROM_PRETRAINED, str(d), str(path), json.dumps(IDS), str(out)],
                            env=child_env(CALDERA_NO_TRANSFORMERS_HOOK=off), capture_output=True, text=True,
                            timeout=600)
+        if off == "1":
+            assert r.returncode != 0 and not out.exists(), r.stdout[-3000:]
+            assert r.stderr.strip().splitlines()[-1].endswith(NEEDS_CALDERA), r.stderr[-3000:]
+            continue
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-        assert r.stdout.split() == [layer], r.stdout
-        got = torch.load(out)
-        assert torch.equal(got, want) if off == "0" else not torch.allclose(got, want, atol=1e-3)
+        assert r.stdout.split() == ["CompressedLinear"], r.stdout
+        assert torch.equal(torch.load(out), want)
 
 
 TRUNCATED_CONFIG = r"""

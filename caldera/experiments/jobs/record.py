@@ -156,21 +156,6 @@ def run_timings(bench_dir: str | os.PathLike, record_dir: str | os.PathLike | No
     return out, earlier
 
 
-def source_commit(root: str | os.PathLike = ".") -> str:
-    """The git commit checked out at ``root`` (with ``+changes`` when the work tree differs from it), or
-    ``unknown`` outside a git checkout."""
-    import subprocess
-
-    def git(*args):
-        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=60)
-
-    head = git("rev-parse", "HEAD")
-    if head.returncode != 0:
-        return "unknown"
-    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "caldera", "workflow", "Snakefile", "config")
-    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
-
-
 def step_record(jobs: Iterable[RecordJob], record_dir: str | os.PathLike | None, log: str | os.PathLike,
                 benchmarks: str | None = None) -> dict:
     """Rule ``record``: :func:`write_record` with the checked-out commit, its counts written to ``log``."""
@@ -178,6 +163,8 @@ def step_record(jobs: Iterable[RecordJob], record_dir: str | os.PathLike | None,
         raise ValueError("rule record: the config sets no `record` folder; add `record: <folder>` to the config "
                          "(config/mini-full.yaml: paper_tables/mini-full/record) or pass --config record=<folder>")
     waiting: list[str] = []
+    from caldera.pipeline.checkpoint.provenance import source_commit
+
     counts = write_record(jobs, record_dir, benchmarks=benchmarks, commit=source_commit(), waiting=waiting)
     line = (f"record {record_dir}: {counts['recorded']} jobs recorded, {counts['kept']} already there, "
             f"{counts['unfinished']} not finished; {counts['timings']} other jobs' benchmarks kept\n")

@@ -8,13 +8,20 @@ Layout of a checkpoint folder (format 2)::
                            (``model.layers.0.self_attn.q_proj.Q_codes``)
     config.json            the base model's config plus ``quantization_config: {"quant_method": "caldera",
                            "format_version": 2, "method": ...}``: ``AutoModelForCausalLM.from_pretrained`` loads
-                           the folder once ``caldera`` is imported (:mod:`caldera.pipeline.hf`)
+                           the folder once ``caldera`` is imported (:mod:`caldera.pipeline.hf`); and
+                           ``transformers_weights`` set to a text that is no file (:data:`NEEDS_CALDERA`): a
+                           transformers without caldera refuses the folder with it instead of building the
+                           model with random weights
     caldera_config.json    format version, base model config dict, method name + config, per-module
                            metadata (shapes, rank, bits, quantizer names), bits summary, errors, per module the
                            fingerprint [Σ W, Σ W²] of what its tensors decode to (RHT basis), and the content
                            ``manifest``: sha256 of every tensor (:func:`tensor_digest`, RHT signs included), of the
                            base config (:func:`json_digest`) and of every other file (config.json, tokenizer)
     tokenizer files        optional (``tokenizer.save_pretrained``)
+    generation_config.json the base model's, byte for byte, when it has one
+    README.md              the model card (:mod:`.card`): base model, method, bits, calibration, caldera version
+                           and commit (the ``provenance`` key of caldera_config.json, :mod:`.provenance`), how
+                           to load it
     checksums.json         sha256 of every other file
 
 The model files (:data:`MODEL_FILES`: ``model.safetensors``, ``config.json``, ``caldera_config.json``) are what
@@ -45,24 +52,33 @@ Every inconsistency is a ``ValueError`` naming the checkpoint and the field or f
 manifest) is read only by :func:`convert_checkpoint` (``caldera convert``).
 
 The package: :mod:`.format` (file names, versions, digests, fingerprints, bits and the derived configs),
-:mod:`.writer`, :mod:`.verify`, :mod:`.loader` and :mod:`.convert`; this module names their public API.
+:mod:`.provenance`, :mod:`.card`, :mod:`.writer`, :mod:`.verify`, :mod:`.loader` and :mod:`.convert`; this module
+names their public API.
 """
 
 from __future__ import annotations
 
+from caldera.pipeline.checkpoint.card import (  # noqa: F401
+    card_facts,
+    model_card,
+)
 from caldera.pipeline.checkpoint.convert import (  # noqa: F401
     convert_checkpoint,
 )
 from caldera.pipeline.checkpoint.format import (  # noqa: F401
+    CARD_FILE,
     CHECKSUM_FILE,
     CONFIG_FILE,
     FINGERPRINT_RTOL,
     FORMAT_VERSION,
+    GENERATION_CONFIG_FILE,
+    GUARD_KEY,
     HF_CONFIG_FILE,
     LEGACY_FORMAT,
     LINEARS,
     MODEL_FILE,
     MODEL_FILES,
+    NEEDS_CALDERA,
     QUANT_METHOD,
     TOKENIZER_FILES,
     base_config_dict,
@@ -88,6 +104,10 @@ from caldera.pipeline.checkpoint.loader import (  # noqa: F401
     materialize,
     reference_buffers,
     resolve_checkpoint,
+)
+from caldera.pipeline.checkpoint.provenance import (  # noqa: F401
+    base_generation_config,
+    checkpoint_provenance,
 )
 from caldera.pipeline.checkpoint.verify import (  # noqa: F401
     check_config,

@@ -23,4 +23,4 @@ def convert_checkpoint(old: str | os.PathLike, out: str | os.PathLike) -> Path:
         tok = load_tokenizer_files(old)
     extra = {k: v for k, v in cfg.items() if k not in _DERIVED_KEYS}
     return save_compressed(model, out, method=cfg["method"], method_config=cfg["method_config"], tokenizer=tok,
-                           extra=extra)
+                           extra=extra, generation_config=model.caldera_generation_config)

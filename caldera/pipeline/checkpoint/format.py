@@ -24,6 +24,23 @@ CONFIG_FILE = "caldera_config.json"
 HF_CONFIG_FILE = "config.json"
 CHECKSUM_FILE = "checksums.json"
 QUANT_METHOD = "caldera"
+#: the base model's generation settings, copied byte for byte when it has them
+GENERATION_CONFIG_FILE = "generation_config.json"
+#: the model card: provenance, scheme and how to load (:func:`caldera.pipeline.checkpoint.card.model_card`)
+CARD_FILE = "README.md"
+#: ``config.json`` key that makes a transformers without caldera refuse the folder (:data:`NEEDS_CALDERA`)
+GUARD_KEY = "transformers_weights"
+#: The value of :data:`GUARD_KEY` in a checkpoint's ``config.json``. transformers reads ``transformers_weights`` as
+#: the name of the weights file and refuses, before building any model, a name that is no ``*.safetensors`` file,
+#: with a ``ValueError`` that ends with the name: this text. Without caldera, transformers would only warn
+#: "Unknown quantization type" and build the dense architecture with random weights for every compressed layer;
+#: with caldera, its quantizer removes the key before the weights are looked up
+#: (:class:`caldera.pipeline.hf.CalderaHfQuantizer`), so ``model.safetensors`` is read as usual.
+NEEDS_CALDERA = (
+    "this is a caldera-compressed checkpoint (quantization_config.quant_method 'caldera'): it loads only with the "
+    "caldera package installed (pip install caldera; from a caldera checkout: pip install -e .) or imported first "
+    "(import caldera); without caldera, transformers would build this model with random weights"
+)
 #: the files the model is built from: listed, unchanged and consistent, or the load is refused
 MODEL_FILES = (MODEL_FILE, HF_CONFIG_FILE, CONFIG_FILE)
 #: the files a tokenizer is saved as and loaded from (``save_pretrained`` / ``from_pretrained``)
@@ -118,7 +135,7 @@ def _json_default(o: Any) -> Any:
 
 def base_config_dict(model: nn.Module) -> dict[str, Any]:
     cfg = model.config.to_dict()
-    for k in ("_name_or_path", "quantization_config", "transformers_version"):
+    for k in ("_name_or_path", "quantization_config", "transformers_version", GUARD_KEY):
         cfg.pop(k, None)
     return cfg
 
@@ -191,10 +208,11 @@ def quantization_scheme(config: dict[str, Any]) -> dict[str, Any]:
 def hf_config_dict(base_config: dict[str, Any], method: str, config: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``config.json`` of a checkpoint: the base model's config plus ``quantization_config`` naming the
     ``caldera`` method (so ``AutoModelForCausalLM.from_pretrained`` dispatches to :mod:`caldera.pipeline.hf`) and
-    stating the scheme of ``config`` (its ``caldera_config.json``: :func:`quantization_scheme`)."""
+    stating the scheme of ``config`` (its ``caldera_config.json``: :func:`quantization_scheme`), and
+    :data:`GUARD_KEY` set to :data:`NEEDS_CALDERA` (a transformers without caldera refuses the folder)."""
     qc = {"quant_method": QUANT_METHOD, "format_version": FORMAT_VERSION, "method": method,
           **(quantization_scheme(config) if config is not None else {})}
-    return {**base_config, "quantization_config": qc}
+    return {**base_config, "quantization_config": qc, GUARD_KEY: NEEDS_CALDERA}
 
 
 def tokenizer_file_problem(folder: str | Path) -> str | None:

@@ -13,6 +13,7 @@ from caldera.nn.compressed_linear import KERNELS, CompressedLinear
 from caldera.pipeline.checkpoint.format import (
     _RERUN,
     FORMAT_VERSION,
+    GENERATION_CONFIG_FILE,
     MODEL_FILE,
     _module_tensors,
     bad,
@@ -206,7 +207,7 @@ def _assemble(
     if left:
         raise ValueError(f"{folder}: tensors {left[:5]} were not restored; {_RERUN}")
     model.eval()
-    attach_checkpoint_config(model, cfg)
+    attach_checkpoint_config(model, cfg, folder)
     return model
 
 
@@ -247,13 +248,18 @@ def _save_pretrained(model: nn.Module, save_directory: str | os.PathLike, *, tok
     cfg = getattr(model, "caldera_checkpoint_config", {})
     extra = {k: v for k, v in cfg.items() if k not in _DERIVED_KEYS}
     return save_compressed(model, out, method=cfg.get("method", "unknown"),
-                           method_config=cfg.get("method_config", {}), tokenizer=tokenizer, extra=extra)
+                           method_config=cfg.get("method_config", {}), tokenizer=tokenizer, extra=extra,
+                           generation_config=getattr(model, "caldera_generation_config", None))
 
 
-def attach_checkpoint_config(model: nn.Module, cfg: dict[str, Any]) -> None:
-    """Keep the checkpoint's config on ``model`` and make ``model.save_pretrained(DIR, tokenizer=None)`` write the
-    checkpoint format (:func:`_save_pretrained`) instead of a plain transformers folder."""
+def attach_checkpoint_config(model: nn.Module, cfg: dict[str, Any], folder: str | os.PathLike | None = None) -> None:
+    """Keep the checkpoint's config on ``model`` (and the bytes of the ``generation_config.json`` of ``folder``, the
+    checkpoint it was loaded from, when it has one) and make ``model.save_pretrained(DIR, tokenizer=None)`` write
+    the checkpoint format (:func:`_save_pretrained`: provenance and generation config carried over) instead of a
+    plain transformers folder."""
     import types
 
     model.caldera_checkpoint_config = {k: v for k, v in cfg.items() if k not in ("fingerprints", "manifest")}
+    gen = Path(folder) / GENERATION_CONFIG_FILE if folder is not None else None
+    model.caldera_generation_config = gen.read_bytes() if gen is not None and gen.is_file() else None
     model.save_pretrained = types.MethodType(_save_pretrained, model)

@@ -24,6 +24,7 @@ from caldera.pipeline.checkpoint.format import (
     CONFIG_FILE,
     FINGERPRINT_RTOL,
     FORMAT_VERSION,
+    GUARD_KEY,
     HF_CONFIG_FILE,
     LEGACY_FORMAT,
     MODEL_FILE,
@@ -474,7 +475,8 @@ def _rank_per_matrix(method: str) -> bool:
 def verify_manifest(cfg: dict[str, Any], folder: str | os.PathLike) -> None:
     """The content manifest of a format-2 config (passed :func:`check_config`) against the folder: the base
     config's digest, ``config.json`` listed and unchanged, and its content: the base config plus the ``caldera``
-    quantization config with the scheme of ``caldera_config.json`` (:func:`hf_config_dict`), nothing else
+    quantization config with the scheme of ``caldera_config.json`` and the guard against loading without caldera
+    (:func:`hf_config_dict`; a ``config.json`` written before the guard may lack it), nothing else
     (``from_pretrained`` builds the model from it). ``ValueError`` naming the file or key and the fix."""
     folder = Path(folder)
     man = cfg.get("manifest")
@@ -500,6 +502,8 @@ def verify_manifest(cfg: dict[str, Any], folder: str | os.PathLike) -> None:
     except (OSError, ValueError) as e:
         raise bad(folder, f"{HF_CONFIG_FILE} is not valid JSON ({e})") from None
     want = hf_config_dict(cfg["base_config"], cfg["method"], cfg)
+    if isinstance(hf, dict) and GUARD_KEY not in hf:  # written before the guard: plain transformers only warned
+        del want[GUARD_KEY]
     if not isinstance(hf, dict) or hf != want:
         diff = sorted(k for k in set(hf) | set(want) if hf.get(k) != want.get(k)) if isinstance(hf, dict) else []
         raise bad(folder, f"{HF_CONFIG_FILE} does not match {CONFIG_FILE} (its base_config and quantization scheme; "

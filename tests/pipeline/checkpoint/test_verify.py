@@ -743,3 +743,30 @@ def test_a_base_config_dtype_that_is_no_dtype_is_refused_by_both_loaders(saved, 
     got = _refusals(ck)
     assert got[0] is not None and "base_config" in got[0], got
     assert got[1] is not None and "config.json: dtype False is not a torch dtype name" in got[1], got
+
+
+def test_a_config_json_without_the_guard_loads_and_an_edited_guard_is_refused(saved, tmp_path):
+    """config.json as an earlier caldera wrote it (no ``transformers_weights`` guard), listed in the manifest:
+    it loads as the saved model; a guard edited into a weights file name (which a transformers without caldera
+    would read) is refused as a config.json that does not match caldera_config.json."""
+    from caldera.atomic import sha256_file
+    from caldera.pipeline.checkpoint.format import GUARD_KEY, HF_CONFIG_FILE
+    from tests.pipeline.checkpoint_helpers import ids_logits
+
+    model, path = saved
+    cks = {}
+    for name, value in (("old", None), ("edited", MODEL_FILE)):
+        ck = cks[name] = copy_checkpoint(path, tmp_path / name)
+        hc = json.loads((ck / HF_CONFIG_FILE).read_text())
+        del hc[GUARD_KEY]
+        if value is not None:
+            hc[GUARD_KEY] = value
+        (ck / HF_CONFIG_FILE).write_text(json.dumps(hc))
+        cfg = json.loads((ck / CONFIG_FILE).read_text())
+        cfg["manifest"]["files"][HF_CONFIG_FILE] = sha256_file(ck / HF_CONFIG_FILE)
+        (ck / CONFIG_FILE).write_text(json.dumps(cfg))
+        rechecksum(ck)
+    assert torch.equal(ids_logits(load_compressed(cks["old"])[0]), ids_logits(model))
+    with pytest.raises(ValueError, match=r"config\.json does not match caldera_config\.json .*keys "
+                       r"\['transformers_weights'\]"):
+        load_compressed(cks["edited"])

@@ -8,7 +8,16 @@ import json
 import pytest
 from safetensors.torch import load_file
 
-from caldera.pipeline.checkpoint.format import CHECKSUM_FILE, CONFIG_FILE, MODEL_FILE
+from caldera.pipeline.checkpoint.card import model_card
+from caldera.pipeline.checkpoint.format import (
+    CARD_FILE,
+    CHECKSUM_FILE,
+    CONFIG_FILE,
+    GENERATION_CONFIG_FILE,
+    GUARD_KEY,
+    MODEL_FILE,
+    NEEDS_CALDERA,
+)
 from caldera.pipeline.checkpoint.loader import load_compressed
 from caldera.pipeline.checkpoint.writer import save_compressed
 from tests.helpers import word_tokenizer
@@ -52,7 +61,8 @@ def test_layout(saved):
         "quant_method": "caldera", "format_version": 2, "method": "quip#"}
     # the scheme, as caldera_config.json's modules say it: rank 0, E8P codes, the RHT, no layer kept dense
     assert (qc["ranks"], qc["q_quantizers"], qc["rht"], qc["dense_layers"]) == ([0], ["e8p"], [True], [])
-    assert {k: v for k, v in hf.items() if k != "quantization_config"} == cfg["base_config"]
+    assert {k: v for k, v in hf.items() if k not in ("quantization_config", GUARD_KEY)} == cfg["base_config"]
+    assert hf[GUARD_KEY] == NEEDS_CALDERA  # transformers without caldera refuses the folder with it
     man = cfg["manifest"]
     assert set(man["tensors"]) == set(load_file(str(path / MODEL_FILE)))  # every tensor, RHT signs included
     assert "model.layers.0.self_attn.q_proj.S_U" in man["tensors"]
@@ -69,3 +79,29 @@ def test_layout(saved):
         keys = set(f.keys())
     assert "model.layers.1.mlp.down_proj.Q_codes" in keys and "model.norm.weight" in keys
     assert "model.layers.0.self_attn.q_proj.weight" not in keys and "lm_head.weight" not in keys
+
+
+def test_card_and_generation_config_are_written_listed_and_the_same_bytes_on_a_rerun(saved, tmp_path):
+    """The model card (the card of the config written) and the base model's generation config (byte for byte)
+    are in the folder, the manifest and checksums.json; two writes of one model with one provenance hold the same
+    bytes in every file (no time, no path recorded); without a generation config none is written."""
+    model, path = saved
+    cfg = json.loads((path / CONFIG_FILE).read_text())
+    prov = {"base_model": {"name": "org/tiny", "weights_sha256": "cd" * 32}, "git_commit": "unknown",
+            "caldera_version": "0.1.0", "calibration": {"source": "wikitext2", "n_tokens": 128, "seed": 0}}
+    gen = b'{\n  "bos_token_id": 1,\n  "eos_token_id": 2\n}\n'
+    a, b = (save_compressed(model, tmp_path / name, method="quip#", method_config=cfg["method_config"],
+                            tokenizer=word_tokenizer(), extra={"provenance": prov}, generation_config=gen)
+            for name in ("a", "b"))
+    files = sorted(p.name for p in a.iterdir())
+    assert files == sorted(p.name for p in b.iterdir()) and {CARD_FILE, GENERATION_CONFIG_FILE} <= set(files)
+    assert all((a / f).read_bytes() == (b / f).read_bytes() for f in files)
+    assert (a / GENERATION_CONFIG_FILE).read_bytes() == gen
+    written = json.loads((a / CONFIG_FILE).read_text())
+    assert written["provenance"] == prov
+    card = (a / CARD_FILE).read_text()
+    assert card == model_card({k: v for k, v in written.items() if k not in ("manifest", "fingerprints")})
+    assert "org/tiny" in card and "wikitext2" in card
+    sums = json.loads((a / CHECKSUM_FILE).read_text())["sha256"]
+    assert {CARD_FILE, GENERATION_CONFIG_FILE} <= set(written["manifest"]["files"]) & set(sums)
+    assert GENERATION_CONFIG_FILE not in {p.name for p in path.iterdir()} and (path / CARD_FILE).is_file()
