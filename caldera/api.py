@@ -46,6 +46,17 @@ from pathlib import Path
 from typing import Any
 
 
+def _weights_source(model: Any, loaded: Any, name: str | None) -> str:
+    """Where the base model's weights were read from, for the checkpoint's provenance: the folder (or hub id) a
+    name resolves to, as ``caldera compress --model`` records it; for a model given loaded, the folder or hub id
+    its config names (``_name_or_path``), else ``unknown``."""
+    if name is not None:
+        from caldera.pipeline.models import resolve_model
+
+        return str(resolve_model(name))
+    return str(getattr(getattr(loaded, "config", None), "_name_or_path", "") or "unknown")
+
+
 def _load(model: Any, tokenizer: Any) -> tuple[Any, Any, str | None]:
     """``(model, tokenizer, name)``: a name or path loaded as ``caldera hessians --model`` loads it (float32 on the
     CPU; ``name``: the string given, recorded in the Hessians), or a loaded model as given (``name`` None)."""
@@ -210,7 +221,8 @@ def hessians(
     ids = _calibration_ids(data, loaded, tok, n_samples, seq_len, seed)
     folder = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="caldera-hessians-"))
     collect_hessians(loaded, ids, folder, batch_size=batch_size, progress=progress,
-                     seed=None if given else seed, model_name=name)
+                     seed=None if given else seed, model_name=name,
+                     source=data if isinstance(data, str) else None)
     return folder
 
 
@@ -257,7 +269,7 @@ def compress(
     from caldera.cli.common import is_checkpoint_dir, is_layer_dir
     from caldera.methods import get_method
     from caldera.pipeline.allocate import model_allocation
-    from caldera.pipeline.checkpoint import load_compressed
+    from caldera.pipeline.checkpoint import base_generation_config, checkpoint_provenance, load_compressed
     from caldera.pipeline.compress import assemble_checkpoint, compress_model
 
     if params is not None and not isinstance(params, dict):
@@ -298,8 +310,11 @@ def compress(
                                      hessian_expect=expect)
         compress_model(loaded, hessians, method, params, work, progress=progress, ft_rank=ft_rank,
                        overrides=overrides, hessian_expect=expect)
+        source = _weights_source(model, loaded, name)
         ckpt, _ = assemble_checkpoint(loaded, work, out if out is not None else Path(tmp) / "checkpoint", method,
-                                      params, tokenizer=tok)
+                                      params, tokenizer=tok,
+                                      extra={"provenance": checkpoint_provenance(name or source, source, hessians)},
+                                      generation_config=base_generation_config(source))
         if out is not None:
             return ckpt
         compressed, _ = load_compressed(ckpt, load_tokenizer=False)

@@ -206,9 +206,12 @@ def model_config(path: str) -> Any | None:
     """The transformers config of the model in the local folder ``path`` (a dense model or a checkpoint, resolved by
     :func:`resolve_model_path`), from its ``config.json`` alone (no weight is read; a composite config's text
     model's): what a command checks its options against before it loads the model. None for a hub id (its config
-    comes with the model) or a config that cannot be read (loading the model then says why)."""
+    comes with the model), an offline asset that failed verification (its load refuses it, naming the repair) or
+    a config that cannot be read (loading the model then says why)."""
+    from caldera.pipeline.assets import BAD_MARKER
+
     folder = Path(path).expanduser()
-    if not (folder / "config.json").is_file():
+    if not (folder / "config.json").is_file() or (folder / BAD_MARKER).exists():
         return None
     try:
         from transformers import AutoConfig

@@ -129,8 +129,8 @@ def _eval_throughput(args: argparse.Namespace) -> int:
     from caldera.eval.throughput import compare_throughput
 
     length, option = args.prompt_len + args.new_tokens, "--prompt-len + --new-tokens"
-    names = [n for n in (args.dense, args.model) if n]
-    configs = {n: model_config(resolve_model_path(n)) for n in names}
+    names = [(n, opt) for n, opt in ((args.dense, "--dense"), (args.model, "--model")) if n]
+    configs = {n: model_config(resolve_model_path(n, opt)) for n, opt in names}
     for config in configs.values():  # config.json alone: checked before any weight loads
         if config is not None:
             check_positions(config, length, option)
@@ -142,7 +142,7 @@ def _eval_throughput(args: argparse.Namespace) -> int:
     m, t2, kind = load_any_model(args.model)
     models[kind if kind not in models else "model"] = m
     tok = tok or t2
-    for name, m in zip(names, models.values()):
+    for (name, _), m in zip(names, models.values()):
         if configs[name] is None:  # a hub model: its config came with it
             check_positions(m.config, length, option)
     if args.device:

@@ -75,13 +75,15 @@ def check_fits(config: Any, args: argparse.Namespace) -> None:
 
 def hessian_memory(cfg: Any, n_samples: int, batch: int, seq_len: int) -> int:
     """Bytes the layer-by-layer collection holds at its peak beyond the model's own weights, roughly: every
-    sequence's float32 hidden states in and out of the layer (and a spare), one batch's forward through it, and its
-    Hessians (float64, the widest input's square, four groups). ``cfg``: the model's transformers config."""
+    sequence's float32 hidden states in and out of the layer (and a spare), one batch's forward through it, its
+    Hessians (float64, the widest input's square, four groups), and the transients of writing one group
+    (``H = S / count``, its symmetrized copy and the serialized bytes, float64: four more squares).
+    ``cfg``: the model's transformers config."""
     hidden = getattr(cfg, "hidden_size", 0) or 0
     inter = getattr(cfg, "intermediate_size", 0) or 4 * hidden
     heads = getattr(cfg, "num_attention_heads", 1) or 1
     return (12 * n_samples * seq_len * hidden + 4 * batch * seq_len * (2 * inter + 8 * hidden + (heads + 1) * seq_len)
-            + 32 * max(hidden, inter) ** 2)
+            + 64 * max(hidden, inter) ** 2)
 
 
 def add_parser(sub: Any, raw: Any) -> None:
