@@ -16,6 +16,24 @@ from caldera.paper_reference import load_reference_table
 CORPUS_COLUMN = {"wiki2": "wiki2_ppl", "c4": "c4_ppl"}
 
 
+def _paper_rows(paper_model: str, corpus: str) -> tuple[str, list[dict], list[dict]] | None:
+    """``(table, 2-bit QuIP# rows, unquantized rows)`` of ``paper_model`` with a ``corpus`` perplexity; None when
+    no table has the model."""
+    col = CORPUS_COLUMN[corpus]
+    for table in ZERO_SHOT_TABLES:
+        rows = [r for r in load_reference_table(table) if r["model"] == paper_model and r[col] is not None]
+        if rows:
+            quip = [r for r in rows if r["method"] == "QuIP#" and not r["rank"] and r["b_q"] == 2 and not r["rht_ft"]]
+            return table, quip, [r for r in rows if r["method"] == "Unquantized"]
+    return None
+
+
+def targets_available(corpus: str = "wiki2") -> list[str]:
+    """The paper models whose 2-bit QuIP# ratio on ``corpus`` the paper's tables define."""
+    models = sorted({r["model"] for t in ZERO_SHOT_TABLES for r in load_reference_table(t)})
+    return [m for m in models if (found := _paper_rows(m, corpus)) is not None and found[1] and found[2]]
+
+
 def paper_target(paper_model: str, corpus: str = "wiki2") -> dict[str, Any]:
     """The paper's plain 2-bit QuIP# row (rank 0, no RHT fine-tuning) and unquantized row of ``paper_model``
     (Tables 1, 2 and 7) on ``corpus``: ``{"paper_model", "corpus", "table", "quip_ppl", "dense_ppl", "ratio"}``
@@ -23,35 +41,18 @@ def paper_target(paper_model: str, corpus: str = "wiki2") -> dict[str, Any]:
     model when a row is missing (Table 7 prints no unquantized Mistral 7B)."""
     if corpus not in CORPUS_COLUMN:
         raise ValueError(f"corpus={corpus!r}; accepted: {sorted(CORPUS_COLUMN)}")
-    col = CORPUS_COLUMN[corpus]
-    for table in ZERO_SHOT_TABLES:
-        rows = [r for r in load_reference_table(table) if r["model"] == paper_model]
-        if not rows:
-            continue
-        quip = [r for r in rows if r["method"] == "QuIP#" and not r["rank"] and r["b_q"] == 2 and not r["rht_ft"]]
-        dense = [r for r in rows if r["method"] == "Unquantized"]
-        missing = [name for name, found in (("2-bit QuIP#", quip), ("unquantized", dense)) if not found]
-        if missing or quip[0][col] is None or dense[0][col] is None:
-            raise ValueError(f"paper model {paper_model!r}: {table} prints no {' or '.join(missing) or col} "
-                             f"row with {col}, so its 2-bit QuIP# ratio is undefined; pick a model of "
-                             f"{sorted(targets_available(corpus))}")
-        q, d = float(quip[0][col]), float(dense[0][col])
-        return {"paper_model": paper_model, "corpus": corpus, "table": table, "quip_ppl": q, "dense_ppl": d,
-                "ratio": q / d}
-    raise ValueError(f"paper model {paper_model!r} is in none of the tables {list(ZERO_SHOT_TABLES)}")
-
-
-def targets_available(corpus: str = "wiki2") -> list[str]:
-    """The paper models whose 2-bit QuIP# ratio on ``corpus`` the paper's tables define."""
-    models = sorted({r["model"] for t in ZERO_SHOT_TABLES for r in load_reference_table(t)})
-    out = []
-    for m in models:
-        try:
-            paper_target(m, corpus)
-        except ValueError:
-            continue
-        out.append(m)
-    return out
+    found = _paper_rows(paper_model, corpus)
+    if found is None:
+        raise ValueError(f"paper model {paper_model!r} is in none of the tables {list(ZERO_SHOT_TABLES)}")
+    table, quip, dense = found
+    missing = [name for name, rows in (("2-bit QuIP#", quip), ("unquantized", dense)) if not rows]
+    if missing:
+        raise ValueError(f"paper model {paper_model!r}: {table} prints no {' or '.join(missing)} row with "
+                         f"{CORPUS_COLUMN[corpus]}, so its 2-bit QuIP# ratio is undefined; pick a model of "
+                         f"{targets_available(corpus)}")
+    q, d = float(quip[0][CORPUS_COLUMN[corpus]]), float(dense[0][CORPUS_COLUMN[corpus]])
+    return {"paper_model": paper_model, "corpus": corpus, "table": table, "quip_ppl": q, "dense_ppl": d,
+            "ratio": q / d}
 
 
 def regime_errors(config: dict[str, Any]) -> list[str]:
