@@ -140,10 +140,16 @@ def declared(*parts):
     return json.dumps(parts, sort_keys=True, default=str)
 
 
+#: config blocks no table reads (the regime measurement, caldera.experiments.jobs.regime, is not a rule): left out
+#: of what rule make_table declares, so editing them reruns no table
+NOT_TABLE_BLOCKS = ("regime",)
+
+
 def effective_config():
-    """The config with each typed block it has replaced by its settings' effective block (defaults filled in):
-    what rule make_table declares."""
-    return {**config, **{k: getattr(SETTINGS, k).as_block() for k in BLOCKS if config.get(k)}}
+    """The config with each typed block it has replaced by its settings' effective block (defaults filled in),
+    without :data:`NOT_TABLE_BLOCKS`: what rule make_table declares."""
+    out = {**config, **{k: getattr(SETTINGS, k).as_block() for k in BLOCKS if config.get(k)}}
+    return {k: v for k, v in out.items() if k not in NOT_TABLE_BLOCKS}
 
 
 def get_results_dir(wildcards):

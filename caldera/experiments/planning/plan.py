@@ -343,6 +343,7 @@ def check_config(config: dict[str, Any]) -> dict[str, Variant]:
     from caldera.config import PRESETS
     from caldera.eval.zeroshot import TASKS
     from caldera.experiments.planning.config_guard import plan_time_errors, unknown_param_errors
+    from caldera.experiments.planning.regime_plan import regime_errors
     from caldera.experiments.planning.settings import block_settings
     from caldera.pipeline.text import HF_TEXT, TEXT_SOURCES
 
@@ -372,6 +373,7 @@ def check_config(config: dict[str, Any]) -> dict[str, Variant]:
         block_settings(config)
     except ValueError as e:
         errors.append(str(e))
+    errors += regime_errors(config)  # the regime's stand-ins, the paper models they replace, the paper's targets
     if errors:  # the variants below would only repeat these
         raise ValueError("\n".join(errors))
     try:

@@ -1,7 +1,8 @@
 """Typed, validated settings of the workflow config's blocks, built when the plan is made.
 
 One frozen dataclass per block (``calibration``, ``selection``, ``rht_ft``, ``lora_ft``, ``throughput``, ``eval``,
-``figures``; nested ones where a block nests), each made by :meth:`Settings.from_block` from the block's mapping:
+``figures``, ``regime``; nested ones where a block nests), each made by :meth:`Settings.from_block` from the
+block's mapping:
 
 * an unknown key is refused, naming its full key path and the closest accepted name (``throughput.run: unknown
   key; did you mean 'runs'?``), never dropped;
@@ -523,6 +524,47 @@ class SelectionSettings(Settings):
     candidates: dict[str, dict[str, Any]] = setting(check=mapping_of(mapping, min_items=1))
 
 
+# ---------------------------------------------------------------------------------------------- regime
+
+#: the Q bits a regime may choose among: E8P (2), E8P-RVQ3 (3), E8P-RVQ4 (4)
+REGIME_Q_BITS = (2, 3, 4)
+#: the paper's perplexity columns a regime's target ratio may come from (Tables 1, 2 and 7)
+REGIME_CORPORA = ("wiki2", "c4")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RegimeModel(Settings):
+    """``regime.models.<stand-in>``: the paper model whose 2-bit QuIP# perplexity ratio the stand-in is matched to,
+    and the Q bits the measurement chose (``regime.md``; None: not measured yet)."""
+
+    paper_model: str = setting(check=text)
+    q_bits: int | None = setting(None, optional(one_of(*REGIME_Q_BITS)))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RegimeSettings(Settings):
+    """``regime:`` (the stand-ins' compression regime: the Q bits at which QuIP#'s perplexity on held-out
+    calibration text, relative to the dense model's, comes nearest the paper's own 2-bit QuIP# ratio;
+    :mod:`caldera.experiments.jobs.regime` measures, :mod:`caldera.experiments.report.regime_report` selects).
+    No rule of the default workflow reads it."""
+
+    BLOCK: ClassVar[str] = "regime"
+
+    models: dict[str, RegimeModel] = setting(check=mapping_of(nested(RegimeModel), min_items=1))
+    q_bits: list[int] = setting([2, 3, 4], list_of(one_of(*REGIME_Q_BITS), min_items=1, unique=True))
+    corpus: str = setting("wiki2", one_of(*REGIME_CORPORA))  # the paper's column the target ratio is read from
+    seeds: list[int] = setting([0], list_of(integer(0), min_items=1, unique=True))  # QuIP#'s compression seeds
+    #: held-out windows: the calibration sampler's rows after the Hessians' ``calibration.n_samples`` (same source,
+    #: seed and ``calibration.seq_len``), so no window shares a document with the Hessians' sequences
+    n_windows: int = setting(4, integer(1))
+
+    def validate(self, where: str) -> None:
+        for m, entry in self.models.items():
+            if entry.q_bits is not None and entry.q_bits not in self.q_bits:
+                raise ValueError(f"{where}.models.{m}.q_bits: {entry.q_bits} is not a candidate of {where}.q_bits "
+                                 f"({self.q_bits}); add it there or set the chosen bits from regime.md")
+
+
 # ---------------------------------------------------------------------------------------------- run context
 
 
@@ -601,9 +643,10 @@ BLOCKS: dict[str, type[Settings]] = {
     "throughput": ThroughputSettings,
     "eval": EvalSettings,
     "figures": FiguresSettings,
+    "regime": RegimeSettings,
 }
 #: blocks a config may leave out (None in :class:`BlockSettings`); ``throughput`` left out means its defaults
-OPTIONAL = ("selection", "rht_ft", "lora_ft")
+OPTIONAL = ("selection", "rht_ft", "lora_ft", "regime")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -618,6 +661,7 @@ class BlockSettings:
     throughput: ThroughputSettings
     eval: EvalSettings
     figures: FiguresSettings
+    regime: RegimeSettings | None = None
 
 
 def block_settings(config: Mapping[str, Any]) -> BlockSettings:
@@ -640,5 +684,6 @@ def block_settings(config: Mapping[str, Any]) -> BlockSettings:
 
 __all__ = ["BLOCKS", "BlockSettings", "CalibrationSettings", "EvalSettings", "FiguresSettings", "LoftqSettings",
            "LongIters",
-           "LoraFtSettings", "LoraFtRow", "LoraTaskSettings", "LoraTasks", "PplSettings", "RhtFtRow", "RhtFtSettings",
+           "LoraFtSettings", "LoraFtRow", "LoraTaskSettings", "LoraTasks", "PplSettings", "RegimeModel",
+           "RegimeSettings", "RhtFtRow", "RhtFtSettings",
            "RunContext", "SelectionSettings", "Settings", "ThroughputSettings", "ZeroshotSettings", "block_settings"]

@@ -1,7 +1,8 @@
 """Every job that reads a model's calibration Hessians (compression, the selection sweep and its ablations, the
-Figure 3 and 4 traces) makes the same check before any work (caldera.experiments.jobs.calibrate.check_job_hessians):
-a swapped file, another calibration's folder (its summary and every file agreeing), a folder relabelled to another
-dtype, or another model's shapes are refused with the file named, before a single Hessian is read."""
+regime measurement, the Figure 3 and 4 traces) makes the same check before any work
+(caldera.experiments.jobs.calibrate.check_job_hessians): a swapped file, another calibration's folder (its summary
+and every file agreeing), a folder relabelled to another dtype, or another model's shapes are refused with the file
+named, before a single Hessian is read."""
 
 from __future__ import annotations
 
@@ -14,10 +15,18 @@ import torch
 from caldera.experiments.jobs import calibrate as C
 from caldera.experiments.jobs import compress as CJ
 from caldera.experiments.jobs import figures as F
+from caldera.experiments.jobs import regime as RJ
 from caldera.experiments.jobs import selection as S
 from caldera.experiments.planning.plan import Variant
+from caldera.experiments.planning.regime_plan import RegimePlan, paper_target
 from caldera.experiments.planning.selection_plan import SelectionPlan
-from caldera.experiments.planning.settings import CalibrationSettings, FiguresSettings, RunContext, SelectionSettings
+from caldera.experiments.planning.settings import (
+    CalibrationSettings,
+    FiguresSettings,
+    RegimeSettings,
+    RunContext,
+    SelectionSettings,
+)
 from caldera.methods import get_method
 from caldera.pipeline.hessians import GROUPS, layer_file
 from tests.helpers import tiny_model_dir
@@ -94,6 +103,13 @@ def _selection_plan(run: RunContext) -> SelectionPlan:
                          ranks={"m": {4: [8]}}, quip_params={}, run_params={4: {}})
 
 
+def _regime_plan(run: RunContext) -> RegimePlan:
+    settings = RegimeSettings.from_block({"models": {"m": {"paper_model": "llama-2-7b"}}, "q_bits": [2],
+                                          "n_windows": 2})
+    return RegimePlan(settings=settings, run=run, targets={"m": paper_target("llama-2-7b")}, quip_params={},
+                      reconstructed=True)
+
+
 def _variant() -> Variant:
     params = {"rank": 4, "outer_iters": 1, "inner_iters": 1}
     return Variant(id="v", model="m", method="caldera", params=params, config=get_method("caldera").make_config(params))
@@ -112,6 +128,8 @@ READERS = {
                                                                   FiguresSettings.from_block(FIGURES)),
     "figure 4 traces": lambda run, h, tmp: F.step_lplr_traces(run, "m", str(h), str(tmp / "f4.json"),
                                                               FiguresSettings.from_block(FIGURES)),
+    "regime": lambda run, h, tmp: RJ.step_regime(_regime_plan(run), {"m": str(h)}, str(tmp / "regime"),
+                                                 str(tmp / "r.json"), str(tmp / "r.md"), log=lambda m: None),
 }
 
 

@@ -58,6 +58,9 @@ TYPOS = [
     ("smoke", "eval.zeroshot.limt", 3, "eval.zeroshot.limt: unknown key; did you mean 'limit'?"),
     ("smoke", "eval.ppl.wiki.n_window", 3, "eval.ppl.wiki.n_window: unknown key; did you mean 'n_windows'?"),
     ("smoke", "figures.outer_iter", 3, "figures.outer_iter: unknown key; did you mean 'outer_iters'?"),
+    ("mini", "regime.n_window", 3, "regime.n_window: unknown key; did you mean 'n_windows'?"),
+    ("mini", "regime.models.smollm2.paper_modl", "llama-2-7b",
+     "regime.models.smollm2.paper_modl: unknown key; did you mean 'paper_model'?"),
 ]
 
 
@@ -90,6 +93,43 @@ def test_bad_value_is_refused_naming_its_key(path, value, words):
     with pytest.raises(ValueError) as e:
         block_settings(cfg)
     assert words in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("path, value, words", [
+    ("regime.q_bits", [2, 5], "regime.q_bits[1]: expected one of [2, 3, 4], got 5"),
+    ("regime.q_bits", [], "regime.q_bits: expected a list of at least 1 items"),
+    ("regime.q_bits", [3, 3], "regime.q_bits: [3, 3] repeats an item"),
+    ("regime.q_bits", 3, "regime.q_bits: expected a list of at least 1 items, got 3"),
+    ("regime.corpus", "wikitext", "regime.corpus: expected one of ['wiki2', 'c4'], got 'wikitext'"),
+    ("regime.seeds", [-1], "regime.seeds[0]: expected an integer >= 0, got -1"),
+    ("regime.n_windows", 0, "regime.n_windows: expected an integer >= 1, got 0"),
+    ("regime.models", {}, "regime.models: expected a mapping of at least 1 entries"),
+    ("regime.models.smollm2.paper_model", "", "regime.models.smollm2.paper_model: expected a non-empty string"),
+    ("regime.models.smollm2.q_bits", 16, "regime.models.smollm2.q_bits: expected one of [2, 3, 4], got 16"),
+])
+def test_bad_regime_value_is_refused_naming_its_key(path, value, words):
+    """The regime block (caldera.experiments.jobs.regime) is checked like every block: bad values are refused at
+    plan time with their key path."""
+    cfg = load("mini")
+    _set(cfg, path, value)
+    with pytest.raises(ValueError) as e:
+        block_settings(cfg)
+    assert words in str(e.value), str(e.value)
+    with pytest.raises(ValueError, match=re.escape(words.split(":")[0])):
+        check_config(cfg)
+
+
+def test_a_chosen_regime_bits_must_be_a_candidate_and_the_defaults_are_every_codebook():
+    cfg = load("mini")
+    cfg["regime"]["q_bits"] = [2, 4]
+    cfg["regime"]["models"]["gemma3"]["q_bits"] = 3
+    with pytest.raises(ValueError, match=r"regime\.models\.gemma3\.q_bits: 3 is not a candidate of regime\.q_bits"):
+        block_settings(cfg)
+    cfg["regime"]["models"]["gemma3"]["q_bits"] = 4
+    assert block_settings(cfg).regime.models["gemma3"].q_bits == 4
+    r = block_settings({**cfg, "regime": {"models": {"smollm2": {"paper_model": "llama-2-7b"}}}}).regime
+    assert (r.q_bits, r.corpus, r.seeds, r.n_windows, r.models["smollm2"].q_bits) == ([2, 3, 4], "wiki2", [0], 4, None)
+    assert block_settings(load("smoke")).regime is None  # optional: a config without it measures nothing
 
 
 def test_missing_required_key_is_named():

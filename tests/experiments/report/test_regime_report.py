@@ -1,0 +1,136 @@
+"""The stand-ins' regime selection (caldera.experiments.report.regime_report): nearest to the paper's ratio in
+log-ratio, ties to the fewer bits, every score kept; against hand cases and a slow oracle."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+
+import pytest
+
+from caldera.experiments.report import regime_report as R
+
+LLAMA2_7B = 8.23 / 5.12  # Table 1: QuIP# 2-bit / unquantized, Wiki2
+
+
+def oracle(ratios: dict[int, float], target: float) -> int:
+    """Slow oracle: the candidate no other beats, comparing pairs by how many times off the target each ratio is
+    (max(r/t, t/r), no logarithm), the fewer bits among equals."""
+    def off(b):
+        r = ratios[b]
+        return max(r / target, target / r)
+
+    best = []
+    for b in ratios:
+        if all(off(b) <= off(c) for c in ratios):
+            best.append(b)
+    return min(best)
+
+
+def test_hand_case_the_135m_stand_in_at_2_bits_is_far_from_the_papers_7b():
+    """2 bits loses x4.5 (the stand-in's measured regime), 3 bits x1.6: 3 bits is the paper's regime."""
+    sel = R.select_q_bits({2: 4.5, 3: 1.55, 4: 1.08}, LLAMA2_7B)
+    assert sel["q_bits"] == 3
+    assert list(sel["scores"]) == [2, 3, 4]  # every candidate's score, in ascending bits
+    assert sel["scores"][2] == pytest.approx(math.log(4.5 / LLAMA2_7B))
+    assert sel["scores"][3] == pytest.approx(math.log(LLAMA2_7B / 1.55))
+    assert sel["scores"][4] == pytest.approx(math.log(LLAMA2_7B / 1.08))
+    assert sel["target"] == LLAMA2_7B and sel["ratios"] == {2: 4.5, 3: 1.55, 4: 1.08}
+
+
+def test_nearest_in_log_ratio_not_in_plain_difference():
+    """Target x2: x3.7 is 1.85 times too high, x1.05 1.90 times too low, so the log-ratio picks x3.7 (2 bits);
+    the plain difference (1.7 against 0.95) would pick x1.05 (4 bits)."""
+    assert R.select_q_bits({2: 3.7, 4: 1.05}, 2.0)["q_bits"] == 2
+
+
+def test_equal_scores_go_to_the_fewer_bits_whatever_the_order_given():
+    sel = R.select_q_bits({4: 1.0, 3: 4.0}, 2.0)  # ln 4 − ln 2 == ln 2 − ln 1
+    assert sel["scores"][3] == sel["scores"][4]
+    assert sel["q_bits"] == 3
+    assert R.select_q_bits({3: 4.0, 4: 1.0}, 2.0)["q_bits"] == 3
+    assert R.select_q_bits({2: 2.0, 3: 2.0, 4: 2.0}, 2.0)["q_bits"] == 2
+
+
+def test_matches_the_slow_oracle_on_random_cases():
+    rng = random.Random(7)
+    for _ in range(500):
+        bits = sorted(rng.sample([2, 3, 4], rng.randint(1, 3)))
+        # some ratios drawn from a few values, so that ties occur
+        ratios = {b: rng.choice([1.0, 1.3, 2.0, rng.uniform(1.0, 6.0)]) for b in bits}
+        target = rng.choice([1.3, 1.6, 2.49, rng.uniform(1.0, 3.0)])
+        assert R.select_q_bits(ratios, target)["q_bits"] == oracle(ratios, target), (ratios, target)
+
+
+@pytest.mark.parametrize("ratios, target, words", [
+    ({}, 1.6, "no candidate"),
+    ({2: 0.0}, 1.6, "ratio must be a finite number > 0"),
+    ({2: -1.0}, 1.6, "ratio must be a finite number > 0"),
+    ({2: float("nan")}, 1.6, "ratio must be a finite number > 0"),
+    ({2: 1.5}, float("inf"), "target must be a finite number > 0"),
+])
+def test_bad_ratios_are_refused_naming_what(ratios, target, words):
+    with pytest.raises(ValueError, match=words):
+        R.select_q_bits(ratios, target)
+
+
+def test_seed_ratio_is_the_geometric_mean_of_the_per_seed_ratios():
+    assert R.seed_ratio([8.0, 2.0], 2.0) == pytest.approx(2.0)  # ratios 4 and 1
+    assert R.seed_ratio([6.0], 3.0) == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="no seed"):
+        R.seed_ratio([], 3.0)
+    with pytest.raises(ValueError, match=r"ppls\[1\]"):
+        R.seed_ratio([3.0, float("inf")], 3.0)
+    with pytest.raises(ValueError, match="dense_ppl"):
+        R.seed_ratio([3.0], 0.0)
+
+
+def _measurements():
+    return {"dense": {"ppl": 20.0},
+            "candidates": {2: {"ppl_by_seed": {0: 90.0, 1: 110.0}}, 3: {"ppl_by_seed": {0: 33.0, 1: 31.0}},
+                           4: {"ppl_by_seed": {0: 22.0, 1: 22.5}}}}
+
+
+TARGET = {"paper_model": "llama-2-7b", "corpus": "wiki2", "table": "table1_llama2_zeroshot", "quip_ppl": 8.23,
+          "dense_ppl": 5.12, "ratio": LLAMA2_7B}
+
+
+def test_summary_keeps_every_candidates_perplexities_ratio_and_score():
+    sel = R.summarize_model(_measurements(), TARGET)
+    assert sel["q_bits"] == 3 and sel["dense_ppl"] == 20.0 and sel["paper"] == TARGET
+    for b, c in sel["candidates"].items():
+        want = math.sqrt(math.prod(p / 20.0 for p in _measurements()["candidates"][b]["ppl_by_seed"].values()))
+        assert c["ratio"] == pytest.approx(want)
+        assert c["score"] == pytest.approx(abs(math.log(want) - math.log(LLAMA2_7B)))
+        assert c["codebook"] == {2: "E8P", 3: "E8P-RVQ3", 4: "E8P-RVQ4"}[b]
+
+
+def _result():
+    sel = R.summarize_model(_measurements(), TARGET)
+    return R.to_json_ready({"seeds": [0, 1], "quip_params": {}, "reconstructed": True,
+                            "heldout": {"source": "lambada-books", "seed": 0, "seq_len": 512, "first_row": 16,
+                                        "n_windows": 4},
+                            "models": {"smollm2": sel}})
+
+
+def test_the_result_survives_a_json_round_trip_and_the_markdown_lists_every_candidate():
+    res = _result()
+    assert json.loads(json.dumps(res)) == res
+    md = R.to_markdown(res)
+    assert md == R.to_markdown(json.loads(json.dumps(res)))
+    assert "## smollm2 (stands in for llama-2-7b)" in md and "×1.607" in md
+    rows = [ln for ln in md.splitlines() if ln.startswith("| ") and ln[2].isdigit()]
+    assert [r.split("|")[1].strip() for r in rows] == ["2", "3", "4"]
+    assert [("**chosen**" in r) for r in rows] == [False, True, False]
+    for r, (_, c) in zip(rows, sorted(res["models"]["smollm2"]["candidates"].items())):
+        assert f"{c['score']:.4f}" in r and f"×{c['ratio']:.3f}" in r
+    assert "rows 16–19" in md and "lambada-books" in md
+
+
+def test_selection_is_the_same_whichever_candidate_order_the_measurements_list():
+    for perm in itertools.permutations([2, 3, 4]):
+        m = _measurements()
+        m["candidates"] = {b: m["candidates"][b] for b in perm}
+        assert R.summarize_model(m, TARGET)["q_bits"] == 3
