@@ -56,13 +56,33 @@ def ratio_text(r: dict[str, Any]) -> str:
 
 def reach_text(intervals: list[dict[str, Any]], paper: float | None = None) -> str:
     """The smallest perplexity ratio this run resolves with 80 % power (the widest log-ratio half-width ``h`` of
-    ``intervals`` scaled by ``(z_0.975 + z_0.8) / z_0.975``: ×e^{∓h'}), beside the paper's own ratio."""
+    ``intervals`` scaled by ``(z_0.975 + z_0.8) / z_0.975``: ×e^{∓h'}), beside the paper's own ratio. With one
+    realization (an infinite half-width) the seed part is unknown: the windows alone (``window_half``) give the
+    bound, which the unknown seed spread can only widen."""
     h = max(r["sdd"] for r in intervals)
+    paper_text = "" if paper is None else f" (the paper's: ×{paper:.3f})"
     if not math.isfinite(h):
-        return "resolvable effect: undetermined (one realization)"
+        w = max(_window_half(r) for r in intervals)
+        if not math.isfinite(w):
+            return "resolvable effect: undetermined (one realization, no window interval)"
+        w80 = w * (stats.Z95 + Z80) / stats.Z95
+        return (f"resolvable at 80 % power, from the windows alone (one realization: its seed spread, unknown here, "
+                f"only widens it): at best ratios below ×{math.exp(-w80):.3f} or above ×{math.exp(w80):.3f}"
+                + paper_text)
     h80 = h * (stats.Z95 + Z80) / stats.Z95
     text = f"resolvable at 80 % power: ratios below ×{math.exp(-h80):.3f} or above ×{math.exp(h80):.3f}"
-    return text + ("" if paper is None else f" (the paper's: ×{paper:.3f})")
+    return text + paper_text
+
+
+def _window_half(r: dict[str, Any]) -> float:
+    """The window part's log-ratio half-width of an interval: ``window_half``, else half its window bounds' span
+    (as ratios, the log of their ratio), else infinite."""
+    if r.get("window_half") is not None:
+        return float(r["window_half"])
+    lo, hi = r.get("window_lo"), r.get("window_hi")
+    if lo is not None and hi is not None and lo > 0 and hi > 0:
+        return math.log(hi / lo) / 2.0
+    return math.inf
 
 
 def pool_text(pooled: dict[str, dict[str, Any]]) -> str:

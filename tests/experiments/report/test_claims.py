@@ -49,6 +49,25 @@ def test_degradation_is_inconclusive_when_the_windows_disagree():
     assert lo < 0 < hi
 
 
+def test_degradation_with_one_realization_states_what_the_windows_alone_could_resolve():
+    """A run with one realization per variant leaves the seed part unknown: an inconclusive verdict still states the
+    log-difference it could resolve (from the windows alone, a bound the seed spread only widens) beside the
+    paper's smallest."""
+    tables = _tables(l3_quip=84.0, spread=0.3)
+    for t in tables.values():
+        for v, r in t["realizations"].items():
+            if r["random"]:
+                t["realizations"][v] = {**r, "seeds": [0], "ids": [v]}
+                t["seed_samples"][v] = t["seed_samples"][v][:1]
+    out = degradation(tables)
+    assert out["verdict"] == "inconclusive" and all(iv["seed_half"] is None for iv in out["intervals"])
+    half = max((iv["window_hi"] - iv["window_lo"]) / 2 for iv in out["intervals"])
+    z = (1.959963984540054 + 0.8416212335729143) / 1.959963984540054
+    assert f"from the windows alone (one realization: its seed spread, unknown here, only widens it): at best " \
+           f"log-differences beyond ±{half * z:.3f} (the paper's smallest: +" in out["numbers"]
+    assert out["sdd"] == f"undetermined: one realization (window part ±{half:.3f} in log ratio)"
+
+
 def test_degradation_not_testable_with_one_stand_in_or_one_table():
     assert degradation(_tables(100.0, l3_stand="A"))["verdict"] == "not testable at this scale"
     t = _tables(100.0)

@@ -29,7 +29,7 @@ def test_a_changed_committed_table_is_caught(tmp_path):
     assert R.check(readme, tmp_path) == []
     moved = copy.deepcopy(tab)
     row = next(r for r in moved["rows"] if r["variant"] == "smollm2-quipsharp")
-    row["ours"]["wiki2_ppl"] += 0.01  # 150.60 -> 150.61: a new run's number
+    row["ours"]["wiki2_ppl"] += 0.01  # one step of the quoted two decimals: a new run's number
     (tmp_path / "paper_tables/generated" / f"{R.RESULT_TABLE}.json").write_text(json.dumps(moved))
     assert [m.split(":")[0] for m in R.check(readme, tmp_path)] == ["result table"]
 

@@ -76,7 +76,15 @@ def test_reach_text_scales_the_widest_half_width_to_80_percent_power():
     h80 = h * (1.959963984540054 + 0.8416212335729143) / 1.959963984540054
     assert text == (f"resolvable at 80 % power: ratios below ×{math.exp(-h80):.3f} or above ×{math.exp(h80):.3f} "
                     "(the paper's: ×0.820)")
-    assert reach_text([{"sdd": math.inf}]).endswith("undetermined (one realization)")
+    assert reach_text([{"sdd": math.inf}]).endswith("undetermined (one realization, no window interval)")
+    w = math.log1p(0.04)
+    one = reach_text([{"sdd": math.inf, "window_half": w}, {"sdd": math.inf, "window_half": w / 2}], paper=0.82)
+    w80 = w * (1.959963984540054 + 0.8416212335729143) / 1.959963984540054
+    assert one == ("resolvable at 80 % power, from the windows alone (one realization: its seed spread, unknown "
+                   f"here, only widens it): at best ratios below ×{math.exp(-w80):.3f} or above ×{math.exp(w80):.3f} "
+                   "(the paper's: ×0.820)")
+    by_bounds = reach_text([{"sdd": math.inf, "window_lo": 0.9, "window_hi": 0.9 * math.exp(2 * w)}])
+    assert f"×{math.exp(-w80):.3f}" in by_bounds  # the window half-width read off its bounds (as ratios)
 
 
 def test_sdd_ratio_text_takes_the_widest_interval():
