@@ -236,7 +236,7 @@ def test_assemble_step_reads_no_compressed_layers_weights_and_writes_the_same_ch
     assert not read & set(_layer_keys(0) + _layer_keys(1) + _layer_keys(3))  # compressed: never read
     assert set(_layer_keys(2)) <= read  # layer 2 stays dense (config layers): its weights are read
     C.assemble_checkpoint(model, tmp_path / "layers", tmp_path / "old", "caldera", cfg, tokenizer=src,
-                          allow_partial=True)
+                          allow_partial=True, generation_config=(src / "generation_config.json").read_bytes())
     old = sorted(p.name for p in (tmp_path / "old").iterdir())
     assert old == sorted(p.name for p in (tmp_path / "new").iterdir())
     for name in old:

@@ -90,6 +90,7 @@ rule compress_layers:
 rule assemble_checkpoint:
     input:
         chunks=get_chunk_dirs,
+        hessians=get_hessian_dir,  # the calibration the checkpoint's provenance records
     output:
         checkpoint=directory(f"{RES}/compressed/{{variant}}/checkpoint"),
         summary=f"{RES}/compressed/{{variant}}/summary.json",

@@ -7,4 +7,5 @@ with job(sm):
     from caldera.experiments.jobs.compress import step_assemble
     from caldera.atomic import write_json
 
-    write_json(sm.output.summary, step_assemble(sm.params.run, sm.params.variant, list(sm.input.chunks), sm.output.checkpoint))
+    write_json(sm.output.summary, step_assemble(sm.params.run, sm.params.variant, list(sm.input.chunks),
+                                              sm.output.checkpoint, sm.input.hessians))

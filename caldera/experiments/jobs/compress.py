@@ -95,12 +95,17 @@ def step_compress_variant(run: RunContext, v: Variant, hessian_dir: str, layer_d
         raise ValueError(f"variant {v.id}: its layers are {len(layer_chunks(run, v.model))} chunks; "
                          "step_compress_variant takes a variant of one chunk (layers_per_job >= its layers)")
     step_compress_layers(run, v, hessian_dir, 0, os.path.join(layer_dir, "chunk.json"), allocation)
-    return step_assemble(run, v, [layer_dir], out_dir)
+    return step_assemble(run, v, [layer_dir], out_dir, hessian_dir)
 
 
-def step_assemble(run: RunContext, v: Variant, layer_dir: str | list[str], out_dir: str) -> dict[str, Any]:
+def step_assemble(run: RunContext, v: Variant, layer_dir: str | list[str], out_dir: str,
+                  hessian_dir: str | None = None) -> dict[str, Any]:
     """The checkpoint of variant ``v`` in ``out_dir`` from the per-layer files in ``layer_dir`` (a folder or the
-    list of the chunk jobs' folders); returns its summary."""
+    list of the chunk jobs' folders); returns its summary. It records its provenance (the stand-in and its weight
+    files' digest, the calibration of ``hessian_dir``, caldera's version and commit:
+    :mod:`caldera.pipeline.checkpoint.provenance`) and keeps the base model's ``generation_config.json``, as
+    ``caldera compress`` does."""
+    from caldera.pipeline.checkpoint import base_generation_config, checkpoint_provenance
     from caldera.pipeline.compress import LINEARS, assemble_checkpoint, layer_paths
     from caldera.pipeline.hessians import decoder_layers
     from caldera.pipeline.partial import LazyLayers, local_folder
@@ -116,8 +121,11 @@ def step_assemble(run: RunContext, v: Variant, layer_dir: str | list[str], out_d
     mdl = lazy.model
     # a local model's tokenizer files are copied as they are; a hub model's tokenizer is loaded and saved
     tok = local_folder(model_source(config, v.model)) or load_tokenizer(config, v.model)
+    source = model_source(config, v.model)
+    extra = {"provenance": checkpoint_provenance(v.model, source, hessian_dir)} if hessian_dir is not None else None
     _, summary = assemble_checkpoint(mdl, layer_dir, out_dir, v.method, v.config, tokenizer=tok,
-                                     allow_partial=run.layers is not None)
+                                     allow_partial=run.layers is not None, extra=extra,
+                                     generation_config=base_generation_config(source))
     return summary
 
 

@@ -83,12 +83,16 @@ def test_variant_job_refuses_a_variant_of_several_chunks(model_and_hessians, tmp
 
 def test_variant_job_writes_a_checkpoint_that_loads_and_matches_the_two_job_path(model_and_hessians, tmp_path):
     from caldera.pipeline.checkpoint import load_compressed, read_config
+    from caldera.pipeline.checkpoint.provenance import calibration_record, weights_digest
 
     src, hess = model_and_hessians
     run, v = _run(src), _variant()
     summary = J.step_compress_variant(run, v, str(hess), str(tmp_path / "layers"), str(tmp_path / "one"))
-    J.step_assemble(run, v, [str(tmp_path / "layers")], str(tmp_path / "two"))
+    J.step_assemble(run, v, [str(tmp_path / "layers")], str(tmp_path / "two"), str(hess))
     assert read_config(tmp_path / "one")["method"] == "caldera"
+    prov = read_config(tmp_path / "one")["provenance"]  # the stand-in, its weights and the Hessians it used
+    assert prov["base_model"] == {"name": "m", "weights_sha256": weights_digest(src)}
+    assert prov["calibration"] == calibration_record(hess)
     names = sorted(p.name for p in (tmp_path / "one").iterdir())
     assert names == sorted(p.name for p in (tmp_path / "two").iterdir())
     for name in names:
