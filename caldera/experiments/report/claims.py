@@ -515,7 +515,7 @@ def check(fig3: dict[str, Any], fig4: dict[str, Any], tables: dict[str, dict[str
     if not ft:  # no RHT-FT table (or none of its rows) in this run
         add(RHTFT_CLAIM, "Tables 3–4", "pending (its issue has not landed)", "—", "—")
     if lora is not None:  # Table 5's JSON (caldera.experiments.report.table5)
-        out += lora_claims(lora)
+        out += lora_claims(lora, tables)
     else:
         add(LORA_CLAIM, "Table 5", "pending (its issue has not landed)", "—", "—")
     if throughput is None:

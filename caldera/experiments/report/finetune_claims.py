@@ -34,6 +34,44 @@ def recovery_verdict(gains_vs_compressed: list[int], gains_vs_dense: list[int]) 
     return "holds" if all(g > 0 for g in gains_vs_compressed) else "inconclusive"
 
 
+#: Table 5's task → the paper's column of its score (Table 5 and the zero-shot Tables 1–4 name it alike)
+PAPER_COLUMN = {"wiki": "wiki2_ppl", "rte": "rte_acc", "winogrande": "wino_acc"}
+
+
+def paper_zero_shot(tables: dict[str, dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
+    """The paper's numbers of every row of the perplexity / zero-shot tables (Tables 1–4) without LoRA, keyed
+    ``(paper model, method family, paper rank, B_LR, RHT fine-tuned)`` (``("llama-2-7b", "CALDERA", 128, "4",
+    False)``; the unquantized row: ``(model, "Unquantized", 0, "—", False)``): the baselines of Table 5's rows."""
+    out: dict[tuple, dict[str, Any]] = {}
+    for name, tab in tables.items():
+        for r in tab.get("rows", []):
+            method = str(r.get("method", ""))
+            family = next((f for f in ("CALDERA", "Unquantized", "QuIP#") if method.startswith(f)), None)
+            if family is None or not isinstance(r.get("paper"), dict) or r.get("paper_rank") is None:
+                continue
+            key = (r["paper_model"], family, int(r["paper_rank"]), row_bits(r), bool(r.get("rht_ft"))
+                   and name in RHTFT_TABLES)
+            out.setdefault(key, r["paper"])
+    return out
+
+
+def _paper_effects(e: dict[str, Any], zero_shot: dict[tuple, dict[str, Any]]) -> dict[tuple[str, str], str]:
+    """The paper's own effect of each of Table 5's comparisons for row ``e``: ``{(task, "no FT" | "dense"): text}``
+    (accuracy: points fine-tuned minus baseline; perplexity: the ratio), where the paper prints both numbers."""
+    p = e.get("paper") or {}
+    b_lr = "—" if p.get("b_lr") is None else row_bits({"b_lr": p["b_lr"]})
+    bases = {"no FT": zero_shot.get((p.get("model"), p.get("method"), p.get("rank"), b_lr, bool(p.get("rht_ft")))),
+             "dense": zero_shot.get((p.get("model"), "Unquantized", 0, "—", False))}
+    out = {}
+    for task, col in PAPER_COLUMN.items():
+        for name, base in bases.items():
+            a, b = p.get(col), (base or {}).get(col)
+            if a is None or b is None:
+                continue
+            out[(task, name)] = (f"×{a / b:.3f}" if task == "wiki" else f"{a - b:+.1f} points")
+    return out
+
+
 def _lora_pair(task: str, ft: dict[str, Any], base: dict[str, Any] | None) -> tuple[int, str, float] | None:
     """Paired comparison of a fine-tuned result with a baseline on the same windows / documents: (gain direction,
     text, sdd). Perplexity: ratio fine-tuned / baseline (gain when below 1); accuracy: difference in points."""
@@ -51,12 +89,14 @@ def _lora_pair(task: str, ft: dict[str, Any], base: dict[str, Any] | None) -> tu
             f"points ({iv['n']} docs)", iv["sdd"])
 
 
-def lora_claim(table5: dict[str, Any], method: str = "CALDERA") -> dict[str, Any]:
+def lora_claim(table5: dict[str, Any], method: str = "CALDERA",
+               zero_shot: dict[tuple, dict[str, Any]] | None = None) -> dict[str, Any]:
     """"LoRA recovers accuracy" on Table 5's measured rows of paper method ``method`` (CALDERA, or LoftQ: this
     project's loftq method fine-tuned the same way) (:func:`recovery_verdict`): the best-on-held-out fine-tuned
     model against the row's un-fine-tuned model (every task) and against the dense model (RTE, Winogrande; Wiki2
     perplexity vs dense is shown only), paired on the same evaluation windows / documents (accuracy: the
-    fine-tuned classifier vs zero-shot log-likelihood choice, as the paper compares Table 5 with Tables 1–2)."""
+    fine-tuned classifier vs zero-shot log-likelihood choice, as the paper compares Table 5 with Tables 1–2).
+    ``zero_shot`` (:func:`paper_zero_shot`): the paper's baselines, whose effect is printed beside each comparison."""
     vs_c, vs_d, parts, sdds = [], [], [], []
     seen = set()
     for e in table5.get("rows", []):
@@ -65,6 +105,7 @@ def lora_claim(table5: dict[str, Any], method: str = "CALDERA") -> dict[str, Any
         if e["row"] in seen:  # two paper rows on one stand-in row (e.g. both families on SmolLM2): once
             continue
         seen.add(e["row"])
+        paper_fx = _paper_effects(e, zero_shot or {})
         for task in ("wiki", "rte", "winogrande"):
             m = e.get(task)
             if not m:
@@ -78,8 +119,9 @@ def lora_claim(table5: dict[str, Any], method: str = "CALDERA") -> dict[str, Any
                     continue
                 if (task, name) not in info_only:
                     sink.append(r[0])
-                parts.append(f"{e['row']} {task} vs {name}: {r[1]}" + (" (shown, not decided on)"
-                                                                        if (task, name) in info_only else ""))
+                fx = paper_fx.get((task, name))
+                parts.append(f"{e['row']} {task} vs {name}: {r[1]}" + (f" (the paper's: {fx})" if fx else "")
+                             + (" (shown, not decided on)" if (task, name) in info_only else ""))
                 sdds.append(f"{task} vs {name}: ±{r[2]:.3f}")
     verdict = recovery_verdict(vs_c, vs_d)
     name = LORA_CLAIM + ("" if method == "CALDERA" else f", {method} (this project's method) rows")
@@ -95,13 +137,15 @@ def lora_claim(table5: dict[str, Any], method: str = "CALDERA") -> dict[str, Any
             "sdd": ", ".join(dict.fromkeys(sdds)) + " (windows / documents, one realization)"}
 
 
-def lora_claims(table5: dict[str, Any]) -> list[dict[str, Any]]:
+def lora_claims(table5: dict[str, Any], tables: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """:func:`lora_claim` for CALDERA's rows and, where Table 5 has measured LoftQ rows, for those (one verdict
-    per method: a LoftQ result never decides CALDERA's claim)."""
-    out = [lora_claim(table5, "CALDERA")]
+    per method: a LoftQ result never decides CALDERA's claim); ``tables``: the run's Tables 1–4, whose paper
+    numbers give the paper's own effect beside each comparison."""
+    zero_shot = paper_zero_shot(tables or {})
+    out = [lora_claim(table5, "CALDERA", zero_shot)]
     if any(str(e.get("status", "")).startswith("measured") and e["paper"]["method"] == "LoftQ"
            for e in table5.get("rows", [])):
-        out.append(lora_claim(table5, "LoftQ"))
+        out.append(lora_claim(table5, "LoftQ", zero_shot))
     return out
 
 

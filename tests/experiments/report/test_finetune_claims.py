@@ -75,3 +75,27 @@ def test_loftq_rows_get_their_own_claim():
     assert "LoftQ" in claims[1]["claim"] and "LoftQ" not in claims[0]["claim"]
     assert "q rte vs no FT" in claims[1]["numbers"] and "q rte" not in claims[0]["numbers"]
     assert len(lora_claims({"rows": [cal]})) == 1
+
+
+def test_each_comparison_prints_the_papers_own_effect_from_the_zero_shot_tables():
+    """Table 5's LLaMa-2 7B CALDERA k=128 B_LR=4 row: RTE 83.75 after LoRA, against Table 1's 59.9 for the same
+    row without it (+23.9 points) and 63.2 for the unquantized model (+20.5); the RHT-fine-tuned row of Table 3
+    with the same rank is not its baseline."""
+    from caldera.experiments.report.finetune_claims import lora_claims
+
+    t5 = _row([1, 1, 0, 1], [0, 1, 0, 1], [1, 1, 0, 0])
+    t5["rows"][0]["paper"] = {"method": "CALDERA", "model": "llama-2-7b", "rank": 128, "b_lr": 4.0, "rht_ft": False,
+                              "rte_acc": 83.75, "wino_acc": 85.32, "wiki2_ppl": 5.84}
+
+    def zrow(method, rank, b_lr, rte, rht=False):
+        return {"paper_model": "llama-2-7b", "method": method, "paper_rank": rank, "b_lr": b_lr, "rht_ft": rht,
+                "paper": {"rte_acc": rte, "wino_acc": 60.0, "wiki2_ppl": 6.76}}
+
+    tables = {"table1_llama2_zeroshot": {"rows": [zrow("Unquantized (7B)", 0, "—", 63.2),
+                                                  zrow("CALDERA (7B)", 128, 4, 59.9)]},
+              "table3_llama2_rhtft": {"rows": [zrow("CALDERA", 128, 4, 70.0, rht=True)]}}
+    numbers = lora_claims(t5, tables)[0]["numbers"]
+    assert "r rte vs no FT: acc +25.0" in numbers and "(the paper's: +23.9 points)" in numbers
+    assert f"(the paper's: {83.75 - 63.2:+.1f} points)" in numbers  # vs dense
+    assert "+13.8 points" not in numbers  # 83.75 − 70.0: the RHT-fine-tuned row is another model
+    assert "the paper's" not in lora_claims(t5)[0]["numbers"]  # no tables: no paper effect claimed
