@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,49 @@ def cmd_compress(args: argparse.Namespace) -> int:
                  kind="per-layer folder of caldera compress", same_kind=is_layer_dir,
                  inputs={**inputs, "--out": out}, resumable=True)
     with output_lock(out, "compress"):
-        return _compress(args, params, layers)
+        aside = _set_aside_other_layers(args, params, work)
+        try:
+            code = _compress(args, params, layers)
+        except BaseException:
+            if aside is not None:  # the replacement failed: the earlier run's layers come back as they were
+                if work.exists():
+                    shutil.rmtree(work)  # this run's own partial layers
+                aside.rename(work)
+            raise
+        if aside is not None:
+            shutil.rmtree(aside)  # the new checkpoint is complete: the earlier run's layers are replaced
+        return code
+
+
+def _set_aside_other_layers(args: argparse.Namespace, params: dict[str, Any], work: Path) -> Path | None:
+    """With ``--overwrite`` and the default per-layer folder (``OUT.layers``, which the earlier run wrote beside its
+    checkpoint): when its layer files were computed with another method, config or ``--ft-rank``, it is renamed
+    to ``OUT.layers.replaced`` (returned) so that this run computes afresh; the caller removes it once the new
+    checkpoint is complete. None otherwise (no ``--overwrite``, an explicit ``--work-dir``, which is never
+    replaced, or layer files this run resumes from)."""
+    import json
+
+    from caldera.pipeline.compress import FORMAT, recorded_method_config
+
+    if not args.overwrite or args.work_dir or not work.is_dir() or not is_layer_dir(work):
+        return None
+    want = recorded_method_config(args.method, params)
+    for js in sorted(work.glob("layer_[0-9][0-9][0-9].json")):
+        try:
+            info = json.loads(js.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(info, dict) or info.get("format") != FORMAT:
+            continue
+        if (info.get("method"), info.get("method_config"), info.get("ft_rank", 0)) != (args.method, want,
+                                                                                       args.ft_rank):
+            aside = work.with_name(work.name + ".replaced")
+            if aside.exists():
+                raise CLIError(f"--overwrite: {aside} is left from an earlier replacement that did not finish; "
+                               "remove it, then run again")
+            work.rename(aside)
+            return aside
+    return None
 
 
 def hessians_model(model: str | None, hessians: str) -> str:
@@ -243,8 +286,9 @@ def add_parser(sub: Any, raw: Any) -> None:
                    default=0, help="trainable leading rank kept in fp32 (LoRA FT later)")
     p.add_argument("--out", required=True, help="checkpoint folder to write")
     p.add_argument("--overwrite", action="store_true",
-                   help="replace the checkpoint an earlier run wrote at --out (kept until the new one is complete); "
-                   "a path that holds anything else, or an input of this command, is always refused")
+                   help="replace the checkpoint an earlier run wrote at --out, and its per-layer folder OUT.layers "
+                   "where that holds another method's or config's layers (both kept until the new checkpoint is "
+                   "complete); a path that holds anything else, or an input of this command, is always refused")
     p.add_argument("--work-dir", help="per-layer results folder (default OUT.layers)")
     p.add_argument(
         "--allow-partial",

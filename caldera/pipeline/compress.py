@@ -95,6 +95,12 @@ def _jsonable(x: Any) -> Any:
     )
 
 
+def recorded_method_config(method: str, method_params: Any) -> dict[str, Any]:
+    """The method config as a per-layer file and a checkpoint record it (``method_config``): the method's config
+    made from ``method_params`` (a config object, or a dict for ``make_config``), as JSON values."""
+    return _jsonable(dataclasses.asdict(get_method(method).make_config(method_params)))
+
+
 def read_layer_result(
     out_dir: str | os.PathLike,
     layer: int,
@@ -269,7 +275,7 @@ def compress_model(
 
     spec = get_method(method)
     config = spec.make_config(method_params)
-    cfg_dict = _jsonable(dataclasses.asdict(config))
+    cfg_dict = recorded_method_config(method, config)
     all_layers = decoder_layers(model)
     n_layers = len(all_layers)
     wanted = sorted(set(range(n_layers) if layers is None else (int(x) for x in layers)))
@@ -429,8 +435,7 @@ def assemble_checkpoint(
     of ``caldera_config.json`` (``provenance``: :mod:`caldera.pipeline.checkpoint.provenance`);
     ``generation_config``: the base model's ``generation_config.json`` bytes.
     """
-    spec = get_method(method)
-    cfg_dict = _jsonable(dataclasses.asdict(spec.make_config(params)))
+    cfg_dict = recorded_method_config(method, params)
     n_layers = len(decoder_layers(model))
     dirs = [layer_dir] if isinstance(layer_dir, (str, os.PathLike)) else list(layer_dir)
     if not dirs:

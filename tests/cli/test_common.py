@@ -3,6 +3,7 @@ lock, log lines above progress bars."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -298,6 +299,48 @@ def test_compress_replaces_a_checkpoint_only_with_overwrite_and_never_the_hessia
     assert compress("--out", str(tmp_path / "ck4"), "--work-dir", str(model_dir)) == 2
     assert "is the --model" in capsys.readouterr().err
     assert _tree(h) == hessians
+
+
+def test_overwrite_replaces_a_checkpoint_of_another_method_and_its_layers_only_once_the_new_one_is_complete(
+        tmp_path, monkeypatch, capsys):
+    """--overwrite over a checkpoint an RTN run wrote, now with QuIP#: the earlier run's OUT.layers (RTN layer
+    files, which this run cannot resume from) is set aside, not deleted, until the new checkpoint is complete; a
+    run that fails midway brings back both the checkpoint and the layers byte for byte; then the replacement
+    leaves QuIP#'s checkpoint and layers and nothing set aside. An explicit --work-dir of another method is
+    never replaced (refused as before)."""
+    from caldera.pipeline.checkpoint import read_config, writer
+    from tests.helpers import tiny_hessians
+
+    model_dir, h = tiny_hessians(tmp_path, monkeypatch, n_samples=2, seq_len=8)
+    ck, layers = tmp_path / "ck", tmp_path / "ck.layers"
+
+    def compress(method, *args):
+        return cli.main(["compress", "--model", str(model_dir), "--hessians", str(h), "--method", method, "--quiet",
+                         "--out", str(ck), *args])
+
+    assert compress("rtn", "--param", "bits=2") == 0
+    before = (_tree(ck), _tree(layers))
+    real = writer.save_file
+
+    def dies(*a, **k):
+        real(*a, **k)
+        raise OSError("disk full")
+
+    monkeypatch.setattr(writer, "save_file", dies)
+    with pytest.raises(OSError, match="disk full"):
+        compress("quip#", "--overwrite")
+    assert (_tree(ck), _tree(layers)) == before and not (tmp_path / "ck.layers.replaced").exists()
+    monkeypatch.setattr(writer, "save_file", real)
+    assert compress("quip#", "--overwrite") == 0
+    assert read_config(ck)["method"] == "quip#" and not (tmp_path / "ck.layers.replaced").exists()
+    assert {json.loads(p.read_text())["method"] for p in layers.glob("layer_[0-9][0-9][0-9].json")} == {"quip#"}
+    other = tmp_path / "rtn-layers"
+    assert cli.main(["compress", "--model", str(model_dir), "--hessians", str(h), "--method", "rtn", "--quiet",
+                     "--param", "bits=2", "--out", str(tmp_path / "ck2"), "--work-dir", str(other)]) == 0
+    capsys.readouterr()
+    assert compress("quip#", "--overwrite", "--work-dir", str(other)) == 2
+    assert "was computed with method 'rtn'" in capsys.readouterr().err
+    assert {json.loads(p.read_text())["method"] for p in other.glob("layer_[0-9][0-9][0-9].json")} == {"rtn"}
 
 
 def test_a_file_in_the_lock_files_place_is_never_overwritten(tmp_path, capsys):
