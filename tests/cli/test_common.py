@@ -261,6 +261,21 @@ def test_no_command_writes_over_a_file_or_folder_it_did_not_write(command, tmp_p
     assert _tree(tmp_path) == before
 
 
+def _writer_that_dies(monkeypatch):
+    """The checkpoint writer's ``save_file`` replaced by one that writes, then fails ("disk full"), as a full disk
+    does midway; returns the real one, to put back."""
+    from caldera.pipeline.checkpoint import writer
+
+    real = writer.save_file
+
+    def dies(*a, **k):
+        real(*a, **k)
+        raise OSError("disk full")
+
+    monkeypatch.setattr(writer, "save_file", dies)
+    return real
+
+
 def test_compress_replaces_a_checkpoint_only_with_overwrite_and_never_the_hessians(tmp_path, monkeypatch, capsys):
     """A checkpoint at --out is replaced only with --overwrite, and stays whole until the new one is complete
     (a writer that fails midway leaves it byte for byte); --out or --work-dir on the Hessians is refused."""
@@ -279,13 +294,7 @@ def test_compress_replaces_a_checkpoint_only_with_overwrite_and_never_the_hessia
     first = _tree(ck)
     assert compress("--out", str(ck)) == 2
     assert f"--out {ck} already holds a caldera checkpoint; pass --overwrite" in capsys.readouterr().err
-    real = writer.save_file
-
-    def dies(*a, **k):
-        real(*a, **k)
-        raise OSError("disk full")
-
-    monkeypatch.setattr(writer, "save_file", dies)
+    real = _writer_that_dies(monkeypatch)
     with pytest.raises(OSError, match="disk full"):
         compress("--out", str(ck), "--overwrite")
     assert _tree(ck) == first and not list(tmp_path.glob("ck.tmp-*"))
@@ -320,13 +329,7 @@ def test_overwrite_replaces_a_checkpoint_of_another_method_and_its_layers_only_o
 
     assert compress("rtn", "--param", "bits=2") == 0
     before = (_tree(ck), _tree(layers))
-    real = writer.save_file
-
-    def dies(*a, **k):
-        real(*a, **k)
-        raise OSError("disk full")
-
-    monkeypatch.setattr(writer, "save_file", dies)
+    real = _writer_that_dies(monkeypatch)
     with pytest.raises(OSError, match="disk full"):
         compress("quip#", "--overwrite")
     assert (_tree(ck), _tree(layers)) == before and not (tmp_path / "ck.layers.replaced").exists()
