@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shlex
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -117,10 +118,11 @@ def measure_model(plan: RegimePlan, model: str, hessian_dir: str, work_dir: str,
 
 
 def step_regime(plan: RegimePlan, hessian_dirs: Mapping[str, str], work_dir: str, out_json: str, out_md: str,
-                *, log: Callable[[str], None] = print) -> dict[str, Any]:
+                *, made_by: Mapping[str, str] | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Measure every stand-in of ``plan`` (``hessian_dirs``: model → its calibration Hessians), select each one's
     Q bits (:func:`caldera.experiments.report.regime_report.summarize_model`) and write ``out_json`` (no clock
-    reading; the seconds go to its timing file) and ``out_md``. Returns the result as written."""
+    reading; the seconds go to its timing file) and ``out_md``. ``made_by``: ``{"command", "commit"}`` the record
+    names as its origin. Returns the result as written."""
     from caldera.atomic import write_atomic, write_result
     from caldera.experiments.report.regime_report import summarize_model, to_json_ready, to_markdown
 
@@ -137,6 +139,8 @@ def step_regime(plan: RegimePlan, hessian_dirs: Mapping[str, str], work_dir: str
                     "n_windows": s.n_windows},
         "models": {},
     }
+    if made_by is not None:
+        res["made_by"] = {"command": str(made_by["command"]), "commit": str(made_by["commit"])}
     seconds: dict[str, Any] = {}
     for model in s.models:
         meas, seconds[model] = measure_model(plan, model, hessian_dirs[model], work_dir, log=log)
@@ -208,9 +212,14 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"--hessians {spec!r}: expected MODEL=DIR with MODEL one of {sorted(dirs)}")
         dirs[m] = d
     tables = Path(args.tables_dir or config["tables_dir"])
+    from caldera.pipeline.checkpoint.provenance import caldera_commit
+
+    made_by = {"command": shlex.join(["python", "-m", "caldera.experiments.jobs.regime",
+                                      *(sys.argv[1:] if argv is None else argv)]), "commit": caldera_commit()}
     with torch.no_grad():
         res = step_regime(plan, dirs, args.work_dir or str(results / "regime"), str(tables / "regime.json"),
-                          str(tables / "regime.md"), log=lambda m: print(m, file=sys.stderr, flush=True))
+                          str(tables / "regime.md"), made_by=made_by,
+                          log=lambda m: print(m, file=sys.stderr, flush=True))
     print(json.dumps({m: r["q_bits"] for m, r in res["models"].items()}))
     return 0
 

@@ -5,7 +5,9 @@ the paper model it replaces (:func:`select_q_bits`), and the Markdown of every c
 
 Score of a candidate ``b`` (Q bits): ``|ln r_b − ln r*|`` with ``r_b`` its perplexity ratio to the dense model
 (the geometric mean over the compression seeds of the per-seed ratios) and ``r*`` the paper's ratio. The lowest
-score wins; equal scores go to the fewer bits."""
+score wins; equal scores go to the fewer bits. How firmly the seeds back the choice is :func:`choice_margin`: the
+runner-up's score minus the chosen one's, with a 95 % interval from the per-seed spread of each candidate's
+log-ratio (:func:`seed_spread`)."""
 
 from __future__ import annotations
 
@@ -36,6 +38,53 @@ def seed_ratio(ppls: Sequence[float], dense_ppl: float) -> float:
     return math.exp(sum(math.log(p / dense_ppl) for p in ppls) / len(ppls))
 
 
+def seed_spread(ppls: Sequence[float], dense_ppl: float) -> dict[str, Any] | None:
+    """The per-seed spread of a candidate's log-ratio ``l_s = ln(ppl_s / dense_ppl)``: ``{"n", "mean", "sd"}`` with
+    ``sd`` the sample standard deviation (``n − 1``) of ``l_s``, which is also the per-seed relative spread of the
+    perplexity to first order; ``None`` for fewer than two seeds. Perplexities are checked as in
+    :func:`seed_ratio`."""
+    seed_ratio(ppls, dense_ppl)
+    if len(ppls) < 2:
+        return None
+    logs = [math.log(p / dense_ppl) for p in ppls]
+    mean = sum(logs) / len(logs)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
+    return {"n": len(logs), "mean": mean, "sd": sd}
+
+
+def choice_margin(candidates: Mapping[int, Mapping[str, Any]], chosen: int, target: float,
+                  dense_ppl: float) -> dict[str, Any] | None:
+    """How far the chosen Q bits beat the runner-up: ``margin = score_u − score_c`` (``≥ 0``; the runner-up ``u``
+    has the lowest score after the chosen ``c``, fewer bits first among equals) with a 95 % Welch interval from the
+    seeds. With ``σ_b = sign(mean_s l_{b,s} − ln target)``, ``score_b = σ_b (mean_s l_{b,s} − ln target)`` away
+    from the target, so ``Var(margin) ≈ sd_u²/n_u + sd_c²/n_c`` (:func:`seed_spread`; the held-out windows and the
+    dense perplexity are fixed and shared). ``resolved``: the interval excludes 0. Returns ``{"runner_up",
+    "margin", "half_width", "lo", "hi", "df", "resolved"}`` (interval fields ``None`` when a candidate has one
+    seed), or ``None`` with a single candidate. ``candidates``: ``{b: {"ppl_by_seed": {seed: ppl}, "score"}}``."""
+    from caldera.stats import t_quantile
+
+    others = sorted((float(c["score"]), int(b)) for b, c in candidates.items() if int(b) != int(chosen))
+    if not others:
+        return None
+    by_bits = {int(b): c for b, c in candidates.items()}
+    u = others[0][1]
+    margin = float(by_bits[u]["score"]) - float(by_bits[int(chosen)]["score"])
+    out: dict[str, Any] = {"runner_up": u, "margin": margin, "half_width": None, "lo": None, "hi": None,
+                           "df": None, "resolved": None}
+    spreads = [seed_spread([float(p) for p in by_bits[b]["ppl_by_seed"].values()], dense_ppl) for b in (u, chosen)]
+    if any(s is None for s in spreads):
+        return out
+    parts = [s["sd"] ** 2 / s["n"] for s in spreads]
+    var = sum(parts)
+    if var == 0.0:
+        half, df = 0.0, float("inf")
+    else:
+        df = var ** 2 / sum(p ** 2 / (s["n"] - 1) for p, s in zip(parts, spreads))
+        half = t_quantile(df) * math.sqrt(var)
+    out.update(half_width=half, lo=margin - half, hi=margin + half, df=df, resolved=margin - half > 0.0)
+    return out
+
+
 def select_q_bits(ratios: Mapping[int, float], target: float) -> dict[str, Any]:
     """The Q bits whose perplexity ratio ``ratios[b]`` (b: Q bits → compressed / dense perplexity) lies nearest
     ``target`` in log-ratio (:func:`log_distance`); equal scores go to the fewer bits. Returns
@@ -58,7 +107,10 @@ def summarize_model(measurements: Mapping[str, Any], target: Mapping[str, Any]) 
     ratios = {b: seed_ratio([float(p) for p in c["ppl_by_seed"].values()], dense) for b, c in cands.items()}
     sel = select_q_bits(ratios, float(target["ratio"]))
     sel["candidates"] = {b: {"codebook": CODEBOOKS.get(b, "?"), "ppl_by_seed": dict(cands[b]["ppl_by_seed"]),
-                             "ratio": ratios[b], "score": sel["scores"][b]} for b in sorted(cands)}
+                             "ratio": ratios[b], "score": sel["scores"][b],
+                             "seed_spread": seed_spread([float(p) for p in cands[b]["ppl_by_seed"].values()], dense)}
+                         for b in sorted(cands)}
+    sel["margin"] = choice_margin(sel["candidates"], sel["q_bits"], float(target["ratio"]), dense)
     sel["dense_ppl"] = dense
     sel["paper"] = dict(target)
     return sel
@@ -74,6 +126,19 @@ def to_json_ready(res: Mapping[str, Any]) -> dict[str, Any]:
     return res
 
 
+def margin_text(sel: Mapping[str, Any]) -> str:
+    """One sentence on how firmly the seeds back ``sel``'s choice (its :func:`choice_margin`)."""
+    m = sel.get("margin")
+    if not m:
+        return "One candidate: no margin."
+    head = f"Margin over {m['runner_up']} bits: {m['margin']:.4f}"
+    if m["half_width"] is None:
+        return head + " (one seed: no interval; the seeds cannot say how firm the choice is)."
+    verdict = ("the seeds resolve the choice" if m["resolved"] else
+               "the seeds do not resolve the choice; the rule takes the nearer estimate")
+    return head + f" [{m['lo']:+.4f}, {m['hi']:+.4f}] (95 %, seeds, df {m['df']:.1f}): {verdict}."
+
+
 def to_markdown(res: Mapping[str, Any]) -> str:
     """``regime.md``: per stand-in, the paper's target ratio, every candidate's held-out calibration perplexity
     (per seed), ratio and score, and the choice; then how the held-out text was drawn. ``res`` as
@@ -84,21 +149,29 @@ def to_markdown(res: Mapping[str, Any]) -> str:
              "perplexity ratio to the dense model lies nearest, in log-ratio, the paper's own 2-bit QuIP# ratio "
              "for the paper model the stand-in replaces; equal scores go to the fewer bits.",
              "", f"Score: |ln(ratio) − ln(paper ratio)|; ratio: geometric mean over seeds {res['seeds']} of "
-             "QuIP# / dense perplexity.", ""]
+             "QuIP# / dense perplexity; per-seed sd: the sample sd of the per-seed ln(ratio), about the relative "
+             "spread of one realization's perplexity. Margin: the runner-up's score minus the chosen one's, with a "
+             "95 % Welch interval from the seeds (the held-out windows are fixed).", ""]
+    made = res.get("made_by")
+    if made:
+        lines[1:1] = ["", f"Made by `{made['command']}` at commit `{made['commit']}`."]
     for model, sel in res["models"].items():
         p = sel["paper"]
         lines += [f"## {model} (stands in for {p['paper_model']})", "",
                   f"Paper target ({p['table']}, {p['corpus']}): QuIP# 2-bit {p['quip_ppl']:g} / unquantized "
                   f"{p['dense_ppl']:g} = ×{p['ratio']:.3f}. Dense held-out calibration perplexity: "
                   f"{sel['dense_ppl']:.3f}.", "",
-                  "| Q bits | codebook | held-out ppl (per seed) | ratio | score | |",
-                  "|---:|---|---|---:|---:|---|"]
+                  "| Q bits | codebook | held-out ppl (per seed) | ratio | per-seed sd | score | |",
+                  "|---:|---|---|---:|---:|---:|---|"]
         chosen = str(sel["q_bits"])
         for b, c in sorted(sel["candidates"].items(), key=lambda kv: int(kv[0])):
             ppls = ", ".join(f"{float(x):.3f}" for x in c["ppl_by_seed"].values())
             mark = "**chosen**" if str(b) == chosen else ""
-            lines.append(f"| {b} | {c['codebook']} | {ppls} | ×{c['ratio']:.3f} | {c['score']:.4f} | {mark} |")
-        lines += ["", f"Chosen: **{chosen} bits** ({CODEBOOKS.get(int(chosen), '?')}).", ""]
+            spread = c.get("seed_spread")
+            sd = "—" if not spread else f"{100 * spread['sd']:.1f} %"
+            lines.append(f"| {b} | {c['codebook']} | {ppls} | ×{c['ratio']:.3f} | {sd} | {c['score']:.4f} | "
+                         f"{mark} |")
+        lines += ["", f"Chosen: **{chosen} bits** ({CODEBOOKS.get(int(chosen), '?')}). " + margin_text(sel), ""]
     h = res["heldout"]
     last = h["first_row"] + h["n_windows"] - 1
     weights = "the reconstructed Ŵ" if res["reconstructed"] else "the compressed layers"

@@ -131,6 +131,13 @@ def test_step_regime_measures_every_candidate_on_heldout_text_and_records_the_se
     again = J.step_regime(_plan(_run(src)), {"m": str(h)}, str(tmp_path / "work"), str(tmp_path / "r2.json"),
                           str(tmp_path / "r2.md"), log=lambda m: None)
     assert again == res and (tmp_path / "r2.md").read_text() == md
+    # the record names the command and commit it was made by, when given
+    made = {"command": "python -m caldera.experiments.jobs.regime --seeds 0", "commit": "0123abc"}
+    named = J.step_regime(_plan(_run(src)), {"m": str(h)}, str(tmp_path / "work"), str(tmp_path / "r3.json"),
+                          str(tmp_path / "r3.md"), made_by=made, log=lambda m: None)
+    assert named["made_by"] == made and json.loads((tmp_path / "r3.json").read_text())["made_by"] == made
+    assert "Made by `python -m caldera.experiments.jobs.regime --seeds 0` at commit `0123abc`." in \
+        (tmp_path / "r3.md").read_text()
 
 
 def test_step_regime_refuses_a_stand_in_without_hessians(collected, tmp_path):

@@ -134,3 +134,82 @@ def test_selection_is_the_same_whichever_candidate_order_the_measurements_list()
         m = _measurements()
         m["candidates"] = {b: m["candidates"][b] for b in perm}
         assert R.summarize_model(m, TARGET)["q_bits"] == 3
+
+
+def _cands(logs_by_bits: dict[int, list[float]], target: float, dense: float = 1.0):
+    """Candidates ``{b: {"ppl_by_seed", "score"}}`` from per-seed log-ratios, scored as the selection scores them."""
+    out = {}
+    for b, logs in logs_by_bits.items():
+        ppls = {s: dense * math.exp(x) for s, x in enumerate(logs)}
+        out[b] = {"ppl_by_seed": ppls, "score": R.log_distance(R.seed_ratio(list(ppls.values()), dense), target)}
+    return out
+
+
+def test_seed_spread_is_the_sample_sd_of_the_per_seed_log_ratio():
+    s = R.seed_spread([math.exp(0.8) * 2, math.exp(0.9) * 2, math.exp(1.0) * 2], 2.0)
+    assert s["n"] == 3 and s["mean"] == pytest.approx(0.9) and s["sd"] == pytest.approx(0.1)
+    assert R.seed_spread([5.0], 2.0) is None
+    with pytest.raises(ValueError, match="dense_ppl"):
+        R.seed_spread([5.0, 6.0], -1.0)
+
+
+def test_margin_hand_case_straddling_the_target_is_not_resolved_by_three_seeds():
+    """ln-ratios 0.8/0.9/1.0 (2 bits) and 0.1/0.2/0.3 (3 bits) around ln target 0.5: scores 0.4 and 0.3, margin
+    0.1, se sqrt(0.01/3 · 2) = 0.0816 on 4 Welch df: half-width 2.776 · 0.0816 = 0.227."""
+    cands = _cands({2: [0.8, 0.9, 1.0], 3: [0.1, 0.2, 0.3]}, math.exp(0.5))
+    m = R.choice_margin(cands, 3, math.exp(0.5), 1.0)
+    assert m["runner_up"] == 2 and m["margin"] == pytest.approx(0.1)
+    assert m["df"] == pytest.approx(4.0) and m["half_width"] == pytest.approx(2.7764451 * math.sqrt(0.02 / 3))
+    assert m["resolved"] is False and m["lo"] < 0 < m["hi"]
+
+
+def test_margin_matches_scipys_welch_interval_on_the_signed_distances():
+    """Oracle: scipy's Welch interval of mean(a) − mean(b), a and b each candidate's per-seed signed distance to
+    the target (positive away from it), on random cases on both sides of the target."""
+    from scipy.stats import ttest_ind
+
+    rng = random.Random(3)
+    for _ in range(200):
+        lt = rng.uniform(0.2, 1.0)
+        logs = {b: [rng.gauss(mu, rng.uniform(0.01, 0.2)) for _ in range(rng.randint(2, 5))]
+                for b, mu in ((2, rng.uniform(0.0, 1.6)), (3, rng.uniform(0.0, 1.6)))}
+        cands = _cands(logs, math.exp(lt))
+        chosen = min(cands, key=lambda b: (cands[b]["score"], b))
+        u = 5 - chosen
+        m = R.choice_margin(cands, chosen, math.exp(lt), 1.0)
+        sign = {b: 1.0 if sum(v) / len(v) > lt else -1.0 for b, v in logs.items()}
+        a = [sign[u] * (x - lt) for x in logs[u]]
+        b = [sign[chosen] * (x - lt) for x in logs[chosen]]
+        ci = ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+        assert m["runner_up"] == u and m["margin"] >= 0
+        assert (m["lo"], m["hi"]) == pytest.approx((ci.low, ci.high), rel=1e-6, abs=1e-9)
+        assert m["resolved"] == (ci.low > 0)
+
+
+def test_margin_resolves_tight_seeds_and_says_nothing_from_one_seed():
+    t = math.exp(0.5)
+    tight = R.choice_margin(_cands({2: [1.20, 1.21, 1.19], 3: [0.40, 0.41, 0.39]}, t), 3, t, 1.0)
+    assert tight["resolved"] is True and tight["lo"] > 0
+    one = R.choice_margin(_cands({2: [1.2], 3: [0.4, 0.41]}, t), 3, t, 1.0)
+    assert one["margin"] == pytest.approx(0.7 - 0.095) and one["half_width"] is None and one["resolved"] is None
+    assert R.choice_margin(_cands({3: [0.4, 0.5]}, t), 3, t, 1.0) is None
+
+
+def test_runner_up_among_equal_scores_is_the_fewer_bits():
+    t = math.exp(0.5)
+    cands = _cands({2: [0.2, 0.2], 3: [0.5, 0.5], 4: [0.8, 0.8]}, t)  # 2 and 4 bits both 0.3 from the target
+    assert R.choice_margin(cands, 3, t, 1.0)["runner_up"] == 2
+
+
+def test_the_markdown_names_its_command_commit_spread_and_margin():
+    res = _result()
+    res["made_by"] = {"command": "python -m caldera.experiments.jobs.regime --configfile config/mini.yaml",
+                      "commit": "abc1234"}
+    md = R.to_markdown(res)
+    assert "Made by `python -m caldera.experiments.jobs.regime --configfile config/mini.yaml` at commit `abc1234`." in md
+    sel = res["models"]["smollm2"]
+    spread = sel["candidates"]["2"]["seed_spread"]
+    assert f"| {100 * spread['sd']:.1f} % |" in md
+    m = sel["margin"]
+    assert m["runner_up"] == 4 and f"Margin over 4 bits: {m['margin']:.4f} [{m['lo']:+.4f}, {m['hi']:+.4f}]" in md
+    assert ("the seeds resolve the choice" in md) == m["resolved"]
