@@ -69,8 +69,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from caldera.decomposition import Decomposition
-from caldera.hadamard import RHT
+from caldera.algorithm.decomposition import Decomposition
+from caldera.algorithm.hadamard import RHT
 from caldera.nn import dispatch
 from caldera.nn.dispatch import KERNEL_MAX_ROWS, KERNELS
 from caldera.nn.format import (
@@ -158,7 +158,7 @@ class CompressedLinear(nn.Module):
         kernel: str = "auto",
         check: bool = True,
     ) -> "CompressedLinear":
-        """Store a :class:`~caldera.decomposition.Decomposition` compressed.
+        """Store a :class:`~caldera.algorithm.decomposition.Decomposition` compressed.
 
         ``ft_rank`` splits the first ``ft_rank`` columns of L / rows of R into trainable ``L_ft``/``R_ft``
         parameters of ``ft_dtype`` (dequantized values); the rest stays as codes. Quantizer names are

@@ -340,7 +340,7 @@ def check_config(config: dict[str, Any]) -> dict[str, Variant]:
     matrix of the variant's model cannot take (:func:`shape_errors`), ``layers`` beyond a
     model's decoder layers, unknown text sources and zero-shot tasks, and a Figure 3/4 setup that does not fit.
     """
-    from caldera.config import PRESETS
+    from caldera.algorithm.config import PRESETS
     from caldera.eval.zeroshot import TASKS
     from caldera.experiments.planning.config_guard import plan_time_errors, unknown_param_errors
     from caldera.experiments.planning.regime_plan import regime_errors
