@@ -3,7 +3,7 @@
     python benchmarks/gpu_acceptance.py --out DIR                       # one CUDA GPU: a 480 s budget (--budget)
     python benchmarks/gpu_acceptance.py --device cpu --tiny --out DIR   # its CPU mode (CI; Triton's interpreter)
 
-The first-GPU command, through the device tool (``kernels/README.md``, "GPU: measured and not measured")::
+The first-GPU command, through the device tool (``caldera/kernels/README.md``, "GPU: measured and not measured")::
 
     PYTHONUNBUFFERED=1 PYTHONPATH=. python3 benchmarks/gpu_acceptance.py --out $OUT/acc --logs /tmp/acc-logs
 

@@ -6,7 +6,7 @@ products of :mod:`caldera.kernels.cpu` then read per 8-weight code one 8-byte ro
 with two AVX2 instructions) and FMA it with 8 entries of ``x``; ``y = ¼ · s · Σ``. E8P-RVQ4 codes
 ``(c1 << 16) | c2`` take two lookups, ``w(c1) + w(c2)/3.45``. The per-code loop of the Numba kernels could not
 be vectorised by Numba's LLVM (scalar FMAs, ≈ 5 ns per code measured); this one runs ≈ 1 ns per code on
-this CPU (``kernels/README.md``). The E8P product takes four rows per pass over ``x`` (four independent
+this CPU (``caldera/kernels/README.md``). The E8P product takes four rows per pass over ``x`` (four independent
 codebook reads in flight); a row's arithmetic does not depend on its group, so a thread split changes no bit.
 
 ``caldera_layer_fwd`` (:func:`fused_layer`, :class:`FusedLayer`) is a whole ``CompressedLinear`` forward in one
@@ -15,7 +15,7 @@ factor of :mod:`caldera.algorithm.hadamard` as a small dense product) → E8P pr
 F16C, float32, or E8P-RVQ4 codes) and ``L_ft R_ft`` → ``U_n`` → ``⊙ S_V`` → bias. Per decoded token this
 replaces ≈ 10 torch calls per layer (two Kronecker-Hadamard transforms, conversions, adds) by one.
 
-The sources, ``kernels/cpu/`` of the repository (``caldera_layer.c`` the kernels, ``caldera_layer.h`` their
+The sources, in ``c/`` beside this module (``caldera_layer.c`` the kernels, ``caldera_layer.h`` their
 argument structs, ``caldera_module.c`` the CPython module, ``caldera_layer_avx2.c`` the AVX2 variant), are built
 by ``setup.py`` as the optional setuptools extension ``caldera.kernels._caldera_layer`` when the package is
 installed (``pip install -e .`` builds it in place, next to this file; a wheel carries it). No ``-march=native``:

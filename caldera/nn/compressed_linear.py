@@ -37,7 +37,7 @@ the layer runs straight from the codes with nothing dequantized or cached: memor
 size. On CPU (``"native"`` backend) the whole forward — both randomized Hadamard transforms, the E8P product,
 the factor products, ``L_ft R_ft`` and the bias — is one C call of :mod:`caldera.kernels.native`, prepared
 once per layer; without a C compiler the Numba products (``"numba"``) with the transforms in Python. On CUDA,
-the Triton kernel. ``kernel="auto"`` (the default) takes the faster path as measured (``kernels/README.md``):
+the Triton kernel. ``kernel="auto"`` (the default) takes the faster path as measured (``caldera/kernels/README.md``):
 the fused C layer on CPU, the Triton kernel on CUDA, and the reference path where
 only the Numba products exist (they are slower than a cached fp32 matmul). ``kernel="kernel"`` uses a kernel
 whenever one applies; ``kernel="reference"`` never does. The fused C layer runs on one thread.
