@@ -2,7 +2,7 @@
 ``caldera-transformers.pth`` (see ``caldera_transformers_hook.py``) at the root of site-packages, in a wheel and in
 an editable install.
 
-The extension ``caldera.kernels._caldera_layer`` (sources in ``kernels/cpu/``; ``caldera.kernels.native`` loads
+The extension ``caldera.kernels._caldera_layer`` (sources in ``caldera/kernels/c/``; ``caldera.kernels.native`` loads
 it) is optional: without a C compiler or the Python headers setuptools warns ("building optional extension ...
 failed") and the install still succeeds; caldera then warns once at run time (``NativeKernelWarning``) and uses
 its Numba kernels. No ``-march=native``: the AVX2 variant is chosen at run time, so a wheel runs on any CPU.
@@ -21,7 +21,7 @@ from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
 PTH = "caldera-transformers.pth"
-CPU = "kernels/cpu"
+CPU = "caldera/kernels/c"
 #: Suffix of the file that records a built module's sha256 (read by caldera.kernels.native before loading it).
 HASH_SUFFIX = ".sha256"
 

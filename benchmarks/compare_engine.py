@@ -58,7 +58,7 @@ import torch  # noqa: E402
 
 import caldera  # noqa: E402
 from caldera import CalderaConfig, caldera_decompose  # noqa: E402
-from caldera.decomposition import HessianContext  # noqa: E402
+from caldera.algorithm.decomposition import HessianContext  # noqa: E402
 from caldera.synthetic import llm_like  # noqa: E402
 
 
@@ -92,7 +92,7 @@ def run(n: int, d: int, outer: int, svd: str | None, seed: int = 0, *, device: s
         "shape": [n, d], "config": cfg.to_dict(), "prepare_s": prep, "outer_iteration_s": its,
         "outer_iteration_cpu_s": cpu_its,
         "error": dec.error, "errors": [e["error"] for e in dec.error_trace],
-        # the float32 arithmetic that ran (caldera.matmul_precision; trees before it: IEEE float32, no key)
+        # the float32 arithmetic that ran (caldera.algorithm.matmul_precision; trees before it: IEEE float32, no key)
         "fp32_matmul": dec.config.get("fp32_matmul", "ieee"),
         "extrapolated_15x10_s": prep + its[0] + 14 * its[-1],
     }

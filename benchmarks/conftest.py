@@ -21,7 +21,7 @@ from torch import nn  # noqa: E402
 
 def measure_gemm_gflops(device: torch.device | str = "cpu") -> float:
     """float32 GEMM rate (GFLOP/s) on ``device``: the median of 5 timed 2048×2048 products after a warm-up, in
-    whatever float32 arithmetic is in force (``caldera.matmul_precision.scoped`` picks the engine's)."""
+    whatever float32 arithmetic is in force (``caldera.algorithm.matmul_precision.scoped`` picks the engine's)."""
     device = torch.device(device)
     a = torch.randn(2048, 2048, device=device)
     b = torch.randn(2048, 2048, device=device)

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from caldera import matmul_precision
+from caldera.algorithm import matmul_precision
 from caldera.experiments.planning.cost import FORMAT, LAWS, fit, forward_flops_per_token
 
 
@@ -37,14 +37,14 @@ def _timed(fn: Callable[[], Any], device: torch.device, repeats: int, clock=time
 
 def _engine_seconds(device: torch.device, n: int, d: int, k: int, repeats: int, clock) -> dict[str, float]:
     """Seconds of each engine component at (n, d) with rank k (a mid-run state: one decomposition done)."""
-    from caldera.config import CalderaConfig
-    from caldera.decomposition import HessianContext, caldera_decompose, hessian_update
-    from caldera.ldl import block_ldl
-    from caldera.ldlq import ldlq_quantize
-    from caldera.lplr import lplr_factorize
+    from caldera.algorithm.config import CalderaConfig
+    from caldera.algorithm.decomposition import HessianContext, caldera_decompose, hessian_update
+    from caldera.algorithm.ldl import block_ldl
+    from caldera.algorithm.ldlq import ldlq_quantize
+    from caldera.algorithm.lplr import lplr_factorize
+    from caldera.algorithm.regression import top_k_svd, warm_top_k_svd
     from caldera.metrics import sq_frobenius
     from caldera.quantizers import E8P, get_quantizer
-    from caldera.regression import top_k_svd, warm_top_k_svd
     from caldera.synthetic import llm_like
 
     q4 = get_quantizer("e8p-rvq4")
@@ -58,7 +58,7 @@ def _engine_seconds(device: torch.device, n: int, d: int, k: int, repeats: int, 
     L, R = dec.L, dec.R
     gen = torch.Generator(device=device).manual_seed(2)
 
-    def err():  # as the engine forms them (caldera.decomposition._decompose): triangular products with M
+    def err():  # as the engine forms them (caldera.algorithm.decomposition._decompose): triangular products with M
         E = torch.addmm(ctx.sqrt.times_half(A), L, ctx.sqrt.times_half(R), alpha=-1.0)
         return sq_frobenius(E) ** 0.5
 
@@ -126,7 +126,7 @@ def measure_components(
     ``model_parts=False`` skips the decoder-layer forward and the Hessian accumulation (engine only); the
     forward is timed for LLaMA layers of the hidden sizes ``forward_widths`` (multiples of 64) over
     ``forward_tokens`` tokens in windows of ``min(512, forward_tokens)``."""
-    from caldera.config import CalderaConfig
+    from caldera.algorithm.config import CalderaConfig
 
     device = torch.device(device)
     points: dict[str, list[dict[str, Any]]] = {name: [] for name in LAWS}

@@ -1,7 +1,8 @@
 """Batch-1 matvec on this CPU: dense fp32 (``torch.nn.functional.linear``, weights cycled through ≥ 64 MiB of
 copies so they stream from DRAM, not the 32 MiB L3) vs ``caldera.kernels.cpu.codes_matmul`` on random E8P codes
 with the int8-LUT C kernel (``impl="native"``) and the Numba kernel. Prints min / median ms, ns per 8-weight code
-and GB/s. Run: ``OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/cpu_matvec.py`` (numbers in kernels/README.md).
+and GB/s. Run: ``OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/cpu_matvec.py`` (numbers in
+caldera/kernels/README.md).
 """
 
 import time

@@ -3,7 +3,7 @@
     python benchmarks/gpu_acceptance.py --out DIR                       # one CUDA GPU: a 480 s budget (--budget)
     python benchmarks/gpu_acceptance.py --device cpu --tiny --out DIR   # its CPU mode (CI; Triton's interpreter)
 
-The first-GPU command, through the device tool (``kernels/README.md``, "GPU: measured and not measured")::
+The first-GPU command, through the device tool (``caldera/kernels/README.md``, "GPU: measured and not measured")::
 
     PYTHONUNBUFFERED=1 PYTHONPATH=. python3 benchmarks/gpu_acceptance.py --out $OUT/acc --logs /tmp/acc-logs
 
@@ -410,7 +410,7 @@ def stage_gpu_tests(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def stage_costs(a: argparse.Namespace) -> dict[str, Any]:
-    from caldera.config import CalderaConfig
+    from caldera.algorithm.config import CalderaConfig
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from cost_components import measure_components
 
@@ -521,8 +521,8 @@ def stage_ldlq_sync(a: argparse.Namespace) -> dict[str, Any]:
     synchronisation raises), timed; its proxy loss beside the CPU fused path's at a small shape."""
     import torch
 
-    from caldera.ldl import block_ldl, regularize_hessian
-    from caldera.ldlq import block_ldlq
+    from caldera.algorithm.ldl import block_ldl, regularize_hessian
+    from caldera.algorithm.ldlq import block_ldlq
     from caldera.quantizers.e8p import E8P
     from caldera.synthetic import llm_like
 
@@ -559,8 +559,8 @@ def stage_ldlq_sync(a: argparse.Namespace) -> dict[str, Any]:
 def stage_decompose_4096(a: argparse.Namespace) -> dict[str, Any]:
     """One warm CALDERA decomposition at 4096² (the ``paper`` preset: rank 256, 4-bit factors, T_out 15, T_in 10),
     timed whole (the first call at a toy shape compiles and warms the caches)."""
-    from caldera.config import CalderaConfig
-    from caldera.decomposition import caldera_decompose
+    from caldera.algorithm.config import CalderaConfig
+    from caldera.algorithm.decomposition import caldera_decompose
     from caldera.synthetic import llm_like
 
     dev = a.device

@@ -45,8 +45,8 @@ def _one(hessians: str, out: str) -> None:
     import torch
     from safetensors import safe_open
 
-    from caldera.config import CalderaConfig
-    from caldera.decomposition import caldera_decompose
+    from caldera.algorithm.config import CalderaConfig
+    from caldera.algorithm.decomposition import caldera_decompose
     from caldera.pipeline.assets import ensure_smollm2
     from caldera.pipeline.hessians import load_layer_hessians
 

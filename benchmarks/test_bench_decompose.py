@@ -17,9 +17,9 @@ import pytest
 
 from benchmarks.conftest import record_floor
 from caldera import CalderaConfig, caldera_decompose
-from caldera.decomposition import HessianContext
-from caldera.ldl import block_ldl, regularize_hessian
-from caldera.ldlq import block_ldlq
+from caldera.algorithm.decomposition import HessianContext
+from caldera.algorithm.ldl import block_ldl, regularize_hessian
+from caldera.algorithm.ldlq import block_ldlq
 from caldera.quantizers import E8P
 from caldera.synthetic import llm_like
 

@@ -1,4 +1,4 @@
-"""Benchmarks of the randomized Hadamard transform (``caldera.hadamard``), group ``rht``.
+"""Benchmarks of the randomized Hadamard transform (``caldera.algorithm.hadamard``), group ``rht``.
 
 * ``rotate_W`` of a 4096×4096 float32 matrix (Llama-2 7B attention shape; both sides, K = 1, factors 64·64);
 * one-sided ``hadamard_transform`` of the same matrix along the last dim;
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from benchmarks.conftest import record_floor
-from caldera.hadamard import RHT, hadamard_transform, kronecker_factors
+from caldera.algorithm.hadamard import RHT, hadamard_transform, kronecker_factors
 
 
 def transform_flops(n: int, elements: int) -> float:

@@ -24,9 +24,9 @@ call (sampled every 2 ms in a thread); on CUDA ``torch.cuda.max_memory_allocated
 the call. FLOP floors count the dominant dense linear algebra as this implementation does it (products with
 the triangular M at their triangular count, d² per row) and divide by the device's measured float32 GEMM
 rate in the engine's own float32 arithmetic (``engine_gflops`` below: ``CalderaConfig.fp32_matmul = "auto"``, on this
-CPU oneDNN's bfloat16 arithmetic, ``caldera.matmul_precision``; float64 work is counted at the same rate, so fp64
-steps sit further above their floor). Every component runs in that arithmetic (``extra_info["fp32_matmul"]``), as
-inside ``caldera_decompose``. Run::
+CPU oneDNN's bfloat16 arithmetic, ``caldera.algorithm.matmul_precision``; float64 work is counted at the same rate,
+so fp64 steps sit further above their floor). Every component runs in that arithmetic
+(``extra_info["fp32_matmul"]``), as inside ``caldera_decompose``. Run::
 
     nice -n 10 python -m pytest benchmarks/test_bench_paper_shapes.py --benchmark-enable \
         --benchmark-json=benchmarks/results/paper_shapes_cpu.json -p no:randomly
@@ -43,13 +43,14 @@ import torch
 
 from benchmarks.conftest import measure_gemm_gflops, record_floor
 from benchmarks.test_bench_decompose import ldlq_flops
-from caldera import CalderaConfig, caldera_decompose, matmul_precision
-from caldera.decomposition import HessianContext, hessian_update
-from caldera.ldl import block_ldl
-from caldera.ldlq import ldlq_quantize
-from caldera.lplr import lplr_factorize
+from caldera import CalderaConfig, caldera_decompose
+from caldera.algorithm import matmul_precision
+from caldera.algorithm.decomposition import HessianContext, hessian_update
+from caldera.algorithm.ldl import block_ldl
+from caldera.algorithm.ldlq import ldlq_quantize
+from caldera.algorithm.lplr import lplr_factorize
+from caldera.algorithm.regression import top_k_svd, warm_top_k_svd
 from caldera.quantizers import E8P, get_quantizer
-from caldera.regression import top_k_svd, warm_top_k_svd
 from caldera.synthetic import llm_like
 
 # CALDERA_BENCH_SHAPES="768x512,512x768" runs a quick smoke check at small shapes
@@ -244,7 +245,7 @@ def test_lplr(benchmark, engine_gflops, state):
 @pytest.mark.benchmark(group="paper-error")
 def test_error(benchmark, engine_gflops, state):
     n, d, W, H, ctx, Wr, A, Y, L, R = state
-    def err():  # as caldera.decomposition._decompose forms it
+    def err():  # as caldera.algorithm.decomposition._decompose forms it
         Yq = ctx.sqrt.times_half(A)
         E = torch.addmm(Yq, L, ctx.sqrt.times_half(R), alpha=-1.0)
         return float(torch.linalg.vector_norm(E, dtype=torch.float64))

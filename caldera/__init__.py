@@ -6,9 +6,9 @@ Reference reproduction of Saha et al., NeurIPS 2024. The core algorithm is a pur
     dec = caldera_decompose(W, H, CalderaConfig.preset("paper", rank=64))
     W_hat = dec.reconstruction()
 
-See ``caldera.decomposition`` for Algorithm 1 and ``caldera.lplr`` for Algorithm 2. A compressed checkpoint
-loads for inference with ``model, tokenizer = caldera.load_compressed(path)`` (a standard transformers model whose
-compressed layers run from their codes); after ``import caldera`` the same folder also loads with
+See ``caldera.algorithm.decomposition`` for Algorithm 1 and ``caldera.algorithm.lplr`` for Algorithm 2. A compressed
+checkpoint loads for inference with ``model, tokenizer = caldera.load_compressed(path)`` (a standard transformers
+model whose compressed layers run from their codes); after ``import caldera`` the same folder also loads with
 ``AutoModelForCausalLM.from_pretrained(path)`` (the ``caldera`` quantization method, :mod:`caldera.pipeline.hf`).
 A whole model compresses from Python as the ``caldera hessians`` and ``caldera compress`` commands compress it::
 
@@ -23,10 +23,10 @@ from caldera.version import __version__
 _LAZY = {
     "hessians": "caldera.api",  # `caldera hessians`: calibration Hessians of a whole model
     "compress": "caldera.api",  # `caldera compress`: the compressed model (or its checkpoint folder)
-    "CalderaConfig": "caldera.config",
-    "Decomposition": "caldera.decomposition",
-    "HessianContext": "caldera.decomposition",
-    "caldera_decompose": "caldera.decomposition",
+    "CalderaConfig": "caldera.algorithm.config",
+    "Decomposition": "caldera.algorithm.decomposition",
+    "HessianContext": "caldera.algorithm.decomposition",
+    "caldera_decompose": "caldera.algorithm.decomposition",
     "load_compressed": "caldera.pipeline.checkpoint",  # a compressed checkpoint -> (transformers model, tokenizer)
     "export_hf": "caldera.pipeline.export",  # `caldera export`: a plain Hugging Face folder
     "convert_checkpoint": "caldera.pipeline.checkpoint",  # `caldera convert`: format 1 -> the current format

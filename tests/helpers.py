@@ -32,6 +32,16 @@ def at_thread_counts(fn, counts=(1, 2)) -> list:
         torch.set_num_threads(old)
 
 
+def missing_reexports(path: str, module: str) -> list[str]:
+    """The public names of ``module`` (what ``from module import *`` takes) that the module ``path`` lacks or binds
+    to another object: empty when ``path`` is an import path of ``module``."""
+    import importlib
+
+    src, dst = importlib.import_module(module), importlib.import_module(path)
+    public = getattr(src, "__all__", None) or [n for n in vars(src) if not n.startswith("_")]
+    return [n for n in public if getattr(dst, n, None) is not getattr(src, n)]
+
+
 def gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 

@@ -16,14 +16,14 @@ import pytest
 import torch
 
 from caldera import CalderaConfig, caldera_decompose
-from caldera.decomposition import HessianContext
-from caldera.hadamard import RHT, random_signs
-from caldera.ldl import block_ldl, regularize_hessian
-from caldera.ldlq import ldlq_quantize, nearest_quantize
-from caldera.lplr import lplr_factorize
+from caldera.algorithm.decomposition import HessianContext
+from caldera.algorithm.hadamard import RHT, random_signs
+from caldera.algorithm.ldl import block_ldl, regularize_hessian
+from caldera.algorithm.ldlq import ldlq_quantize, nearest_quantize
+from caldera.algorithm.lplr import lplr_factorize
+from caldera.algorithm.regression import HessianSqrt, rank_constrained_regression, rank_constrained_regression_pd
 from caldera.quantizers import E8P, get_quantizer
 from caldera.quantizers import e8p as e8p_mod
-from caldera.regression import HessianSqrt, rank_constrained_regression, rank_constrained_regression_pd
 from tests.helpers import llm_like
 
 

@@ -17,7 +17,7 @@ MODULES = sorted(
 
 
 def test_the_examples_are_found():
-    assert "caldera.decomposition" in MODULES
+    assert "caldera.algorithm.decomposition" in MODULES
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -16,11 +16,15 @@ Layering, lowest first. A module may import modules of its own layer and of the 
 rank  layer           modules
 ====  ==============  ===========================================================================================
 0     foundation      ``arguments``, ``atomic``, ``bits``, ``cache``, ``metrics``, ``numerics``, ``openmp``,
-                      ``paper_reference``, ``stats``, ``strict_yaml``, ``synthetic``, ``validation``, ``version``:
-                      files, numbers, tables, options, checks and the process environment, knowing no algorithm
-1     primitives      ``quantizers``, ``hadamard``, ``triangular``: codebooks, transforms and triangular products
-2     algorithm       ``ldl``, ``ldlq``, ``lplr``, ``regression``, ``config``, ``decomposition``, ``methods``:
-                      pure functions on matrices (Algorithm 1 and 2, the baselines, the method registry)
+                      ``paper_reference``, ``stats``, ``strict_yaml``, ``synthetic``, ``validation``, ``version``,
+                      ``algorithm.matmul_precision``: files, numbers, tables, options, checks and the process
+                      environment (the float32 product mode among them), knowing no algorithm
+1     primitives      ``quantizers``, ``algorithm.hadamard``, ``algorithm.triangular``: codebooks, transforms and
+                      triangular products
+2     algorithm       ``algorithm`` (``ldl``, ``ldlq``, ``lplr``, ``regression``, ``config``, ``decomposition``),
+                      ``methods``, and ``config``, ``decomposition``, ``lplr`` (the documented import paths of
+                      their ``algorithm`` modules): pure functions on matrices (Algorithm 1 and 2, the baselines,
+                      the method registry)
 3     kernels         ``kernels``: compressed matmuls from stored codes (C, Numba, Triton) and their dispatcher
 4     nn              ``nn``: the compressed layer ``CompressedLinear`` (storage format, forward, kernel choice)
 5     pipeline        ``pipeline``: whole models (assets, text, Hessians, compression, checkpoints, HF loading)
@@ -39,8 +43,8 @@ import ``caldera``, and no module of ``caldera`` may import ``theory``, at any l
 
 Two more rules: a private name (``_x``) is imported only inside its own package (``experiments.report.claims`` may
 use ``experiments.report.tables._paired``, ``experiments.jobs`` may not; ``kernels.native`` may not use
-``hadamard._factor_matrix``), and only the dispatcher :mod:`caldera.kernels.fused` and the kernels' shared modules
-are imported from outside ``caldera.kernels``: the backends (``cpu``, ``native``, ``triton_e8p``) are its
+``algorithm.hadamard._factor_matrix``), and only the dispatcher :mod:`caldera.kernels.fused` and the kernels' shared
+modules are imported from outside ``caldera.kernels``: the backends (``cpu``, ``native``, ``triton_e8p``) are its
 business.
 """
 
@@ -57,10 +61,11 @@ ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 
 #: Layers, lowest first: (name, module prefixes). A module's layer is that of its longest matching prefix.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("arguments", "atomic", "bits", "cache", "matmul_precision", "metrics", "numerics", "openmp",
-                    "paper_reference", "stats", "strict_yaml", "synthetic", "validation", "version")),
-    ("primitives", ("quantizers", "hadamard", "triangular")),
-    ("algorithm", ("ldl", "ldlq", "lplr", "regression", "config", "decomposition", "methods")),
+    ("foundation", ("arguments", "atomic", "bits", "cache", "algorithm.matmul_precision", "metrics", "numerics",
+                    "openmp", "paper_reference", "stats", "strict_yaml", "synthetic", "validation", "version")),
+    ("primitives", ("quantizers", "algorithm.hadamard", "algorithm.triangular")),
+    # "config", "decomposition", "lplr": the documented import paths of their caldera.algorithm modules
+    ("algorithm", ("algorithm", "methods", "config", "decomposition", "lplr")),
     ("kernels", ("kernels",)),
     ("nn", ("nn",)),
     ("pipeline", ("pipeline",)),
@@ -332,8 +337,10 @@ def test_checker_finds_imports_of_an_outside_package(tmp_path):
 
 
 @pytest.mark.parametrize("module, layer", [
-    ("caldera", "entry points"), ("caldera.cli", "entry points"), ("caldera.ldl", "algorithm"),
-    ("caldera.ldlq", "algorithm"), ("caldera.kernels.native", "kernels"), ("caldera.nn.compressed_linear", "nn"),
+    ("caldera", "entry points"), ("caldera.cli", "entry points"), ("caldera.algorithm.ldl", "algorithm"),
+    ("caldera.algorithm.ldlq", "algorithm"), ("caldera.algorithm.hadamard", "primitives"),
+    ("caldera.algorithm.matmul_precision", "foundation"), ("caldera.algorithm", "algorithm"),
+    ("caldera.kernels.native", "kernels"), ("caldera.nn.compressed_linear", "nn"),
     ("caldera.experiments.planning.plan", "planning"), ("caldera.experiments.report.tables", "report"),
     ("caldera.experiments.jobs.evaluate", "jobs"), ("caldera.cache", "foundation"),
 ])  # fmt: skip

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 
 import torch
 
-from caldera.ldl import block_ldl
-from caldera.ldlq import ldlq_quantize
-from caldera.lplr import lplr_factorize
+from caldera.algorithm.ldl import block_ldl
+from caldera.algorithm.ldlq import ldlq_quantize
+from caldera.algorithm.lplr import lplr_factorize
+from caldera.algorithm.regression import HessianSqrt, rank_constrained_regression
 from caldera.quantizers.base import Quantizer
-from caldera.regression import HessianSqrt, rank_constrained_regression
 from caldera.synthetic import calibration_hessian, decaying_weight
 from theory.common import INFO, CheckResult, gen, loglog_slope, randn, torch_threads
 

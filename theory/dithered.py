@@ -85,7 +85,7 @@ def unsaturated_range(W: Tensor, L: Tensor, bits: int, seed: int, *, pilots: int
     The LDLQ inputs are W plus fed-back errors of size ~Δ ∝ R, so max|input| ≈ max|W| + c·R: the iteration
     R ← headroom·max|input| converges iff c·headroom < 1.
     """
-    from caldera.ldlq import block_ldlq
+    from caldera.algorithm.ldlq import block_ldlq
     from theory.common import gen
 
     R = 1.2 * float(W.abs().max())
@@ -104,7 +104,7 @@ def unsaturated_range(W: Tensor, L: Tensor, bits: int, seed: int, *, pilots: int
 
 def feedback_gain(W: Tensor, L: Tensor, bits: int, seed: int, draws: int = 4) -> float:
     """lim_{R→∞} max|LDLQ input| / R, estimated at R = 1e6·max|W|: < 1 is needed for an unsaturated Q_Q."""
-    from caldera.ldlq import block_ldlq
+    from caldera.algorithm.ldlq import block_ldlq
     from theory.common import gen
 
     R = 1e6 * float(W.abs().max())

@@ -35,8 +35,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from caldera.ldl import block_ldl
-from caldera.ldlq import block_ldlq, ldlq_quantize
+from caldera.algorithm.ldl import block_ldl
+from caldera.algorithm.ldlq import block_ldlq, ldlq_quantize
 from caldera.quantizers.base import rms
 from caldera.quantizers.e8p import E8P
 from caldera.synthetic import calibration_hessian, decaying_weight

@@ -29,7 +29,7 @@ import math
 import torch
 from torch import Tensor
 
-from caldera.regression import rank_constrained_regression
+from caldera.algorithm.regression import rank_constrained_regression
 from theory.common import ALPHA, CheckResult, Profile, clopper_pearson, combine, gen, randn, sq_fro
 from theory.lemma_lplr_error import instance, run_procedure, setup
 

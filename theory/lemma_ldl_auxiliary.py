@@ -13,7 +13,7 @@
   the min(p, q)-th singular value (zeros included); false with App. A's convention σ_min = σ_rank when A is
   rank deficient.
 
-Library: :func:`caldera.ldl.block_ldl` (H = L D Lᵀ, L unit block-lower-triangular). The paper's upper form
+Library: :func:`caldera.algorithm.ldl.block_ldl` (H = L D Lᵀ, L unit block-lower-triangular). The paper's upper form
 (M + I) D (M + I)ᵀ is obtained from the lower one of the index-reversed matrix. The block version used by
 BlockLDLQ is checked too: max_k λ_max(D_k) ≤ λ_max(H).
 """
@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from caldera.ldl import block_ldl
+from caldera.algorithm.ldl import block_ldl
 from caldera.synthetic import calibration_hessian
 from theory.common import CheckResult, Profile, combine, gen, matrix_with_spectrum, randn
 

@@ -9,7 +9,7 @@ B_L ≥ log₂(4σ_1²/σ_k √(nk/ε · λ_max/λ_min) + 1), B_R ≥ max{B_1, B
 B_2 := log₂(4Cσ_1/(σ_k log 2) (√d + √k + √(log(8Σ_iσ_i²/ε)))). Then, the factors L, R returned by Alg. 1
 satisfy E‖(LR − A)Xᵀ‖_F² ≤ Σ_{i>k} σ_i² + ε"* (σ_i: singular values of XAᵀ).
 
-**The procedure checked is the lemma's own, not the library's LPLRFactorize** (``caldera.lplr.lplr_factorize``
+**The procedure checked is the lemma's own, not the library's LPLRFactorize** (``caldera.algorithm.lplr.lplr_factorize``
 quantizes each factor with ``quantize_scaled``, a scale rms/opt_scale chosen per matrix, not with dithered
 quantizers of the fixed dynamic ranges above; its refinement iterations can only lower the error of iterate 0,
 which is what the proof bounds). It is built from the library's pieces: ``rank_constrained_regression`` for
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from caldera.regression import rank_constrained_regression
+from caldera.algorithm.regression import rank_constrained_regression
 from caldera.synthetic import calibration_hessian, decaying_weight
 from theory.common import ALPHA, CheckResult, Profile, combine, gen, mean_upper_confidence, sq_fro
 from theory.dithered import dithered_round
@@ -149,14 +149,14 @@ def check_error_bound(A: Tensor, X: Tensor, k: int, eps: float, *, seed: int, tr
 
 def check_library_error_bound(A: Tensor, X: Tensor, k: int, eps: float, *, inner_iters: int = 4,
                               bits: int | None = None, sweep: str = "jacobi") -> CheckResult:
-    """The lemma's conclusion for the library's own ``caldera.lplr.lplr_factorize``: ‖(LR − A)Xᵀ‖² ≤ ξ* + ε.
+    """The lemma's conclusion for the library's own ``caldera.algorithm.lplr.lplr_factorize``: ‖(LR − A)Xᵀ‖² ≤ ξ* + ε.
 
     The library quantizes with a scale rms(x)/opt_scale per factor, not the lemma's fixed ranges, so the hypotheses
     are replaced by their purpose: round-to-nearest ``uniform-B`` quantizers with B = the lemma's budgets
     max(B_L, B_R) capped at 16 (or ``bits``). Deterministic: the error is recomputed in float64 from the returned
     factors. ratio = (error − ξ*)/ε.
     """
-    from caldera.lplr import lplr_factorize
+    from caldera.algorithm.lplr import lplr_factorize
     from caldera.quantizers import get_quantizer
 
     st = setup(A, X, k, eps)

@@ -11,7 +11,7 @@ the full SVD of (U I_d)ᵀY if m > d. Then, for k ≤ m, the solution of min_{ra
 Σ_{i=k+1}^{m} σ_i²((U I_d)ᵀY) + ‖(U Ī_{m−d})ᵀY‖_F² otherwise."* Remark: *"It is not necessary for X to be full
 rank. An equivalent result can be derived with Σ⁻¹ replaced by Σ†."*
 
-What is checked (library: :func:`caldera.regression.rank_constrained_regression`):
+What is checked (library: :func:`caldera.algorithm.regression.rank_constrained_regression`):
 
 * ``optimality`` — no rank-k candidate beats the library's Z*: random factor pairs, local perturbations of its
   factors, alternating-least-squares local optima from random starts, and an independent SVD oracle
@@ -30,7 +30,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from caldera.regression import rank_constrained_regression
+from caldera.algorithm.regression import rank_constrained_regression
 from theory.common import (
     CheckResult,
     Profile,

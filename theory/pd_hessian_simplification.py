@@ -11,9 +11,9 @@ Z_* = (U I_k)(I_kᵀΣVᵀΛ^{-1/2}Uᵀ)"* (U, Σ, V of Y's SVD on the left; U, 
 
 What is checked: every objective in the chain agrees on random Z (exactly, up to the factor m from H = XᵀX/m
 that the "≡" of equivalent problems ignores); the library's
-:func:`caldera.regression.rank_constrained_regression_pd`
+:func:`caldera.algorithm.regression.rank_constrained_regression_pd`
 equals an independent implementation of the closed form, equals (transposed) the Lemma 4.2 solution of
-min ‖XZ − XAᵀ‖ from :func:`caldera.regression.rank_constrained_regression`, has the same optimal value
+min ‖XZ − XAᵀ‖ from :func:`caldera.algorithm.regression.rank_constrained_regression`, has the same optimal value
 (m · value_pd = value_lemma) and is optimal (reusing the optimality check of Lemma 4.2).
 """
 
@@ -24,7 +24,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from caldera.regression import HessianSqrt, rank_constrained_regression, rank_constrained_regression_pd
+from caldera.algorithm.regression import HessianSqrt, rank_constrained_regression, rank_constrained_regression_pd
 from caldera.synthetic import llm_like
 from theory.common import CheckResult, Profile, combine, gen, randn, sq_fro
 from theory.lemma_rank_constrained_regression import check_optimality

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from caldera.ldl import block_ldl
+from caldera.algorithm.ldl import block_ldl
 from theory import ldlq_error_identity as li
 from theory.dithered import unsaturated_range
 from theory.strategies import seeds

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from caldera.regression import rank_constrained_regression
+from caldera.algorithm.regression import rank_constrained_regression
 from theory import lemma_lplr_error as lp
 from theory.strategies import seeds
 
@@ -42,7 +42,7 @@ def test_detects_a_tightened_bound():
     assert not r.holds
 
 
-# ----------------------------------------------------------------- the library's LPLRFactorize (caldera.lplr)
+# ----------------------------------------------------------------- the library's LPLRFactorize (caldera.algorithm.lplr)
 
 
 @pytest.mark.parametrize("sweep", ["jacobi", "alternating"])

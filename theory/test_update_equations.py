@@ -61,16 +61,16 @@ def test_detects_a_wrong_error_split():
     assert not ue.check_error_decomposition(inst["A"], inst["X"], inst["R"], seed=4, split_shift=1).holds
 
 
-# ------------------------------------------------------- the library's LPLRFactorize (caldera.lplr) against App. C.1
+# --------------------------------------------- the library's LPLRFactorize (caldera.algorithm.lplr) against App. C.1
 
 
 @pytest.mark.parametrize("sweep", ["jacobi", "alternating"])
 def test_library_lplr_steps_solve_the_update_equations(monkeypatch, sweep):
-    """Every factor ``caldera.lplr.lplr_factorize`` hands to its quantizer is the App. C.1 minimizer for the previous
-    quantized factor: L̃ = AHRᵀ(RHRᵀ)⁻¹ (lines 4, 9) and R̃ = L†AHH† (line 8). The raw inputs are recorded at
+    """Every factor ``caldera.algorithm.lplr.lplr_factorize`` hands to its quantizer is the App. C.1 minimizer for the
+    previous quantized factor: L̃ = AHRᵀ(RHRᵀ)⁻¹ (lines 4, 9) and R̃ = L†AHH† (line 8). The raw inputs are recorded at
     ``quantize_scaled``; float32 arithmetic sets the tolerance (1e-4). A factor whose input repeats (the Jacobi
     sweep's L_1 = g(R_0) = L_0, R_2 = R_1, …; the alternating sweep's first L) is not quantized again."""
-    import caldera.lplr as lp
+    import caldera.algorithm.lplr as lp
     from caldera.quantizers import get_quantizer
     from theory.lemma_lplr_error import instance
 

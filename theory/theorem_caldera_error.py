@@ -43,8 +43,8 @@ import math
 import torch
 from torch import Tensor
 
-from caldera.ldl import block_ldl
-from caldera.ldlq import block_ldlq
+from caldera.algorithm.ldl import block_ldl
+from caldera.algorithm.ldlq import block_ldlq
 from caldera.synthetic import calibration_hessian, decaying_weight
 from theory.common import ALPHA, ASYMPTOTIC, CheckResult, Profile, combine, gen, mean_upper_confidence
 from theory.dithered import SeededDithered, feedback_gain, step, unsaturated_range
@@ -138,7 +138,7 @@ def check_unsaturated_range_exists(W: Tensor, X: Tensor, bits: int, *, seed: int
 
 def check_library_first_inequality(n: int, d: int, k: int, *, seed: int, outer_iters: int = 1, cond: float = 1e2,
                                    bound_factor: float = 1.0) -> CheckResult:
-    """The theorem's first inequality for the library's own ``caldera.decomposition.caldera_decompose``.
+    """The theorem's first inequality for the library's own ``caldera.algorithm.decomposition.caldera_decompose``.
 
     With Q₁ = LDLQ(W) the first Q step (Q-first, Alg. 1 line 3) and η = (Q₁ − W)L (H = L D Lᵀ, the block LDL the
     library's BlockLDLQ uses), the proof bounds the error by Σ_{i>k} λ_i(ηDηᵀ) plus the LPLR excess ε. With 16-bit
@@ -146,8 +146,8 @@ def check_library_first_inequality(n: int, d: int, k: int, *, seed: int, outer_i
     (W − Q₁)H^{1/2}, whose Gram matrix is ηDηᵀ); the best of T_out > 1 iterates can only be lower. Everything is in
     the RHT basis, where the data-aware error is unchanged. ratio = error / (bound_factor · Σ_{i>k}λ_i(ηDηᵀ)).
     """
-    from caldera.config import CalderaConfig
-    from caldera.decomposition import HessianContext, caldera_decompose
+    from caldera.algorithm.config import CalderaConfig
+    from caldera.algorithm.decomposition import HessianContext, caldera_decompose
 
     W = decaying_weight(n, d, seed=seed)
     H = calibration_hessian(d, seed=seed, cond=cond)

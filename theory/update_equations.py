@@ -25,7 +25,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from caldera.regression import rank_constrained_regression
+from caldera.algorithm.regression import rank_constrained_regression
 from theory.common import CheckResult, Profile, combine, gen, matrix_with_spectrum, randn, sq_fro
 
 LABEL = "subapp:update-equations-low-rank-factors"
@@ -52,7 +52,7 @@ def check_left_update(A: Tensor, X: Tensor, R: Tensor, *, seed: int,
                       update: Callable[[Tensor, Tensor, Tensor], Tensor] = left_update,
                       rtol: float = RTOL) -> CheckResult:
     """L̃ solves min_Z ‖(ZR − A)Xᵀ‖²: normal equations, perturbations, library solver, pinv form. ``rtol``: the
-    relative tolerance (float32 callers such as ``caldera.lplr.lplr_factorize`` need ~1e-4)."""
+    relative tolerance (float32 callers such as ``caldera.algorithm.lplr.lplr_factorize`` need ~1e-4)."""
     A, X, R = A.double(), X.double(), R.double()
     m = X.shape[0]
     H = X.T @ X / m

@@ -246,7 +246,7 @@ def methods_help(example: str) -> str:
                           if f.default is not dataclasses.MISSING)
         presets = ""
         if name == "caldera":
-            from caldera.config import PRESETS
+            from caldera.algorithm.config import PRESETS
 
             presets = f"\n      presets (--preset): {', '.join(sorted(PRESETS))}"
         lines.append(f"  {name}\n" + textwrap.fill(fields, 100, initial_indent=" " * 6, subsequent_indent=" " * 6)

@@ -2,7 +2,7 @@
 
 Paper §5.2 ("Fine-tuning of Randomized Hadamard Transform (RHT) Parameters", Tables 3–4) and App. E.4: the
 diagonal Rademacher matrices ``S_U`` (d,) and ``S_V`` (n,) of every layer's RHT, ``Ŵ = (S_V ⊙ U_nᵀ)(Q + L R)
-(U_d ⊙ S_U)`` (:mod:`caldera.hadamard`), become real-valued trainable parameters initialised at their ±1
+(U_d ⊙ S_U)`` (:mod:`caldera.algorithm.hadamard`), become real-valued trainable parameters initialised at their ±1
 values (QuIP#'s RHT fine-tuning, quip-sharp.md §6); everything else (codes, scales, factors, embeddings,
 norms, LM head) is frozen. The objective is the KL divergence between the original (teacher) and the
 compressed (student) model's next-token distributions on calibration sequences, end to end (no layer-wise

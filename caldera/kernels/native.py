@@ -6,16 +6,16 @@ products of :mod:`caldera.kernels.cpu` then read per 8-weight code one 8-byte ro
 with two AVX2 instructions) and FMA it with 8 entries of ``x``; ``y = ¼ · s · Σ``. E8P-RVQ4 codes
 ``(c1 << 16) | c2`` take two lookups, ``w(c1) + w(c2)/3.45``. The per-code loop of the Numba kernels could not
 be vectorised by Numba's LLVM (scalar FMAs, ≈ 5 ns per code measured); this one runs ≈ 1 ns per code on
-this CPU (``kernels/README.md``). The E8P product takes four rows per pass over ``x`` (four independent
+this CPU (``caldera/kernels/README.md``). The E8P product takes four rows per pass over ``x`` (four independent
 codebook reads in flight); a row's arithmetic does not depend on its group, so a thread split changes no bit.
 
 ``caldera_layer_fwd`` (:func:`fused_layer`, :class:`FusedLayer`) is a whole ``CompressedLinear`` forward in one
 call: ``x ⊙ S_U`` → ``U_dᵀ`` (in-place fast Walsh–Hadamard transform of the ``2^p`` part, the K × K Hadamard
-factor of :mod:`caldera.hadamard` as a small dense product) → E8P product → factor products (float16 read with
+factor of :mod:`caldera.algorithm.hadamard` as a small dense product) → E8P product → factor products (float16 read with
 F16C, float32, or E8P-RVQ4 codes) and ``L_ft R_ft`` → ``U_n`` → ``⊙ S_V`` → bias. Per decoded token this
 replaces ≈ 10 torch calls per layer (two Kronecker-Hadamard transforms, conversions, adds) by one.
 
-The sources, ``kernels/cpu/`` of the repository (``caldera_layer.c`` the kernels, ``caldera_layer.h`` their
+The sources, in ``c/`` beside this module (``caldera_layer.c`` the kernels, ``caldera_layer.h`` their
 argument structs, ``caldera_module.c`` the CPython module, ``caldera_layer_avx2.c`` the AVX2 variant), are built
 by ``setup.py`` as the optional setuptools extension ``caldera.kernels._caldera_layer`` when the package is
 installed (``pip install -e .`` builds it in place, next to this file; a wheel carries it). No ``-march=native``:
@@ -235,7 +235,7 @@ class FusedLayer:
     The C call computes, for ``h`` (B, d) float32 rows, ``y = ((H_n-rotate of h̃ Qᵀ + (h̃ Rᵀ) Lᵀ [+ (h̃ R_ftᵀ)
     L_ftᵀ]) ⊙ S_V) + bias`` with ``h̃ = U_dᵀ (h ⊙ S_U)``: the whole of ``CompressedLinear.forward`` in one call,
     reading Q (and quantized factors) as codes and 16-bit factors as float16; the transforms are the Kronecker
-    Hadamard ``U_n = (M_K ⊗ H_{2^p}) / √(K 2^p)`` of :mod:`caldera.hadamard` (in-place fast Walsh–Hadamard
+    Hadamard ``U_n = (M_K ⊗ H_{2^p}) / √(K 2^p)`` of :mod:`caldera.algorithm.hadamard` (in-place fast Walsh–Hadamard
     transform for the ``2^p`` part, the K × K factor as a small dense product). Holds references to every
     tensor it points at. Its struct holds raw pointers into those tensors, so a copy or a pickle of it is None
     (not prepared): the copy of a ``CompressedLinear`` prepares its own call from its own tensors.
@@ -288,7 +288,7 @@ def fused_layer(  # noqa: PLR0913 - one argument per stored tensor of the layer
     (:class:`caldera.kernels.factors.Factors`: float16/float32 ``L`` (n, k), ``R`` (k, d), or codes of ``Lᵀ``
     (k, n/8) and ``R`` (k, d/8) with scalar scales; None: no factors), ``ft`` = ``(L_ft (n, r), R_ft (r, d))``
     or None, ``bias`` (n,) or None. Raises when the C extension was not built."""
-    from caldera.hadamard import factor_matrix, hadamard_factor
+    from caldera.algorithm.hadamard import factor_matrix, hadamard_factor
     from caldera.kernels.e8p_decode import SUPPORTED
 
     if _ext() is None:

@@ -1,6 +1,6 @@
 """CALDERA itself (Algorithm 1) in the method registry."""
 
-from caldera.config import CalderaConfig
+from caldera.algorithm.config import CalderaConfig
 from caldera.methods.registry import register_method
 
 
@@ -8,8 +8,8 @@ def hadamard_ldlq_shape(config, n: int, d: int, *, quantized_factors: bool = Fal
     """``ValueError`` when an n×d matrix does not fit an RHT + BlockLDLQ method (what ``caldera_decompose`` and
     QuIP# refuse mid-run): d a multiple of the LDLQ block, n too when the factors are quantized (codes of Lᵀ),
     and with ``config.rht`` both sizes of a supported Hadamard form."""
-    from caldera.hadamard import hadamard_factor
-    from caldera.ldlq import LDL_BLOCK
+    from caldera.algorithm.hadamard import hadamard_factor
+    from caldera.algorithm.ldlq import LDL_BLOCK
 
     if d % LDL_BLOCK:
         raise ValueError(f"d={d} is not a multiple of {LDL_BLOCK} (BlockLDLQ quantizes blocks of {LDL_BLOCK} columns)")
@@ -21,8 +21,9 @@ def hadamard_ldlq_shape(config, n: int, d: int, *, quantized_factors: bool = Fal
 
 
 def caldera(W, H, config: CalderaConfig, context=None):
-    """Algorithm 1: :func:`caldera.decomposition.caldera_decompose` (imported here: the module stays torch-free)."""
-    from caldera.decomposition import caldera_decompose
+    """Algorithm 1: :func:`caldera.algorithm.decomposition.caldera_decompose` (imported here: the module stays
+    torch-free)."""
+    from caldera.algorithm.decomposition import caldera_decompose
 
     return caldera_decompose(W, H, config, context=context)
 

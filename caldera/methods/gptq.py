@@ -19,7 +19,7 @@ from caldera.methods.registry import register_method
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from caldera.decomposition import Decomposition
+    from caldera.algorithm.decomposition import Decomposition
 
 
 @dataclass(frozen=True)
@@ -59,8 +59,8 @@ def gptq(W: Tensor, H: Tensor, config: GPTQConfig, context=None) -> Decompositio
     """W (n, d), H (d, d) → Decomposition with Q = the GPTQ-rounded weights (original basis, no low rank)."""
     import torch
 
-    from caldera.decomposition import Decomposition
-    from caldera.ldl import regularize_hessian
+    from caldera.algorithm.decomposition import Decomposition
+    from caldera.algorithm.ldl import regularize_hessian
     from caldera.metrics import relative_data_aware_error
     from caldera.validation import checked_W_H
 

@@ -18,7 +18,7 @@ from caldera.methods.registry import register_method
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from caldera.decomposition import Decomposition
+    from caldera.algorithm.decomposition import Decomposition
 
 
 def __getattr__(name: str) -> Any:
@@ -60,8 +60,8 @@ def _loftq_shape(config: LoftQConfig, n: int, d: int) -> None:
 def loftq(W: Tensor, H: Tensor, config: LoftQConfig, context=None) -> Decomposition:
     import torch
 
-    from caldera.decomposition import Decomposition
-    from caldera.ldl import regularize_hessian
+    from caldera.algorithm.decomposition import Decomposition
+    from caldera.algorithm.ldl import regularize_hessian
     from caldera.metrics import relative_data_aware_error
     from caldera.quantizers.normalfloat import NormalFloat
     from caldera.validation import check_rank, checked_W_H

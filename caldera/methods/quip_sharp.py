@@ -18,7 +18,7 @@ from caldera.methods.registry import register_method
 if TYPE_CHECKING:
     import torch
 
-    from caldera.decomposition import HessianContext
+    from caldera.algorithm.decomposition import HessianContext
 
 
 @dataclass(frozen=True)
@@ -46,13 +46,13 @@ def quip_sharp(W: torch.Tensor, H: torch.Tensor, config: QuipSharpConfig, contex
     """QuIP# (with ``config.lr_rank`` > 0: QuIP# + its fp16 LR). W (n, d), H (d, d) → Decomposition."""
     import torch
 
-    from caldera.decomposition import Decomposition, HessianContext
-    from caldera.hadamard import RHT, random_signs
-    from caldera.ldl import cholesky_or_raise
-    from caldera.ldlq import ldlq_quantize
+    from caldera.algorithm.decomposition import Decomposition, HessianContext
+    from caldera.algorithm.hadamard import RHT, random_signs
+    from caldera.algorithm.ldl import cholesky_or_raise
+    from caldera.algorithm.ldlq import ldlq_quantize
+    from caldera.algorithm.regression import rank_constrained_regression_pd, top_k_svd
     from caldera.metrics import relative_data_aware_error
     from caldera.quantizers import quantizer_for_bits
-    from caldera.regression import rank_constrained_regression_pd, top_k_svd
     from caldera.validation import check_rank, checked_W_H
 
     W, H = checked_W_H(W, H)

@@ -35,19 +35,19 @@ import heapq
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from caldera.config import CalderaConfig
+from caldera.algorithm.config import CalderaConfig
 from caldera.methods.caldera_method import caldera, hadamard_ldlq_shape
 from caldera.methods.registry import ModelPlan, register_method
 
 if TYPE_CHECKING:  # torch and the engine are imported where they run (see caldera.methods.registry)
     import torch
 
-    from caldera.decomposition import HessianContext
+    from caldera.algorithm.decomposition import HessianContext
 
 
 @dataclass(frozen=True)
 class RankPerLayerConfig(CalderaConfig):
-    """:class:`~caldera.config.CalderaConfig` (``rank`` = the uniform rank whose bits are spent) plus the
+    """:class:`~caldera.algorithm.config.CalderaConfig` (``rank`` = the uniform rank whose bits are spent) plus the
     allocation's steps and bounds: ranks are multiples of ``rank_multiple`` in ``[min_rank, max_rank_factor ·
     rank]`` (and below min(n, d))."""
 
@@ -96,7 +96,7 @@ def profile(W: torch.Tensor, H: torch.Tensor, config: RankPerLayerConfig,
     """
     import torch
 
-    from caldera.decomposition import HessianContext, caldera_decompose
+    from caldera.algorithm.decomposition import HessianContext, caldera_decompose
 
     n, d = W.shape
     first_q = dataclasses.replace(caldera_config(config), rank=1, l_bits=16, r_bits=16, outer_iters=1,

@@ -1,9 +1,9 @@
 """Method registry: a compression method is a frozen config class plus a function.
 
 ``fn(W, H, config, context=None) -> Decomposition`` with W (n, d), H (d, d). A method registered with
-``shares_hessian_context=True`` accepts a :class:`~caldera.decomposition.HessianContext` built once per Hessian
-by :meth:`MethodSpec.prepare_context` (its config has ``rht``, ``seed`` and ``sigma_reg``), so the pipeline shares
-one context between the matrices that read the same Hessian without knowing any method's fields. Register with::
+``shares_hessian_context=True`` accepts a :class:`~caldera.algorithm.decomposition.HessianContext` built once per
+Hessian by :meth:`MethodSpec.prepare_context` (its config has ``rht``, ``seed`` and ``sigma_reg``), so the pipeline
+shares one context between the matrices that read the same Hessian without knowing any method's fields. Register with::
 
     @register_method("my-method", MyConfig)
     def my_method(W, H, config, context=None): ...
@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:  # the registry and every method's config class import without torch (module docstring)
-    from caldera.decomposition import Decomposition
+    from caldera.algorithm.decomposition import Decomposition
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ class MethodSpec:
         or None when the method takes none. ``H``: (d, d) float64."""
         if not self.shares_hessian_context:
             return None
-        from caldera.decomposition import HessianContext
+        from caldera.algorithm.decomposition import HessianContext
 
         return HessianContext.prepare(H, rht=config.rht, seed=config.seed, sigma_reg=config.sigma_reg)
 

@@ -10,7 +10,7 @@ from caldera.methods.registry import register_method
 if TYPE_CHECKING:
     import torch
 
-    from caldera.decomposition import Decomposition
+    from caldera.algorithm.decomposition import Decomposition
 
 
 @dataclass(frozen=True)
@@ -27,8 +27,8 @@ class RTNConfig:
 def rtn(W: torch.Tensor, H: torch.Tensor, config: RTNConfig, context=None) -> Decomposition:
     import torch
 
-    from caldera.decomposition import Decomposition
-    from caldera.ldl import regularize_hessian
+    from caldera.algorithm.decomposition import Decomposition
+    from caldera.algorithm.ldl import regularize_hessian
     from caldera.metrics import relative_data_aware_error
     from caldera.quantizers import UniformRTN
     from caldera.validation import checked_W_H

@@ -37,7 +37,7 @@ the layer runs straight from the codes with nothing dequantized or cached: memor
 size. On CPU (``"native"`` backend) the whole forward — both randomized Hadamard transforms, the E8P product,
 the factor products, ``L_ft R_ft`` and the bias — is one C call of :mod:`caldera.kernels.native`, prepared
 once per layer; without a C compiler the Numba products (``"numba"``) with the transforms in Python. On CUDA,
-the Triton kernel. ``kernel="auto"`` (the default) takes the faster path as measured (``kernels/README.md``):
+the Triton kernel. ``kernel="auto"`` (the default) takes the faster path as measured (``caldera/kernels/README.md``):
 the fused C layer on CPU, the Triton kernel on CUDA, and the reference path where
 only the Numba products exist (they are slower than a cached fp32 matmul). ``kernel="kernel"`` uses a kernel
 whenever one applies; ``kernel="reference"`` never does. The fused C layer runs on one thread.
@@ -69,8 +69,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from caldera.decomposition import Decomposition
-from caldera.hadamard import RHT
+from caldera.algorithm.decomposition import Decomposition
+from caldera.algorithm.hadamard import RHT
 from caldera.nn import dispatch
 from caldera.nn.dispatch import KERNEL_MAX_ROWS, KERNELS
 from caldera.nn.format import (
@@ -158,7 +158,7 @@ class CompressedLinear(nn.Module):
         kernel: str = "auto",
         check: bool = True,
     ) -> "CompressedLinear":
-        """Store a :class:`~caldera.decomposition.Decomposition` compressed.
+        """Store a :class:`~caldera.algorithm.decomposition.Decomposition` compressed.
 
         ``ft_rank`` splits the first ``ft_rank`` columns of L / rows of R into trainable ``L_ft``/``R_ft``
         parameters of ``ft_dtype`` (dequantized values); the rest stays as codes. Quantizer names are

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from caldera.decomposition import Decomposition
+from caldera.algorithm.decomposition import Decomposition
 from caldera.quantizers.base import Quantizer
 
 #: Version of the layer metadata (:meth:`CompressedLinear.metadata`); a checkpoint of another version is refused.
@@ -310,7 +310,7 @@ def encode_decomposition(
     lr_quantizer: str | None = None,
     check: bool = True,
 ) -> tuple[dict[str, Any], dict[str, Tensor]]:
-    """The stored form ``(meta, tensors)`` of a :class:`~caldera.decomposition.Decomposition`: what
+    """The stored form ``(meta, tensors)`` of a :class:`~caldera.algorithm.decomposition.Decomposition`: what
     :meth:`caldera.nn.compressed_linear.CompressedLinear.from_decomposition` builds the layer from (its
     docstring gives the arguments). Every tensor is on the CPU."""
     n, d = dec.Q.shape

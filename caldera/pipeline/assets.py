@@ -55,7 +55,7 @@ from typing import Any
 import torch
 
 from caldera.atomic import atomic_dir, folder_files, remove_orphans, sha256_file, write_atomic
-from caldera.cache import cache_dir  # noqa: F401 - the asset cache's root, public here as before
+from caldera.cache import cache_dir  # noqa: F401 - the asset cache's root, public here too
 
 log = logging.getLogger("caldera.pipeline.assets")
 

@@ -3,7 +3,7 @@
 :func:`compress_model` decomposes the seven linear layers of every decoder layer with a registered method
 (``caldera.methods``) against the Hessians written by :func:`caldera.pipeline.hessians.collect_hessians`.
 Matrices reading the same Hessian (q/k/v: group ``qkv``; gate/up: group ``up``) share ONE
-:class:`~caldera.decomposition.HessianContext` (regularization, RHT sign vector S_U, rotated Hessian and its
+:class:`~caldera.algorithm.decomposition.HessianContext` (regularization, RHT sign vector S_U, rotated Hessian and its
 factorizations) when the method supports it; its seed is derived deterministically from the method
 config's seed, the layer index and the group name (:func:`group_seed`).
 
@@ -159,7 +159,7 @@ def load_layer_tensors(out_dir: str | os.PathLike, layer: int) -> dict[str, Tens
 def _relative_errors(W_hat: Tensor, W: Tensor, H: Tensor) -> tuple[float, float]:
     """(data-aware, Frobenius) relative errors of Ŵ, as recorded per matrix (the data-aware one's two matrix
     products in float32, its sums in float64). For an all-zero W (0/0) they are 0 when Ŵ = 0 too (an exact
-    reconstruction, as :func:`caldera.decomposition.caldera_decompose` returns) and inf otherwise."""
+    reconstruction, as :func:`caldera.algorithm.decomposition.caldera_decompose` returns) and inf otherwise."""
     if not bool(W.any()):
         e = 0.0 if not bool(W_hat.any()) else float("inf")
         return e, e

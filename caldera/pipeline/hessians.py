@@ -20,7 +20,7 @@ dtype of H, a positive token count every group saw), and a job that reads a fold
 before any work (:func:`check_hessian_files`): the model, calibration hash, token count and dtype against what
 the job knows and the folder's ``hessians.json``, and each H's shape against the model's layer.
 Unlike the authors' files, H is stored uncentered (no ``μμᵀ`` to add back) and not trace-normalized:
-regularization is the decomposition's job (``caldera.ldl.regularize_hessian``).
+regularization is the decomposition's job (``caldera.algorithm.ldl.regularize_hessian``).
 
 Files are written atomically (:mod:`caldera.atomic`: temporary name, fsync, ``os.replace``), so a crash never
 leaves a file that looks complete; a rerun skips layers whose artifact exists and loads cleanly (resumable).

@@ -84,7 +84,7 @@ class Quantizer(ABC):
 
     def fused_ldlq_available(self, x: Tensor) -> bool:
         """Whether :meth:`fused_ldlq_chunk` runs for tensors like ``x``. BlockLDLQ
-        (:func:`caldera.ldlq.block_ldlq`) then quantizes each chunk of columns in one call instead of one
+        (:func:`caldera.algorithm.ldlq.block_ldlq`) then quantizes each chunk of columns in one call instead of one
         :meth:`quantize` per block. The base class has no fused chunk."""
         return False
 

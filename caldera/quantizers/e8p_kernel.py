@@ -201,7 +201,7 @@ def _encode_rvq_rows(
 @numba.njit(cache=True, nogil=True)
 def _ldlq_chunk(
     F, has_F, Lc, W, codebook, key_to_index, sum_odd, n12_abs, W_hat, delta, codes
-):  # pragma: no cover - compiled (tested via caldera.ldlq)
+):  # pragma: no cover - compiled (tested via caldera.algorithm.ldlq)
     """BlockLDLQ inside one chunk of c columns (c % 8 == 0), rows independent, blocks last to first.
 
     ``W`` (float32 ``(n, c)``): the chunk's own columns; ``F`` (float32 ``(n, c)``, read only when ``has_F``):

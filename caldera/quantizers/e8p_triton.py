@@ -18,7 +18,7 @@ XORed with the shift bit ``p``.
 columns for a tile of rows per program: ``x_k = W_k + F_k + Σ_{j > k in the chunk} δ_j L_{j,k}``, the code of the
 nearest codeword of ``x_k``, ``Ŵ_k`` its codeword and ``δ_k = W_k − Ŵ_k``; the in-chunk feedback is kept in a
 float32 scratch ``(n, c)`` that each quantized block updates for every earlier column (right-looking). The feedback
-from later chunks (``F``) stays a cuBLAS matmul in :func:`caldera.ldlq.block_ldlq`.
+from later chunks (``F``) stays a cuBLAS matmul in :func:`caldera.algorithm.ldlq.block_ldlq`.
 
 On a CPU both kernels run in Triton's interpreter (``TRITON_INTERPRET=1``, as the tests run them); without Triton
 :func:`available` is false and the callers use the torch search.

@@ -28,7 +28,7 @@ def test_prediction_matches_a_measured_decomposition():
     factor of 2 (measured here, not from a stored file; one thread and process CPU time, so other jobs on the
     machine do not count). Dropping the outer iterations (x8) would put it outside."""
     from caldera import CalderaConfig, caldera_decompose
-    from caldera.decomposition import HessianContext
+    from caldera.algorithm.decomposition import HessianContext
     from caldera.synthetic import llm_like
 
     n, d, k = 512, 1024, 64

@@ -115,7 +115,7 @@ def test_a_parameter_value_of_another_type_names_the_parameter_the_type_and_the_
 
 
 def test_the_method_configs_give_each_parameter_its_type():
-    from caldera.config import CalderaConfig
+    from caldera.algorithm.config import CalderaConfig
     from caldera.methods.rank_per_layer import RankPerLayerConfig
 
     t = common.param_types(CalderaConfig)

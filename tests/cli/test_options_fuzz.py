@@ -123,8 +123,8 @@ PARAM_VALUES = st.one_of(st.text(max_size=8), st.integers(-(2**70), 2**70).map(s
 def test_every_method_parameter_value_is_of_its_type_or_refused_naming_it(key, value):
     """Invariant: ``--param KEY=VALUE`` gives a value of KEY's type (CalderaConfig's field) equal to what was
     written, or a CLIError naming the parameter, its type and the value."""
+    from caldera.algorithm.config import CalderaConfig
     from caldera.cli import common
-    from caldera.config import CalderaConfig
 
     types = common.param_types(CalderaConfig)
     raw = value.strip()

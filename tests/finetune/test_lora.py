@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from caldera.algorithm.config import CalderaConfig
+from caldera.algorithm.decomposition import caldera_decompose
 from caldera.bits import average_bits
-from caldera.config import CalderaConfig
-from caldera.decomposition import caldera_decompose
 from caldera.finetune import lora
 from caldera.nn.compressed_linear import CompressedLinear
 from caldera.pipeline.checkpoint import load_compressed, replace_module, save_compressed

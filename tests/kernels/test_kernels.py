@@ -130,7 +130,7 @@ def test_compressed_linear_uses_reference_path_when_training_or_for_many_rows(mo
     with torch.no_grad():
         assert mod.kernel_backend(x) == cpu_backend
         assert mod.kernel_backend(torch.randn(KERNEL_MAX_ROWS + 1, 64)) is None  # many tokens: dequantize + GEMM
-        # auto on CPU: the fused C layer (measured faster than dense end to end, kernels/README.md); without a
+        # auto on CPU: the fused C layer (measured faster than dense end to end, caldera/kernels/README.md); without a
         # C compiler the reference path (measured faster than the Numba products)
         assert CompressedLinear.from_tensors(meta, ts).kernel_backend(x) == ("native" if native.available() else None)
         _force_backend(monkeypatch, "numba")

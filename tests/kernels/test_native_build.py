@@ -214,12 +214,17 @@ def test_setup_builds_a_portable_extension(tmp_path):
     assert out.stdout.split()[0] == "None" and out.stdout.split()[1] in ("avx2", "scalar")
 
 
-def test_kernel_sources_live_in_the_top_level_kernels_folder():
+def test_kernel_sources_live_in_the_kernels_package():
+    """One tree: setup.py builds the C sources of ``caldera/kernels/c/``, and the Triton modules are plain files of
+    the package (a link would leave a wheel or a copy of the tree without them)."""
     setup_py = (ROOT / "setup.py").read_text()
+    kernels = ROOT / "caldera" / "kernels"
     for f in ("caldera_layer.c", "caldera_layer.h", "caldera_layer_avx2.c", "caldera_module.c"):
-        assert (ROOT / "kernels" / "cpu" / f).is_file() and f"/{f}" in setup_py, f
-    shipped = ROOT / "caldera" / "kernels" / "triton_e8p.py"  # a symlink: caldera.kernels.triton_e8p imports it
-    assert shipped.is_symlink() and shipped.resolve() == (ROOT / "kernels" / "triton" / "triton_e8p.py").resolve()
+        assert (kernels / "c" / f).is_file() and f"/{f}" in setup_py, f
+    assert '"caldera/kernels/c"' in setup_py
+    for f in ("triton_e8p.py", "triton_e8p_gemv.py"):
+        assert (kernels / f).is_file() and not (kernels / f).is_symlink(), f
+    assert not (ROOT / "kernels").exists()
 
 
 def test_a_copy_of_a_prepared_layer_is_prepared_again():

@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 import torch
 
-from caldera.config import CalderaConfig
-from caldera.decomposition import caldera_decompose
-from caldera.ldlq import LDL_BLOCK
+from caldera.algorithm.config import CalderaConfig
+from caldera.algorithm.decomposition import caldera_decompose
+from caldera.algorithm.ldlq import LDL_BLOCK
 from caldera.methods import get_method
 from caldera.methods.caldera_method import caldera, hadamard_ldlq_shape
 

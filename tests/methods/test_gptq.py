@@ -2,7 +2,7 @@
 
 import torch
 
-from caldera.ldl import regularize_hessian
+from caldera.algorithm.ldl import regularize_hessian
 from caldera.methods import get_method
 from caldera.methods.gptq import _round, _row_scale
 from caldera.metrics import relative_data_aware_error

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from caldera.ldl import regularize_hessian
+from caldera.algorithm.ldl import regularize_hessian
 from caldera.methods import get_method
 from caldera.methods.loftq import nf_levels, nf_quantize
 from caldera.metrics import relative_data_aware_error

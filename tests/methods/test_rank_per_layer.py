@@ -10,8 +10,8 @@ import json
 import pytest
 import torch
 
-from caldera.config import CalderaConfig
-from caldera.decomposition import caldera_decompose
+from caldera.algorithm.config import CalderaConfig
+from caldera.algorithm.decomposition import caldera_decompose
 from caldera.methods import get_method
 from caldera.methods.rank_per_layer import (
     RankPerLayerConfig,

@@ -19,7 +19,7 @@ def test_registry_lists_baselines():
 EXT_MODULE = '''
 from dataclasses import dataclass
 
-from caldera.decomposition import Decomposition
+from caldera.algorithm.decomposition import Decomposition
 from caldera.methods.registry import register_method
 
 

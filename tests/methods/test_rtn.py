@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from caldera.ldl import regularize_hessian
+from caldera.algorithm.ldl import regularize_hessian
 from caldera.methods import get_method
 from caldera.metrics import relative_data_aware_error
 from caldera.synthetic import calibration_hessian, llm_like

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from caldera.config import CalderaConfig
-from caldera.decomposition import caldera_decompose
+from caldera.algorithm.config import CalderaConfig
+from caldera.algorithm.decomposition import caldera_decompose
 from caldera.methods import get_method
 from caldera.nn.compressed_linear import CompressedLinear
 from caldera.synthetic import llm_like
@@ -209,7 +209,7 @@ def _codebook_quantizer():
 def codebook(monkeypatch, WH):
     """The codebook quantizer registered for one test, and a decomposition of W stored with it."""
     from caldera import quantizers
-    from caldera.decomposition import Decomposition
+    from caldera.algorithm.decomposition import Decomposition
 
     monkeypatch.setattr(quantizers, "_REGISTERED", dict(quantizers._REGISTERED))
     q = quantizers.register_quantizer(_codebook_quantizer())

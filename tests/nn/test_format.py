@@ -159,7 +159,7 @@ def _factor_bits():
     import itertools
 
     from caldera import CalderaConfig
-    from caldera.config import LR_BITS, Q_BITS
+    from caldera.algorithm.config import LR_BITS, Q_BITS
 
     for q, lb, rb in itertools.product(Q_BITS, LR_BITS, LR_BITS):
         try:

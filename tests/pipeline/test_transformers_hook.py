@@ -180,7 +180,6 @@ def test_wheel_and_editable_install_ship_the_pth(tmp_path):
         shutil.copy(ROOT / f, src / f)
     shutil.copytree(ROOT / "caldera", src / "caldera", symlinks=True,
                     ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(ROOT / "kernels", src / "kernels", ignore=shutil.ignore_patterns("__pycache__", "measured"))
     built = {}
     for hook in ("build_wheel", "build_editable"):  # one process each, as pip runs them
         dest = tmp_path / hook

@@ -54,8 +54,8 @@ def test_check_shape_names_the_argument_and_the_block():
 def test_the_fused_ldlq_capability_is_part_of_the_interface():
     """A quantizer without a fused BlockLDLQ chunk says so (the base class), and BlockLDLQ then takes the block
     loop; E8P has one on the CPU with the Numba backend only."""
-    from caldera.ldl import block_ldl
-    from caldera.ldlq import block_ldlq
+    from caldera.algorithm.ldl import block_ldl
+    from caldera.algorithm.ldlq import block_ldlq
     from tests.helpers import IntegerGrid, llm_like
 
     q = IntegerGrid()

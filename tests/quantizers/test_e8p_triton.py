@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from caldera.ldl import block_ldl, regularize_hessian
-from caldera.ldlq import block_ldlq
+from caldera.algorithm.ldl import block_ldl, regularize_hessian
+from caldera.algorithm.ldlq import block_ldlq
 from caldera.metrics import data_aware_sq_error
 from caldera.quantizers.e8p import E8P, lookup_on
 from tests.helpers import llm_like

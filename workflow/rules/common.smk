@@ -331,7 +331,7 @@ def get_table_targets():
 
 
 def get_pending_table_targets():
-    # Tables 3-6: the paper's numbers now; their own issues (RHT-FT, LoRA, throughput) add the measurements.
+    # Tables 3-6 where this run does not measure them (RHT-FT, LoRA, throughput): the paper's numbers alone.
     return [f"{TABLES_DIR}/{t}.{ext}" for t in PENDING for ext in ("md", "tex", "csv")]
 
 

@@ -1,4 +1,4 @@
-"""Rule pending_table: a table whose measurements have their own issue (the paper's numbers now)."""
+"""Rule pending_table: a table whose measurements this run does not make (the paper's numbers alone)."""
 
 from caldera_job import job
 

@@ -45,8 +45,8 @@ def _ablation_curve(config: dict[str, Any], fs: FiguresSettings, curve: dict[str
     """One curve of Figure 3: the LR-step errors per outer iteration of an App. G.1 ablation preset, or QuIP#-LR's
     (one-shot) error repeated, at the stand-in rank of ``curve["paper_rank"]`` (``config``: the run context's
     mapping, :meth:`RunContext.as_config`: the stand-ins and ranks)."""
-    from caldera.config import CalderaConfig
-    from caldera.decomposition import caldera_decompose
+    from caldera.algorithm.config import CalderaConfig
+    from caldera.algorithm.decomposition import caldera_decompose
     from caldera.experiments.planning.plan import mapped_rank
     from caldera.methods import get_method
 
@@ -103,10 +103,10 @@ def step_lplr_traces(run: RunContext, model: str, hessian_dir: str, out: str,
                      settings: FiguresSettings) -> dict[str, Any]:
     """Figure 4 data: LPLRFactorize(W) per inner iteration, RHT on, 4-bit factors (``settings``: the ``figures``
     block's; ``run``: the stand-ins and ranks)."""
-    from caldera.decomposition import HessianContext
+    from caldera.algorithm.decomposition import HessianContext
+    from caldera.algorithm.hadamard import RHT, random_signs
+    from caldera.algorithm.lplr import lplr_factorize
     from caldera.experiments.planning.plan import mapped_rank
-    from caldera.hadamard import RHT, random_signs
-    from caldera.lplr import lplr_factorize
     from caldera.pipeline.hessians import layer_file, load_layer_hessians
     from caldera.quantizers import quantizer_for_bits
 

@@ -87,7 +87,7 @@ def sweep_model(
     contexts as in :func:`caldera.pipeline.compress.compress_model` (one per layer and Hessian group, seed from
     :func:`~caldera.pipeline.compress.group_seed`), so a candidate's numbers are those its compression job would
     log. Returns one record per decomposition."""
-    from caldera.decomposition import HessianContext
+    from caldera.algorithm.decomposition import HessianContext
     from caldera.experiments.jobs.calibrate import check_job_hessians
     from caldera.experiments.jobs.figures import linear_weight
     from caldera.experiments.jobs.models import load_layers
@@ -200,8 +200,8 @@ def ablation_comparisons(
     configuration's ``update_order``, ``hessian_update`` and ``best_tracking`` instead of the App. G.1 presets'
     (LR first, no Hessian update, best iterate per sub-step). Runs: 16-bit and 4-bit factors, 4-bit without
     LDLQ, and QuIP# + fp16 LR at the 16-bit rank. Returns the per-pair final errors and claim entries."""
-    from caldera.config import CalderaConfig
-    from caldera.decomposition import caldera_decompose
+    from caldera.algorithm.config import CalderaConfig
+    from caldera.algorithm.decomposition import caldera_decompose
     from caldera.experiments.jobs.calibrate import check_job_hessians
     from caldera.experiments.jobs.figures import linear_weight
     from caldera.experiments.jobs.models import load_layers

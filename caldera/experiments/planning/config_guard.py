@@ -405,7 +405,7 @@ def _selection_errors(config: dict[str, Any]) -> list[str]:
 def _figure_rank_errors(config: dict[str, Any]) -> list[str]:
     """Each ``figures.paper_ranks`` entry must map to a rank of the figures' model (``mapped_rank`` for every
     factor precision the figures use)."""
-    from caldera.config import PRESETS, CalderaConfig
+    from caldera.algorithm.config import PRESETS, CalderaConfig
     from caldera.experiments.planning.variants import mapped_rank
 
     fc, errors = config["figures"], []

@@ -19,7 +19,7 @@ measurements at 2–3 sizes, each row weighted by 1/time so relative errors coun
   ``6 m n² + 20 n³``);
 * ``svd_randomized`` — the randomized range finder: ``n·d·k``;
 * ``svd_gram`` — the exact top-k SVD by the smaller Gram matrix's top k + 16 eigenpairs
-  (:func:`caldera.regression.gram_top_svd`, ``warm_top_k_svd`` without a start or a generator):
+  (:func:`caldera.algorithm.regression.gram_top_svd`, ``warm_top_k_svd`` without a start or a generator):
   ``max(n,d)·min(n,d)²`` and ``min(n,d)³``; measured and fitted, not part of a decomposition's prediction
   (``svd="warm"`` starts with the range finder, priced from ``svd_randomized`` by :func:`warm_svd_shares`);
 * ``lplr_iter`` — one LPLR inner iteration (two least-squares updates and the factor quantization):
@@ -28,7 +28,7 @@ measurements at 2–3 sizes, each row weighted by 1/time so relative errors coun
 * ``forward`` — a decoder-layer forward over ``tokens`` tokens: its FLOPs, ``2·tokens·params_layer +
   4·tokens·T·hidden`` (projections, then attention scores and values over a window of T).
 
-One CALDERA decomposition (Algorithm 1, :func:`caldera.decomposition.caldera_decompose`) of an (n, d) matrix
+One CALDERA decomposition (Algorithm 1, :func:`caldera.algorithm.decomposition.caldera_decompose`) of an (n, d) matrix
 with T_out outer iterations then costs::
 
     error (the initial Y = W M)
@@ -176,7 +176,7 @@ def warm_svd_shares() -> tuple[float, float]:
     """Costs of ``svd="warm"``'s first call (the range finder with ``WARM_COLD_POWER_ITERS``: 2 + 4·q products with
     Y) and of each later call (``WARM_POWER_ITERS`` from the previous basis) relative to the measured randomized SVD
     (4 power iterations: 2 + 4·4 products), by their count of (n, d)·(d, k + p) products."""
-    from caldera.regression import WARM_COLD_POWER_ITERS, WARM_POWER_ITERS
+    from caldera.algorithm.regression import WARM_COLD_POWER_ITERS, WARM_POWER_ITERS
 
     return (2 + 4 * WARM_COLD_POWER_ITERS) / (2 + 4 * 4), (2 + 4 * WARM_POWER_ITERS) / (2 + 4 * 4)
 
@@ -185,7 +185,7 @@ def method_matrix_seconds(costs: dict[str, Any], method: str, cfg: Any, n: int, 
     """Predicted seconds to compress one (n, d) matrix with ``method`` (context excluded). CALDERA: the full
     law; QuIP#: one LDLQ; QuIP#-LR: LDLQ + one exact SVD; LoftQ: its iterations of an exact SVD; others: one
     LDLQ (a lower bound, stated in the output)."""
-    from caldera.config import CalderaConfig
+    from caldera.algorithm.config import CalderaConfig
 
     if method == "caldera" or isinstance(cfg, CalderaConfig):  # caldera-rank-per-layer: at its budget rank
         return decompose_seconds(costs, n, d, cfg)
@@ -214,7 +214,7 @@ def figure_rules(config: dict[str, Any], costs: dict[str, Any], shape_key: str) 
     """``ablation_traces`` (Figure 3: every matrix x paper rank x ablation at ``figures.outer_iters``, plus
     QuIP#-LR, in the jobs of :func:`caldera.experiments.planning.figure_plan.figure3_jobs`: the longest job and the
     total) and ``lplr_traces`` (Figure 4: LPLR alone, one job) of the figures' model."""
-    from caldera.config import CalderaConfig
+    from caldera.algorithm.config import CalderaConfig
     from caldera.experiments.planning.figure_plan import figure3_curves, figure3_jobs
     from caldera.experiments.planning.plan import mapped_rank
     from caldera.experiments.planning.settings import FiguresSettings

@@ -225,7 +225,7 @@ def lora_work(config: dict[str, Any], task: str) -> dict[str, float]:
 def selection_units(config: dict[str, Any], costs: dict[str, Any]) -> float:
     """The component laws' seconds of the selection sweep: per model, its layers × matrices × (QuIP# once, each
     candidate at each factor precision and rank), at ``selection.iters``; the unit the profile scales."""
-    from caldera.config import CalderaConfig
+    from caldera.algorithm.config import CalderaConfig
     from caldera.experiments.planning.cost import decompose_seconds, method_matrix_seconds, predict
     from caldera.experiments.planning.settings import SelectionSettings
     from caldera.experiments.planning.workload import shapes_of

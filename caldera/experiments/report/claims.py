@@ -10,7 +10,7 @@ Each claim gets a verdict and the numbers behind it:
   the windows / documents of this run.
 * **Matrix-level claims** (Figures 3/4: one deterministic data-aware error per matrix) are holds / fails on
   the numbers shown.
-* not testable at this scale / pending (its issue has not landed).
+* not testable at this scale / not measured in this run (the run makes no table the claim needs).
 
 A comparison is stated once per distinct pair of variants: Table 1's 7B, 13B and 70B rows map to the same
 stand-in variants, and the rows that repeat a comparison are listed in its source. Inputs: the table JSONs of
@@ -45,6 +45,7 @@ from caldera.experiments.report.tables import (  # noqa: F401
 from caldera.experiments.report.verdicts import (
     IDENTICAL,
     NOT_COMPARED,
+    NOT_MEASURED,
     VERDICTS,
     Z80,
     lower_verdict,
@@ -513,14 +514,13 @@ def check(fig3: dict[str, Any], fig4: dict[str, Any], tables: dict[str, dict[str
     ft = rhtft_claims(tables)
     out += ft
     if not ft:  # no RHT-FT table (or none of its rows) in this run
-        add(RHTFT_CLAIM, "Tables 3–4", "pending (its issue has not landed)", "—", "—")
+        add(RHTFT_CLAIM, "Tables 3–4", NOT_MEASURED, "—", "—")
     if lora is not None:  # Table 5's JSON (caldera.experiments.report.table5)
         out += lora_claims(lora, tables)
     else:
-        add(LORA_CLAIM, "Table 5", "pending (its issue has not landed)", "—", "—")
+        add(LORA_CLAIM, "Table 5", NOT_MEASURED, "—", "—")
     if throughput is None:
-        add("Throughput ordering: QuIP# > CALDERA 16-bit > CALDERA 4-bit > dense", "Table 6",
-            "pending (its issue has not landed)", "—", "—")
+        add("Throughput ordering: QuIP# > CALDERA 16-bit > CALDERA 4-bit > dense", "Table 6", NOT_MEASURED, "—", "—")
     else:
         from caldera.experiments.report.table6 import throughput_claims
 

@@ -5,7 +5,7 @@
 * **Coverage**: the share of the rerun's paired comparisons (every interval a claim records, matched by claim,
   source and pair) whose estimate lies inside the committed run's 95 % interval. Intervals that count the
   compression's randomness should cover a fresh-seed rerun's estimate most of the time (target ≥ 90 %); window-
-  only intervals of one realization do not (the issue that introduced seeds measured 9 of 17 on another CPU).
+  only intervals of one realization do not (9 of 17 in a rerun on another CPU).
   Three shares are reported: inside the committed *confidence* interval (the one claims are decided on; by
   construction it covers another run of the same size with probability ≥ 0.91 at 3 seeds, less with more seeds:
   ``caldera.stats``), inside the committed *rerun prediction* interval (``rerun_lo``/``rerun_hi``: where a rerun

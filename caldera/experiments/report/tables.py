@@ -604,7 +604,7 @@ def write_table(results_dir: str, plan: TablePlan, out_md: str, out_tex: str, ou
 
 
 def write_pending_table(table: str, reason: str, out_md: str, out_tex: str, out_csv: str) -> list[dict[str, Any]]:
-    """A paper table whose measurements come from another issue: the paper's rows with an empty "ours" column.
+    """A paper table whose measurements this run does not make: the paper's rows with an empty "ours" column.
 
     Written so that every table of the paper has its generated file; ``reason`` names what will fill it.
     """

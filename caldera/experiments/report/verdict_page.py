@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from caldera.atomic import write_atomic
-from caldera.experiments.report.verdicts import IDENTICAL, NEEDS_SEEDS, NOT_COMPARED, VERDICTS
+from caldera.experiments.report.verdicts import IDENTICAL, NEEDS_SEEDS, NOT_COMPARED, NOT_MEASURED, VERDICTS
 
 #: a distinct claim whose sources were decided differently
 MIXED = "differs by source"
@@ -39,7 +39,7 @@ MEANINGS: dict[str, str] = {
     IDENTICAL: "the two compared variants are the same model (every window, document and seed scored "
                "identically): there is nothing to compare",
     "not testable at this scale": "this run lacks what the claim needs (e.g. a second model family)",
-    "pending (its issue has not landed)": "the measurement is not part of this run",
+    NOT_MEASURED: "the table or measurement the claim needs is not part of this run",
     NOT_COMPARED: "an extra method whose Q is stored as floats: no compressed row sits at its bits",
     MIXED: "the same claim on the same stand-in was decided differently under different paper models or tables "
            "(each source's verdict is listed)",

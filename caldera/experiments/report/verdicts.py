@@ -19,8 +19,10 @@ NEEDS_SEEDS = "needs replicates (one realization, no pooled spread)"
 NOT_COMPARED = "not compared (Q stored dense)"
 #: two variants that are the same model (the same evaluation on every window, document and seed): no interval
 IDENTICAL = "identical (the same model)"
-VERDICTS = ("holds", "fails", "inconclusive", NEEDS_SEEDS, IDENTICAL, "not testable at this scale",
-            "pending (its issue has not landed)", NOT_COMPARED)
+#: a claim whose table or measurement (RHT fine-tuning, LoRA, throughput) this run does not make
+NOT_MEASURED = "not measured in this run"
+VERDICTS = ("holds", "fails", "inconclusive", NEEDS_SEEDS, IDENTICAL, "not testable at this scale", NOT_MEASURED,
+            NOT_COMPARED)
 #: the normal quantile of 80 % power: an effect is within reach when the 95 % half-width times
 #: ``(z_0.975 + z_0.8) / z_0.975`` is below it
 Z80 = 0.8416212335729143

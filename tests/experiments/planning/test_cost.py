@@ -44,7 +44,7 @@ def test_warm_svd_costs_one_range_finder_and_cheaper_subspace_iterations():
     """svd="warm": the randomized range finder once per decomposition (2 + 4·2 products with Y: 10/18 of the
     measured randomized SVD's 2 + 4·4), then T_out − 1 warm subspace iterations (2 + 4·1: 6/18 each); a measured
     ``svd_gram`` component (the exact Gram route) does not enter the prediction."""
-    from caldera.config import CalderaConfig
+    from caldera.algorithm.config import CalderaConfig
 
     costs = fake_costs()
     n, d = 4096, 11008

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from caldera.config import CalderaConfig
+from caldera.algorithm.config import CalderaConfig
 from caldera.experiments.planning.plan import check_config, effective_settings
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -29,7 +29,7 @@ def test_a_compressed_variants_bits_are_the_papers_average_and_the_dense_model_h
     (about 2.1 bits, the paper's Table 1 column); the dense model: None."""
     from types import SimpleNamespace
 
-    from caldera.config import CalderaConfig
+    from caldera.algorithm.config import CalderaConfig
 
     cfg = CalderaConfig.preset("paper").replace(rank=64, l_bits=4, r_bits=4)
     v = SimpleNamespace(method="caldera", config=cfg)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from caldera.config import PRESETS
+from caldera.algorithm.config import PRESETS
 from caldera.experiments.report import claim_definitions as D
 from caldera.experiments.report import claims
 

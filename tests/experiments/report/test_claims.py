@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from caldera.experiments.report.claims import degradation
+from caldera.experiments.report.verdicts import NOT_MEASURED
 from tests.experiments.report.claim_tables import (
     TOK,
     row,
@@ -223,13 +224,13 @@ def test_extra_claims_are_appended_and_validated():
 # ---------------------------------------------------------------------------------------- Table 6 (throughput)
 
 
-def test_check_reports_throughput_pending_without_table6():
+def test_check_reports_throughput_and_lora_not_measured_without_tables_5_and_6():
     from caldera.experiments.report.claims import check
 
     fig3 = {"curves": []}
     fig4 = {"curves": []}
-    pend = [c for c in check(fig3, fig4, {}) if c["source"] == "Table 6"]
-    assert len(pend) == 1 and pend[0]["verdict"].startswith("pending")
+    unmeasured = [c["verdict"] for c in check(fig3, fig4, {}) if c["source"] in ("Table 5", "Table 6")]
+    assert unmeasured == [NOT_MEASURED, NOT_MEASURED]
     tab = throughput_table({"d": (10, 0.02), "c16": (30, 0.02), "c4a": (20, 0.02), "c4b": (21, 0.02), "q": (40, 0.02)})
     got = [c for c in check(fig3, fig4, {}, throughput=tab) if "Table 6" in c["source"]]
     assert [c["verdict"] for c in got] == ["holds", "holds", "holds"]
@@ -307,12 +308,12 @@ def test_identical_models_are_reported_as_identical():
     assert not identical_variants(t, "rpl", "c4-r16")
 
 
-def test_rhtft_claim_pending_without_the_tables_and_kept_out_of_the_ranking_claims():
+def test_rhtft_claim_not_measured_without_the_tables_and_kept_out_of_the_ranking_claims():
     from caldera.experiments.report.claims import check
     from caldera.experiments.report.finetune_claims import RHTFT_CLAIM
 
     c = check(_fig3(), _fig4(), {"table1_llama2_zeroshot": table1()})
-    assert _verdict(c, RHTFT_CLAIM)["verdict"].startswith("pending")
+    assert _verdict(c, RHTFT_CLAIM)["verdict"] == NOT_MEASURED
     c = check(_fig3(), _fig4(), {"table1_llama2_zeroshot": table1(),
                                  "table3_llama2_rhtft": _rhtft_table(before=40.0, after=30.0)})
     assert _verdict(c, RHTFT_CLAIM)["verdict"] == "holds"

@@ -21,7 +21,7 @@ import scipy.linalg
 import torch
 from torch import Tensor
 
-from caldera.triangular import matmul_lower
+from caldera.algorithm.triangular import matmul_lower
 from caldera.validation import check_matrix
 
 
@@ -214,7 +214,7 @@ class HessianSqrt:
 
     half: Tensor
     inverse: Tensor | None = None  # M⁻¹ (d, d) float64 when M is not triangular; None: solves against ``half``
-    lower: bool = False  # ``half`` lower triangular (``of``): products skip the zeros (caldera.triangular)
+    lower: bool = False  # ``half`` lower triangular (``of``): products skip the zeros (caldera.algorithm.triangular)
 
     def __post_init__(self) -> None:
         if (self.inverse is None) != self.lower:

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from caldera.ldl import block_ldl, regularize_hessian
-from caldera.ldlq import block_ldlq, greedy_refine, ldlq_quantize, nearest_quantize
+from caldera.algorithm.ldl import block_ldl, regularize_hessian
+from caldera.algorithm.ldlq import block_ldlq, greedy_refine, ldlq_quantize, nearest_quantize
 from caldera.metrics import data_aware_sq_error
 from tests.helpers import ExactIdentity, IntegerGrid, llm_like
 
@@ -224,7 +224,7 @@ def test_greedy_refine_off_the_numba_path_reads_nothing_back_and_matches(monkeyp
 def test_a_quantizer_without_an_unchecked_pair_keeps_its_per_block_checks(monkeypatch):
     """A quantizer with no ``quantize_validated`` (the integer grid here) goes through its own checked ``quantize``
     in every block, and neither BlockLDLQ nor the refinement adds a whole-matrix check for it."""
-    import caldera.ldlq as ldlq_mod
+    import caldera.algorithm.ldlq as ldlq_mod
 
     calls = []
     monkeypatch.setattr(ldlq_mod, "check_finite", lambda x, name: calls.append(name))

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from caldera.regression import (
+from caldera.algorithm.regression import (
     WARM_COLD_POWER_ITERS,
     WARM_POWER_ITERS,
     HessianSqrt,

@@ -1,6 +1,6 @@
 """BlockLDLQ (QuIP / QuIP#), the Q update of Algorithm 1 (line 3, eq. 3 of the paper).
 
-With ``H = L D Lᵀ`` from :func:`caldera.ldl.block_ldl` (L unit block-lower-triangular, blocks of g = 8
+With ``H = L D Lᵀ`` from :func:`caldera.algorithm.ldl.block_ldl` (L unit block-lower-triangular, blocks of g = 8
 columns), blocks are quantized from the last to the first (QuIP#'s order)::
 
     Ŵ_k = Q(W_k + (W_{>k} − Ŵ_{>k}) L_{>k,k})
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from caldera.ldl import block_ldl
+from caldera.algorithm.ldl import block_ldl
 from caldera.quantizers.base import Quantizer, rms
 from caldera.validation import check_finite, check_values
 

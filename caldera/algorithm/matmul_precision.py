@@ -7,7 +7,7 @@ fp32_precision = "bf16"`` lets oneDNN compute float32 products with bfloat16 ins
 float32 inputs, float32 accumulation and float32 outputs. Where oneDNN splits each float32 operand into bfloat16
 parts, the product keeps close to float32 accuracy (unlike a plain bfloat16 product, 8 mantissa bits) at about
 half the time; on some CPUs the mode is a plain bfloat16 product, which :func:`bf16_accurate` detects.
-``tests/test_matmul_precision.py`` checks both properties; the speeds and errors measured on the CPUs of this
+``tests/algorithm/test_matmul_precision.py`` checks both properties; the speeds and errors measured on the CPUs of this
 project are in ``benchmarks/results/SETTINGS.md``.
 
 Modes:

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from caldera import CalderaConfig, caldera_decompose
-from caldera.decomposition import HessianContext
+from caldera.algorithm.decomposition import HessianContext
 from caldera.nn.compressed_linear import CompressedLinear
 from tests.helpers import gen
 
@@ -158,8 +158,8 @@ def test_integral_float_bits_get_a_non_contradicting_message(field):
 
 def _entry_points(problem):
     """(name, call(W, H)) of the public entry points that take a weight matrix (and a Hessian)."""
-    from caldera.ldlq import ldlq_quantize, nearest_quantize
-    from caldera.lplr import lplr_factorize
+    from caldera.algorithm.ldlq import ldlq_quantize, nearest_quantize
+    from caldera.algorithm.lplr import lplr_factorize
     from caldera.quantizers import get_quantizer, quantize_scaled
 
     e8p = get_quantizer("e8p")

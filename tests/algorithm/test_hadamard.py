@@ -1,4 +1,4 @@
-"""Tests of caldera.hadamard against a dense Kronecker-product oracle (quip-sharp.md §3)."""
+"""Tests of caldera.algorithm.hadamard against a dense Kronecker-product oracle (quip-sharp.md §3)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from caldera.hadamard import (
+from caldera.algorithm.hadamard import (
     RHT,
     SUPPORTED_K,
     hadamard_factor,
@@ -337,7 +337,7 @@ def test_rht_input_errors():
 
 def test_block_paths_agree(monkeypatch):
     """Column-strip blocks (large n·C), row blocks and tiny blocks all give the row-wise (oracle-checked) result."""
-    import caldera.hadamard as hm
+    import caldera.algorithm.hadamard as hm
 
     W = randn(2048, 576, seed=12, dtype=torch.float32)  # n·d > row-block budget: dim=0 uses column strips
     ref0 = hadamard_transform(W.T.contiguous(), transpose=True).T

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from caldera.regression import HessianSqrt
-from caldera.triangular import lower_matmul, matmul_lower, slices
+from caldera.algorithm.regression import HessianSqrt
+from caldera.algorithm.triangular import lower_matmul, matmul_lower, slices
 from tests.helpers import gen
 
 

@@ -1,10 +1,11 @@
-"""caldera.matmul_precision: which float32 arithmetic a decomposition gets, its accuracy, and that the caller's torch
-setting survives the call."""
+"""caldera.algorithm.matmul_precision: which float32 arithmetic a decomposition gets, its accuracy, and that the
+caller's torch setting survives the call."""
 
 import pytest
 import torch
 
-from caldera import CalderaConfig, caldera_decompose, matmul_precision
+from caldera import CalderaConfig, caldera_decompose
+from caldera.algorithm import matmul_precision
 from tests.helpers import llm_like
 
 needs_flag = pytest.mark.skipif(

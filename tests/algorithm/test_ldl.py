@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from caldera.ldl import block_ldl, regularize_hessian
+from caldera.algorithm.ldl import block_ldl, regularize_hessian
 from tests.helpers import llm_like
 
 

@@ -163,7 +163,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_caldera_layer",
-                                    "CALDERA CPU kernels (kernels/cpu/caldera_layer.c); see caldera.kernels.native",
+                                    "CALDERA CPU kernels (caldera/kernels/c/caldera_layer.c); see caldera.kernels.native",
                                     -1, methods};
 
 PyMODINIT_FUNC PyInit__caldera_layer(void) {
