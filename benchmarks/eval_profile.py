@@ -72,11 +72,11 @@ def profile(config: dict, model: str, head: bool = False) -> dict:
     _wrap(lm_eval.tasks.TaskManager, "load", "task construction", acc)
     _wrap(HFLM, "_loglikelihood_tokens", "zero-shot scoring (forwards)", acc)
     _wrap(lm_eval, "simple_evaluate", "simple_evaluate (total)", acc)
-    v = make_variant(model, "dense", {}, 0, None, "dense")
+    v, run = make_variant(model, "dense", {}, 0, None, "dense"), RunContext.from_config(config)
     with tempfile.TemporaryDirectory() as tmp:
         outs = {c: str(Path(tmp, f"ppl_{c}.json")) for c in config["eval"]["ppl"]}
         t1 = time.perf_counter()
-        evaluate_job.step_evaluate(EvalSettings.from_block(config["eval"]), RunContext.from_config(config), v, None,
+        evaluate_job.step_evaluate(EvalSettings.from_block(config["eval"]), run, v, None,
                                    outs, str(Path(tmp, "zeroshot.json")))
         total = time.perf_counter() - t1
         zs = json.loads(Path(tmp, "zeroshot.json").read_text())
@@ -84,7 +84,7 @@ def profile(config: dict, model: str, head: bool = False) -> dict:
     out["step_evaluate (total)"] = round(total, 2)
     out["zero-shot documents"] = sum(t["n"] for t in zs["results"]["tasks"].values())
     if head:
-        mdl, _ = evaluate_job.load_variant(config, v, None)  # the dense model: eval.weights does not apply
+        mdl, _ = evaluate_job.load_variant(run, v, None)  # the dense model: eval.weights does not apply
         seq = max(s["seq_len"] for s in config["eval"]["ppl"].values())
         out["one ppl window forward"] = {k: round(x, 3) if isinstance(x, float) else x
                                          for k, x in head_split(mdl, seq).items()}

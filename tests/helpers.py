@@ -147,6 +147,15 @@ def tiny_model_dir(path):
     return path
 
 
+def model_entry(source: str = "unused", num_layers: int = 2, **keys):
+    """A run's ``models`` entry (:class:`~caldera.experiments.planning.settings.ModelEntry`) of a tiny model read
+    from ``source``; ``keys`` replace its label and shapes."""
+    from caldera.experiments.planning.settings import ModelEntry
+
+    return ModelEntry(**{"source": str(source), "label": "tiny", "shapes": "tiny-llama-2", "num_layers": num_layers,
+                         **keys})
+
+
 def printed_json(capsys):
     """What a `--json` command printed to stdout, parsed."""
     return json.loads(capsys.readouterr().out)

@@ -9,7 +9,7 @@ from caldera.eval import streamed as S
 from caldera.eval.perplexity import perplexity
 from caldera.pipeline.hessians import decoder_layers
 from caldera.pipeline.partial import LazyLayers
-from tests.helpers import byte_tokenizer, tiny_gemma3, tiny_llama
+from tests.helpers import byte_tokenizer, model_entry, tiny_gemma3, tiny_llama
 
 
 def _saved(tmp_path, make: str):
@@ -179,9 +179,9 @@ def test_step_evaluate_auto_streams_only_a_model_over_the_budget(tmp_path, monke
     block = {"ppl": {"wiki": {"source": "wikitext2", "protocol": "stream", "seq_len": 16}},
              "zeroshot": {"tasks": ["caldera_piqa"]}}
     settings = EvalSettings.from_block(block)
-    run = RunContext(name="t", device="cpu", dtype="auto", models={"m": {"source": str(src)}})
+    run = RunContext(name="t", device="cpu", dtype="auto", models={"m": model_entry(src, 3)})
     v = Variant(id="m-dense", model="m", method="dense", replicate_of="m")  # a replicate: perplexity only
-    weights = evaluate_job.dense_weight_bytes(run.as_config(), "m", torch.float32)
+    weights = evaluate_job.dense_weight_bytes(run, "m", torch.float32)
     assert weights == 4 * sum(p.numel() for p in tiny_llama(0, num_hidden_layers=3,
                                                                tie_word_embeddings=False).parameters())
     assert not evaluate_job.streams(settings, run, v)  # the machine's own budget: a tiny model fits

@@ -12,7 +12,7 @@ from caldera.experiments.planning.settings import RunContext
 from caldera.pipeline import compress as C
 from caldera.pipeline import partial as P
 from caldera.pipeline.hessians import collect_hessians
-from tests.helpers import tiny_llama
+from tests.helpers import model_entry, tiny_llama
 
 CALDERA = {"rank": 4, "outer_iters": 2, "inner_iters": 2}
 LAYER = 2
@@ -157,8 +157,8 @@ def test_workflow_step_loads_only_its_chunk(saved, tmp_path, monkeypatch):
     from caldera.methods import get_method
 
     model, root = saved
-    run = RunContext(name="t", device="cpu", dtype="auto", models={"m": {"source": str(root / "sharded"),
-                                                                         "num_layers": 4}}, layers_per_job=2)
+    run = RunContext(name="t", device="cpu", dtype="auto", models={"m": model_entry(root / "sharded", 4)},
+                     layers_per_job=2)
     v = Variant(id="v", model="m", method="caldera", params=CALDERA,
                 config=get_method("caldera").make_config(CALDERA))
     monkeypatch.setattr(assets, "load_model", lambda *a, **k: pytest.fail("a compress job loaded the whole model"))
@@ -224,8 +224,7 @@ def test_assemble_step_reads_no_compressed_layers_weights_and_writes_the_same_ch
     tok.save_pretrained(src)
     cfg = get_method("caldera").make_config(CALDERA)
     C.compress_model(model, root / "hess", "caldera", cfg, tmp_path / "layers", layers=[0, 1, 3], progress=False)
-    run = RunContext(name="t", device="cpu", dtype="auto", models={"m": {"source": str(src), "num_layers": 4}},
-                     layers=(0, 1, 3))
+    run = RunContext(name="t", device="cpu", dtype="auto", models={"m": model_entry(src, 4)}, layers=(0, 1, 3))
     v = Variant(id="v", model="m", method="caldera", params=CALDERA, config=cfg)
     spy = Spy(safetensors.safe_open)
     monkeypatch.setattr(safetensors, "safe_open", spy)

@@ -20,9 +20,8 @@ def step_assets(run: RunContext, eval_settings: EvalSettings, out: str) -> dict[
     is not RedPajama."""
     t0 = time.perf_counter()
     info: dict[str, Any] = {}
-    config = run.as_config()
     for key in run.models:
-        info[key] = model_source(config, key)
+        info[key] = model_source(run, key)
     if eval_settings.zeroshot.tasks or run.calibration.source != "redpajama":
         from caldera.eval.zeroshot import prepare_task_data
         from caldera.pipeline import local_data
@@ -46,7 +45,7 @@ def calibration_ids(run: RunContext, model: str) -> torch.Tensor:
     from caldera.pipeline.text import calibration_sequences
 
     cal = run.calibration
-    tok = load_tokenizer(run.as_config(), model)
+    tok = load_tokenizer(run, model)
     return calibration_sequences(tok, cal.n_samples, cal.seq_len, cal.seed, source=cal.source)
 
 
@@ -57,17 +56,17 @@ def step_hessians(run: RunContext, model: str, out_dir: str) -> dict[str, Any]:
     from caldera.pipeline.hessians import collect_hessians
     from caldera.pipeline.partial import LazyLayers
 
-    cal, config = run.calibration, run.as_config()
+    cal = run.calibration
     t0 = time.perf_counter()
     # one decoder layer in memory at a time, read from the checkpoint when its turn comes and run on the
     # device (LazyLayers + collect_hessians(loader=...)), with one copy of the hidden states; the Hessians are
     # bitwise those of the whole model in memory
-    device = run_device(config)
-    dtype = model_dtype(config, device)
+    device = run_device(run)
+    dtype = model_dtype(run, device)
     torch.manual_seed(0)
-    lazy = LazyLayers.open(model_source(config, model), device=device, dtype=None if dtype == "auto" else dtype)
+    lazy = LazyLayers.open(model_source(run, model), device=device, dtype=None if dtype == "auto" else dtype)
     ids = calibration_ids(run, model)
-    res = collect_hessians(lazy.model, ids, out_dir, layers=config["layers"], batch_size=cal.batch_size,
+    res = collect_hessians(lazy.model, ids, out_dir, layers=run.layers, batch_size=cal.batch_size,
                            store_dtype=HESSIAN_DTYPE, seed=cal.seed, model_name=model, loader=lazy)
     res["wall_s"] = time.perf_counter() - t0
     return res
@@ -85,7 +84,7 @@ def hessian_expect(run: RunContext, model: str) -> dict[str, Any]:
     cal = run.calibration
     if cal is not None:
         expect["n_tokens"] = cal.n_samples * cal.seq_len
-        source = model_source(run.as_config(), model)
+        source = model_source(run, model)
         expect["calibration_sha256"] = _calibration_hash(run, model, (source, cal, str(local_data.root())))
     return expect
 
@@ -113,5 +112,5 @@ def check_job_hessians(run: RunContext, model: str, hessian_dir: str, layers: Se
     from caldera.pipeline.hessians import check_hessian_files
 
     if mdl is None:
-        mdl = load_layers(run.as_config(), model, [])
+        mdl = load_layers(run, model, [])
     check_hessian_files(hessian_dir, list(layers), mdl, hessian_expect(run, model))

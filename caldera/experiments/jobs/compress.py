@@ -23,7 +23,7 @@ from caldera.experiments.planning.settings import EvalSettings, RunContext
 def layer_chunks(run: RunContext, model: str) -> list[list[int]]:
     """Decoder layers to compress (``run.layers`` or all of ``model``'s), split into jobs of
     ``run.layers_per_job``."""
-    layers = list(range(int(run.models[model]["num_layers"]))) if run.layers is None else list(run.layers)
+    layers = list(range(run.models[model].num_layers)) if run.layers is None else list(run.layers)
     k = run.layers_per_job
     return [layers[i : i + k] for i in range(0, len(layers), k)]
 
@@ -33,9 +33,9 @@ def step_profile_layers(run: RunContext, v: Variant, hessian_dir: str, chunk: in
     :func:`layer_chunks`, written to ``out``; read and run like :func:`step_compress_layers`."""
     from caldera.pipeline.allocate import profile_model
 
-    layers, config = layer_chunks(run, v.model)[chunk], run.as_config()
-    device = run_device(config)
-    mdl = load_layers(config, v.model, layers, device)
+    layers = layer_chunks(run, v.model)[chunk]
+    device = run_device(run)
+    mdl = load_layers(run, v.model, layers, device)
     res = profile_model(mdl, hessian_dir, v.method, v.config, layers=layers, device=device,
                         hessian_expect=hessian_expect(run, v.model))
     write_result(out, {k: x for k, x in res.items() if k != "wall_s"}, {"wall_s": res["wall_s"]})
@@ -68,9 +68,9 @@ def step_compress_layers(run: RunContext, v: Variant, hessian_dir: str, chunk: i
     from caldera.pipeline.allocate import read_allocation
     from caldera.pipeline.compress import compress_model
 
-    layers, config = layer_chunks(run, v.model)[chunk], run.as_config()
-    device = run_device(config)
-    mdl = load_layers(config, v.model, layers, device)
+    layers = layer_chunks(run, v.model)[chunk]
+    device = run_device(run)
+    mdl = load_layers(run, v.model, layers, device)
     overrides = read_allocation(allocation, v.method, v.config) if allocation else None
     # Snakemake reruns this job exactly when its inputs or declared config changed: layers left from an
     # earlier config are replaced, not refused.
@@ -113,15 +113,14 @@ def step_assemble(run: RunContext, v: Variant, layer_dir: str | list[str], out_d
     # everything but the linear layers the per-layer files replace, in float32 as load_dense gave it (the
     # checkpoint's uncompressed tensors are unchanged); a compressed layer's dense weights are never read
     dirs = [layer_dir] if isinstance(layer_dir, (str, os.PathLike)) else list(layer_dir)
-    config = run.as_config()
-    lazy = LazyLayers.open(model_source(config, v.model), dtype=torch.float32)
+    lazy = LazyLayers.open(model_source(run, v.model), dtype=torch.float32)
     for li in range(len(decoder_layers(lazy.model))):
         done = any(layer_paths(d, li)[1].is_file() for d in dirs)
         lazy.load(li, skip=LINEARS if done else ())
     mdl = lazy.model
     # a local model's tokenizer files are copied as they are; a hub model's tokenizer is loaded and saved
-    tok = local_folder(model_source(config, v.model)) or load_tokenizer(config, v.model)
-    source = model_source(config, v.model)
+    tok = local_folder(model_source(run, v.model)) or load_tokenizer(run, v.model)
+    source = model_source(run, v.model)
     extra = {"provenance": checkpoint_provenance(v.model, source, hessian_dir)} if hessian_dir is not None else None
     _, summary = assemble_checkpoint(mdl, layer_dir, out_dir, v.method, v.config, tokenizer=tok,
                                      allow_partial=run.layers is not None, extra=extra,

@@ -16,19 +16,19 @@ from caldera.experiments.planning.plan import Variant
 from caldera.experiments.planning.settings import EvalSettings, RunContext
 
 
-def load_variant(config: dict[str, Any], v: Variant, checkpoint: str | None, reconstructed: bool = False):
-    """The dense or compressed model of a variant, on :func:`run_device`, with its tokenizer (``config``: the
-    run's ``device``, ``dtype`` and ``models``, :meth:`RunContext.as_config`). With ``reconstructed``
+def load_variant(run: RunContext, v: Variant, checkpoint: str | None, reconstructed: bool = False):
+    """The dense or compressed model of a variant, on :func:`run_device`, with its tokenizer (``run``: the run's
+    ``device``, ``dtype`` and ``models``). With ``reconstructed``
     (``eval.weights: reconstructed``) the compressed layers are replaced by their dense Ŵ (:func:`materialize`).
     Dtypes: :func:`model_dtype` (float32 on the CPU; on an accelerator the model's own, see
     :func:`load_compressed_for`)."""
-    device = run_device(config)
-    dtype = model_dtype(config, device)
+    device = run_device(run)
+    dtype = model_dtype(run, device)
     if v.method == "dense":
-        return load_dense(config, v.model, device, dtype)
+        return load_dense(run, v.model, device, dtype)
     mdl, tok = load_compressed_for(checkpoint, device, reconstructed=reconstructed, dtype=dtype)
     if tok is None:
-        _, tok = load_dense(config, v.model)
+        _, tok = load_dense(run, v.model)
     return mdl, tok
 
 
@@ -62,12 +62,12 @@ def load_compressed_for(checkpoint: str, device: torch.device | str, *, reconstr
     return mdl, tok
 
 
-def dense_weight_bytes(config: dict[str, Any], model: str, dtype: torch.dtype | str) -> int:
-    """Bytes of the dense model ``config["models"][model]``'s parameters in ``dtype`` (``"auto"``: its config's
+def dense_weight_bytes(run: RunContext, model: str, dtype: torch.dtype | str) -> int:
+    """Bytes of the dense model ``run.models[model]``'s parameters in ``dtype`` (``"auto"``: its config's
     dtype, float32 when it names none), counted on its ``meta`` architecture (nothing is read)."""
     from caldera.pipeline.partial import meta_model
 
-    mdl = meta_model(model_source(config, model))
+    mdl = meta_model(model_source(run, model))
     if dtype == "auto":
         own = getattr(mdl.config, "dtype", None) or getattr(mdl.config, "torch_dtype", None) or torch.float32
         dtype = getattr(torch, own) if isinstance(own, str) else own
@@ -102,12 +102,11 @@ def streams(settings: EvalSettings, run: RunContext, v: Variant, budget_bytes: i
         return False
     if settings.stream_layers == "always":
         return True
-    config = run.as_config()
-    device = run_device(config)
+    device = run_device(run)
     budget = device_budget(device) if budget_bytes is None else budget_bytes
     from caldera.eval.streamed import should_stream
 
-    return should_stream("auto", dense_weight_bytes(config, v.model, model_dtype(config, device)), budget)
+    return should_stream("auto", dense_weight_bytes(run, v.model, model_dtype(run, device)), budget)
 
 
 def ppl_data(settings: EvalSettings, corpus: str, tok):
@@ -182,8 +181,7 @@ def step_reference(settings: EvalSettings, run: RunContext, model: str, out: str
 
     if settings.distribution is None:
         raise ValueError("eval.distribution is not set: no corpus to keep the dense distributions of")
-    config = run.as_config()
-    mdl, tok = load_dense(config, model, run_device(config), model_dtype(config, run_device(config)))
+    mdl, tok = load_dense(run, model, run_device(run), model_dtype(run, run_device(run)))
     spec = settings.ppl[settings.distribution]
     return str(write_reference(mdl, make_windows(ppl_data(settings, settings.distribution, tok), spec.seq_len),
                                out))
@@ -206,20 +204,19 @@ def step_evaluate(settings: EvalSettings, run: RunContext, v: Variant, checkpoin
     are read from the checkpoint one at a time (:class:`~caldera.pipeline.partial.LazyLayers`) for each pass,
     the hidden states held on the host off the CPU; the results are the same. ``reference``: the dense
     model's reference folder (:func:`step_reference`) for a compressed variant's paired metrics."""
-    config = run.as_config()
     stream: dict[str, Any] = {}
     if streams(settings, run, v, budget_bytes):
         from caldera.pipeline.partial import LazyLayers
 
-        device = run_device(config)
-        dtype = model_dtype(config, device)
+        device = run_device(run)
+        dtype = model_dtype(run, device)
         torch.manual_seed(0)  # as load_dense seeds it (reading consumes none)
-        lazy = LazyLayers.open(model_source(config, v.model), device=device,
+        lazy = LazyLayers.open(model_source(run, v.model), device=device,
                                dtype=None if dtype == "auto" else dtype)
-        mdl, tok = lazy.model, load_tokenizer(config, v.model)
+        mdl, tok = lazy.model, load_tokenizer(run, v.model)
         stream = {"loader": lazy, "offload": device.type != "cpu"}
     else:
-        mdl, tok = load_variant(config, v, checkpoint, reconstructed=settings.weights == "reconstructed")
+        mdl, tok = load_variant(run, v, checkpoint, reconstructed=settings.weights == "reconstructed")
     skip = [c for c in ppl_outs if v.replicate_of is not None and replicate_corpora is not None
             and c not in replicate_corpora]
     for c in skip:

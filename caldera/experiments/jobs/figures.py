@@ -15,7 +15,7 @@ import torch
 
 from caldera.atomic import read_json, write_json
 from caldera.experiments.jobs.calibrate import check_job_hessians
-from caldera.experiments.jobs.models import load_layers, run_device
+from caldera.experiments.jobs.models import load_layers, run_device, stand_in_rank
 from caldera.experiments.planning.figure_plan import figure3_curves, figure3_jobs
 from caldera.experiments.planning.settings import FiguresSettings, RunContext
 from caldera.pipeline.hessians import decoder_layers
@@ -30,8 +30,8 @@ def linear_weight(model, layer: int, name: str) -> torch.Tensor:
 def step_spectra(run: RunContext, model: str, out: str) -> dict[str, Any]:
     """Figure 1 data: the normalized singular values of every linear type of ``model`` (mean and sd over its
     decoder layers), written to ``out``."""
-    mdl = load_layers(run.as_config(), model, None)  # every layer's linear weights, nothing else
-    res: dict[str, Any] = {"model": model, "label": run.models[model]["label"], "spectra": {}}
+    mdl = load_layers(run, model, None)  # every layer's linear weights, nothing else
+    res: dict[str, Any] = {"model": model, "label": run.models[model].label, "spectra": {}}
     for name in SHORT_NAMES:
         curves = [torch.linalg.svdvals(linear_weight(mdl, i, name)) for i in range(len(decoder_layers(mdl)))]
         S = torch.stack([c / c[0] for c in curves])
@@ -40,24 +40,23 @@ def step_spectra(run: RunContext, model: str, out: str) -> dict[str, Any]:
     return res
 
 
-def _ablation_curve(config: dict[str, Any], fs: FiguresSettings, curve: dict[str, Any], W: torch.Tensor,
+def _ablation_curve(run: RunContext, fs: FiguresSettings, curve: dict[str, Any], W: torch.Tensor,
                     H: torch.Tensor) -> dict:
     """One curve of Figure 3: the LR-step errors per outer iteration of an App. G.1 ablation preset, or QuIP#-LR's
-    (one-shot) error repeated, at the stand-in rank of ``curve["paper_rank"]`` (``config``: the run context's
-    mapping, :meth:`RunContext.as_config`: the stand-ins and ranks)."""
+    (one-shot) error repeated, at the stand-in rank of ``curve["paper_rank"]`` (:func:`stand_in_rank` with
+    ``run``'s stand-ins and rank multiple)."""
     from caldera.algorithm.config import CalderaConfig
     from caldera.algorithm.decomposition import caldera_decompose
-    from caldera.experiments.planning.plan import mapped_rank
     from caldera.methods import get_method
 
     base = {"matrix": curve["matrix"], "paper_rank": curve["paper_rank"]}
     if curve["method"] == "quip#-lr":
-        r16 = mapped_rank(config, fs.paper_model, curve["paper_rank"], 16)
+        r16 = stand_in_rank(run, fs.paper_model, curve["paper_rank"], 16)
         spec = get_method("quip#-lr")
         dec = spec.fn(W, H, spec.make_config({"lr_rank": r16}))
         return {**base, "rank": r16, "method": "quip#-lr", "errors": [dec.error] * fs.outer_iters}
     cfg = CalderaConfig.preset(curve["method"])
-    r = mapped_rank(config, fs.paper_model, curve["paper_rank"], cfg.l_bits)
+    r = stand_in_rank(run, fs.paper_model, curve["paper_rank"], cfg.l_bits)
     cfg = cfg.replace(rank=r, outer_iters=fs.outer_iters, svd=cfg.svd if fs.svd is None else fs.svd)
     dec = caldera_decompose(W, H, cfg)
     return {**base, "rank": r, "method": curve["method"],
@@ -71,17 +70,17 @@ def step_ablation_traces(run: RunContext, model: str, hessian_dir: str, job: str
     ``run``: the stand-ins and ranks)."""
     from caldera.pipeline.hessians import layer_file, load_layer_hessians
 
-    fs, config = settings, run.as_config()
+    fs = settings
     want = set(figure3_jobs(fs)[job])
-    dev = run_device(config)  # the decompositions run where their inputs are
-    mdl = load_layers(config, model, [fs.layer], dev)  # that layer's linear weights only
+    dev = run_device(run)  # the decompositions run where their inputs are
+    mdl = load_layers(run, model, [fs.layer], dev)  # that layer's linear weights only
     check_job_hessians(run, model, hessian_dir, [fs.layer], mdl)  # the right files, before any work
     Hs = load_layer_hessians(layer_file(hessian_dir, fs.layer))
     res: dict[str, Any] = {"job": job, "curves": []}
     for curve in figure3_curves(fs):
         if curve["id"] in want:
             W, H = linear_weight(mdl, fs.layer, curve["matrix"]), Hs[GROUP_OF[curve["matrix"]]].to(dev)
-            res["curves"].append(_ablation_curve(config, fs, curve, W, H))
+            res["curves"].append(_ablation_curve(run, fs, curve, W, H))
     write_json(out, res)
     return res
 
@@ -106,13 +105,12 @@ def step_lplr_traces(run: RunContext, model: str, hessian_dir: str, out: str,
     from caldera.algorithm.decomposition import HessianContext
     from caldera.algorithm.hadamard import RHT, random_signs
     from caldera.algorithm.lplr import lplr_factorize
-    from caldera.experiments.planning.plan import mapped_rank
     from caldera.pipeline.hessians import layer_file, load_layer_hessians
     from caldera.quantizers import quantizer_for_bits
 
-    fc, config = settings.as_block(), run.as_config()
-    dev = run_device(config)
-    mdl = load_layers(config, model, [fc["layer"]], dev)  # that layer's linear weights only
+    fc = settings.as_block()
+    dev = run_device(run)
+    mdl = load_layers(run, model, [fc["layer"]], dev)  # that layer's linear weights only
     check_job_hessians(run, model, hessian_dir, [fc["layer"]], mdl)  # the right files, before any work
     Hs = load_layer_hessians(layer_file(hessian_dir, fc["layer"]))
     q = quantizer_for_bits(4)
@@ -123,7 +121,7 @@ def step_lplr_traces(run: RunContext, model: str, hessian_dir: str, out: str,
         S_V = random_signs(W.shape[0], torch.Generator().manual_seed(1)).to(dev)
         Wr = RHT(S_U=ctx.S_U, S_V=S_V).rotate_W(W)
         for paper_rank in fc["paper_ranks"]:
-            r = mapped_rank(config, fc["paper_model"], paper_rank, 4)
+            r = stand_in_rank(run, fc["paper_model"], paper_rank, 4)
             lp = lplr_factorize(Wr, ctx.sqrt, r, q, q, fc["lplr_inner_iters"], sweep="alternating")
             res["curves"].append({"matrix": name, "paper_rank": paper_rank, "rank": r, "errors": lp.errors})
     write_json(out, res)

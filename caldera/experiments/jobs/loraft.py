@@ -218,7 +218,7 @@ def step_lora_finetune(settings: LoraFtSettings, eval_settings: EvalSettings, ru
     from caldera.pipeline.checkpoint import load_compressed, save_compressed
 
     t0 = time.perf_counter()
-    config, row_id = run.as_config(), row.id
+    row_id = row.id
     task_cfg = settings.tasks[task]
     hyper = task_cfg.hyper()
     task_block = task_cfg.as_block()  # the task's settings as the job records them
@@ -227,9 +227,9 @@ def step_lora_finetune(settings: LoraFtSettings, eval_settings: EvalSettings, ru
     ft_dtype = getattr(torch, settings.ft_dtype)
     model, tok = load_compressed(checkpoint)
     if tok is None:
-        _, tok = load_dense(config, row.variant.model)
+        _, tok = load_dense(run, row.variant.model)
     lora.prepare_lora(model, lambda m: row.ft_rank, ft_dtype)
-    model.to(run_device(config))  # config device (auto: CUDA when available); the data move per batch
+    model.to(run_device(run))  # config device (auto: CUDA when available); the data move per batch
     if task == LM_TASK:
         spec = eval_settings.ppl[LM_TASK].as_block()
         net, batches, loss_fn, held, evaluate, higher, sizes = _lm_job(spec, model, tok, task_block, hyper, seed)

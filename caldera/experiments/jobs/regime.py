@@ -47,7 +47,7 @@ def heldout_windows(run: RunContext, model: str, n_windows: int):
     cal = run.calibration
     if cal is None:
         raise ValueError("regime: the run has no calibration block; the held-out windows are drawn from it")
-    tok = load_tokenizer(run.as_config(), model)
+    tok = load_tokenizer(run, model)
     ids = calibration_sequences(tok, cal.n_samples + n_windows, cal.seq_len, cal.seed, source=cal.source)
     return ids[cal.n_samples:]
 
@@ -65,7 +65,7 @@ def candidate_variant(plan: RegimePlan, model: str, q_bits: int, seed: int):
 def one_chunk(run: RunContext, model: str) -> RunContext:
     """``run`` with every compressed layer of ``model`` in one job chunk (the measurement compresses a candidate in
     one process, :func:`caldera.experiments.jobs.compress.step_compress_variant`)."""
-    n = len(run.layers) if run.layers is not None else int(run.models[model]["num_layers"])
+    n = len(run.layers) if run.layers is not None else run.models[model].num_layers
     return dataclasses.replace(run, layers_per_job=max(n, 1))
 
 
@@ -81,15 +81,14 @@ def measure_model(plan: RegimePlan, model: str, hessian_dir: str, work_dir: str,
 
     s = plan.settings
     run = one_chunk(plan.run, model)
-    config = run.as_config()
-    layers = list(run.layers) if run.layers is not None else list(range(int(run.models[model]["num_layers"])))
+    layers = list(run.layers) if run.layers is not None else list(range(run.models[model].num_layers))
     check_job_hessians(run, model, hessian_dir, layers)  # this run's files, before any work
     windows = heldout_windows(run, model, s.n_windows)
     seq_len = int(windows.shape[1])
     seconds: dict[str, float] = {}
 
     def ppl_of(v, checkpoint):
-        mdl, _ = load_variant(config, v, checkpoint, reconstructed=plan.reconstructed)
+        mdl, _ = load_variant(run, v, checkpoint, reconstructed=plan.reconstructed)
         res = perplexity(mdl, windows, seq_len, progress=False)
         del mdl
         return res

@@ -43,11 +43,10 @@ def step_rht_finetune(settings: RhtFtSettings, run: RunContext, source: str, v: 
     from caldera.pipeline.checkpoint import load_compressed, read_config, save_compressed
 
     t0 = time.perf_counter()
-    config = run.as_config()
-    device = run_device(config)
+    device = run_device(run)
     cfg = settings.finetune_config()
     student, tok = load_compressed(checkpoint)
-    teacher, dense_tok = load_dense(config, v.model, device)
+    teacher, dense_tok = load_dense(run, v.model, device)
     tok = tok or dense_tok
     train, held = finetune_data(settings, source, tok)
     student = student.to(device)

@@ -101,7 +101,7 @@ def sweep_model(
     mats = list(sel.get("matrices") or SHORT_NAMES)
     long = sel.get("long_iters")
     long_layers = layers[: int(long["layers"])] if long else []
-    mdl = load_layers(plan.run.as_config(), model, layers)  # those layers' linear weights only
+    mdl = load_layers(plan.run, model, layers)  # those layers' linear weights only
     check_job_hessians(plan.run, model, hessian_dir, layers, mdl)  # the right files, before any work
     records: list[dict[str, Any]] = []
     quip_params = dict(plan.quip_params)
@@ -204,13 +204,12 @@ def ablation_comparisons(
     from caldera.algorithm.decomposition import caldera_decompose
     from caldera.experiments.jobs.calibrate import check_job_hessians
     from caldera.experiments.jobs.figures import linear_weight
-    from caldera.experiments.jobs.models import load_layers
-    from caldera.experiments.planning.plan import mapped_rank
+    from caldera.experiments.jobs.models import load_layers, stand_in_rank
     from caldera.methods import get_method
     from caldera.pipeline.hessians import layer_file, load_layer_hessians
     from caldera.pipeline.linears import GROUP_OF
 
-    fc, config = figures.as_block(), run.as_config()
+    fc = figures.as_block()
     keys = ("update_order", "hessian_update", "best_tracking")
     if all(isinstance(v, Mapping) for v in selected.values()):  # one selected configuration per B_LR
         by_bits = {int(b): {k: p[k] for k in keys if k in p} for b, p in selected.items()}
@@ -221,7 +220,7 @@ def ablation_comparisons(
     def choice_for(bits: int) -> dict[str, Any]:
         return by_bits.get(bits, default)
 
-    mdl = load_layers(config, fc["model"], [fc["layer"]])  # that layer's linear weights only
+    mdl = load_layers(run, fc["model"], [fc["layer"]])  # that layer's linear weights only
     check_job_hessians(run, fc["model"], hessian_dir, [fc["layer"]], mdl)  # the right files, before any work
     Hs = load_layer_hessians(layer_file(hessian_dir, fc["layer"]))
     pairs: list[dict[str, Any]] = []
@@ -232,14 +231,14 @@ def ablation_comparisons(
             for label in ("16bit-factors", "4bit-factors", "4bit-no-ldlq"):
                 cfg = CalderaConfig.preset(label)
                 cfg = cfg.replace(**choice_for(cfg.l_bits))
-                r = mapped_rank(config, fc["paper_model"], paper_rank, cfg.l_bits)
+                r = stand_in_rank(run, fc["paper_model"], paper_rank, cfg.l_bits)
                 cfg = cfg.replace(rank=r, outer_iters=fc["outer_iters"], svd=fc.get("svd", cfg.svd))
                 dec = caldera_decompose(W, H, cfg)
                 row["errors"][label] = _final(dec.error_trace)
                 row.setdefault("ranks", {})[label] = r
                 if label == "4bit-factors":
                     row["lplr"] = [e["lplr_errors"] for e in dec.error_trace if e["step"] == "LR"]
-            r16 = mapped_rank(config, fc["paper_model"], paper_rank, 16)
+            r16 = stand_in_rank(run, fc["paper_model"], paper_rank, 16)
             spec = get_method("quip#-lr")
             row["errors"]["quip#-lr"] = spec.fn(W, H, spec.make_config({"lr_rank": r16})).error
             log(f"ablations {name}@{paper_rank}: " + ", ".join(f"{k} {v:.4f}" for k, v in row["errors"].items()))

@@ -90,13 +90,13 @@ def measure(models: dict[str, Any], tokenizer, settings: ThroughputSettings) -> 
     return out
 
 
-def _load(v: Variant, checkpoint: str | None, config: dict[str, Any], device, s: ThroughputSettings):
+def _load(v: Variant, checkpoint: str | None, run: RunContext, device, s: ThroughputSettings):
     """Variant ``v`` loaded for timing (dense, or the compressed checkpoint as stored) with its tokenizer and its
     backend name."""
     from caldera.experiments.jobs.models import load_dense, load_tokenizer
 
     if v.method == "dense":
-        model, tok = load_dense(config, v.model, device)
+        model, tok = load_dense(run, v.model, device)
         backend = "dense"
     else:
         from caldera.pipeline.checkpoint import load_compressed
@@ -107,7 +107,7 @@ def _load(v: Variant, checkpoint: str | None, config: dict[str, Any], device, s:
         model.to(device)
         backend = s.kernel
     if tok is None:  # a checkpoint saved without its tokenizer: the model entry's, as load_dense loads it
-        tok = load_tokenizer(config, v.model)
+        tok = load_tokenizer(run, v.model)
     return model, tok, backend
 
 
@@ -128,9 +128,9 @@ def step_throughput(settings: ThroughputSettings, run: RunContext, variants: lis
     models_of = sorted({v.model for v in variants})
     if len(models_of) != 1:
         raise ValueError(f"throughput: one job times the variants of one model, got models {models_of}")
-    s, config = settings, run.as_config()
+    s = settings
     torch.set_num_threads(int(torch_threads))
-    device = run_device(config)
+    device = run_device(run)
     dtype = getattr(torch, s.dtype)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -139,7 +139,7 @@ def step_throughput(settings: ThroughputSettings, run: RunContext, variants: lis
     for v in variants:
         t0 = time.perf_counter()
         try:
-            model, vtok, backend = _load(v, checkpoints.get(v.id), config, device, s)
+            model, vtok, backend = _load(v, checkpoints.get(v.id), run, device, s)
         except torch.OutOfMemoryError as e:  # as the paper's 70B dense row: recorded, the others still timed
             import gc
 

@@ -38,6 +38,7 @@ from caldera.experiments.planning.variants import (  # noqa: F401 - the row -> v
     make_variant,
     mapped_rank,
     method_config,
+    rank_at_equal_bits,
     variant_for_row,
 )
 from caldera.paper_reference import load_reference_table

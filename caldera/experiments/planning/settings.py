@@ -582,20 +582,37 @@ class CalibrationSettings(Settings):
     batch_size: int = setting(8, integer(1))  # sequences per forward while collecting
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ModelEntry:
+    """One ``models:`` entry (its keys as the JSON schema requires them): the checkpoint's ``source`` (a folder, a
+    hub id or an ``asset:`` name, :func:`caldera.pipeline.models.resolve_source`), its display ``label``, its
+    ``shapes`` (a key of :data:`caldera.bits.CONFIG_SHAPES`) and its decoder layer count ``num_layers``."""
+
+    source: str
+    label: str
+    shapes: str
+    num_layers: int
+
+    @classmethod
+    def from_entry(cls, entry: Mapping[str, Any]) -> ModelEntry:
+        """The entry of a schema-checked ``models.<m>`` mapping."""
+        return cls(source=entry["source"], label=entry["label"], shapes=entry["shapes"],
+                   num_layers=int(entry["num_layers"]))
+
+
 @dataclasses.dataclass(frozen=True)
 class RunContext:
     """The run-level settings a job needs beside its block's settings, typed when the plan is made
     (:meth:`from_config`): the run's ``name``; ``device`` and ``dtype`` (where and in which dtype dense models run);
-    the entries of the ``models`` it loads; the paper-model ``stand_ins``; the decoder ``layers`` compressed (None:
-    all) and ``layers_per_job``; ``rank_multiple`` (paper ranks mapped to a stand-in); the ``calibration`` settings;
-    ``local_data`` (local copies of the hub's datasets, or None). :meth:`as_config` gives the mapping the model
-    loaders read (:func:`caldera.experiments.jobs.models.load_dense`,
-    :func:`~caldera.experiments.jobs.models.run_device`, :func:`caldera.experiments.planning.variants.mapped_rank`)."""
+    the :class:`ModelEntry` of each of the ``models`` it loads; the paper-model ``stand_ins``; the decoder
+    ``layers`` compressed (None: all) and ``layers_per_job``; ``rank_multiple`` (paper ranks mapped to a stand-in);
+    the ``calibration`` settings; ``local_data`` (local copies of the hub's datasets, or None). The jobs' model
+    loaders and rank mapping (:mod:`caldera.experiments.jobs.models`) read it."""
 
     name: str
     device: str
     dtype: str
-    models: dict[str, dict[str, Any]]
+    models: dict[str, ModelEntry]
     stand_ins: dict[str, str] = dataclasses.field(default_factory=dict)
     layers: tuple[int, ...] | None = None
     layers_per_job: int = 1
@@ -611,25 +628,17 @@ class RunContext:
         layers = config.get("layers")
         cal = config.get("calibration")
         return cls(name=config["name"], device=config.get("device", "auto"), dtype=config.get("dtype", "auto"),
-                   models={m: dict(entries[m]) for m in keep}, stand_ins=dict(config.get("stand_ins") or {}),
+                   models={m: ModelEntry.from_entry(entries[m]) for m in keep},
+                   stand_ins=dict(config.get("stand_ins") or {}),
                    layers=None if layers is None else tuple(int(x) for x in layers),
                    layers_per_job=int(config.get("layers_per_job", 1)),
                    rank_multiple=int(config.get("rank_multiple", 8)),
                    calibration=None if cal is None else CalibrationSettings.from_block(cal),
                    local_data=config.get("local_data"))
 
-    def as_config(self) -> dict[str, Any]:
-        out = {"name": self.name, "device": self.device, "dtype": self.dtype, "models": self.models,
-               "stand_ins": self.stand_ins, "layers": None if self.layers is None else list(self.layers),
-               "layers_per_job": self.layers_per_job, "rank_multiple": self.rank_multiple,
-               "local_data": self.local_data}
-        if self.calibration is not None:
-            out["calibration"] = self.calibration.as_block()
-        return out
-
     def labels(self) -> dict[str, str]:
-        """Each model's display label (``models.<m>.label``, else its key)."""
-        return {m: e.get("label", m) for m, e in self.models.items()}
+        """Each model's display label (``models.<m>.label``)."""
+        return {m: e.label for m, e in self.models.items()}
 
 
 # ---------------------------------------------------------------------------------------------- all blocks
@@ -684,6 +693,6 @@ def block_settings(config: Mapping[str, Any]) -> BlockSettings:
 
 __all__ = ["BLOCKS", "BlockSettings", "CalibrationSettings", "EvalSettings", "FiguresSettings", "LoftqSettings",
            "LongIters",
-           "LoraFtSettings", "LoraFtRow", "LoraTaskSettings", "LoraTasks", "PplSettings", "RegimeModel",
-           "RegimeSettings", "RhtFtRow", "RhtFtSettings",
+           "LoraFtSettings", "LoraFtRow", "LoraTaskSettings", "LoraTasks", "ModelEntry", "PplSettings",
+           "RegimeModel", "RegimeSettings", "RhtFtRow", "RhtFtSettings",
            "RunContext", "SelectionSettings", "Settings", "ThroughputSettings", "ZeroshotSettings", "block_settings"]

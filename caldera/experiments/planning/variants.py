@@ -76,12 +76,22 @@ def make_variant(model: str, method: str, params: dict[str, Any], rank: int, b_l
 
 
 def mapped_rank(config: dict[str, Any], paper_model: str, rank: int, b_lr: int) -> int:
+    """:func:`rank_at_equal_bits` of ``paper_model``'s stand-in in ``config`` (``stand_ins``, the stand-in's
+    ``models.<m>.shapes``, ``rank_multiple``)."""
     stand_in = config["stand_ins"][paper_model]
-    shapes = CONFIG_SHAPES[config["models"][stand_in]["shapes"]]
-    if config["models"][stand_in]["shapes"] == paper_model:
+    return rank_at_equal_bits(config["models"][stand_in]["shapes"], paper_model, rank, b_lr,
+                              int(config.get("rank_multiple", 8)))
+
+
+def rank_at_equal_bits(shapes: str, paper_model: str, rank: int, b_lr: int, multiple: int) -> int:
+    """The rank (a multiple of ``multiple``) of a model of ``shapes`` (a key of ``caldera.bits.CONFIG_SHAPES``)
+    whose average bits per parameter (2-bit Q, ``b_lr``-bit factors, App. E.5) come closest to ``paper_model``'s
+    at ``rank``; ``rank`` itself when ``shapes`` is the paper model's."""
+    stand_in_shapes = CONFIG_SHAPES[shapes]
+    if shapes == paper_model:
         return rank
     target = average_bits(MODEL_SHAPES[paper_model], 2, b_lr, rank)
-    return rank_for_bits(shapes, 2, b_lr, target, multiple=int(config.get("rank_multiple", 8)))
+    return rank_for_bits(stand_in_shapes, 2, b_lr, target, multiple=multiple)
 
 
 def caldera_params(config: dict[str, Any], b_lr: int) -> dict[str, Any]:

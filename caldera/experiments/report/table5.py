@@ -85,7 +85,7 @@ def build_table5(results_dir: str | Path, plan: Table5Plan) -> dict[str, Any]:
                                else "reference (paper's number, not run here)")
             rows.append(entry)
             continue
-        entry.update(row=r.id, variant=r.variant.id, stand_in=plan.run.models[r.variant.model]["label"],
+        entry.update(row=r.id, variant=r.variant.id, stand_in=plan.run.models[r.variant.model].label,
                      rank=r.variant.rank, ft_rank=r.ft_rank, avg_bits=r.avg_bits)
         if r.id not in plan.measured:
             entry["status"] = f"pending in {plan.run.name} (lora_ft.rows; runs in mini-full)"

@@ -135,7 +135,7 @@ def build_throughput_table(results_dir: str | os.PathLike, plan: ThroughputTable
             "method": ref["method_printed"] or ref["method"],
             "paper_method": ref["method"],
             "paper_model": ref["model"],
-            "stand_in": plan.run.models[v.model]["label"] if v else "not run in this config",
+            "stand_in": plan.run.models[v.model].label if v else "not run in this config",
             "paper_rank": ref["rank"],
             "rank": v.rank if v else None,
             "b_lr": None if ref.get("b_lr") is None else int(ref["b_lr"]),

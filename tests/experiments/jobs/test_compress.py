@@ -15,7 +15,7 @@ from caldera.experiments.planning.settings import RunContext
 from caldera.methods import get_method
 from caldera.pipeline.compress import layer_paths
 from caldera.pipeline.hessians import collect_hessians
-from tests.helpers import tiny_model_dir
+from tests.helpers import model_entry, tiny_model_dir
 
 PARAMS = {"rank": 4, "outer_iters": 1, "inner_iters": 1}
 
@@ -35,7 +35,7 @@ def model_and_hessians(tmp_path_factory):
 
 def _run(src, layers_per_job: int = 2, layers=None) -> RunContext:
     return RunContext(name="t", device="cpu", dtype="auto", layers_per_job=layers_per_job, layers=layers,
-                      models={"m": {"source": str(src), "num_layers": 2}})
+                      models={"m": model_entry(src)})
 
 
 def _variant() -> Variant:
@@ -50,7 +50,7 @@ def _variant() -> Variant:
     (8, (1, 5, 6), 2, [[1, 5], [6]]),
 ])
 def test_layer_chunks_split_the_layers_in_order_into_jobs(num_layers, layers, k, want):
-    run = RunContext(name="t", device="cpu", dtype="auto", models={"m": {"num_layers": num_layers}},
+    run = RunContext(name="t", device="cpu", dtype="auto", models={"m": model_entry(num_layers=num_layers)},
                      layers=layers, layers_per_job=k)
     assert J.layer_chunks(run, "m") == want
 

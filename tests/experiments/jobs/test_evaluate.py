@@ -75,10 +75,7 @@ def test_lean_is_the_default_off_the_cpu_and_auto_takes_the_models_dtype(tmp_pat
     """On any non-CPU device (``meta`` stands in for CUDA: shapes and dtypes only) the load is lean, and dtype
     "auto" is the base model's own (its config's: bfloat16 here)."""
     from caldera.experiments.jobs.evaluate import load_compressed_for
-    from caldera.experiments.jobs.models import model_dtype
 
-    assert model_dtype({}, "cpu") == torch.float32 and model_dtype({}, "cuda") == "auto"
-    assert model_dtype({"dtype": "float16"}, "cpu") == torch.float16
     path = _caldera_checkpoint(tmp_path / "ck", config_dtype="bfloat16")
     mdl, _ = load_compressed_for(str(path), "meta", dtype="auto")
     assert _fp32_dense_tensors(mdl) == [] and mdl.model.norm.weight.device.type == "meta"
@@ -97,7 +94,7 @@ def test_a_replicate_is_scored_only_on_the_corpora_its_claims_read(tmp_path, mon
     from caldera.experiments.planning.plan import Variant
     from caldera.experiments.planning.settings import EvalSettings, RunContext
     from caldera.experiments.report.tables import variant_samples
-    from tests.helpers import tiny_llama, word_tokenizer
+    from tests.helpers import model_entry, tiny_llama, word_tokenizer
 
     src = tmp_path / "m"
     tiny_llama(0).save_pretrained(src)
@@ -106,7 +103,7 @@ def test_a_replicate_is_scored_only_on_the_corpora_its_claims_read(tmp_path, mon
     monkeypatch.setattr(text, "perplexity_stream", lambda tok, source: stream)
     spec = {"source": "wikitext2", "protocol": "stream", "seq_len": 16}
     settings = EvalSettings.from_block({"ppl": {"wiki": spec, "c4": spec}, "zeroshot": {"tasks": ["caldera_piqa"]}})
-    run = RunContext(name="t", device="cpu", dtype="auto", models={"m": {"source": str(src)}})
+    run = RunContext(name="t", device="cpu", dtype="auto", models={"m": model_entry(src)})
     for vid, rep in [("m-dense", None), ("m-dense-seed1", "m-dense")]:
         v = Variant(id=vid, model="m", method="dense", replicate_of=rep)
         out = tmp_path / "eval" / vid

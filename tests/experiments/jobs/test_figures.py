@@ -12,7 +12,7 @@ import caldera.pipeline.assets as assets
 from caldera.experiments.jobs import figures as F
 from caldera.experiments.planning.settings import FiguresSettings, RunContext
 from caldera.pipeline.hessians import collect_hessians, decoder_layers
-from tests.helpers import tiny_llama
+from tests.helpers import model_entry, tiny_llama
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +24,7 @@ def source(tmp_path_factory):
     collect_hessians(model, ids, root / "hess", progress=False, model_name="m")  # the run's name for it
     # shapes named as the paper model's: the paper rank passes through unmapped
     run = RunContext(name="t", device="cpu", dtype="auto",
-                     models={"m": {"source": str(root / "m"), "label": "tiny", "num_layers": 3,
-                                   "shapes": "llama-2-7b"}},
+                     models={"m": model_entry(root / "m", 3, shapes="llama-2-7b")},
                      stand_ins={"llama-2-7b": "m"}, rank_multiple=8)
     figures = {"model": "m", "layer": 1, "paper_model": "llama-2-7b", "paper_ranks": [8], "matrices": ["k_proj"],
                "ablations": ["4bit-factors"], "outer_iters": 2, "lplr_matrices": ["k_proj"], "lplr_inner_iters": 2}

@@ -29,7 +29,7 @@ from caldera.experiments.planning.settings import (
 )
 from caldera.methods import get_method
 from caldera.pipeline.hessians import GROUPS, layer_file
-from tests.helpers import tiny_model_dir
+from tests.helpers import model_entry, tiny_model_dir
 from tests.pipeline.hessian_helpers import rewrite, swap_layers, wrong_shape
 
 CAL = {"source": "lambada-books", "n_samples": 3, "seq_len": 8, "seed": 5, "batch_size": 2}
@@ -43,7 +43,7 @@ def _fake_sequences(tok, n, seq_len, seed, source):
 
 def _run(src, seed: int = CAL["seed"]) -> RunContext:
     return RunContext(name="t", device="cpu", dtype="auto", layers_per_job=2,
-                      models={"m": {"source": str(src), "num_layers": 2, "label": "tiny", "shapes": "llama-2-7b"}},
+                      models={"m": model_entry(src, shapes="llama-2-7b")},
                       stand_ins={"llama-2-7b": "m"}, calibration=CalibrationSettings.from_block({**CAL, "seed": seed}))
 
 

@@ -20,6 +20,7 @@ from caldera.experiments.planning.regime_plan import RegimePlan, paper_target
 from caldera.experiments.planning.settings import CalibrationSettings, RegimeSettings, RunContext
 from caldera.experiments.report.regime_report import log_distance, select_q_bits
 from tests.experiments.jobs import test_hessian_readers as readers
+from tests.helpers import model_entry
 
 CAL, _fake_sequences, _run = readers.CAL, readers._fake_sequences, readers._run
 #: the readers' tiny LLaMA and its Hessians (``root / "h"``) as the run's hessians job writes them: a module fixture
@@ -67,8 +68,8 @@ def test_heldout_windows_share_no_document_with_the_hessians_rows_on_the_real_sa
     write_fake_olmo(root)
     tok = byte_tokenizer(False)
     monkeypatch.setattr(text, "calibration_sequences", functools.partial(text.calibration_sequences, root=root))
-    monkeypatch.setattr(models, "load_tokenizer", lambda config, model: tok)
-    run = RunContext(name="t", device="cpu", dtype="auto", models={"m": {"source": "x", "num_layers": 2}},
+    monkeypatch.setattr(models, "load_tokenizer", lambda run, model: tok)
+    run = RunContext(name="t", device="cpu", dtype="auto", models={"m": model_entry("x")},
                      calibration=CalibrationSettings.from_block({**CAL, "n_samples": 4, "seq_len": 300}))
     held = J.heldout_windows(run, "m", 3)
     hess = text.calibration_sequences(tok, 4, 300, CAL["seed"], source="lambada-books")

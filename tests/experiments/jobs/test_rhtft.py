@@ -12,6 +12,7 @@ from caldera.atomic import timing_path
 from caldera.experiments.jobs import rhtft as J
 from caldera.experiments.planning.plan import Variant
 from caldera.experiments.planning.settings import RhtFtSettings, RunContext
+from tests.helpers import model_entry
 
 FT = {"n_samples": 6, "held_out": 2, "seq_len": 12, "epochs": 2, "lr": 1e-2, "batch_size": 2, "seed": 3,
       "rows": None}
@@ -58,7 +59,7 @@ def test_writes_the_finetuned_checkpoint_and_summary(checkpoint, tmp_path, numbe
     from caldera.pipeline.checkpoint import load_compressed, read_config
 
     src, base, method_config = checkpoint
-    run = RunContext(name="t", device="cpu", dtype="auto", models={"m": {"source": str(src)}})
+    run = RunContext(name="t", device="cpu", dtype="auto", models={"m": model_entry(src)})
     v = Variant(id="v", model="m", method="quip#", params={}, config=None)
     settings = RhtFtSettings.from_block(FT)
     out, summary_out = tmp_path / "ft", tmp_path / "rhtft.json"
@@ -97,7 +98,7 @@ def test_a_killed_and_resumed_job_writes_the_same_bytes_and_removes_its_state(ch
     import caldera.finetune.rht as rht
 
     src, base, _ = checkpoint
-    run = RunContext(name="t", device="cpu", dtype="auto", models={"m": {"source": str(src)}})
+    run = RunContext(name="t", device="cpu", dtype="auto", models={"m": model_entry(src)})
     v = Variant(id="v", model="m", method="quip#", params={}, config=None)
     settings = RhtFtSettings.from_block(FT)
 

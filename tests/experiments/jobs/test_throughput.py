@@ -33,7 +33,9 @@ def tiny_run(tmp_path_factory):
     model, mcfg = compress_in_place(tiny_llama())
     ck = save_compressed(model, tmp / "ck", method="quip#", method_config=dataclasses.asdict(mcfg),
                          tokenizer=word_tokenizer())
-    cfg = {"name": "t", "device": "cpu", "models": {"tiny": {"source": str(tmp / "dense"), "label": "tiny"}},
+    cfg = {"name": "t", "device": "cpu",
+           "models": {"tiny": {"source": str(tmp / "dense"), "label": "tiny", "shapes": "tiny-llama-2",
+                               "num_layers": 2}},
            "throughput": {"rounds": 3, "warmup": 1, "new_tokens": 3, "calls": 2, "kernel": "reference",
                           "prompt": "w5 w9 w33"}}
     return tmp, cfg, ck

@@ -20,6 +20,7 @@ from caldera.experiments.planning.settings import (
     BLOCKS,
     EvalSettings,
     LoraFtSettings,
+    ModelEntry,
     RhtFtSettings,
     RunContext,
     Settings,
@@ -299,6 +300,18 @@ def test_settings_objects_are_frozen_and_pickle():
             obj.given = frozenset()
     run = RunContext.from_config(load("mini"), ["smollm2"])
     assert list(run.models) == ["smollm2"] and pickle.loads(pickle.dumps(run)) == run
+
+
+def test_run_context_types_each_models_entry():
+    """Each kept ``models`` entry is a frozen :class:`ModelEntry` holding the config's values."""
+    cfg = load("mini")
+    run = RunContext.from_config(cfg)
+    assert list(run.models) == list(cfg["models"])
+    for m, entry in cfg["models"].items():
+        assert run.models[m] == ModelEntry(**entry)
+    assert run.labels() == {m: e["label"] for m, e in cfg["models"].items()}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        run.models["gemma3"].num_layers = 1
 
 
 # ---------------------------------------------------------------------------------------------- the hops

@@ -17,6 +17,7 @@ from caldera.experiments.planning.variants import (
     make_variant,
     mapped_rank,
     method_config,
+    rank_at_equal_bits,
     variant_for_row,
 )
 from caldera.paper_reference import load_reference_table
@@ -62,6 +63,19 @@ def test_mapped_rank_is_the_multiple_with_the_closest_average_bits():
     same = copy.deepcopy(cfg)
     same["models"]["smollm2"]["shapes"] = "llama-2-7b"
     assert mapped_rank(same, "llama-2-7b", 128, 4) == 128
+
+
+def test_mapped_rank_is_rank_at_equal_bits_of_the_stand_ins_shapes():
+    """The config's stand-in, its ``shapes`` and the config's ``rank_multiple`` (default 8) are what
+    :func:`rank_at_equal_bits` maps with."""
+    cfg = load_yaml_strict(MINI)
+    cfg.pop("rank_multiple", None)
+    for paper_model, stand_in in cfg["stand_ins"].items():
+        shapes = cfg["models"][stand_in]["shapes"]
+        assert mapped_rank(cfg, paper_model, 256, 4) == rank_at_equal_bits(shapes, paper_model, 256, 4, 8)
+    assert rank_at_equal_bits("smollm2-135m", "llama-2-7b", 256, 4, 8) != rank_at_equal_bits(
+        "gemma3-270m", "llama-2-7b", 256, 4, 8)
+    assert rank_at_equal_bits("llama-2-7b", "llama-2-7b", 100, 4, 8) == 100  # the paper's own shapes: unmapped
 
 
 def test_caldera_params_override_per_factor_precision_only():
