@@ -24,11 +24,12 @@ rank  layer           modules
 3     kernels         ``kernels``: compressed matmuls from stored codes (C, Numba, Triton) and their dispatcher
 4     nn              ``nn``: the compressed layer ``CompressedLinear`` (storage format, forward, kernel choice)
 5     pipeline        ``pipeline``: whole models (assets, text, Hessians, compression, checkpoints, HF loading)
-6     evaluation      ``eval``, ``finetune``, ``reports``: libraries that measure or train models
+6     evaluation      ``eval``, ``finetune``: libraries that measure or train models
 7     planning        ``experiments.planning``: the workflow config's typed settings and checks, the plan (variants,
                       table rows, replicates), the rows of Tables 5 and 6, the figures' and the selection's plans,
                       and the cost of a run before it starts
-8     report          ``experiments.report``: every table, plot and claim, from small result files
+8     report          ``experiments.report``: every table, plot and claim, from small result files, and the
+                      matrix-level report of the App. G.1 ablations on seeded matrices
 9     jobs            ``experiments.jobs``: one module per workflow rule family, each job's ``step_*`` function
 10    entry points    ``cli``, ``api`` (the Python functions of the commands), ``api_reference`` (docs/api.md) and
                       the package ``caldera`` itself (its lazy public API and the transformers hook)
@@ -64,7 +65,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("kernels", ("kernels",)),
     ("nn", ("nn",)),
     ("pipeline", ("pipeline",)),
-    ("evaluation", ("eval", "finetune", "reports")),
+    ("evaluation", ("eval", "finetune")),
     ("planning", ("experiments", "experiments.planning")),  # "experiments": the package's own (empty) __init__
     ("report", ("experiments.report",)),
     ("jobs", ("experiments.jobs",)),

@@ -1,5 +1,6 @@
-"""The matrix-level report (caldera.reports.matrix): each method's error on a seeded matrix against a direct
-computation, the configuration behind each row's label, the App. G.1 claims' thresholds and the written report."""
+"""The matrix-level report (caldera.experiments.report.matrix): each method's error on a seeded matrix against a
+direct computation, the configuration behind each row's label, the App. G.1 claims' thresholds and the written
+report."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import json
 import pytest
 import torch
 
+from caldera.experiments.report import matrix as M
 from caldera.methods import get_method
 from caldera.metrics import relative_data_aware_error
-from caldera.reports import matrix as M
 from caldera.synthetic import llm_like
 
 TINY = M.Case(32, 64, 1e2, 0.5, 0, outliers=2)
