@@ -28,7 +28,7 @@ from typing import Any, Callable
 from caldera import stats
 from caldera.atomic import write_atomic
 from caldera.experiments.planning.plan import RHTFT_TABLES
-from caldera.experiments.report.claim_definitions import ABLATION_CLAIMS, LPLR_CLAIM, pairs_verdict
+from caldera.experiments.report.claim_registry import ABLATION_CLAIMS, LPLR_CLAIM, pairs_verdict
 from caldera.experiments.report.finetune_claims import LORA_CLAIM, RHTFT_CLAIM, lora_claims, rhtft_claims
 from caldera.experiments.report.spread import spread_report
 from caldera.experiments.report.tables import (  # noqa: F401

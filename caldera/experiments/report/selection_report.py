@@ -24,7 +24,7 @@ def ablation_claims(pairs: Sequence[dict[str, Any]], choice: Mapping[str, Any]) 
     selected configuration (``pairs`` as :func:`ablation_comparisons` returns them)."""
     label = _choice_label(choice)
     out = []
-    from caldera.experiments.report.claim_definitions import ABLATION_CLAIMS, LPLR_CLAIM, pairs_verdict
+    from caldera.experiments.report.claim_registry import ABLATION_CLAIMS, LPLR_CLAIM, pairs_verdict
 
     for claim, a, b, pred, need in ABLATION_CLAIMS:
         if any(a not in p["errors"] for p in pairs):

@@ -1,4 +1,4 @@
-"""The claims shared by the run's checks and the selection (caldera.experiments.report.claim_definitions): each
+"""The claims shared by the run's checks and the selection (caldera.experiments.report.claim_registry): each
 Figure 3 comparison's predicate against the threshold its claim states, its runs and the module's imports."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 from caldera.config import PRESETS
-from caldera.experiments.report import claim_definitions as D
+from caldera.experiments.report import claim_registry as D
 from caldera.experiments.report import claims
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -39,7 +39,7 @@ def test_the_runs_are_ablation_presets_or_quip_lr_and_the_quantifier_is_the_clai
 
 def test_the_module_imports_nothing_of_caldera_and_claims_reexports_the_same_objects():
     """Both deciders import the definitions from here, so neither imports the other for them."""
-    tree = ast.parse((ROOT / "caldera/experiments/report/claim_definitions.py").read_text())
+    tree = ast.parse((ROOT / "caldera/experiments/report/claim_registry.py").read_text())
     imported = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     assert not [m for m in imported if m and m.split(".")[0] == "caldera"]
