@@ -34,7 +34,6 @@ from caldera.experiments.report.spread import spread_report
 from caldera.experiments.report.tables import (  # noqa: F401
     EXTRA_LABEL,
     Q_DENSE_LABEL,
-    _bits_label,
     common_seeds,
     identical_variants,
     kl_difference,

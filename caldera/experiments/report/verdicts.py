@@ -8,7 +8,7 @@ import math
 from typing import Any, Callable
 
 from caldera import stats
-from caldera.experiments.report.tables import _bits_label
+from caldera.experiments.report.tables import bits_label
 
 #: A comparison whose windows alone resolve a direction, taken on one realization of a side whose family has no
 #: pooled spread in this run (:mod:`caldera.experiments.report.realization_pool`): not decided; ``replicates`` gives it
@@ -28,8 +28,8 @@ Z80 = 0.8416212335729143
 
 def row_bits(r: dict[str, Any]) -> str:
     """A row's B_LR as "4" / "16" whether the table wrote 4, 4.0, "4.0" or "—" (tables written before
-    :func:`caldera.experiments.report.tables._bits_label` normalised it hold floats)."""
-    return str(_bits_label(r["b_lr"]))
+    :func:`caldera.experiments.report.tables.bits_label` normalised it hold floats)."""
+    return str(bits_label(r["b_lr"]))
 
 
 def ratio_text(r: dict[str, Any]) -> str:
