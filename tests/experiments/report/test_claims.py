@@ -2,11 +2,28 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
+from caldera.experiments.report.claim_registry import (
+    CONVERGENCE,
+    FIGURE3,
+    FIGURE4,
+    GIVEN,
+    PPL_RATIO,
+    REGISTRY,
+    TABLE,
+    ClaimEntry,
+    Row,
+    Side,
+    entries,
+    the,
+)
 from caldera.experiments.report.claims import degradation
 from tests.experiments.report.claim_tables import (
     TOK,
@@ -568,3 +585,85 @@ def test_ordering_claims_state_their_kl_reading_beside_the_verdict():
     assert iv["a_kl"] == pytest.approx(0.30 + 0.01 * 3.5 / TOK) and iv["lo"] <= -0.2 <= iv["hi"]
     assert "KL from the dense model" in beats["numbers"] and "c4-r16 0.300 vs quip 0.500" in beats["numbers"]
     assert "kl" not in before
+
+
+# ---- the registry decides claims.md ----------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[3]
+RECORD = ROOT / "paper_tables" / "generated"
+
+
+def test_the_committed_record_is_re_derived_from_its_committed_tables(tmp_path):
+    """paper_tables/generated holds the default run's table JSONs (Tables 1-7) and its claims: deciding the
+    registry on those tables (in the config's order) gives the committed claims.md, claims.json, spread.md and
+    spread.json, but for the numbers of the Figure 3 / 4 claims, whose figure data are not committed (decided here
+    on no curves); the compression-log claims are the run's, passed on as the workflow passes them."""
+    from caldera.experiments.report.claims import write_claims
+
+    committed = json.loads((RECORD / "claims.json").read_text())
+    given = [{k: c[k] for k in ("claim", "source", "verdict", "numbers")} for c in committed
+             if c["source"] == the(GIVEN).source]
+    tables = yaml.safe_load((ROOT / "config" / "mini.yaml").read_text())["tables"]
+    for name in ("figure3", "figure4"):
+        (tmp_path / f"{name}.json").write_text('{"curves": []}')
+    out = {f: str(tmp_path / "out" / f) for f in ("claims.md", "claims.json", "spread.md", "spread.json")}
+    write_claims(str(tmp_path / "figure3.json"), str(tmp_path / "figure4.json"),
+                 [str(RECORD / f"{t}.json") for t in tables], out["claims.md"], out["claims.json"], extra=given,
+                 throughput_json=str(RECORD / "table6_throughput.json"), lora_json=str(RECORD / "table5_finetune.json"),
+                 spread_md=out["spread.md"], spread_json=out["spread.json"])
+    figures = len([e for e in REGISTRY if e.kind in (FIGURE3, CONVERGENCE, FIGURE4)])
+    got = json.loads(Path(out["claims.json"]).read_text())
+    assert [(c["claim"], c["source"]) for c in got] == [(c["claim"], c["source"]) for c in committed]
+    assert got[figures:] == committed[figures:]
+    md, want = Path(out["claims.md"]).read_text().splitlines(), (RECORD / "claims.md").read_text().splitlines()
+    head = 6  # title, blank, the note, blank, the table's header and rule
+    assert md[:head] == want[:head] and md[head + figures:] == want[head + figures:]
+    for f in ("spread.md", "spread.json"):
+        assert Path(out[f]).read_bytes() == (RECORD / f).read_bytes(), f
+
+
+def test_a_table_side_takes_the_row_its_pick_names():
+    from caldera.experiments.report.claims import side_rows
+
+    block = table1(c4=30.0, c4_top=28.0, c16=29.0)["rows"]
+    block = [r for r in block if r["paper_model"] == "llama-2-7b"]  # dense, QuIP#, CALDERA 128, 256, 16-bit 64
+
+    def take(pick, *rows):
+        return [r["variant"] for r in side_rows(Side(rows, pick), block)]
+
+    assert take("highest rank", Row("CALDERA", "4")) == ["c4-r32"]
+    assert take("first", Row("CALDERA")) == ["c4-r16"]
+    assert take("first held", Row("CALDERA", "4", 512), Row("CALDERA", "16", 64), Row("CALDERA", "4")) == ["c16-r8"]
+    assert take("first held", Row("QuIP#", "16", 64)) == []
+    assert take("lowest measured ppl", Row("CALDERA")) == ["c4-r32"]
+    assert take("every", Row("CALDERA"), Row("QuIP#")) == ["quip", "c4-r16", "c4-r32", "c16-r8"]
+
+
+def test_an_entry_added_to_the_registry_is_decided_in_its_place():
+    """Adding a claim is one entry: bound to one block of one table, it is stated once, after the registry's
+    claims, decided by its statistic and rule (here: CALDERA k=256 has the lower perplexity than the 16-bit
+    row, ×28/35 on every window), and "not testable at this scale" where the block lacks one of its rows."""
+    from caldera.experiments.report.claims import check
+
+    def entry(rank):
+        return ClaimEntry("rank-256 CALDERA below 16-bit CALDERA", "Table 1", TABLE, PPL_RATIO, "lower",
+                          (Side((Row("CALDERA", "4", rank),), "first held"),
+                           Side((Row("CALDERA", "16", 64),), "first held")),
+                          table="table1_llama2_zeroshot", paper_model="llama-2-7b")
+
+    tables = {"table1_llama2_zeroshot": table1(c4=30.0, c4_top=28.0, c16=35.0)}
+    before = check(_fig3(), _fig4(), tables)
+    after = check(_fig3(), _fig4(), tables, registry=(*REGISTRY, entry(256)))
+    assert after[:-1] == before
+    assert after[-1]["claim"] == "rank-256 CALDERA below 16-bit CALDERA" and after[-1]["verdict"] == "holds"
+    assert after[-1]["source"] == "Table 1, table1_llama2_zeroshot [llama-2-7b]"
+    assert "ppl c4-r32 / c16-r8: ×0.800 [0.800, 0.800]" in after[-1]["numbers"]
+    absent = check(_fig3(), _fig4(), tables, registry=(*REGISTRY, entry(512)))[-1]
+    assert absent["verdict"] == "not testable at this scale" and "CALDERA k=512 B_LR=4" in absent["numbers"]
+
+
+def test_each_kind_of_the_registry_has_its_decider():
+    from caldera.experiments.report.claims import DECIDERS
+
+    assert set(DECIDERS) == {e.kind for e in REGISTRY}
+    assert [e.claim for e in entries(FIGURE3)] == [c["claim"] for c in _claims()[:len(entries(FIGURE3))]]
