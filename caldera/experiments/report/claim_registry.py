@@ -4,14 +4,16 @@ Each entry says where the paper makes the claim (``source``), what it is decided
 4 data, the zero-shot tables, Table 5, Table 6, …), what it compares (``compares``: two ablation runs, or two
 :class:`Side` s of a table's rows), the number each comparison measures (``statistic``) and its decision rule
 (``rule``, a name of :mod:`caldera.experiments.report.claim_rules`). :func:`caldera.experiments.report.claims.check`
-decides every entry of :data:`REGISTRY`, dispatching on its kind;
+decides every entry of :data:`REGISTRY`, and after them those a run's config declares (:func:`declared_entry`),
+dispatching on its kind;
 :func:`caldera.experiments.report.selection_report.ablation_claims` decides the Figure 3 / 4 entries again under
 the selected configuration, and :mod:`caldera.experiments.report.matrix` the Figure 3 entries on seeded matrices.
 
 A claim about a table's rows holds for every block of rows (one table, one paper model) that has the rows it names,
 and is stated once per distinct pair of variants (Table 1's 7B, 13B and 70B rows map to the same stand-in
 variants); an entry bound to one ``table`` and ``paper_model`` is stated exactly once, "not testable at this
-scale" where the run has no measured row for a side. Adding a claim: one entry here and its test.
+scale" where the run has no measured row for a side. Adding a claim: one entry here and its test (or, for one
+run, an item of its config's ``claims:`` list).
 
 This module imports nothing of :mod:`caldera` but the rules' names.
 """
@@ -225,3 +227,18 @@ PENDING: dict[str, tuple[str, str]] = {
     LORA: (LORA_CLAIM, the(LORA).source),
     THROUGHPUT: ("Throughput ordering: QuIP# > CALDERA 16-bit > CALDERA 4-bit > dense", "Table 6"),
 }
+
+#: a config's ``claims[].statistic`` → the statistic it names
+CONFIG_STATISTICS = {"wiki2_ppl": PPL_RATIO, "zeroshot_margin": ZS_MARGIN}
+
+
+def declared_entry(item: Any) -> ClaimEntry:
+    """The entry of one item of a config's ``claims:`` list (its settings,
+    :class:`caldera.experiments.planning.settings.ClaimSettings`): paper row ``a`` against paper row ``b`` (each by
+    method, paper rank and B_LR) of one block (``table``, ``paper_model``), on ``statistic`` by ``rule``."""
+
+    def side(row: Any) -> Side:
+        return Side((Row(row.method, "—" if row.b_lr is None else str(row.b_lr), row.rank),), "first held")
+
+    return ClaimEntry(item.claim, item.source, TABLE, CONFIG_STATISTICS[item.statistic], item.rule,
+                      (side(item.a), side(item.b)), table=item.table, paper_model=item.paper_model)

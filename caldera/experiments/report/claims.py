@@ -26,6 +26,7 @@ import dataclasses
 import itertools
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable
 
@@ -49,6 +50,7 @@ from caldera.experiments.report.claim_registry import (
     THROUGHPUT,
     ClaimEntry,
     Side,
+    declared_entry,
     entries,
 )
 from caldera.experiments.report.claim_rules import RELATIONS, count_verdict
@@ -708,13 +710,15 @@ def jsonable(claims: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def write_claims(fig3_json: str, fig4_json: str, table_jsons: list[str], out_md: str, out_json: str,
                  extra: list[dict[str, Any]] | None = None, selection_json: str | None = None,
                  throughput_json: str | None = None, lora_json: str | None = None, spread_md: str | None = None,
-                 spread_json: str | None = None) -> list:
+                 spread_json: str | None = None, declared: Sequence[Any] = ()) -> list:
     """``claims.md`` / ``claims.json`` from the figure and table JSONs; ``extra``: more claim entries (dicts with
     ``claim``, ``source``, ``verdict``, ``numbers`` and optionally ``sdd``), listed after the matrix-level ones.
     ``selection_json``: the selection rule's output; each failing Figure 3/4 claim that it re-measured under the
     selected configuration then says whether the failure survives that choice
     (:func:`caldera.experiments.report.selection_report.configuration_notes`). ``throughput_json``: Table 6's JSON (its
-    ordering claims, :func:`caldera.experiments.report.table6.throughput_claims`)."""
+    ordering claims, :func:`caldera.experiments.report.table6.throughput_claims`). ``declared``: the claims the
+    run's config declares (:func:`caldera.experiments.planning.settings.declared_claims`), stated after the
+    registry's (:func:`caldera.experiments.report.claim_registry.declared_entry`)."""
     from caldera.atomic import write_json
 
     fig3 = json.loads(Path(fig3_json).read_text())
@@ -722,7 +726,8 @@ def write_claims(fig3_json: str, fig4_json: str, table_jsons: list[str], out_md:
     tables = {Path(p).stem: json.loads(Path(p).read_text()) for p in table_jsons}
     throughput = json.loads(Path(throughput_json).read_text()) if throughput_json else None
     lora = json.loads(Path(lora_json).read_text()) if lora_json else None
-    claims = check(fig3, fig4, tables, extra=extra, throughput=throughput, lora=lora)
+    registry = (*REGISTRY, *(declared_entry(c) for c in declared))
+    claims = check(fig3, fig4, tables, extra=extra, throughput=throughput, lora=lora, registry=registry)
     if selection_json is not None:
         from caldera.experiments.report.selection_report import configuration_notes
 

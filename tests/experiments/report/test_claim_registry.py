@@ -103,3 +103,19 @@ def test_the_module_imports_only_the_rules():
     imported = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     assert [m for m in imported if m and m.split(".")[0] == "caldera"] == ["caldera.experiments.report.claim_rules"]
+
+
+def test_a_config_item_becomes_a_table_entry_bound_to_its_block():
+    from caldera.experiments.planning.settings import CLAIM_RULES, CLAIM_STATISTICS, declared_claims
+    from caldera.experiments.report.claim_rules import DIRECTION_RULES
+
+    assert tuple(D.CONFIG_STATISTICS) == CLAIM_STATISTICS and CLAIM_RULES == DIRECTION_RULES
+    (item,) = declared_claims({"claims": [{
+        "claim": "x", "source": "Table 7", "table": "table7_mistral", "paper_model": "mistral-7b",
+        "a": {"method": "CALDERA", "rank": 128, "b_lr": 4}, "b": {"method": "QuIP#", "rank": 0, "b_lr": None},
+        "statistic": "zeroshot_margin", "rule": "higher"}]})
+    e = D.declared_entry(item)
+    assert (e.kind, e.statistic, e.rule, e.table, e.paper_model) == (D.TABLE, D.ZS_MARGIN, "higher", "table7_mistral",
+                                                                     "mistral-7b")
+    assert e.compares == (D.Side((D.Row("CALDERA", "4", 128),), "first held"),
+                          D.Side((D.Row("QuIP#", "—", 0),), "first held"))

@@ -667,3 +667,38 @@ def test_each_kind_of_the_registry_has_its_decider():
 
     assert set(DECIDERS) == {e.kind for e in REGISTRY}
     assert [e.claim for e in entries(FIGURE3)] == [c["claim"] for c in _claims()[:len(entries(FIGURE3))]]
+
+
+#: a claim a run's config declares (config ``claims:``): Table 1's rank-256 4-bit CALDERA row below its 16-bit row
+CONFIG_CLAIM = {"claim": "4-bit rank-256 CALDERA below 16-bit rank-64 CALDERA in Wiki2 perplexity",
+                "source": "Table 1", "table": "table1_llama2_zeroshot", "paper_model": "llama-2-7b",
+                "a": {"method": "CALDERA", "rank": 256, "b_lr": 4}, "b": {"method": "CALDERA", "rank": 64, "b_lr": 16},
+                "statistic": "wiki2_ppl", "rule": "lower"}
+
+
+def test_a_claim_a_config_declares_appears_in_claims_md_with_its_verdict(tmp_path):
+    """One ``claims:`` item of a config is one more line of claims.md, after the paper's, decided as they are:
+    ×28/35 = ×0.800 on every window holds "lower"; the same rows under rule "higher" fail."""
+    from caldera.experiments.planning.settings import declared_claims
+    from caldera.experiments.report.claims import write_claims
+
+    (tmp_path / "table1_llama2_zeroshot.json").write_text(json.dumps(table1(c4=30.0, c4_top=28.0, c16=35.0)))
+    for name, data in (("figure3", _fig3()), ("figure4", _fig4())):
+        (tmp_path / f"{name}.json").write_text(json.dumps(data))
+
+    def claims_md(*items):
+        md = tmp_path / "claims.md"
+        write_claims(str(tmp_path / "figure3.json"), str(tmp_path / "figure4.json"),
+                     [str(tmp_path / "table1_llama2_zeroshot.json")], str(md), str(tmp_path / "claims.json"),
+                     declared=declared_claims({"claims": list(items)}))
+        return md.read_text().splitlines()
+
+    plain, declared = claims_md(), claims_md(CONFIG_CLAIM)
+    assert declared[:-1] == plain
+    n = len(plain) - 6  # the title, the note and the table's header above the claims
+    assert declared[-1].startswith(f'| <a id="claim-{n + 1}"></a>{CONFIG_CLAIM["claim"]} | Table 1, '
+                                   "table1_llama2_zeroshot [llama-2-7b] | **holds** | ppl c4-r32 / c16-r8: ×0.800 ")
+    higher = claims_md({**CONFIG_CLAIM, "rule": "higher"})[-1]
+    assert "| **fails** |" in higher
+    absent = claims_md({**CONFIG_CLAIM, "paper_model": "llama-2-13b"})[-1]
+    assert "| **not testable at this scale** | no measured row of CALDERA k=256 B_LR=4" in absent
