@@ -547,10 +547,8 @@ class RunResults:
         return {k: t for k, t in self.tables.items() if k not in RHTFT_TABLES}
 
 
-def _line(entry: ClaimEntry, verdict: str, numbers: str, sdd: str = "— (deterministic)",
-          source: str | None = None) -> dict[str, Any]:
-    return {"claim": entry.claim, "source": source or entry.source, "verdict": verdict, "numbers": numbers,
-            "sdd": sdd}
+def _line(entry: ClaimEntry, verdict: str, numbers: str, sdd: str = "— (deterministic)") -> dict[str, Any]:
+    return {"claim": entry.claim, "source": entry.source, "verdict": verdict, "numbers": numbers, "sdd": sdd}
 
 
 def _pending(kind: str) -> dict[str, Any]:
@@ -559,7 +557,7 @@ def _pending(kind: str) -> dict[str, Any]:
             "sdd": "—"}
 
 
-def figure3_claims(group: list[ClaimEntry], run: RunResults) -> list[dict[str, Any]]:
+def decide_figure3(group: list[ClaimEntry], run: RunResults) -> list[dict[str, Any]]:
     """Each Figure 3 comparison: the final errors of its two runs on every matrix×rank pair both have, by the
     entry's relation, counted by its rule."""
     out = []
@@ -569,7 +567,7 @@ def figure3_claims(group: list[ClaimEntry], run: RunResults) -> list[dict[str, A
     return out
 
 
-def convergence_claims(group: list[ClaimEntry], run: RunResults) -> list[dict[str, Any]]:
+def decide_convergence(group: list[ClaimEntry], run: RunResults) -> list[dict[str, Any]]:
     """The errors at outer iteration 2 of the entry's two runs (the first with the Hessian update) on every
     matrix×rank pair both have, by its relation, counted by its rule; the first three iterates shown."""
     out = []
@@ -585,7 +583,7 @@ def convergence_claims(group: list[ClaimEntry], run: RunResults) -> list[dict[st
     return out
 
 
-def figure4_claims(group: list[ClaimEntry], run: RunResults) -> list[dict[str, Any]]:
+def decide_figure4(group: list[ClaimEntry], run: RunResults) -> list[dict[str, Any]]:
     """Each LPLRFactorize curve of Figure 4: is its lowest error after the first iterate below the first? Counted
     by the entry's rule."""
     curves = run.fig4["curves"]
@@ -595,21 +593,24 @@ def figure4_claims(group: list[ClaimEntry], run: RunResults) -> list[dict[str, A
         for e in group]
 
 
-def given_claims(group: list[ClaimEntry], run: RunResults) -> list[dict[str, Any]]:
+def decide_given(group: list[ClaimEntry], run: RunResults) -> list[dict[str, Any]]:
     """The entries the workflow decided before (``extra``: the compression summaries' matrix-level claim), each
     validated."""
     return [_validated_extra(e) for e in run.given]
 
 
-def ranking_claims(group: list[ClaimEntry], run: RunResults) -> list[dict[str, Any]]:
+def decide_table_rows(group: list[ClaimEntry], run: RunResults) -> list[dict[str, Any]]:
+    """The claims on the zero-shot tables' rows (:func:`table_claims`)."""
     return table_claims(run.zero_shot_tables, group)
 
 
-def extra_methods_claims(group: list[ClaimEntry], run: RunResults) -> list[dict[str, Any]]:
+def decide_extra_methods(group: list[ClaimEntry], run: RunResults) -> list[dict[str, Any]]:
+    """Each ``extra_methods`` row at the nearest bits (:func:`extra_method_claims`)."""
     return [c for e in group for c in extra_method_claims(run.zero_shot_tables, e.rule)]
 
 
-def family_claims(group: list[ClaimEntry], run: RunResults) -> list[dict[str, Any]]:
+def decide_families(group: list[ClaimEntry], run: RunResults) -> list[dict[str, Any]]:
+    """The second model family's loss against the first's (:func:`degradation`)."""
     out = []
     for e in group:
         family = degradation(run.tables, e.rule)
@@ -617,19 +618,19 @@ def family_claims(group: list[ClaimEntry], run: RunResults) -> list[dict[str, An
     return out
 
 
-def finetuned_claims(group: list[ClaimEntry], run: RunResults) -> list[dict[str, Any]]:
+def decide_rhtft(group: list[ClaimEntry], run: RunResults) -> list[dict[str, Any]]:
     """Tables 3-4 (:func:`caldera.experiments.report.finetune_claims.rhtft_claims`), or pending without a measured
     fine-tuned row."""
     out = [c for e in group for c in rhtft_claims(run.tables, e.rule)]
     return out or [_pending(RHTFT)]
 
 
-def lora_table_claims(group: list[ClaimEntry], run: RunResults) -> list[dict[str, Any]]:
+def decide_lora(group: list[ClaimEntry], run: RunResults) -> list[dict[str, Any]]:
     """Table 5 (:func:`caldera.experiments.report.finetune_claims.lora_claims`), or pending without its JSON."""
     return lora_claims(run.lora, run.tables) if run.lora is not None else [_pending(LORA)]
 
 
-def throughput_table_claims(group: list[ClaimEntry], run: RunResults) -> list[dict[str, Any]]:
+def decide_throughput(group: list[ClaimEntry], run: RunResults) -> list[dict[str, Any]]:
     """Table 6's orderings (:func:`caldera.experiments.report.table6.throughput_claims`), or one pending line
     without its JSON."""
     if run.throughput is None:
@@ -641,16 +642,16 @@ def throughput_table_claims(group: list[ClaimEntry], run: RunResults) -> list[di
 
 #: how each kind of entry is decided: (its entries, in registry order; the run's results) → claims.md entries
 DECIDERS: dict[str, Callable[[list[ClaimEntry], RunResults], list[dict[str, Any]]]] = {
-    FIGURE3: figure3_claims,
-    CONVERGENCE: convergence_claims,
-    FIGURE4: figure4_claims,
-    GIVEN: given_claims,
-    TABLE: ranking_claims,
-    EXTRA_METHODS: extra_methods_claims,
-    FAMILIES: family_claims,
-    RHTFT: finetuned_claims,
-    LORA: lora_table_claims,
-    THROUGHPUT: throughput_table_claims,
+    FIGURE3: decide_figure3,
+    CONVERGENCE: decide_convergence,
+    FIGURE4: decide_figure4,
+    GIVEN: decide_given,
+    TABLE: decide_table_rows,
+    EXTRA_METHODS: decide_extra_methods,
+    FAMILIES: decide_families,
+    RHTFT: decide_rhtft,
+    LORA: decide_lora,
+    THROUGHPUT: decide_throughput,
 }
 
 
