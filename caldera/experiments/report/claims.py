@@ -248,8 +248,6 @@ def side_rows(side: Side, block: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return found
     if side.pick == "highest rank":
         return [max(found, key=lambda r: int(r["paper_rank"]))]
-    if side.pick == "lowest measured ppl":
-        return [min(found, key=lambda r: r["ours"]["wiki2_ppl"])]
     if side.pick == "first held":
         return next(([r for r in block if hit(row, r)][:1] for row in side.rows if any(hit(row, r) for r in block)))
     return found[:1]  # "first"
