@@ -59,8 +59,8 @@ def decide_pairs(config: dict[str, Any], runs: list[dict[str, Any]]) -> list[dic
     """Every pair of Table 6's claims (:func:`caldera.experiments.report.table6.claim_pairs`) decided on each run,
     paper's protocol first: ``[{"claim", "a", "b", "paper", "protocol", "runs": [compare_rounds of each run]}]``."""
     from caldera.experiments.planning.throughput_rows import PROTOCOLS
+    from caldera.experiments.report.claim_registry import THROUGHPUT, entries
     from caldera.experiments.report.table6 import (
-        THROUGHPUT_CLAIMS,
         ThroughputTablePlan,
         build_throughput_table,
         claim_pairs,
@@ -76,12 +76,12 @@ def decide_pairs(config: dict[str, Any], runs: list[dict[str, Any]]) -> list[dic
                 (Path(tmp) / "throughput" / f"{model}.json").write_text(json.dumps(res))
             tabs.append(build_throughput_table(tmp, plan))
     out = []
-    for claim, is_fast, is_slow in THROUGHPUT_CLAIMS:
-        for p in claim_pairs(tabs[0], is_fast, is_slow):
+    for e in entries(THROUGHPUT):
+        for p in claim_pairs(tabs[0], *e.compares):
             for proto in PROTOCOLS:
                 cmp = [compare_rounds(t["measured"][p["a"]][proto]["tokens_per_s"],
                                       t["measured"][p["b"]][proto]["tokens_per_s"]) for t in tabs]
-                out.append({"claim": claim, "a": p["a"], "b": p["b"], "paper": p["paper"], "protocol": proto,
+                out.append({"claim": e.claim, "a": p["a"], "b": p["b"], "paper": p["paper"], "protocol": proto,
                             "runs": cmp})
     return out
 

@@ -28,11 +28,12 @@ rank  layer           modules
 3     kernels         ``kernels``: compressed matmuls from stored codes (C, Numba, Triton) and their dispatcher
 4     nn              ``nn``: the compressed layer ``CompressedLinear`` (storage format, forward, kernel choice)
 5     pipeline        ``pipeline``: whole models (assets, text, Hessians, compression, checkpoints, HF loading)
-6     evaluation      ``eval``, ``finetune``, ``reports``: libraries that measure or train models
+6     evaluation      ``eval``, ``finetune``: libraries that measure or train models
 7     planning        ``experiments.planning``: the workflow config's typed settings and checks, the plan (variants,
                       table rows, replicates), the rows of Tables 5 and 6, the figures' and the selection's plans,
                       and the cost of a run before it starts
-8     report          ``experiments.report``: every table, plot and claim, from small result files
+8     report          ``experiments.report``: every table, plot and claim, from small result files, and the
+                      matrix-level report of the App. G.1 ablations on seeded matrices
 9     jobs            ``experiments.jobs``: one module per workflow rule family, each job's ``step_*`` function
 10    entry points    ``cli``, ``api`` (the Python functions of the commands), ``api_reference`` (docs/api.md) and
                       the package ``caldera`` itself (its lazy public API and the transformers hook)
@@ -41,11 +42,11 @@ rank  layer           modules
 The theory checks live outside the package, in the top-level ``theory/`` (checks, report and their tests): they
 import ``caldera``, and no module of ``caldera`` may import ``theory``, at any level or inside a function.
 
-Two more rules: a private name (``_x``) is imported only inside its own package (``experiments.report.claims`` may
-use ``experiments.report.tables._paired``, ``experiments.jobs`` may not; ``kernels.native`` may not use
-``algorithm.hadamard._factor_matrix``), and only the dispatcher :mod:`caldera.kernels.fused` and the kernels' shared
-modules are imported from outside ``caldera.kernels``: the backends (``cpu``, ``native``, ``triton_e8p``) are its
-business.
+Two more rules: a private name (``_x``) is imported only inside its own package (``pipeline.checkpoint.convert`` may
+use ``pipeline.checkpoint.loader._assemble``, ``experiments.jobs`` may not; ``kernels.native`` may not use
+``algorithm.hadamard._factor_matrix``; in the report layer, ``experiments.report``, not even from a sibling module),
+and only the dispatcher :mod:`caldera.kernels.fused` and the kernels' shared modules are imported from outside
+``caldera.kernels``: the backends (``cpu``, ``native``, ``triton_e8p``) are its business.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("kernels", ("kernels",)),
     ("nn", ("nn",)),
     ("pipeline", ("pipeline",)),
-    ("evaluation", ("eval", "finetune", "reports")),
+    ("evaluation", ("eval", "finetune")),
     ("planning", ("experiments", "experiments.planning")),  # "experiments": the package's own (empty) __init__
     ("report", ("experiments.report",)),
     ("jobs", ("experiments.jobs",)),
@@ -271,6 +272,14 @@ def test_private_names_stay_in_their_package():
            if any(n.startswith("_") and not n.startswith("__") for n in e.names)
            and _parent(e.source, known) != _parent(e.target, known)]
     assert not bad, "private names imported from another package (give them a public name):\n  " + "\n  ".join(bad)
+
+
+def test_report_modules_import_only_public_names_of_each_other():
+    """The report layer's modules (tables, claims, plots, …) share only public names: a helper another module of
+    the layer needs is public in the module that owns it."""
+    bad = [str(e) for e in EDGES if e.source.startswith("caldera.experiments.report")
+           and any(n.startswith("_") and not n.startswith("__") for n in e.names) and e.source != e.target]
+    assert not bad, "private names imported from another module of the report layer:\n  " + "\n  ".join(bad)
 
 
 def test_only_the_kernels_package_imports_the_kernel_backends():

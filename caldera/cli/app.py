@@ -26,7 +26,7 @@ EPILOG = """examples (caldera COMMAND --help for each):
   caldera export CKPT --out DENSE                    the reconstructed dense model (plain transformers)
   caldera convert OLD --out NEW                      a format-1 checkpoint in the current format
   caldera lm-eval --model hf --model_args pretrained=CKPT ...   lm-eval's own CLI on the compressed model
-  caldera matrix-report                              matrix-level ablations (caldera.reports.matrix)
+  caldera matrix-report                              matrix-level ablations (caldera.experiments.report.matrix)
   caldera compare results/mini/tables                a run against the committed record (paper_tables/generated)
 
 --model takes smollm2 or gemma3 (cached by caldera assets), a local Hugging Face folder, a compressed

@@ -1,4 +1,4 @@
-"""``caldera matrix-report``: the matrix-level ablations of :mod:`caldera.reports.matrix`."""
+"""``caldera matrix-report``: the matrix-level ablations of :mod:`caldera.experiments.report.matrix`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from caldera.cli.common import guard_output
 
-#: the folder ``caldera.reports.matrix`` writes without ``--out``
+#: the folder ``caldera.experiments.report.matrix`` writes without ``--out``
 DEFAULT_OUT = "results/matrix_report"
 REPORT_FILES = ("matrix_report.md", "matrix_report.json")
 
@@ -24,7 +24,8 @@ def _out(rest: list[str]) -> str:
 
 
 def cmd_matrix_report(args: argparse.Namespace, rest: list[str]) -> int:
-    from caldera.reports.matrix import main as report_main  # lazy: the matrix report imports its plotting stack
+    # lazy: the matrix report imports its plotting stack
+    from caldera.experiments.report.matrix import main as report_main
 
     if not {"-h", "--help"} & set(rest):  # the report writes its two files into --out (a new or its own folder)
         guard_output(_out(rest), option="--out", kind="matrix report folder", resumable=True,
@@ -38,7 +39,7 @@ def add_parser(sub: Any, raw: Any) -> None:
     p = sub.add_parser(
         "matrix-report",
         help="matrix-level ablations (App. G.1) on seeded matrices",
-        description="Runs caldera.reports.matrix; arguments after the command go to it "
+        description="Runs caldera.experiments.report.matrix; arguments after the command go to it "
         "(caldera matrix-report -- --help for its options).",
         add_help=False,
     )

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from caldera import cli
 from caldera.cli.common import MAX_SEED
-from caldera.reports.matrix import CASES, MAX_OUTER_ITERS
+from caldera.experiments.report.matrix import CASES, MAX_OUTER_ITERS
 from tests.cli.test_common import NUMERIC
 
 #: (option, lowest accepted, highest accepted or None) per command head, from the options' declared bounds
@@ -48,7 +48,7 @@ def test_every_numeric_option_parses_to_its_value_or_is_refused_naming_it(case, 
     lo, hi = BOUNDS[option] if not (head[0] == "eval" and option == "--seq-len") else (2, None)
     try:
         if head[0] == "matrix-report":  # its own parser, behind `caldera matrix-report`
-            from caldera.reports.matrix import parse_args
+            from caldera.experiments.report.matrix import parse_args
 
             args = parse_args([*head[1:], f"{option}={value}"])
         else:

@@ -134,6 +134,23 @@ def test_explicit_configfile_is_the_whole_config(cfg, tmp_path):
     assert got["methods"]["caldera"]["outer_iters"] != mini["outer_iters"]  # the merge bug would show mini's
 
 
+#: a `claims:` list of one item (config/README.md), for smoke.yaml's Table 7
+CLAIM = """claims:
+  - {claim: "4-bit CALDERA k=256 below QuIP#", source: Table 7, table: table7_mistral, paper_model: mistral-7b,
+     a: {method: CALDERA, rank: 256, b_lr: 4}, b: {method: "QuIP#", rank: 0, b_lr: null},
+     statistic: wiki2_ppl, rule: lower}
+"""
+
+
+def test_a_claim_the_config_declares_passes_the_dry_run(tmp_path):
+    copy_workflow(tmp_path)
+    smoke = (tmp_path / "config/smoke.yaml").read_text()
+    (tmp_path / "config/own.yaml").write_text(smoke.replace("tables: [table7_mistral]\n",
+                                                            "tables: [table7_mistral]\n" + CLAIM))
+    r = run(["-n", "--cores", "1", "--configfile", "config/own.yaml"], tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 @pytest.mark.parametrize("edit, words", [
     (("n_samples: 8", "n_samples: -3"), "n_samples"),  # schema
     (("n_samples: 8", "n_sample: 8"), "calibration.n_sample: unknown key; did you mean 'n_samples'?"),  # schema
@@ -144,6 +161,9 @@ def test_explicit_configfile_is_the_whole_config(cfg, tmp_path):
     # a rank some matrix cannot take is found by the dry run, naming method, rank, matrix and shape
     (("method: rtn, params: {bits: 2}}", "method: loftq, params: {rank: 200}}"),
      "method 'loftq' cannot compress 2 matrices: k_proj 192×576: rank=200 is too large"),
+    # a claim the config declares names rows of the paper's table
+    (("tables: [table7_mistral]\n", "tables: [table7_mistral]\n" + CLAIM.replace("rank: 256", "rank: 512")),
+     "claims[0].a: {'method': 'CALDERA', 'rank': 512, 'b_lr': 4} is no row of table7_mistral [mistral-7b]"),
 ])
 def test_bad_config_fails_the_dry_run(edit, words, tmp_path):
     copy_workflow(tmp_path)

@@ -27,7 +27,7 @@ from caldera.experiments.planning.selection_plan import (
     selection_models,
 )
 from caldera.experiments.planning.job_costs import plan_line
-from caldera.experiments.planning.settings import BLOCKS, RunContext, block_settings
+from caldera.experiments.planning.settings import BLOCKS, RunContext, block_settings, declared_claims
 from caldera.experiments.jobs.compress import layer_chunks
 from caldera.experiments.report.tables import TablePlan
 from caldera.experiments.planning.throughput_rows import (
@@ -77,6 +77,8 @@ SETTINGS = block_settings(config)
 # the run-level settings (name, device, dtype, models, stand-ins, layers, calibration): jobs get it, or the part of
 # it for the model they load (run_context), as their `run` param; never the whole config
 RUN_CONTEXT = RunContext.from_config(config)
+# the claims the config declares (`claims:`), stated in claims.md after the paper's
+DECLARED_CLAIMS = declared_claims(config)
 
 RUN = config["name"]
 RES = f"results/{RUN}"

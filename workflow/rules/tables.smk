@@ -75,6 +75,7 @@ rule claims:
     params:
         matrix_variants=matrix_claim_variants(config),  # the CALDERA and QuIP# variants the matrix-level claim pairs
         run=RUN_CONTEXT,  # the models' labels
+        declared=DECLARED_CLAIMS,  # the config's own claims (`claims:`)
     conda:
         "../envs/caldera.yaml"
     script:

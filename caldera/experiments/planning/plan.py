@@ -58,14 +58,48 @@ def pending_tables(config: dict[str, Any]) -> dict[str, str]:
             if t not in config["tables"] and not (t == "table5_finetune" and config.get("lora_ft"))}
 
 
+def _is_paper_row(want: dict[str, Any], ref: dict[str, Any]) -> bool:
+    """Is the paper table's row ``ref`` the row ``want`` names (method, paper rank, B_LR as the config writes it)?"""
+    rank = int(ref["rank"]) if ref.get("rank") not in (None, "") else 0
+    b_lr = int(float(ref["b_lr"])) if ref.get("b_lr") not in (None, "") else None
+    return want["method"] == ref["method"] and int(want["rank"]) == rank and want.get("b_lr") == b_lr
+
+
 def _rhtft_selected(config: dict[str, Any], ref: dict[str, Any]) -> bool:
     """Is this paper row among ``rht_ft.rows`` (null: every row)? Matched on method, paper rank and B_LR."""
     want = config["rht_ft"].get("rows")
-    if want is None:
-        return True
-    rank = int(ref["rank"]) if ref.get("rank") not in (None, "") else 0
-    b_lr = int(float(ref["b_lr"])) if ref.get("b_lr") not in (None, "") else None
-    return any(w["method"] == ref["method"] and int(w["rank"]) == rank and w.get("b_lr") == b_lr for w in want)
+    return want is None or any(_is_paper_row(w, ref) for w in want)
+
+
+def claims_errors(config: dict[str, Any]) -> list[str]:
+    """The problems of the ``claims`` items (:func:`caldera.experiments.planning.settings.declared_claims`): their
+    keys and values, a ``table`` that is not a zero-shot table of this run, a ``paper_model`` without rows in it,
+    and a row ``a`` / ``b`` that is not a row of that table's paper model in the paper; each names its key path."""
+    from caldera.experiments.planning.settings import declared_claims
+
+    try:
+        declared_claims(config)
+    except ValueError as e:
+        return [str(e)]
+    errors = []
+    run_tables = [t for t in config["tables"] if t in ZERO_SHOT_TABLES]
+    for i, item in enumerate(config.get("claims") or []):
+        where = f"claims[{i}]"
+        if item["table"] not in run_tables:
+            errors.append(f"{where}.table: {item['table']!r} is not a zero-shot table of this run ({run_tables})")
+            continue
+        ref = load_reference_table(item["table"])
+        rows = [r for r in ref if r["model"] == item["paper_model"]]
+        if not rows:
+            errors.append(f"{where}.paper_model: {item['paper_model']!r} has no row in {item['table']}; accepted: "
+                          f"{sorted({r['model'] for r in ref})}")
+            continue
+        for side in ("a", "b"):
+            if not any(_is_paper_row(item[side], r) for r in rows):
+                have = sorted({(r["method"], int(r["rank"] or 0), r["b_lr"]) for r in rows}, key=str)
+                errors.append(f"{where}.{side}: {item[side]} is no row of {item['table']} [{item['paper_model']}]; "
+                              f"rows are (method, rank, b_lr) of {have}")
+    return errors
 
 
 def rhtft_rows(config: dict[str, Any], table: str) -> list[dict[str, Any]]:
@@ -339,7 +373,8 @@ def check_config(config: dict[str, Any]) -> dict[str, Variant]:
     block's unknown keys, missing keys and values (:func:`caldera.experiments.planning.settings.block_settings`:
     ``selection``, ``rht_ft``, ``lora_ft``, ``throughput``, ``eval``, ``figures``), a rank or size that some
     matrix of the variant's model cannot take (:func:`shape_errors`), ``layers`` beyond a
-    model's decoder layers, unknown text sources and zero-shot tasks, and a Figure 3/4 setup that does not fit.
+    model's decoder layers, unknown text sources and zero-shot tasks, a Figure 3/4 setup that does not fit, and
+    ``claims`` items whose rows are not the paper's (:func:`claims_errors`).
     """
     from caldera.algorithm.config import PRESETS
     from caldera.eval.zeroshot import TASKS
@@ -444,6 +479,7 @@ def check_config(config: dict[str, Any]) -> dict[str, Variant]:
         if a not in PRESETS:
             errors.append(f"figures.ablations: {a!r} is not a CALDERA preset; accepted: {sorted(PRESETS)}")
     errors += check_replicates(config, variants)
+    errors += claims_errors(config)
     errors += plan_time_errors(config)  # non-finite numbers, selection, asset names, ranks, lengths, duplicates
     if errors:
         raise ValueError("\n".join(errors))

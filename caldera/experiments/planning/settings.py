@@ -1,8 +1,8 @@
 """Typed, validated settings of the workflow config's blocks, built when the plan is made.
 
 One frozen dataclass per block (``calibration``, ``selection``, ``rht_ft``, ``lora_ft``, ``throughput``, ``eval``,
-``figures``, ``regime``; nested ones where a block nests), each made by :meth:`Settings.from_block` from the
-block's mapping:
+``figures``, ``regime``; nested ones where a block nests; one per item of the ``claims`` list), each made by
+:meth:`Settings.from_block` from the block's mapping:
 
 * an unknown key is refused, naming its full key path and the closest accepted name (``throughput.run: unknown
   key; did you mean 'runs'?``), never dropped;
@@ -270,8 +270,9 @@ class ThroughputSettings(Settings):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class RhtFtRow(Settings):
-    """One entry of ``rht_ft.rows``: a paper row of Tables 3-4 (method, rank, B_LR)."""
+class PaperRow(Settings):
+    """A paper row of a table by its method, rank and B_LR: an entry of ``rht_ft.rows`` (a row of Tables 3-4), a
+    side of a ``claims`` item."""
 
     method: str = setting(check=one_of("CALDERA", "QuIP#"))
     rank: int = setting(check=integer(0))
@@ -292,7 +293,7 @@ class RhtFtSettings(Settings):
     batch_size: int = setting(check=integer(1))
     weight_decay: float = setting(0.01, number(0))  # AdamW default (authors' script)
     seed: int = setting(check=integer(0))  # sequences drawn and epoch order
-    rows: list[RhtFtRow] | None = setting(check=optional(list_of(nested(RhtFtRow))))  # null: every row
+    rows: list[PaperRow] | None = setting(check=optional(list_of(nested(PaperRow))))  # null: every row
 
     def validate(self, where: str) -> None:
         if self.held_out >= self.n_samples:
@@ -641,6 +642,51 @@ class RunContext:
         return {m: e.label for m, e in self.models.items()}
 
 
+# ---------------------------------------------------------------------------------------------- claims
+
+#: what a ``claims`` item may compare its rows on: the Wiki2 perplexity ratio a / b, or the zero-shot correct-choice
+#: margin a − b (all tasks pooled)
+CLAIM_STATISTICS = ("wiki2_ppl", "zeroshot_margin")
+#: its decision rules: "lower" holds when the interval lies below no difference, "higher" when above
+CLAIM_RULES = ("lower", "higher")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ClaimSettings(Settings):
+    """One item of ``claims:``, a claim this run states after the paper's in claims.md: paper row ``a`` against
+    paper row ``b`` of one block of a zero-shot table (``table``, ``paper_model``), on ``statistic``
+    (:data:`CLAIM_STATISTICS`) by ``rule`` (:data:`CLAIM_RULES`); ``claim`` its text, ``source`` where the paper
+    makes it. Decided as the paper's table claims are (:mod:`caldera.experiments.report.claim_registry`)."""
+
+    BLOCK: ClassVar[str] = "claims"
+
+    claim: str = setting(check=text)
+    source: str = setting(check=text)
+    table: str = setting(check=text)
+    paper_model: str = setting(check=text)
+    a: PaperRow = setting(check=nested(PaperRow))
+    b: PaperRow = setting(check=nested(PaperRow))
+    statistic: str = setting(check=one_of(*CLAIM_STATISTICS))
+    rule: str = setting(check=one_of(*CLAIM_RULES))
+
+
+def declared_claims(config: Mapping[str, Any]) -> list[ClaimSettings]:
+    """Every item of ``config["claims"]`` (absent or null: none) as its settings, in order. Raises ``ValueError``
+    listing every item's problems, one a line, each starting with its key path (``claims[0].rule: ...``)."""
+    items = config.get("claims") or []
+    if not isinstance(items, list):
+        raise ValueError(f"claims: expected a list, got {items!r}")
+    out, errors = [], []
+    for i, item in enumerate(items):
+        try:
+            out.append(ClaimSettings.from_block(item, f"claims[{i}]"))
+        except ValueError as e:
+            errors.append(str(e))
+    if errors:
+        raise ValueError("\n".join(errors))
+    return out
+
+
 # ---------------------------------------------------------------------------------------------- all blocks
 
 #: every typed block: config key -> settings class
@@ -691,8 +737,9 @@ def block_settings(config: Mapping[str, Any]) -> BlockSettings:
     return BlockSettings(**out)
 
 
-__all__ = ["BLOCKS", "BlockSettings", "CalibrationSettings", "EvalSettings", "FiguresSettings", "LoftqSettings",
-           "LongIters",
-           "LoraFtSettings", "LoraFtRow", "LoraTaskSettings", "LoraTasks", "ModelEntry", "PplSettings",
-           "RegimeModel", "RegimeSettings", "RhtFtRow", "RhtFtSettings",
-           "RunContext", "SelectionSettings", "Settings", "ThroughputSettings", "ZeroshotSettings", "block_settings"]
+__all__ = ["BLOCKS", "BlockSettings", "CLAIM_RULES", "CLAIM_STATISTICS", "CalibrationSettings", "ClaimSettings",
+           "EvalSettings", "FiguresSettings", "LoftqSettings", "LongIters",
+           "LoraFtSettings", "LoraFtRow", "LoraTaskSettings", "LoraTasks", "ModelEntry", "PaperRow", "PplSettings",
+           "RegimeModel", "RegimeSettings", "RhtFtSettings",
+           "RunContext", "SelectionSettings", "Settings", "ThroughputSettings", "ZeroshotSettings", "block_settings",
+           "declared_claims"]

@@ -1,6 +1,8 @@
 """The paper's checkable claims as predicates on this run's measured results → ``claims.md``.
 
-Each claim gets a verdict and the numbers behind it:
+The claims are declared, one entry each, in :mod:`caldera.experiments.report.claim_registry`; :func:`check` decides
+every entry in registry order, dispatching on its kind (:data:`DECIDERS`), with the decision rule the entry names
+(:mod:`caldera.experiments.report.claim_rules`). Each claim gets a verdict and the numbers behind it:
 
 * **Ordering claims on evaluation results** (perplexity, zero-shot) are decided by a *paired* 95 % interval
   (:mod:`caldera.stats`; same windows / same documents, seeded bootstrap): **holds** when the interval lies
@@ -20,21 +22,43 @@ JSONs of :mod:`caldera.experiments.jobs.figures`, and optional ``extra`` claim e
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable
 
 from caldera import stats
 from caldera.atomic import write_atomic
 from caldera.experiments.planning.plan import RHTFT_TABLES
-from caldera.experiments.report.claim_definitions import ABLATION_CLAIMS, LPLR_CLAIM, pairs_verdict
-from caldera.experiments.report.finetune_claims import LORA_CLAIM, RHTFT_CLAIM, lora_claims, rhtft_claims
+from caldera.experiments.report.claim_registry import (
+    CONVERGENCE,
+    EXTRA_METHODS,
+    FAMILIES,
+    FIGURE3,
+    FIGURE4,
+    GIVEN,
+    LORA,
+    UNMEASURED,
+    PPL_RATIO,
+    PPL_RATIO_EACH,
+    REGISTRY,
+    RHTFT,
+    TABLE,
+    THROUGHPUT,
+    ClaimEntry,
+    Side,
+    declared_entry,
+    entries,
+)
+from caldera.experiments.report.claim_rules import RELATIONS, count_verdict
+from caldera.experiments.report.finetune_claims import lora_claims, rhtft_claims
 from caldera.experiments.report.spread import spread_report
-from caldera.experiments.report.tables import (  # noqa: F401
+from caldera.experiments.report.tables import (
     EXTRA_LABEL,
     Q_DENSE_LABEL,
-    _bits_label,
     common_seeds,
     identical_variants,
     kl_difference,
@@ -48,7 +72,7 @@ from caldera.experiments.report.verdicts import (
     NOT_MEASURED,
     VERDICTS,
     Z80,
-    lower_verdict,
+    interval_verdict,
     ratio_text,
     reach_text,
     row_bits,
@@ -129,14 +153,15 @@ def zeroshot_pair(table: dict[str, Any], a: str, b: str) -> dict[str, Any] | Non
     return {**out, "pair": [a, b], "paired_seeds": shared if len(shared) >= 2 else []}
 
 
-def degradation(tables: dict[str, dict[str, Any]]) -> dict[str, str]:
+def degradation(tables: dict[str, dict[str, Any]], rule: str = "higher") -> dict[str, str]:
     """Does the LLaMa-3 stand-in lose more perplexity than the LLaMa-2 7B stand-in under the same method rows?
 
     Compared: compressed Wiki2 perplexity / the same model's unquantized perplexity, row by row (same method,
     paper rank and factor bits), as ``log(ratio for LLaMa-3) − log(ratio for LLaMa-2)`` with a bootstrap interval
-    (paired within each model, independent across them). Holds when every matched row's interval is above 0,
-    fails when any row's is below, inconclusive otherwise. Testable only when the two paper families map to
-    different stand-ins.
+    (paired within each model, independent across them). Decided by direction rule ``rule`` on every matched
+    row's interval against 0 (:func:`caldera.experiments.report.verdicts.interval_verdict`; "higher": holds when
+    every interval is above 0, fails when any is below, inconclusive otherwise). Testable only when the two paper
+    families map to different stand-ins.
     """
     t1, t3 = tables.get("table1_llama2_zeroshot"), tables.get("table2_llama3_zeroshot")
     if t1 is None or t3 is None:
@@ -158,11 +183,7 @@ def degradation(tables: dict[str, dict[str, Any]]) -> dict[str, str]:
                            "rows degrade more"}
     more = sum(stats.direction(iv) > 0 for iv in ivs)
     less = sum(stats.direction(iv) < 0 for iv in ivs)
-    def decide(xs: list[dict[str, Any]]) -> str:
-        up = sum(stats.direction(x) > 0 for x in xs)
-        return "holds" if up == len(xs) else "fails" if any(stats.direction(x) < 0 for x in xs) else "inconclusive"
-
-    verdict = seeds_verdict(ivs, decide)
+    verdict = seeds_verdict(ivs, interval_verdict(rule, 0.0))
 
     def text(iv: dict[str, Any]) -> str:
         if iv["seed_half"] is None:
@@ -211,8 +232,53 @@ def _degradation_interval(t1, pm1, t3, pm3, key) -> dict[str, Any] | None:
                                              w[2]["tokens"], w[0]["random"], w[2]["random"])
 
 
-def table_claims(tables: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """The ranking claims of the zero-shot tables, one per distinct comparison of variants (see module doc)."""
+def _compressed_rows(table: dict[str, Any]) -> list[dict[str, Any]]:
+    """The measured CALDERA and QuIP# rows of a table (the rows its ranking claims compare)."""
+    return [r for r in _ppl_rows(table) if r["method"].startswith(("CALDERA", "QuIP#"))]
+
+
+def side_rows(side: Side, block: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of ``block`` (one table's rows of one paper model, in table order) that ``side`` takes
+    (:class:`caldera.experiments.report.claim_registry.Side`); empty when the block has none of its rows."""
+
+    def hit(row: Any, r: dict[str, Any]) -> bool:
+        return row.matches(r["method"], row_bits(r), r["paper_rank"])
+
+    found = [r for r in block if hit(side, r)]
+    if not found or side.pick == "every":
+        return found
+    if side.pick == "highest rank":
+        return [max(found, key=lambda r: int(r["paper_rank"]))]
+    if side.pick == "first held":
+        return next(([r for r in block if hit(row, r)][:1] for row in side.rows if any(hit(row, r) for r in block)))
+    return found[:1]  # "first"
+
+
+def _rows_text(side: Side) -> str:
+    return " or ".join(f"{r.method} k={'any' if r.rank is None else r.rank} B_LR={r.b_lr or 'any'}"
+                       for r in side.rows)
+
+
+def _table_comparison(e: ClaimEntry, tab: dict[str, Any], a: dict[str, Any],
+                      b: list[dict[str, Any]]) -> tuple[tuple, Callable[[], tuple]]:
+    """The key of entry ``e``'s comparison of row ``a`` with rows ``b`` of one block (the distinct variants it
+    compares) and the function that decides it by the entry's statistic and rule."""
+    if e.statistic == PPL_RATIO_EACH:
+        others = sorted({r["variant"] for r in b} - {a["variant"]})
+        return (e, a["variant"], tuple(others)), lambda: _decide_lowest(tab, a, others, e.rule)
+    pair = (a["variant"], b[0]["variant"])
+    if e.statistic == PPL_RATIO:
+        return (e, *pair), lambda: _decide_ppl_pair(tab, *pair, e.rule)
+    return (e, *pair), lambda: _decide_zeroshot_pair(tab, *pair, (a, b[0]), e.rule)
+
+
+def table_claims(tables: dict[str, dict[str, Any]], group: list[ClaimEntry] | None = None) -> list[dict[str, Any]]:
+    """The claims of the table entries ``group`` (default: the registry's) on the zero-shot tables ``tables``, one
+    per distinct comparison of variants (see module doc). An entry names no block: it is stated for every block
+    (table, paper model) that has a row of each side, in table, paper model, entry order; a table with no measured
+    compressed row says so once. An entry bound to one block is stated once, "not testable at this scale" where
+    that block has no measured row of a side."""
+    group = list(entries(TABLE) if group is None else group)
     found: dict[tuple, dict[str, Any]] = {}
 
     def add(key: tuple, claim: str, source: str, decide: Callable[[], tuple]) -> None:
@@ -223,48 +289,43 @@ def table_claims(tables: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         found[key] = {"claim": claim, "source": source, "verdict": verdict, "numbers": numbers, "sdd": sdd,
                       "intervals": ivs[0] if ivs else [], **({"kl": ivs[1]} if len(ivs) > 1 and ivs[1] else {})}
 
-    for name, tab in tables.items():
-        rows = _ppl_rows(tab)
-        comp = [r for r in rows if r["method"].startswith(("CALDERA", "QuIP#"))]
+    unbound = [e for e in group if e.table is None]
+    for name, tab in tables.items() if unbound else ():
+        comp = _compressed_rows(tab)
         if not comp:
             add(("none", name), f"{name}: ranking claims", name,
                 lambda: ("not testable at this scale", "no measured rows", "—"))
             continue
         for pm in sorted({r["paper_model"] for r in comp}):
             block = [r for r in comp if r["paper_model"] == pm]
-            src = f"{name} [{pm}]"
-            cald = [r for r in block if r["method"].startswith("CALDERA") and row_bits(r) == "4"]
-            if cald:
-                top = max(cald, key=lambda r: int(r["paper_rank"]))
-                others = sorted({r["variant"] for r in block} - {top["variant"]})
-                add(("lowest", top["variant"], tuple(others)),
-                    "highest-rank 4-bit CALDERA has the lowest Wiki2 perplexity among compressed rows", src,
-                    lambda top=top, others=others, tab=tab: _decide_lowest(tab, top, others))
-            q = [r for r in block if r["method"].startswith("QuIP#")]
-            if cald and q:
-                c_best = min(cald, key=lambda r: r["ours"]["wiki2_ppl"])
-                q_best = min(q, key=lambda r: r["ours"]["wiki2_ppl"])
-                pair = (c_best["variant"], q_best["variant"])
-                add(("beats-ppl", *pair), "4-bit CALDERA beats QuIP# in Wiki2 perplexity (best rows, ≤ 2.4 bits)",
-                    src, lambda pair=pair, tab=tab: _decide_ppl_pair(tab, *pair))
-                add(("beats-zs", *pair), "4-bit CALDERA beats QuIP# zero-shot (same best rows; all tasks pooled)",
-                    src, lambda pair=pair, tab=tab, rows=(c_best, q_best): _decide_zeroshot_pair(tab, *pair, rows))
-            c16 = [r for r in block if r["method"].startswith("CALDERA") and row_bits(r) == "16"]
-            if c16 and cald:
-                hi = max(cald, key=lambda r: int(r["paper_rank"]))
-                pair = (hi["variant"], c16[0]["variant"])
-                add(("equal-bits", *pair), "4-bit rank-256 CALDERA beats 16-bit rank-64 at equal bits (Wiki2 ppl)",
-                    src, lambda pair=pair, tab=tab: _decide_ppl_pair(tab, *pair))
+            for e in unbound:
+                a, b = (side_rows(side, block) for side in e.compares)
+                if a and b:
+                    key, decide = _table_comparison(e, tab, a[0], b)
+                    add(key, e.claim, f"{name} [{pm}]", decide)
+    for e in (e for e in group if e.table is not None):
+        tab = tables.get(e.table)
+        block = [r for r in _ppl_rows(tab) if r["paper_model"] == e.paper_model] if tab else []
+        a, b = (side_rows(side, block) for side in e.compares)
+        source = f"{e.source}, {e.table} [{e.paper_model}]"
+        if a and b:
+            key, decide = _table_comparison(e, tab, a[0], b)
+            add(key, e.claim, source, decide)
+            continue
+        missing = "; ".join(_rows_text(side) for side, rows in zip(e.compares, (a, b)) if not rows)
+        add((e,), e.claim, source, lambda missing=missing: (
+            "not testable at this scale", f"no measured row of {missing} in this run", "—"))
     return list(found.values())
 
 
 EXTRA_SUFFIX = EXTRA_LABEL  # the method label of an ``extra_methods`` row (caldera.experiments.report.tables)
 
 
-def extra_method_claims(tables: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def extra_method_claims(tables: dict[str, dict[str, Any]], rule: str = "lower") -> list[dict[str, Any]]:
     """Each ``extra_methods`` row with measured bits against CALDERA and against QuIP# at the nearest average bits
     (the paper's formula; rows of the same stand-in), decided on Wiki2 perplexity by the paired interval of
-    :func:`_decide_ppl_pair` (the extra method first: "holds" = it has the lower perplexity). One claim per
+    :func:`_decide_ppl_pair` and direction rule ``rule`` (the extra method first; "lower": "holds" = it has the
+    lower perplexity). One claim per
     distinct pair of variants, each table that holds it named once in its source; the compared row is named by
     its variant (one variant can fill several paper rows of a table, e.g. the 7B, 13B and 70B rows of one
     stand-in)."""
@@ -303,7 +364,7 @@ def extra_method_claims(tables: dict[str, dict[str, Any]]) -> list[dict[str, Any
                         tables_of[key].append(name)
                         found[key]["source"] = f"{', '.join(tables_of[key])} (extra_methods)"
                     continue
-                verdict, numbers, sdd, *ivs = _decide_ppl_pair(tab, x["variant"], o["variant"])
+                verdict, numbers, sdd, *ivs = _decide_ppl_pair(tab, x["variant"], o["variant"], rule)
                 what = (f"beats uniform-rank CALDERA at equal bits in Wiki2 perplexity ({xb:.2f} vs "
                         f"{o['ours']['avg_bits']:.2f} bits by the App. E.5 formula: the row beside it, "
                         f"{o['variant']}, CALDERA k={o['rank']} B_LR={o['b_lr']})" if beside is not None else
@@ -357,7 +418,7 @@ def _identical_text(a: str, b: str) -> str:
             "per-matrix allocation that chose the uniform rank everywhere); no interval is taken")
 
 
-def _decide_lowest(tab, top: dict, others: list[str]) -> tuple:
+def _decide_lowest(tab, top: dict, others: list[str], rule: str = "lower") -> tuple:
     same = [o for o in others if identical_variants(tab, top["variant"], o)]
     others = [o for o in others if o not in same]
     note = f"; {_identical_text(top['variant'], ', '.join(same))}, left out" if same else ""
@@ -369,7 +430,7 @@ def _decide_lowest(tab, top: dict, others: list[str]) -> tuple:
         return "inconclusive", "no per-window results (rerun the evaluation)", "—"
     detail = "; ".join(f"vs {o}: {ratio_text(iv)}" for o, iv in zip(others, ivs))
     kl_text, kl = kl_reading(tab, [(top["variant"], o) for o in others])
-    verdict = seeds_verdict(ivs, lower_verdict)
+    verdict = seeds_verdict(ivs, interval_verdict(rule))
     numbers = f"{top['variant']} (ppl {top['ours']['wiki2_ppl']:.2f}) / each other compressed row: {detail}{note}"
     paper = min((p for p in (_paper_ratio(tab, top["variant"], o) for o in others) if p), default=None,
                 key=lambda p: abs(math.log(p)))
@@ -378,22 +439,17 @@ def _decide_lowest(tab, top: dict, others: list[str]) -> tuple:
              for o, iv in zip(others, ivs)], kl)
 
 
-def _decide_ppl_pair(tab, a: str, b: str) -> tuple:
+def _decide_ppl_pair(tab, a: str, b: str, rule: str = "lower") -> tuple:
     if identical_variants(tab, a, b):
         return IDENTICAL, _identical_text(a, b), "— (identical)"
     iv = ppl_ratio(tab, a, b)
     if iv is None:
         return "inconclusive", "no per-window results (rerun the evaluation)", "—"
     kl_text, kl = kl_reading(tab, [(a, b)])
-    verdict = seeds_verdict([iv], lower_verdict)
+    verdict = seeds_verdict([iv], interval_verdict(rule))
     paper = _paper_ratio(tab, a, b)
     numbers = _with_reach(verdict, f"ppl {a} / {b}: {ratio_text(iv)}", [iv], paper)
     return verdict, numbers + kl_text, sdd_ratio_text([iv]), [{**iv, "kind": "ppl ratio", "paper_ratio": paper}], kl
-
-
-def _direction_verdict(xs: list[dict[str, Any]]) -> str:
-    """"A is higher than B" on one interval of A − B: holds above 0, fails below, else inconclusive."""
-    return {1: "holds", -1: "fails", 0: "inconclusive"}[stats.direction(xs[0])]
 
 
 def paper_accuracy_effect(row_a: dict[str, Any] | None, row_b: dict[str, Any] | None) -> float | None:
@@ -430,8 +486,10 @@ def excluded_text(lo: float, hi: float, paper: float | None, unit: str = "points
     return f"{text} ({where.format(scale * paper)})"
 
 
-def _decide_zeroshot_pair(tab, a: str, b: str, rows: tuple[dict | None, dict | None] = (None, None)) -> tuple:
-    """"a beats b zero-shot", decided on the paired correct-choice margin (:func:`zeroshot_pair`); the accuracy
+def _decide_zeroshot_pair(tab, a: str, b: str, rows: tuple[dict | None, dict | None] = (None, None),
+                          rule: str = "higher") -> tuple:
+    """"a beats b zero-shot", decided on the paired correct-choice margin (:func:`zeroshot_pair`) by direction rule
+    ``rule`` ("higher": holds when the interval of a − b lies above 0); the accuracy
     difference is shown beside the paper's (``rows``: the two table rows, for their paper numbers) with the
     documents this construction would need to resolve the paper's effect at 80 % power
     (:func:`documents_needed`) and, when undecided, the largest accuracy difference the run excludes
@@ -440,7 +498,7 @@ def _decide_zeroshot_pair(tab, a: str, b: str, rows: tuple[dict | None, dict | N
     if z is None:
         return "inconclusive", "no per-document results (rerun the evaluation)", "—"
     m, acc = z["margin"], z["acc"]
-    verdict = seeds_verdict([m], _direction_verdict)
+    verdict = seeds_verdict([m], interval_verdict(rule, 0.0))
     seeds = "/".join(map(str, m["seeds"]))
     effect = paper_accuracy_effect(*rows)
     need = documents_needed(m["n"], (acc["window_hi"] - acc["window_lo"]) / 2.0, effect)
@@ -469,62 +527,149 @@ def _decide_zeroshot_pair(tab, a: str, b: str, rows: tuple[dict | None, dict | N
              {**acc, "pair": [a, b], "kind": "accuracy difference", "paper_difference": effect}])
 
 
+@dataclasses.dataclass(frozen=True)
+class RunResults:
+    """What a run's claims are decided on: the Figure 3 / 4 data (``fig3``, ``fig4``), the table JSONs (with the
+    pooled spreads of :func:`caldera.experiments.report.realization_pool.attach_pools`), the entries decided by
+    the job that wrote them (``given``), Table 6's and Table 5's JSONs (None: not in this run)."""
+
+    fig3: dict[str, Any]
+    fig4: dict[str, Any]
+    tables: dict[str, dict[str, Any]]
+    given: list[dict[str, Any]]
+    throughput: dict[str, Any] | None
+    lora: dict[str, Any] | None
+
+    @property
+    def zero_shot_tables(self) -> dict[str, dict[str, Any]]:
+        """The tables without the RHT fine-tuning tables (those are Tables 3-4's claims alone)."""
+        return {k: t for k, t in self.tables.items() if k not in RHTFT_TABLES}
+
+
+def _line(entry: ClaimEntry, verdict: str, numbers: str, sdd: str = "— (deterministic)") -> dict[str, Any]:
+    return {"claim": entry.claim, "source": entry.source, "verdict": verdict, "numbers": numbers, "sdd": sdd}
+
+
+def _not_measured(kind: str) -> dict[str, Any]:
+    claim, source = UNMEASURED[kind]
+    return {"claim": claim, "source": source, "verdict": NOT_MEASURED, "numbers": "—",
+            "sdd": "—"}
+
+
+def decide_figure3(group: list[ClaimEntry], run: RunResults) -> list[dict[str, Any]]:
+    """Each Figure 3 comparison: the final errors of its two runs on every matrix×rank pair both have, by the
+    entry's relation, counted by its rule."""
+    out = []
+    for e in group:
+        k, n, detail = _pairwise(run.fig3["curves"], *e.compares, RELATIONS[e.relation])
+        out.append(_line(e, count_verdict(e.rule, k, n), f"{k}/{n} matrix×rank pairs; " + "; ".join(detail)))
+    return out
+
+
+def decide_convergence(group: list[ClaimEntry], run: RunResults) -> list[dict[str, Any]]:
+    """The errors at outer iteration 2 of the entry's two runs (the first with the Hessian update) on every
+    matrix×rank pair both have, by its relation, counted by its rule; the first three iterates shown."""
+    out = []
+    for e in group:
+        H, P = (_by(run.fig3["curves"], m) for m in e.compares)
+        keys = sorted(set(H) & set(P))
+        two = keys and len(H[keys[0]]["errors"]) > 1
+        faster = [k for k in keys if RELATIONS[e.relation](H[k]["errors"][1], P[k]["errors"][1])] if two else []
+        numbers = f"{len(faster)}/{len(keys)} pairs; " + "; ".join(
+            f"{k[0]}@{k[1]}: {', '.join(f'{x:.4f}' for x in H[k]['errors'][:3])} vs "
+            f"{', '.join(f'{x:.4f}' for x in P[k]['errors'][:3])}" for k in keys)
+        out.append(_line(e, count_verdict(e.rule, len(faster), len(keys)), numbers))
+    return out
+
+
+def decide_figure4(group: list[ClaimEntry], run: RunResults) -> list[dict[str, Any]]:
+    """Each LPLRFactorize curve of Figure 4: is its lowest error after the first iterate below the first? Counted
+    by the entry's rule."""
+    curves = run.fig4["curves"]
+    lower = [c for c in curves if min(c["errors"][1:] or [float("inf")]) < c["errors"][0]]
+    return [_line(e, count_verdict(e.rule, len(lower), len(curves)), "; ".join(
+        f"{c['matrix']} k={c['rank']}: {c['errors'][0]:.4f} → {min(c['errors']):.4f}" for c in curves))
+        for e in group]
+
+
+def decide_given(group: list[ClaimEntry], run: RunResults) -> list[dict[str, Any]]:
+    """The entries the workflow decided before (``extra``: the compression summaries' matrix-level claim), each
+    validated."""
+    return [_validated_extra(e) for e in run.given]
+
+
+def decide_table_rows(group: list[ClaimEntry], run: RunResults) -> list[dict[str, Any]]:
+    """The claims on the zero-shot tables' rows (:func:`table_claims`)."""
+    return table_claims(run.zero_shot_tables, group)
+
+
+def decide_extra_methods(group: list[ClaimEntry], run: RunResults) -> list[dict[str, Any]]:
+    """Each ``extra_methods`` row at the nearest bits (:func:`extra_method_claims`)."""
+    return [c for e in group for c in extra_method_claims(run.zero_shot_tables, e.rule)]
+
+
+def decide_families(group: list[ClaimEntry], run: RunResults) -> list[dict[str, Any]]:
+    """The second model family's loss against the first's (:func:`degradation`)."""
+    out = []
+    for e in group:
+        family = degradation(run.tables, e.rule)
+        out.append(_line(e, family["verdict"], family["numbers"], family.get("sdd", "—")))
+    return out
+
+
+def decide_rhtft(group: list[ClaimEntry], run: RunResults) -> list[dict[str, Any]]:
+    """Tables 3-4 (:func:`caldera.experiments.report.finetune_claims.rhtft_claims`), or not measured without a measured
+    fine-tuned row."""
+    out = [c for e in group for c in rhtft_claims(run.tables, e.rule)]
+    return out or [_not_measured(RHTFT)]
+
+
+def decide_lora(group: list[ClaimEntry], run: RunResults) -> list[dict[str, Any]]:
+    """Table 5 (:func:`caldera.experiments.report.finetune_claims.lora_claims`), or not measured without its JSON."""
+    return lora_claims(run.lora, run.tables) if run.lora is not None else [_not_measured(LORA)]
+
+
+def decide_throughput(group: list[ClaimEntry], run: RunResults) -> list[dict[str, Any]]:
+    """Table 6's orderings (:func:`caldera.experiments.report.table6.throughput_claims`), or one not-measured line
+    without its JSON."""
+    if run.throughput is None:
+        return [_not_measured(THROUGHPUT)]
+    from caldera.experiments.report.table6 import throughput_claims
+
+    return throughput_claims(run.throughput, group)
+
+
+#: how each kind of entry is decided: (its entries, in registry order; the run's results) → claims.md entries
+DECIDERS: dict[str, Callable[[list[ClaimEntry], RunResults], list[dict[str, Any]]]] = {
+    FIGURE3: decide_figure3,
+    CONVERGENCE: decide_convergence,
+    FIGURE4: decide_figure4,
+    GIVEN: decide_given,
+    TABLE: decide_table_rows,
+    EXTRA_METHODS: decide_extra_methods,
+    FAMILIES: decide_families,
+    RHTFT: decide_rhtft,
+    LORA: decide_lora,
+    THROUGHPUT: decide_throughput,
+}
+
+
 def check(fig3: dict[str, Any], fig4: dict[str, Any], tables: dict[str, dict[str, Any]],
           extra: list[dict[str, Any]] | None = None, throughput: dict[str, Any] | None = None,
-          lora: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Every claim as ``{"claim", "source", "verdict", "numbers", "sdd"}`` (``sdd``: smallest detectable
-    difference of an evaluation comparison, "—" for deterministic matrix-level numbers). ``extra`` entries of
-    the same form (``sdd`` optional) are validated and appended after the matrix-level claims. ``throughput``:
-    the Table 6 JSON (:func:`caldera.experiments.report.table6.build_throughput_table`) for its ordering claims."""
+          lora: dict[str, Any] | None = None, registry: tuple[ClaimEntry, ...] = REGISTRY) -> list[dict[str, Any]]:
+    """Every claim of ``registry`` as ``{"claim", "source", "verdict", "numbers", "sdd"}`` (``sdd``: smallest
+    detectable difference of an evaluation comparison, "—" for deterministic matrix-level numbers), in registry
+    order: each run of consecutive entries of one kind is decided together by that kind's :data:`DECIDERS`
+    function. ``extra`` entries of the same form (``sdd`` optional) are the "given" entries: validated and listed
+    where the registry places them. ``throughput``: the Table 6 JSON
+    (:func:`caldera.experiments.report.table6.build_throughput_table`); ``lora``: Table 5's
+    (:mod:`caldera.experiments.report.table5`)."""
     from caldera.experiments.report.realization_pool import attach_pools
 
-    tables = attach_pools(tables)
+    run = RunResults(fig3, fig4, attach_pools(tables), list(extra or []), throughput, lora)
     out: list[dict[str, Any]] = []
-
-    def add(claim: str, source: str, verdict: str, numbers: str, sdd: str = "— (deterministic)") -> None:
-        out.append({"claim": claim, "source": source, "verdict": verdict, "numbers": numbers, "sdd": sdd})
-
-    curves = fig3["curves"]
-    for claim, a, b, pred, need in ABLATION_CLAIMS:
-        k, n, detail = _pairwise(curves, a, b, pred)
-        add(claim, "App. G.1 / Fig. 3", pairs_verdict(k, n, need), f"{k}/{n} matrix×rank pairs; " + "; ".join(detail))
-
-    H, P = _by(curves, "16bit-hessian-update"), _by(curves, "16bit-factors")
-    keys = sorted(set(H) & set(P))
-    two = keys and len(H[keys[0]]["errors"]) > 1
-    faster = [k for k in keys if H[k]["errors"][1] < P[k]["errors"][1]] if two else []
-    add("Hessian update speeds convergence (lower error at outer iteration 2)", "App. E.2 / G.1",
-        "holds" if keys and len(faster) > len(keys) / 2 else "fails",
-        f"{len(faster)}/{len(keys)} pairs; " + "; ".join(
-            f"{k[0]}@{k[1]}: {', '.join(f'{e:.4f}' for e in H[k]['errors'][:3])} vs "
-            f"{', '.join(f'{e:.4f}' for e in P[k]['errors'][:3])}" for k in keys))
-    lower = [c for c in fig4["curves"] if min(c["errors"][1:] or [float("inf")]) < c["errors"][0]]
-    add(LPLR_CLAIM, "App. G.1 / Fig. 4",
-        "holds" if fig4["curves"] and len(lower) == len(fig4["curves"]) else "fails",
-        "; ".join(f"{c['matrix']} k={c['rank']}: {c['errors'][0]:.4f} → {min(c['errors']):.4f}"
-                  for c in fig4["curves"]))
-    for e in extra or []:
-        out.append(_validated_extra(e))
-
-    out += table_claims({k: t for k, t in tables.items() if k not in RHTFT_TABLES})
-    out += extra_method_claims({k: t for k, t in tables.items() if k not in RHTFT_TABLES})
-    family = degradation(tables)
-    add("LLaMa-3 degrades more than LLaMa-2 under compression (second model family)", "§5.1, Tables 1–2",
-        family["verdict"], family["numbers"], family.get("sdd", "—"))
-    ft = rhtft_claims(tables)
-    out += ft
-    if not ft:  # no RHT-FT table (or none of its rows) in this run
-        add(RHTFT_CLAIM, "Tables 3–4", NOT_MEASURED, "—", "—")
-    if lora is not None:  # Table 5's JSON (caldera.experiments.report.table5)
-        out += lora_claims(lora, tables)
-    else:
-        add(LORA_CLAIM, "Table 5", NOT_MEASURED, "—", "—")
-    if throughput is None:
-        add("Throughput ordering: QuIP# > CALDERA 16-bit > CALDERA 4-bit > dense", "Table 6", NOT_MEASURED, "—", "—")
-    else:
-        from caldera.experiments.report.table6 import throughput_claims
-
-        out += throughput_claims(throughput)
+    for kind, group in itertools.groupby(registry, key=lambda e: e.kind):
+        out += DECIDERS[kind](list(group), run)
     return out
 
 
@@ -565,13 +710,15 @@ def jsonable(claims: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def write_claims(fig3_json: str, fig4_json: str, table_jsons: list[str], out_md: str, out_json: str,
                  extra: list[dict[str, Any]] | None = None, selection_json: str | None = None,
                  throughput_json: str | None = None, lora_json: str | None = None, spread_md: str | None = None,
-                 spread_json: str | None = None) -> list:
+                 spread_json: str | None = None, declared: Sequence[Any] = ()) -> list:
     """``claims.md`` / ``claims.json`` from the figure and table JSONs; ``extra``: more claim entries (dicts with
     ``claim``, ``source``, ``verdict``, ``numbers`` and optionally ``sdd``), listed after the matrix-level ones.
     ``selection_json``: the selection rule's output; each failing Figure 3/4 claim that it re-measured under the
     selected configuration then says whether the failure survives that choice
     (:func:`caldera.experiments.report.selection_report.configuration_notes`). ``throughput_json``: Table 6's JSON (its
-    ordering claims, :func:`caldera.experiments.report.table6.throughput_claims`)."""
+    ordering claims, :func:`caldera.experiments.report.table6.throughput_claims`). ``declared``: the claims the
+    run's config declares (:func:`caldera.experiments.planning.settings.declared_claims`), stated after the
+    registry's (:func:`caldera.experiments.report.claim_registry.declared_entry`)."""
     from caldera.atomic import write_json
 
     fig3 = json.loads(Path(fig3_json).read_text())
@@ -579,7 +726,8 @@ def write_claims(fig3_json: str, fig4_json: str, table_jsons: list[str], out_md:
     tables = {Path(p).stem: json.loads(Path(p).read_text()) for p in table_jsons}
     throughput = json.loads(Path(throughput_json).read_text()) if throughput_json else None
     lora = json.loads(Path(lora_json).read_text()) if lora_json else None
-    claims = check(fig3, fig4, tables, extra=extra, throughput=throughput, lora=lora)
+    registry = (*REGISTRY, *(declared_entry(c) for c in declared))
+    claims = check(fig3, fig4, tables, extra=extra, throughput=throughput, lora=lora, registry=registry)
     if selection_json is not None:
         from caldera.experiments.report.selection_report import configuration_notes
 

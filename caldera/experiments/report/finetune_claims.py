@@ -8,9 +8,11 @@ from typing import Any
 
 from caldera import stats
 from caldera.experiments.planning.plan import RHTFT_TABLES
+from caldera.experiments.report.claim_registry import LORA, LORA_CLAIM, RHTFT_CLAIM, the
+from caldera.experiments.report.claim_rules import recovery_verdict
 from caldera.experiments.report.tables import derived_ratio
 from caldera.experiments.report.verdicts import (
-    lower_verdict,
+    interval_verdict,
     number_text,
     ratio_text,
     row_bits,
@@ -18,20 +20,7 @@ from caldera.experiments.report.verdicts import (
     seeds_verdict,
 )
 
-LORA_CLAIM = "LoRA fine-tuning recovers accuracy"
 LM_TASK_NAME = "wiki"
-
-
-def recovery_verdict(gains_vs_compressed: list[int], gains_vs_dense: list[int]) -> str:
-    """Table 5's claim from per-(row, task) directions (+1: the fine-tuned model is better with its paired 95 %
-    interval excluding no-difference, −1: worse likewise, 0: unresolved): **holds** when every comparison with
-    the un-fine-tuned compressed model is +1 and none with the dense model is −1; **fails** when any comparison
-    with either is −1; **inconclusive** otherwise (or with no comparisons)."""
-    if not gains_vs_compressed:
-        return "inconclusive"
-    if any(g < 0 for g in gains_vs_compressed) or any(g < 0 for g in gains_vs_dense):
-        return "fails"
-    return "holds" if all(g > 0 for g in gains_vs_compressed) else "inconclusive"
 
 
 #: Table 5's task → the paper's column of its score (Table 5 and the zero-shot Tables 1–4 name it alike)
@@ -92,7 +81,8 @@ def _lora_pair(task: str, ft: dict[str, Any], base: dict[str, Any] | None) -> tu
 def lora_claim(table5: dict[str, Any], method: str = "CALDERA",
                zero_shot: dict[tuple, dict[str, Any]] | None = None) -> dict[str, Any]:
     """"LoRA recovers accuracy" on Table 5's measured rows of paper method ``method`` (CALDERA, or LoftQ: this
-    project's loftq method fine-tuned the same way) (:func:`recovery_verdict`): the best-on-held-out fine-tuned
+    project's loftq method fine-tuned the same way) (rule "recovers",
+    :func:`caldera.experiments.report.claim_rules.recovery_verdict`): the best-on-held-out fine-tuned
     model against the row's un-fine-tuned model (every task) and against the dense model (RTE, Winogrande; Wiki2
     perplexity vs dense is shown only), paired on the same evaluation windows / documents (accuracy: the
     fine-tuned classifier vs zero-shot log-likelihood choice, as the paper compares Table 5 with Tables 1–2).
@@ -125,13 +115,14 @@ def lora_claim(table5: dict[str, Any], method: str = "CALDERA",
                 sdds.append(f"{task} vs {name}: ±{r[2]:.3f}")
     verdict = recovery_verdict(vs_c, vs_d)
     name = LORA_CLAIM + ("" if method == "CALDERA" else f", {method} (this project's method) rows")
+    source = the(LORA).source
     if not vs_c:
-        return {"claim": name, "source": "Table 5", "verdict": "not testable at this scale",
+        return {"claim": name, "source": source, "verdict": "not testable at this scale",
                 "numbers": f"no measured {method} row with un-fine-tuned results", "sdd": "—"}
     # each fine-tuned model is derived from one compression realization and scored on the same windows / documents
     # as that realization: the comparison is the fine-tuning's effect on the model it changed (paired on it), so
     # the windows / documents decide; its effect on other realizations is not measured (said in the numbers)
-    return {"claim": name + " (vs the un-fine-tuned compressed and the dense model)", "source": "Table 5",
+    return {"claim": name + " (vs the un-fine-tuned compressed and the dense model)", "source": source,
             "verdict": verdict, "numbers": "on the realization each row fine-tuned (same model before and after, "
             "same windows / documents; other realizations not fine-tuned): " + "; ".join(parts),
             "sdd": ", ".join(dict.fromkeys(sdds)) + " (windows / documents, one realization)"}
@@ -149,21 +140,19 @@ def lora_claims(table5: dict[str, Any], tables: dict[str, dict[str, Any]] | None
     return out
 
 
-RHTFT_CLAIM = "RHT fine-tuning lowers perplexity"
-
-
 def _paper_ft_ratio(paper: dict[str, Any]) -> float | None:
     """The paper's Wiki2 perplexity after / before RHT fine-tuning of a row, or None."""
     after, before = paper.get("wiki2_ppl"), paper.get("wiki2_ppl_no_ft")
     return after / before if after and before else None
 
 
-def rhtft_claims(tables: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def rhtft_claims(tables: dict[str, dict[str, Any]], rule: str = "lower") -> list[dict[str, Any]]:
     """§5.2 "perplexities are substantially lower than without the fine-tuning of RHT parameters", one claim per
     fine-tuned row of the RHT-FT tables (Tables 3–4) in ``tables``: the paired 95 % interval of Wiki2 perplexity
     after / before fine-tuning on the realization it started from (:func:`derived_ratio`: the fine-tuned variant
-    against its ``base_variant``'s realization of the same seed, on the same windows) decides
-    (:func:`lower_verdict`: holds when the interval lies below 1, fails when above, else inconclusive); the C4
+    against its ``base_variant``'s realization of the same seed, on the same windows) decides by direction rule
+    ``rule`` (:func:`caldera.experiments.report.verdicts.interval_verdict`; "lower": holds when the interval lies
+    below 1, fails when above, else inconclusive); the C4
     stand-in's ratio is shown beside it. Empty when no RHT-FT table has a measured row."""
     out = []
     for name in (t for t in RHTFT_TABLES if t in tables):
@@ -188,7 +177,7 @@ def rhtft_claims(tables: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
                 numbers += f"; C4 stand-in (not deciding): {ratio_text(c)} ({c['n']} windows)"
             numbers += ("; one fine-tuned realization: its effect on the base's other realizations is not "
                         "measured")
-            out.append({"claim": RHTFT_CLAIM, "source": src, "verdict": seeds_verdict([iv], lower_verdict),
+            out.append({"claim": RHTFT_CLAIM, "source": src, "verdict": seeds_verdict([iv], interval_verdict(rule)),
                         "numbers": numbers, "sdd": sdd_ratio_text([iv]),
                         "intervals": [{**iv, "kind": "ppl ratio", "paper_ratio": _paper_ft_ratio(paper)}]})
     return out

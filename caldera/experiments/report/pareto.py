@@ -92,7 +92,7 @@ def plot_pareto(tables: Mapping[str, dict[str, Any]], out_png: str, out_pdf: str
     import matplotlib.pyplot as plt
 
     from caldera.experiments.report.corpora import corpus_name
-    from caldera.experiments.report.plots import PAPER_MODEL_NAMES, _save
+    from caldera.experiments.report.plots import PAPER_MODEL_NAMES, save_figure
     from caldera.experiments.report.verdict_page import log_ticks
 
     data = pareto_points(tables)
@@ -158,7 +158,7 @@ def plot_pareto(tables: Mapping[str, dict[str, Any]], out_png: str, out_pdf: str
     text = corpus_name(corpus) if corpus else "the tables' Wiki2 column"
     fig.suptitle(f"Perplexity against bits per weight: every method of this run on each stand-in ({text}), and "
                  "the paper's own points (WikiText-2)", fontsize=10)
-    _save(fig, out_png, out_pdf)
+    save_figure(fig, out_png, out_pdf)
     plt.close(fig)
     return data
 

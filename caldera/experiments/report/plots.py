@@ -14,7 +14,8 @@ from caldera.pipeline.linears import SHORT_NAMES
 _NO_DATE = {"pdf": {"CreationDate": None}, "svg": {"Date": None}, "png": {}}
 
 
-def _save(fig, out_png: str, out_pdf: str) -> None:
+def save_figure(fig, out_png: str, out_pdf: str) -> None:
+    """``fig`` as PNG and PDF, each written atomically, with no creation date (the same figure, the same bytes)."""
     for path in (out_png, out_pdf):
         fmt = Path(path).suffix.lstrip(".")
         with atomic_path(path) as tmp:
@@ -34,7 +35,7 @@ def plot_figure1(data: dict[str, Any], out_png: str, out_pdf: str, model_labels:
     ax.set(xlabel="singular value index i", ylabel="σ_i / σ_1 (mean over layers)",
            title=f"Figure 1: decaying spectra — {data['label']}")
     ax.legend(fontsize=8)
-    _save(fig, out_png, out_pdf)
+    save_figure(fig, out_png, out_pdf)
     plt.close(fig)
 
 
@@ -94,7 +95,7 @@ def plot_figure3(data: dict[str, Any], out_png: str, out_pdf: str, model_labels:
     title = _model_title(data, model_labels, paper_model)
     fig.suptitle(f"Figure 3: relative data-aware error per outer iteration — {title}",
                  fontsize=10)
-    _save(fig, out_png, out_pdf)
+    save_figure(fig, out_png, out_pdf)
     plt.close(fig)
 
 
@@ -128,7 +129,7 @@ def plot_figure4(data: dict[str, Any], out_png: str, out_pdf: str, model_labels:
     title = _model_title(data, model_labels, paper_model)
     fig.suptitle(f"Figure 4: LPLRFactorize (4-bit factors, RHT) per inner iteration — {title}",
                  fontsize=10)
-    _save(fig, out_png, out_pdf)
+    save_figure(fig, out_png, out_pdf)
     plt.close(fig)
 
 
@@ -171,7 +172,7 @@ def plot_rank_allocation(allocations: dict[str, dict[str, Any]], out_png: str, o
         fig.colorbar(im, ax=ax, label="rank k_i", shrink=0.9)
     fig.suptitle("Rank per matrix at the bits of uniform rank (caldera-rank-per-layer), chosen on calibration data",
                  fontsize=10)
-    _save(fig, out_png, out_pdf)
+    save_figure(fig, out_png, out_pdf)
     plt.close(fig)
 
 

@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from caldera.experiments.planning.selection_plan import matrix_claim_variants
+from caldera.experiments.report.claim_registry import FIGURE3, FIGURE4, GIVEN, entries, the
+from caldera.experiments.report.claim_rules import RELATIONS, count_verdict
 
 
 def _choice_label(choice: Mapping[str, Any]) -> str:
@@ -20,25 +22,26 @@ def _choice_label(choice: Mapping[str, Any]) -> str:
 
 
 def ablation_claims(pairs: Sequence[dict[str, Any]], choice: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Claim entries {"claim", "source", "verdict", "numbers"} of the Figure 3 comparisons measured under the
+    """Claim entries {"claim", "source", "verdict", "numbers"} of the registry's Figure 3 comparisons and its Figure
+    4 claim (:mod:`caldera.experiments.report.claim_registry`, each by its relation and rule) measured under the
     selected configuration (``pairs`` as :func:`ablation_comparisons` returns them)."""
     label = _choice_label(choice)
     out = []
-    from caldera.experiments.report.claim_definitions import ABLATION_CLAIMS, LPLR_CLAIM, pairs_verdict
-
-    for claim, a, b, pred, need in ABLATION_CLAIMS:
+    for e in entries(FIGURE3):
+        a, b = e.compares
         if any(a not in p["errors"] for p in pairs):
             continue  # a comparison the selection does not re-run (no-RHT)
-        ok = [p for p in pairs if pred(p["errors"][a], p["errors"][b])]
+        ok = [p for p in pairs if RELATIONS[e.relation](p["errors"][a], p["errors"][b])]
         detail = "; ".join(f"{p['matrix']}@{p['paper_rank']}: {p['errors'][a]:.4f} vs {p['errors'][b]:.4f}"
                            for p in pairs)
-        out.append({"claim": claim, "source": "App. G.1 / Fig. 3 (selected configuration)",
-                    "verdict": pairs_verdict(len(ok), len(pairs), need),
+        out.append({"claim": e.claim, "source": f"{e.source} (selected configuration)",
+                    "verdict": count_verdict(e.rule, len(ok), len(pairs)),
                     "numbers": f"{len(ok)}/{len(pairs)} matrix×rank pairs with {label}; {detail}"})
     steps = [(p, i, errs) for p in pairs for i, errs in enumerate(p["lplr"])]
     lower = [s for s in steps if len(s[2]) > 1 and min(s[2][1:]) < s[2][0]]
-    out.append({"claim": LPLR_CLAIM, "source": "App. G.1 / Fig. 4 (inside CALDERA, selected configuration)",
-                "verdict": "holds" if steps and len(lower) == len(steps) else "fails",
+    lplr = the(FIGURE4)
+    out.append({"claim": lplr.claim, "source": "App. G.1 / Fig. 4 (inside CALDERA, selected configuration)",
+                "verdict": count_verdict(lplr.rule, len(lower), len(steps)),
                 "numbers": f"{len(lower)}/{len(steps)} LPLR calls of the 4-bit runs lowered the error below their "
                            f"initialization; " + "; ".join(
                                f"{p['matrix']}@{p['paper_rank']} outer {i}: {e[0]:.5f} → {min(e):.5f}"
@@ -170,6 +173,7 @@ def matrix_level_claims(variants: Mapping[str, Any], labels: Mapping[str, str],
     (:func:`matrix_claim_variants`); ``labels``: each model's label (:meth:`RunContext.labels`); ``summaries``:
     variant id → loaded ``compressed/<id>/summary.json``. Holds when every matrix of every CALDERA variant is
     below QuIP#."""
+    claim = the(GIVEN)
     out = []
     for model in sorted({v.model for v in variants.values()}):
         quip = [v for v in variants.values() if v.model == model and v.method == "quip#"]
@@ -193,9 +197,8 @@ def matrix_level_claims(variants: Mapping[str, Any], labels: Mapping[str, str],
             all_below &= below == len(keys)
             parts.append(f"k={v.rank} {v.b_lr}-bit: {below}/{len(keys)} below, geo-mean ratio {geo_mean(ratios):.3f} "
                          f"(worst {max(ratios):.3f})")
-        out.append({"claim": f"CALDERA's calibration data-aware error below QuIP#'s for every compressed matrix "
-                             f"[{labels[model]}]",
-                    "source": "§5 / App. G.1 (compression logs)", "verdict": "holds" if all_below else "fails",
+        out.append({"claim": f"{claim.claim} [{labels[model]}]",
+                    "source": claim.source, "verdict": "holds" if all_below else "fails",
                     "numbers": "CALDERA error / QuIP# error per matrix: " + "; ".join(parts)})
     return out
 

@@ -23,6 +23,8 @@ from caldera.experiments.planning.throughput_rows import (
     throughput_rows,
     throughput_settings,
 )
+from caldera.experiments.report.claim_registry import THROUGHPUT, ClaimEntry, Side, entries
+from caldera.experiments.report.claim_rules import direction_verdict
 from caldera.experiments.report.table_render import ARROW, HASH, render_table_texts
 
 #: the confidence level of a pair's interval
@@ -217,28 +219,21 @@ def write_throughput_table(results_dir: str, plan: ThroughputTablePlan, out_md: 
     return tab
 
 
-#: Table 6's ordering claims: (claim, rows of A, rows of B, A claimed faster than B). A and B are rows of the same
-#: paper model (the 7B block; the 70B rows map to the same stand-in variants at this scale).
-THROUGHPUT_CLAIMS = (
-    ("Compressed models generate faster than the uncompressed one (every CALDERA and QuIP# row vs dense)",
-     lambda r: r["paper_method"] in ("CALDERA", "QuIP#"), lambda r: r["paper_method"] == "Uncompressed"),
-    ("CALDERA generates slower than QuIP# (QuIP# faster than every CALDERA row)",
-     lambda r: r["paper_method"] == "QuIP#", lambda r: r["paper_method"] == "CALDERA"),
-    ("16-bit factors generate faster than 4-bit factors (CALDERA rank 64 B_LR 16 vs every 4-bit row)",
-     lambda r: r["paper_method"] == "CALDERA" and r["b_lr"] == 16,
-     lambda r: r["paper_method"] == "CALDERA" and r["b_lr"] == 4),
-)
+def _takes(side: Side, r: dict[str, Any]) -> bool:
+    """Does ``side`` take Table 6 row ``r`` (its paper method, B_LR and paper rank)?"""
+    return side.matches(r["paper_method"], "—" if r.get("b_lr") is None else str(r["b_lr"]), r.get("paper_rank"))
 
 
-def claim_pairs(tab: dict[str, Any], is_fast, is_slow) -> list[dict[str, Any]]:
-    """The variant pairs (A claimed faster than B) of one claim: a measured row of A and a measured row of B of
-    the same paper model, mapped to two different variants; each pair once, with the paper's tokens/s ratio of
-    every paper model that gives it (``paper``: ``[(paper model, ratio)]``, empty where the paper has no figure
-    for a side, as the 70B OOM)."""
+def claim_pairs(tab: dict[str, Any], fast: Side, slow: Side) -> list[dict[str, Any]]:
+    """The variant pairs (A claimed faster than B) of one claim: a measured row of side A (``fast``) and a measured
+    row of side B (``slow``) of the same paper model (the 7B block; the 70B rows map to the same stand-in variants
+    at this scale), mapped to two different variants; each pair once, with the paper's tokens/s ratio of every
+    paper model that gives it (``paper``: ``[(paper model, ratio)]``, empty where the paper has no figure for a
+    side, as the 70B OOM)."""
     rows = [r for r in tab["rows"] if r["variant"] in tab["measured"]]
     pairs: dict[tuple[str, str], list] = {}
-    for fa in (r for r in rows if is_fast(r)):
-        for sl in (r for r in rows if is_slow(r) and r["paper_model"] == fa["paper_model"]):
+    for fa in (r for r in rows if _takes(fast, r)):
+        for sl in (r for r in rows if _takes(slow, r) and r["paper_model"] == fa["paper_model"]):
             if fa["variant"] == sl["variant"]:
                 continue
             paper = pairs.setdefault((fa["variant"], sl["variant"]), [])
@@ -251,7 +246,8 @@ def _paper_text(paper: list) -> str:
     return "paper " + (", ".join(f"×{x:.2f} ({m})" for m, x in dict.fromkeys(paper)) if paper else "—")
 
 
-def _decide(tab: dict[str, Any], pairs: list[dict[str, Any]], proto: str) -> tuple[str, list[str], list[dict]]:
+def _decide(tab: dict[str, Any], pairs: list[dict[str, Any]], proto: str,
+            rule: str) -> tuple[str, list[str], list[dict]]:
     if not pairs:
         return "not testable at this scale", [], []
     detail, comps = [], []
@@ -264,27 +260,26 @@ def _decide(tab: dict[str, Any], pairs: list[dict[str, Any]], proto: str) -> tup
         comps.append(c)
         word = {1: "faster", -1: "slower", 0: f"undecided, resolves ×{c['resolvable']:.2f}"}[c["direction"]]
         detail.append(f"{p['a']} / {p['b']}: {ratio_text(c)} ({word}; {_paper_text(p['paper'])})")
-    dirs = [c["direction"] for c in comps]
-    verdict = "holds" if all(d > 0 for d in dirs) else "fails" if any(d < 0 for d in dirs) else "inconclusive"
-    return verdict, detail, comps
+    return direction_verdict(rule, [c["direction"] for c in comps]), detail, comps
 
 
-def throughput_claims(tab: dict[str, Any]) -> list[dict[str, Any]]:
-    """Table 6's three ordering claims on the interleaved rounds (``tab``: :func:`build_throughput_table`).
+def throughput_claims(tab: dict[str, Any], group: list[ClaimEntry] | None = None) -> list[dict[str, Any]]:
+    """Table 6's ordering claims (``group``: their entries, default the registry's three) on the interleaved rounds
+    (``tab``: :func:`build_throughput_table`).
 
     Per pair of variants (A claimed faster than B, :func:`claim_pairs`): the 95 % paired interval of the
     per-round log ratio of their tokens/s (:func:`compare_rounds`), faster when it lies above 0, slower when
-    below, undecided otherwise, shown beside the paper's ratio for the same rows. A claim **holds** when every
-    pair is faster, **fails** when any pair is slower (each pair's interval at 95 %, no correction for the
-    claim's several pairs), and is **inconclusive** otherwise; then each undecided pair states the smallest ratio
-    its interval could have resolved, next to the paper's. Decided on the paper's protocol (single-token
-    forward), with the KV-cache decoding verdict beside it. **not testable at this scale** when this run has no
-    measured variant on one side.
+    below, undecided otherwise, shown beside the paper's ratio for the same rows. By the entries' rule "higher"
+    a claim **holds** when every pair is faster, **fails** when any pair is slower (each pair's interval at 95 %,
+    no correction for the claim's several pairs), and is **inconclusive** otherwise; then each undecided pair
+    states the smallest ratio its interval could have resolved, next to the paper's. Decided on the paper's
+    protocol (single-token forward), with the KV-cache decoding verdict beside it. **not testable at this scale**
+    when this run has no measured variant on one side.
     """
     out = []
-    for claim, is_fast, is_slow in THROUGHPUT_CLAIMS:
-        pairs = claim_pairs(tab, is_fast, is_slow)
-        verdicts = {p: _decide(tab, pairs, p) for p in PROTOCOLS}
+    for e in entries(THROUGHPUT) if group is None else group:
+        pairs = claim_pairs(tab, *e.compares)
+        verdicts = {p: _decide(tab, pairs, p, e.rule) for p in PROTOCOLS}
         verdict, _, comps = verdicts[PROTOCOLS[0]]
         if verdict == "not testable at this scale":
             numbers = "no measured variant on one side of the comparison in this config"
@@ -298,5 +293,5 @@ def throughput_claims(tab: dict[str, Any]) -> list[dict[str, Any]]:
             sdd = (f"×{min(res):.2f}–{max(res):.2f} (the ratio each pair's interval resolves: "
                    f"{'/'.join(map(str, n))} paired rounds, Student t); the paper's ratios: "
                    + (f"×{paper[0]:.2f}–{paper[-1]:.2f}" if paper else "—"))
-        out.append({"claim": claim, "source": "§5.4, Table 6", "verdict": verdict, "numbers": numbers, "sdd": sdd})
+        out.append({"claim": e.claim, "source": e.source, "verdict": verdict, "numbers": numbers, "sdd": sdd})
     return out

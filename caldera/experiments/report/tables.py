@@ -83,7 +83,7 @@ def _load(path: Path) -> Any:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def _bits_label(b: Any) -> int | float | str:
+def bits_label(b: Any) -> int | float | str:
     """B_LR as the paper prints it: 4 / 16 (the paper-table data hold floats), "—" where it has none."""
     if b in (None, "", "—"):
         return "—"
@@ -135,7 +135,7 @@ def stored_scheme(bits: dict[str, Any]) -> dict[str, Any]:
     if "rank" not in bits and "n_matrices_compressed" not in bits:
         return {"rank": "—", "b_lr": "—", "q_dense": False}
     rank = bits.get("rank", "per matrix")
-    b_lr = _bits_label(bits.get("b_lr")) if rank != 0 else "—"
+    b_lr = bits_label(bits.get("b_lr")) if rank != 0 else "—"
     dense = bits.get("dense_q_matrices")
     return {"rank": rank, "b_lr": b_lr,
             "q_dense": bool(dense) if dense is not None else float(bits.get("b_q") or 0) >= 16}
@@ -305,7 +305,7 @@ def build_table(results_dir: str | os.PathLike, plan: TablePlan) -> dict[str, An
                 meas["wiki2_ppl_no_ft"], meas["wiki2_ppl_no_ft_ci"] = before["wiki_ppl"], before["wiki_ppl_ci"]
                 extra = {"base_variant": base.id,
                          "rht_ft": _load(results_dir / "rhtft" / base.id / "rhtft.json")}
-        rank, b_lr = (v.rank if v else "—"), _bits_label((ref or {}).get("b_lr") if ref or not row.get("beside")
+        rank, b_lr = (v.rank if v else "—"), bits_label((ref or {}).get("b_lr") if ref or not row.get("beside")
                                                       else v.b_lr)
         label = ref["method_printed"] if ref else row["label"]
         if row.get("beside"):  # an extra method's row beside the uniform-rank CALDERA row it is compared with

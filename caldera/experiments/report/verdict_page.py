@@ -261,7 +261,7 @@ def plot_forest(claims: Sequence[dict[str, Any]], out_png: str, out_pdf: str) ->
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from caldera.experiments.report.plots import _save
+    from caldera.experiments.report.plots import save_figure
 
     rows = forest_rows(claims)
     panels = [k for k in PANELS if any(r["panel"] == k for r in rows)]
@@ -293,7 +293,7 @@ def plot_forest(claims: Sequence[dict[str, Any]], out_png: str, out_pdf: str) ->
                 plt.Line2D([], [], color="none", marker="D", mfc="none", mec="black", label="the paper's effect")]
     fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=7)
     fig.suptitle("Claims' 95 % intervals (#: the claims.md entry), against no difference (solid line)", fontsize=9)
-    _save(fig, out_png, out_pdf)
+    save_figure(fig, out_png, out_pdf)
     plt.close(fig)
     return rows
 

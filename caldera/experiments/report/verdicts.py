@@ -1,6 +1,7 @@
 """The verdict rules and number formats that every claim family shares (:mod:`caldera.experiments.report.claims`,
 :mod:`caldera.experiments.report.finetune_claims`): the verdict names, how an interval with an undetermined seed
-part is decided, "A is lower than B", and the text of a combined interval."""
+part is decided, a direction rule on intervals ("A is lower / higher than B"), and the text of a combined
+interval."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import math
 from typing import Any, Callable
 
 from caldera import stats
-from caldera.experiments.report.tables import _bits_label
+from caldera.experiments.report.claim_rules import direction_verdict
+from caldera.experiments.report.tables import bits_label
 
 #: A comparison whose windows alone resolve a direction, taken on one realization of a side whose family has no
 #: pooled spread in this run (:mod:`caldera.experiments.report.realization_pool`): not decided; ``replicates`` gives it
@@ -30,8 +32,8 @@ Z80 = 0.8416212335729143
 
 def row_bits(r: dict[str, Any]) -> str:
     """A row's B_LR as "4" / "16" whether the table wrote 4, 4.0, "4.0" or "—" (tables written before
-    :func:`caldera.experiments.report.tables._bits_label` normalised it hold floats)."""
-    return str(_bits_label(r["b_lr"]))
+    :func:`caldera.experiments.report.tables.bits_label` normalised it hold floats)."""
+    return str(bits_label(r["b_lr"]))
 
 
 def ratio_text(r: dict[str, Any]) -> str:
@@ -118,15 +120,21 @@ def seeds_verdict(intervals: list[dict[str, Any]], decide: Callable[[list[dict[s
     return "inconclusive" if decide([window_only(iv) for iv in intervals]) == "inconclusive" else NEEDS_SEEDS
 
 
+def interval_verdict(rule: str, null: float = 1.0) -> Callable[[list[dict[str, Any]]], str]:
+    """The decision of direction rule ``rule`` ("lower" or "higher",
+    :func:`caldera.experiments.report.claim_rules.direction_verdict`) on intervals of A/B (``null`` 1) or A − B
+    (``null`` 0), each read as its direction (:func:`caldera.stats.direction`)."""
+
+    def decide(intervals: list[dict[str, Any]]) -> str:
+        return direction_verdict(rule, [stats.direction(r, null) for r in intervals])
+
+    return decide
+
+
 def lower_verdict(intervals: list[dict[str, Any]], null: float = 1.0) -> str:
     """"A is lower than each B": holds when every interval of A/B (or A−B) lies below ``null``, fails when any
-    lies above it, otherwise inconclusive."""
-    dirs = [stats.direction(r, null) for r in intervals]
-    if dirs and all(d < 0 for d in dirs):
-        return "holds"
-    if any(d > 0 for d in dirs):
-        return "fails"
-    return "inconclusive"
+    lies above it, otherwise inconclusive (rule "lower" of :func:`interval_verdict`)."""
+    return interval_verdict("lower", null)(intervals)
 
 
 def number_text(x: Any) -> str:

@@ -321,6 +321,29 @@ def test_bad_rhtft_config_named(edit, words):
     assert words in str(e.value)
 
 
+CLAIM = {"claim": "x", "source": "Table 1", "table": "table1_llama2_zeroshot", "paper_model": "llama-2-7b",
+         "a": {"method": "CALDERA", "rank": 256, "b_lr": 4}, "b": {"method": "QuIP#", "rank": 64, "b_lr": 16},
+         "statistic": "wiki2_ppl", "rule": "lower"}
+
+
+@pytest.mark.parametrize("edit, words", [
+    ({"table": "table3_llama2_rhtft"}, "claims[0].table: 'table3_llama2_rhtft' is not a zero-shot table of this run"),
+    ({"paper_model": "llama-3-8b"}, "claims[0].paper_model: 'llama-3-8b' has no row in table1_llama2_zeroshot"),
+    ({"a": {"method": "CALDERA", "rank": 512, "b_lr": 4}}, "claims[0].a: {'method': 'CALDERA', 'rank': 512"),
+    ({"b": {"method": "QuIP#", "rank": 64, "b_lr": 4}}, "claims[0].b: {'method': 'QuIP#', 'rank': 64, 'b_lr': 4} is "
+                                                        "no row of table1_llama2_zeroshot [llama-2-7b]"),
+    ({"rule": "lowest"}, "claims[0].rule: expected one of ['lower', 'higher']"),
+])
+def test_a_claim_the_config_declares_names_rows_of_the_papers_table(edit, words):
+    cfg = load("mini")
+    cfg["claims"] = [CLAIM]
+    checked(cfg)  # the paper's 7B block of Table 1 has both rows
+    cfg["claims"] = [{**CLAIM, **edit}]
+    with pytest.raises(ValueError) as e:
+        check_config(cfg)
+    assert words in str(e.value)
+
+
 def test_replicates_realize_the_listed_variants_again_with_each_seed():
     from caldera.experiments.planning.plan import REPLICATE_SUFFIX, replicate_variants
 

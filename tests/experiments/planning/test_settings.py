@@ -18,6 +18,7 @@ import yaml
 from caldera.experiments.planning.plan import check_config
 from caldera.experiments.planning.settings import (
     BLOCKS,
+    ClaimSettings,
     EvalSettings,
     LoraFtSettings,
     ModelEntry,
@@ -26,6 +27,7 @@ from caldera.experiments.planning.settings import (
     Settings,
     ThroughputSettings,
     block_settings,
+    declared_claims,
 )
 from caldera.strict_yaml import load_yaml_strict
 
@@ -217,6 +219,32 @@ def test_schema_and_settings_accept_the_same_keys():
                    for n in _object_schemas(schema, schema["properties"][b]) if n.get("properties")}
     settings_keys = {tuple(sorted(c.keys())) for b in BLOCKS.values() for c in _settings_classes(b)}
     assert schema_keys == settings_keys
+
+
+def test_schema_and_settings_accept_the_same_keys_of_a_claims_item():
+    schema = load_yaml_strict(SCHEMA)
+    schema_keys = {tuple(sorted(n["properties"])) for n in _object_schemas(schema, schema["properties"]["claims"])
+                   if n.get("properties")}
+    assert schema_keys == {tuple(sorted(c.keys())) for c in _settings_classes(ClaimSettings)}
+
+
+CLAIM = {"claim": "x", "source": "Table 7", "table": "table7_mistral", "paper_model": "mistral-7b",
+         "a": {"method": "CALDERA", "rank": 128, "b_lr": 4}, "b": {"method": "QuIP#", "rank": 0, "b_lr": None},
+         "statistic": "wiki2_ppl", "rule": "lower"}
+
+
+def test_declared_claims_are_typed_and_every_bad_item_is_named_by_its_index():
+    assert declared_claims({}) == [] and declared_claims({"claims": None}) == []
+    (c,) = declared_claims({"claims": [CLAIM]})
+    assert (c.a.method, c.a.rank, c.a.b_lr, c.b.b_lr, c.statistic, c.rule) == ("CALDERA", 128, 4, None, "wiki2_ppl",
+                                                                                "lower")
+    bad = [CLAIM, {**CLAIM, "rule": "below"}, {**CLAIM, "b": {"method": "QuIP#", "rank": 0}}, {**CLAIM, "sorce": "x"}]
+    with pytest.raises(ValueError) as e:
+        declared_claims({"claims": bad})
+    lines = str(e.value).splitlines()
+    assert lines[0].startswith("claims[1].rule: expected one of ['lower', 'higher'], got 'below'")
+    assert lines[1] == "claims[2].b.b_lr: required key missing"
+    assert lines[2].startswith("claims[3].sorce: unknown key; did you mean 'source'?")
 
 
 def test_defaults_are_the_values_the_workflow_used():

@@ -3,7 +3,7 @@ the realization each row fine-tuned, never by point estimates alone."""
 
 from __future__ import annotations
 
-from caldera.experiments.report.finetune_claims import lora_claim, recovery_verdict
+from caldera.experiments.report.finetune_claims import lora_claim
 
 
 def _row(ft_correct, base_correct, dense_correct, ft_nll=None, base_nll=None, dense_nll=None):
@@ -19,14 +19,6 @@ def _row(ft_correct, base_correct, dense_correct, ft_nll=None, base_nll=None, de
         e["wiki_no_ft"] = {"window_nll": base_nll, "window_tokens": t}
         e["wiki_dense"] = {"window_nll": dense_nll, "window_tokens": t}
     return {"rows": [e]}
-
-
-def test_recovery_verdict_rules():
-    assert recovery_verdict([1, 1], [0, 1]) == "holds"
-    assert recovery_verdict([1, 0], [0, 0]) == "inconclusive"
-    assert recovery_verdict([1, 1], [-1, 0]) == "fails"
-    assert recovery_verdict([-1, 1], [0, 0]) == "fails"
-    assert recovery_verdict([], []) == "inconclusive"
 
 
 def test_positive_point_estimate_inside_the_interval_is_not_holds():

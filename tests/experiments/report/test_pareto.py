@@ -87,7 +87,7 @@ def test_title_names_the_corpus(monkeypatch):
     from caldera.experiments.report import plots
 
     got = []
-    monkeypatch.setattr(plots, "_save", lambda fig, png, pdf: got.append(fig._suptitle.get_text()))
+    monkeypatch.setattr(plots, "save_figure", lambda fig, png, pdf: got.append(fig._suptitle.get_text()))
     P.plot_pareto({"t": T1}, "x.png", "x.pdf", corpus="wiki-squad")
     assert "Wikipedia paragraphs (wiki-squad), standing in for WikiText-2" in got[0]
 

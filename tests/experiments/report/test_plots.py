@@ -22,7 +22,7 @@ TITLES = {"model_labels": {"smollm2": "SmolLM2-135M (test)"}, "paper_model": "ll
 def drawn(monkeypatch):
     """The matplotlib figure each plot function saves."""
     got = []
-    monkeypatch.setattr(F, "_save", lambda fig, png, pdf: got.append(fig))
+    monkeypatch.setattr(F, "save_figure", lambda fig, png, pdf: got.append(fig))
     return got
 
 

@@ -16,7 +16,7 @@ from caldera.experiments.planning import selection_plan as P
 from caldera.experiments.planning.plan import all_variants
 from caldera.experiments.planning.settings import RunContext
 from caldera.experiments.report import selection_report as R
-from caldera.experiments.report.claims import LPLR_CLAIM
+from caldera.experiments.report.claim_registry import LPLR_CLAIM
 
 ROOT = Path(__file__).resolve().parents[3]
 

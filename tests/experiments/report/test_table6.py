@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from caldera.experiments.planning.throughput_rows import PROTOCOLS
+from caldera.experiments.report.claim_registry import Row, Side
 from caldera.experiments.report.table6 import (
     ThroughputTablePlan,
     claim_pairs,
@@ -207,6 +208,9 @@ def test_claims_not_testable_without_a_side():
     assert _verdicts(tab) == ["holds", "holds", "not testable at this scale"]
 
 
+CALDERA, QUIP, DENSE = (Side((Row(m),), "every") for m in ("CALDERA", "QuIP#", "Uncompressed"))
+
+
 def test_pairs_stay_within_a_paper_model_and_carry_its_ratio():
     """A 70B CALDERA row is not compared with the 7B dense row (a claim orders rows of one model); a pair that two
     paper models both give is listed once, with each model's ratio."""
@@ -217,16 +221,16 @@ def test_pairs_stay_within_a_paper_model_and_carry_its_ratio():
                      "paper_tok_per_s": 18.18},
                     {"paper_method": "Uncompressed", "b_lr": None, "variant": "d", "paper_model": "llama-2-70b",
                      "paper_tok_per_s": None}]
-    dense = claim_pairs(tab, lambda r: r["paper_method"] == "CALDERA", lambda r: r["paper_method"] == "Uncompressed")
+    dense = claim_pairs(tab, CALDERA, DENSE)
     assert [(p["a"], p["b"]) for p in dense] == [("c16", "d"), ("c4a", "d"), ("c4b", "d")]
     assert dense[1]["paper"] == [("llama-2-7b", pytest.approx(46.29 / 31.75))]  # the 70B dense row is OOM
-    q = claim_pairs(tab, lambda r: r["paper_method"] == "QuIP#", lambda r: r["paper_method"] == "CALDERA")
+    q = claim_pairs(tab, QUIP, CALDERA)
     qa = next(p for p in q if p["b"] == "c4a")
     assert qa["paper"] == [("llama-2-7b", pytest.approx(87.74 / 46.29)), ("llama-2-70b", pytest.approx(18.18 / 5.33))]
     # a 70B row of its own stand-in variant is compared with that model's rows only
     tab["rows"][-3]["variant"] = "c4a70"
     tab["measured"]["c4a70"] = tab["measured"]["c4a"]
-    dense = claim_pairs(tab, lambda r: r["paper_method"] == "CALDERA", lambda r: r["paper_method"] == "Uncompressed")
+    dense = claim_pairs(tab, CALDERA, DENSE)
     assert ("c4a70", "d") in [(p["a"], p["b"]) for p in dense]
     assert next(p for p in dense if p["a"] == "c4a70")["paper"] == []
 

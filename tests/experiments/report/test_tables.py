@@ -2,11 +2,11 @@
 
 import pytest
 
-from caldera.experiments.report.tables import _bits_label
+from caldera.experiments.report.tables import bits_label
 
 
 def test_bits_label_prints_like_the_paper():
-    assert [_bits_label(b) for b in (4.0, 16.0, "4.0", 4, 3.5, None, "", "—")] == [4, 16, 4, 4, 3.5, "—", "—", "—"]
+    assert [bits_label(b) for b in (4.0, 16.0, "4.0", 4, 3.5, None, "", "—")] == [4, 16, 4, 4, 3.5, "—", "—", "—"]
 
 
 def test_tables_print_intervals_and_carry_the_samples(tmp_path):

@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from caldera.algorithm.ldl import regularize_hessian
 from caldera.arguments import IntOptionParser, int_option, out_of_range
 from caldera.atomic import write_atomic
+from caldera.experiments.report.claim_registry import FIGURE3, FINAL_ERROR, ClaimEntry, entries
+from caldera.experiments.report.claim_rules import RELATIONS
+from caldera.algorithm.ldl import regularize_hessian
 from caldera.methods import get_method
 from caldera.metrics import relative_data_aware_error
 from caldera.synthetic import llm_like
@@ -78,22 +80,26 @@ def run_case(case: Case, rank: int, outer: int) -> dict[str, Any]:
     return out
 
 
+#: the matrix report's comparison beside the registry's Figure 3 claims: 16-bit CALDERA against QuIP# without the
+#: low-rank factors
+VS_PLAIN_QUIP = ClaimEntry("16-bit CALDERA below QuIP# (no LR) in data-aware error", "App. G.1", FIGURE3,
+                           FINAL_ERROR, "all", ("16bit-factors", "quip#"), "a < b")
+#: the claims the report checks: :data:`VS_PLAIN_QUIP` and the Figure 3 claims of
+#: :mod:`caldera.experiments.report.claim_registry`
+MATRIX_CLAIMS = (VS_PLAIN_QUIP, *entries(FIGURE3))
+
+
 def check_claims(rows: list[dict[str, Any]], rank: int) -> list[dict[str, Any]]:
-    """App. G.1 claims as predicates on each case's measured errors."""
+    """The App. G.1 claims :data:`MATRIX_CLAIMS` as predicates on each case's measured errors: per claim, whether
+    its relation holds between the errors of its two runs (a CALDERA preset or a QuIP# method, the label
+    :func:`methods` gives it) in each case."""
+    label = {params.get("preset", name): lab for lab, (name, params) in methods(rank, 1).items()}
     claims = []
-
-    def add(text: str, fn) -> None:
-        per_case = {r["case"]: bool(fn(r["errors"])) for r in rows}
-        claims.append({"claim": text, "holds_in": sum(per_case.values()), "of": len(per_case), "per_case": per_case})
-
-    add("16-bit CALDERA < QuIP# (no LR)", lambda e: e["CALDERA 16-bit factors"] < e["QuIP# 2-bit"])
-    add(f"16-bit CALDERA < QuIP# + rank-{rank} fp16 LR",
-        lambda e: e["CALDERA 16-bit factors"] < e[f"QuIP# + rank-{rank} fp16 LR"])
-    add("4-bit factors above 16-bit, but within 10% (\"slightly\")",
-        lambda e: e["CALDERA 16-bit factors"] <= e["CALDERA 4-bit factors"] <= 1.1 * e["CALDERA 16-bit factors"])
-    add("no LDLQ much worse (> 1.25× the 4-bit error)",
-        lambda e: e["CALDERA 4-bit, no LDLQ"] > 1.25 * e["CALDERA 4-bit factors"])
-    add("no RHT worse than with RHT", lambda e: e["CALDERA 4-bit, no RHT"] > e["CALDERA 4-bit factors"])
+    for e in MATRIX_CLAIMS:
+        a, b = (label[run] for run in e.compares)
+        per_case = {r["case"]: bool(RELATIONS[e.relation](r["errors"][a], r["errors"][b])) for r in rows}
+        claims.append({"claim": e.claim, "holds_in": sum(per_case.values()), "of": len(per_case),
+                       "per_case": per_case})
     return claims
 
 
