@@ -7,9 +7,11 @@ import json
 
 import pytest
 
+from caldera.experiments.planning import job_check as JC
 from caldera.experiments.planning import job_costs as J
 from caldera.experiments.planning import job_plan as JP
 from caldera.experiments.planning import job_profile as PR
+from caldera.experiments.planning import job_report as JR
 from caldera.experiments.planning.cost import load_costs
 from tests.helpers import FAKE_LORA_TRAIN, FAKE_RATES, FAKE_THROUGHPUT, ROOT, fake_timed_run, workflow_config
 
@@ -101,7 +103,7 @@ def test_each_committed_profile_predicts_a_smoke_run_measured_on_its_machine_typ
     assert measured.is_file(), f"{path.name} has no smoke run of its machine type to be checked against"
     costs = load_costs("cpu")
     smoke = workflow_config("smoke")
-    res = J.check_runs(J.predict(smoke, profile, costs), J.measured_jobs(measured))
+    res = JC.check_runs(J.predict(smoke, profile, costs), JC.measured_jobs(measured))
     off = [(s["stage"], round(s["ratio"], 2)) for s in res["stages"] if not s["within"]]
     assert not off and res["total"]["within"], (off, res["total"])
     # a record whose Table 6 jobs time one variant each (``throughput/<variant>``) has no counterpart for them in
@@ -150,13 +152,13 @@ def test_a_machine_without_its_own_profile_borrows_another_types_and_the_reports
     monkeypatch.setattr(PR, "machine_type", lambda cpuinfo=None: "aa-this-amx")
     prof = PR.load_profile("cpu")
     assert prof["machine"] == "zz-other-avx2" and PR.other_machine(prof) == "zz-other-avx2"
-    text = J.report(workflow_config("mini"), prof, costs)
+    text = JR.report(workflow_config("mini"), prof, costs)
     assert "This machine's type is aa-this-amx, and no profile of that type is committed" in text
-    assert "with the profile of another machine type, zz-other-avx2" in J.plan_line(workflow_config("mini"), 2)
+    assert "with the profile of another machine type, zz-other-avx2" in JR.plan_line(workflow_config("mini"), 2)
     (tmp_path / "jobs-cpu-aa-this-amx.json").write_text(json.dumps({**src, "machine": "aa-this-amx"}))
     prof = PR.load_profile("cpu")
     assert prof["machine"] == "aa-this-amx" and PR.other_machine(prof) is None
-    assert "no profile of that type" not in J.report(workflow_config("mini"), prof, costs)
+    assert "no profile of that type" not in JR.report(workflow_config("mini"), prof, costs)
     for f in tmp_path.glob("jobs-*.json"):
         f.unlink()
     assert PR.load_profile("cpu") is None
