@@ -131,7 +131,7 @@ def check_model_shapes(args: argparse.Namespace, config: Any, layers: list[int] 
 
     from caldera.methods import get_method
     from caldera.pipeline.compress import matrix_shapes
-    from caldera.pipeline.hessians import decoder_layers
+    from caldera.pipeline.layer_runner import decoder_layers
     from caldera.pipeline.models import is_checkpoint
 
     try:

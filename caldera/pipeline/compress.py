@@ -64,7 +64,8 @@ from caldera.pipeline.checkpoint import (  # noqa: F401 - re-exported: what a co
     tied_keys,
     write_checkpoint,
 )
-from caldera.pipeline.hessians import GROUPS, check_hessian_files, decoder_layers, layer_file, load_layer_hessians
+from caldera.pipeline.hessians import GROUPS, check_hessian_files, layer_file, load_layer_hessians
+from caldera.pipeline.layer_runner import decoder_layers
 from caldera.pipeline.linears import LINEARS  # noqa: F401 - re-exported for the callers of compress_model
 
 log = logging.getLogger("caldera.pipeline.compress")

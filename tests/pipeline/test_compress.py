@@ -13,7 +13,8 @@ from caldera.methods import get_method
 from caldera.nn.compressed_linear import CompressedLinear
 from caldera.pipeline import compress as C
 from caldera.pipeline.checkpoint import load_compressed
-from caldera.pipeline.hessians import collect_hessians, decoder_layers
+from caldera.pipeline.hessians import collect_hessians
+from caldera.pipeline.layer_runner import decoder_layers
 from tests.helpers import tiny_gemma3, tiny_llama
 
 CALDERA = {"rank": 4, "outer_iters": 2, "inner_iters": 2}

@@ -11,11 +11,11 @@ from caldera.pipeline.hessians import (
     GROUPS,
     HessianAccumulator,
     collect_hessians,
-    decoder_layers,
     layer_file,
     load_layer_hessians,
     read_layer_hessians,
 )
+from caldera.pipeline.layer_runner import decoder_layers
 from tests.helpers import tiny_gemma3, tiny_llama
 from tests.pipeline.hessian_helpers import rewrite, swap_layers, wrong_shape
 

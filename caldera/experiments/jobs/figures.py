@@ -18,7 +18,7 @@ from caldera.experiments.jobs.calibrate import check_job_hessians
 from caldera.experiments.jobs.models import load_layers, run_device
 from caldera.experiments.planning.figure_plan import figure3_curves, figure3_jobs
 from caldera.experiments.planning.settings import FiguresSettings, RunContext
-from caldera.pipeline.hessians import decoder_layers
+from caldera.pipeline.layer_runner import decoder_layers
 from caldera.pipeline.linears import GROUP_OF, PATH_OF, SHORT_NAMES
 
 

@@ -38,7 +38,7 @@ from caldera.pipeline.checkpoint.format import (
     tensor_digest,
     weight_fingerprint,
 )
-from caldera.pipeline.hessians import decoder_layers
+from caldera.pipeline.layer_runner import decoder_layers
 
 
 def verify_checksums(folder: str | os.PathLike) -> dict[str, str]:
