@@ -105,7 +105,7 @@ def hessians_model(model: str | None, hessians: str) -> str:
     recorded_model`) when ``--model`` is not given; ``--model`` when it is the same model or the folder records
     none. A missing folder, a folder that records no model without ``--model``, and a ``--model`` other than the
     recorded one are each one :class:`CLIError` line naming both and the fix."""
-    from caldera.pipeline.hessians import recorded_model, same_model
+    from caldera.pipeline.hessian_files import recorded_model, same_model
 
     folder = require_path(hessians, "--hessians", "folder", f"run `caldera hessians --out {hessians}` first")
     rec = recorded_model(folder)

@@ -324,7 +324,7 @@ def test_hessian_errors_name_the_file(tmp_path):
     from safetensors import safe_open
     from safetensors.torch import load_file, save_file
 
-    from caldera.pipeline.hessians import META_KEY, layer_file, tensors_sha256
+    from caldera.pipeline.hessian_files import META_KEY, layer_file, tensors_sha256
 
     model = tiny_llama()
     ids = torch.randint(0, 128, (4, 16), generator=torch.Generator().manual_seed(0))

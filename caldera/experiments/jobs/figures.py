@@ -69,7 +69,7 @@ def step_ablation_traces(run: RunContext, model: str, hessian_dir: str, job: str
     """Figure 3 data of one job of :func:`figure3_jobs`: its curves (per-outer-iteration errors of the App. G.1
     ablations and QuIP#-LR), written to ``out`` as ``{"curves": [...]}`` (``settings``: the ``figures`` block's;
     ``run``: the stand-ins and ranks)."""
-    from caldera.pipeline.hessians import layer_file, load_layer_hessians
+    from caldera.pipeline.hessian_files import layer_file, load_layer_hessians
 
     fs, config = settings, run.as_config()
     want = set(figure3_jobs(fs)[job])
@@ -107,7 +107,7 @@ def step_lplr_traces(run: RunContext, model: str, hessian_dir: str, out: str,
     from caldera.experiments.planning.plan import mapped_rank
     from caldera.hadamard import RHT, random_signs
     from caldera.lplr import lplr_factorize
-    from caldera.pipeline.hessians import layer_file, load_layer_hessians
+    from caldera.pipeline.hessian_files import layer_file, load_layer_hessians
     from caldera.quantizers import quantizer_for_bits
 
     fc, config = settings.as_block(), run.as_config()
