@@ -55,7 +55,7 @@ def clean(jobs: list[dict[str, Any]], record: Path = RECORD) -> list[dict[str, A
 
 
 def main(argv: list[str] | None = None) -> int:
-    from caldera.experiments.planning import job_costs, job_profile
+    from caldera.experiments.planning import job_check, job_costs, job_profile
     from caldera.experiments.planning.cost import load_costs, load_workflow_config
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"mini-full's record against the profile of `{profile['machine']}` ({profile['source']})\n")
     for name, group in groups:
         print(f"## {name}\n")
-        print(job_costs.check_report(job_costs.check_runs(pred, group)))
+        print(job_check.check_report(job_check.check_runs(pred, group)))
     return 0
 
 

@@ -48,7 +48,7 @@ def _one(hessians: str, out: str) -> None:
     from caldera.algorithm.config import CalderaConfig
     from caldera.algorithm.decomposition import caldera_decompose
     from caldera.pipeline.assets import ensure_smollm2
-    from caldera.pipeline.hessians import load_layer_hessians
+    from caldera.pipeline.hessian_files import load_layer_hessians
 
     torch.set_num_threads(1)
     f = safe_open(str(Path(ensure_smollm2()) / "model.safetensors"), "pt")

@@ -20,7 +20,8 @@ import pytest
 import torch
 
 from caldera.quantizers import e8p as e8p_mod
-from caldera.quantizers import get_quantizer
+from caldera.quantizers import e8p_search, get_quantizer
+from caldera.quantizers.e8p_codebook import cpu_lookup
 
 N = 4096
 
@@ -61,13 +62,13 @@ def test_e8p_quantize_torch(benchmark, W: torch.Tensor, monkeypatch: pytest.Monk
     """The vectorised torch search (reference backend), with the share of its exact norm-12 pass."""
     q = e8p_mod.E8P(backend="torch")
     hard = [0]
-    finish = e8p_mod._norm12_finish
+    finish = e8p_search._norm12_finish
 
     def counting(x, cols, gain, code, t):
         hard[0] += cols.numel()
         return finish(x, cols, gain, code, t)
 
-    monkeypatch.setattr(e8p_mod, "_norm12_finish", counting)
+    monkeypatch.setattr(e8p_search, "_norm12_finish", counting)
     codes, calls = _run(benchmark, q.quantize, W, rounds=3)
     benchmark.extra_info["norm12_exact_frac"] = hard[0] / (calls * 2 * W.numel() // 8)
     assert codes.shape == (N, N // 8) and codes.dtype == torch.int32
@@ -126,8 +127,8 @@ def test_e8p_codebook_build(benchmark) -> None:
     tests)."""
 
     def build():
-        e8p_mod._lookup.cache_clear()
-        return e8p_mod._lookup()
+        cpu_lookup.cache_clear()
+        return cpu_lookup()
 
     t = benchmark.pedantic(build, rounds=3, iterations=1, warmup_rounds=0)
     assert t.codebook.shape == (65536, 8)

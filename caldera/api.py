@@ -83,7 +83,7 @@ def _load(model: Any, tokenizer: Any) -> tuple[Any, Any, str | None]:
         loaded, tok = load_dense(path)
         return loaded, tokenizer if tokenizer is not None else tok, name
     if isinstance(model, nn.Module):
-        from caldera.pipeline.hessians import decoder_layers
+        from caldera.pipeline.layer_runner import decoder_layers
 
         try:
             decoder_layers(model)

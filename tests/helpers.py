@@ -170,7 +170,7 @@ def quip_sharp_copy(model):
     from caldera.methods import get_method
     from caldera.nn.compressed_linear import CompressedLinear
     from caldera.pipeline.checkpoint import replace_module
-    from caldera.pipeline.hessians import decoder_layers
+    from caldera.pipeline.layer_runner import decoder_layers
     from caldera.pipeline.linears import LINEARS
 
     student = copy.deepcopy(model)

@@ -105,7 +105,7 @@ def hessians_model(model: str | None, hessians: str) -> str:
     recorded_model`) when ``--model`` is not given; ``--model`` when it is the same model or the folder records
     none. A missing folder, a folder that records no model without ``--model``, and a ``--model`` other than the
     recorded one are each one :class:`CLIError` line naming both and the fix."""
-    from caldera.pipeline.hessians import recorded_model, same_model
+    from caldera.pipeline.hessian_files import recorded_model, same_model
 
     folder = require_path(hessians, "--hessians", "folder", f"run `caldera hessians --out {hessians}` first")
     rec = recorded_model(folder)
@@ -131,7 +131,7 @@ def check_model_shapes(args: argparse.Namespace, config: Any, layers: list[int] 
 
     from caldera.methods import get_method
     from caldera.pipeline.compress import matrix_shapes
-    from caldera.pipeline.hessians import decoder_layers
+    from caldera.pipeline.layer_runner import decoder_layers
     from caldera.pipeline.models import is_checkpoint
 
     try:

@@ -30,7 +30,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
         print(slurm_yaml(resources))
         return 0
     costs = load_costs(device, args.costs)
-    from caldera.experiments.planning import job_costs, job_profile
+    from caldera.experiments.planning import job_costs, job_profile, job_report
 
     if args.calibrate:
         from caldera.atomic import write_json
@@ -61,7 +61,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
                          "priced_by": "job profile", "profile_run": profile.get("run"), "jobs": pred,
                          "total_s": sum(p["s"] for p in pred if p["s"] is not None)})
             return 0
-        print(job_costs.report(config, profile, costs))
+        print(job_report.report(config, profile, costs))
         return 0
     return _laws_report(args, config, costs, device, why, why_not)
 
@@ -102,10 +102,10 @@ def _device(args: argparse.Namespace, config: dict[str, Any]) -> tuple[str, str]
 
 def _check(args: argparse.Namespace, config: dict[str, Any], costs: dict[str, Any], profile: Any) -> int:
     """``--check RUN``: the prediction against a run, job by job with a profile, else per rule by the laws."""
-    from caldera.experiments.planning import job_costs
+    from caldera.experiments.planning import job_check, job_costs
 
     try:
-        measured = job_costs.measured_jobs(args.check)
+        measured = job_check.measured_jobs(args.check)
     except ValueError as e:
         raise CLIError(f"--check {args.check}: {e}; pass a run's results folder or its timings.json") from None
     if profile is None:  # the engine's component laws, compared per rule
@@ -123,11 +123,11 @@ def _check(args: argparse.Namespace, config: dict[str, Any], costs: dict[str, An
         else:
             print(check_report(res))
         return 0
-    res = job_costs.check_runs(job_costs.predict(config, profile, costs), measured)
+    res = job_check.check_runs(job_costs.predict(config, profile, costs), measured)
     if args.json:
         _print_json(res)
     else:
-        print(job_costs.check_report(res))
+        print(job_check.check_report(res))
     return 0
 
 

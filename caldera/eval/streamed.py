@@ -2,8 +2,8 @@
 
 The forward runs **layer-major**: every window (perplexity) or every lm-eval request batch (zero-shot) goes
 through decoder layer 0, then all of them through layer 1, and so on, with the same code path as Hessian
-collection (:func:`caldera.pipeline.hessians.initial_states`, :func:`~caldera.pipeline.hessians.layer_in_turn`,
-:func:`~caldera.pipeline.hessians.advance_layer`): the hidden states entering layer 0 and each layer's keyword
+collection (:func:`caldera.pipeline.layer_runner.initial_states`, :func:`~caldera.pipeline.layer_runner.layer_in_turn`,
+:func:`~caldera.pipeline.layer_runner.advance_layer`): the hidden states entering layer 0 and each layer's keyword
 arguments (rotary tables, masks) are captured from the model's own forward, and each layer is read from the
 checkpoint when its turn comes (``loader``: :class:`caldera.pipeline.partial.LazyLayers`) and dropped after.
 Then the final norm and the LM head (:func:`head_logits`) run per batch.
@@ -61,7 +61,7 @@ def final_states(model: nn.Module, batches: list[Tensor], *, loader: Any | None 
     ``device``: where each layer runs (default where it is)."""
     from tqdm.auto import tqdm
 
-    from caldera.pipeline.hessians import advance_layer, decoder_layers, initial_states, layer_in_turn
+    from caldera.pipeline.layer_runner import advance_layer, decoder_layers, initial_states, layer_in_turn
 
     was_training = model.training
     model.eval()

@@ -28,7 +28,8 @@ from torch import nn
 
 from caldera.methods import get_method
 from caldera.pipeline.compress import LINEARS, _jsonable, layer_matrices
-from caldera.pipeline.hessians import check_hessian_files, decoder_layers, layer_file, load_layer_hessians
+from caldera.pipeline.hessian_files import check_hessian_files, layer_file, load_layer_hessians
+from caldera.pipeline.layer_runner import decoder_layers
 
 PROFILE_FORMAT = "caldera-profiles/1"
 

@@ -64,7 +64,9 @@ from caldera.pipeline.checkpoint import (  # noqa: F401 - re-exported: what a co
     tied_keys,
     write_checkpoint,
 )
-from caldera.pipeline.hessians import GROUPS, check_hessian_files, decoder_layers, layer_file, load_layer_hessians
+from caldera.pipeline.hessian_files import check_hessian_files, layer_file, load_layer_hessians
+from caldera.pipeline.hessians import GROUPS
+from caldera.pipeline.layer_runner import decoder_layers
 from caldera.pipeline.linears import LINEARS  # noqa: F401 - re-exported for the callers of compress_model
 
 log = logging.getLogger("caldera.pipeline.compress")
@@ -263,7 +265,7 @@ def compress_model(
 
     ``hessian_expect``: what this job knows of its Hessians (``model``, ``calibration_sha256``, ``n_tokens``,
     ``dtype``); every layer's file is checked against it (and the folder's ``hessians.json``), its layer and its
-    shapes before any work (:func:`caldera.pipeline.hessians.check_hessian_files`).
+    shapes before any work (:func:`caldera.pipeline.hessian_files.check_hessian_files`).
 
     ``method_params``: the method's config object, or a dict for ``get_method(method).make_config`` (a
     ``"preset"`` key selects a preset).

@@ -106,7 +106,7 @@ def load_layer_weights(
     from safetensors import safe_open
 
     from caldera.pipeline.compress import LINEARS, layers_prefix
-    from caldera.pipeline.hessians import decoder_layers
+    from caldera.pipeline.layer_runner import decoder_layers
 
     model = meta_model(source)
     prefix = layers_prefix(model)
@@ -235,6 +235,6 @@ class LazyLayers:
         self.stats["loaded"].append(layer)
 
     def release(self, layer: int) -> None:
-        from caldera.pipeline.hessians import decoder_layers
+        from caldera.pipeline.layer_runner import decoder_layers
 
         decoder_layers(self.model)[layer].to("meta")

@@ -28,11 +28,11 @@ import itertools
 import torch
 from torch import Tensor
 
-from . import e8p as _e8p
 from .base import Quantizer
-from .e8p import E8P, check_codes, check_finite
+from .e8p import E8P, MAX_ABS_INPUT, check_codes, check_finite, encode_residual_e8p, numba_rvq_kernel
+from .e8p_search import COLS, packed_keys, sign_byte, sort8
 
-_E81B_CHUNK = _e8p._COLS  # rows per search chunk (single-threaded torch ops, see e8p._COLS)
+_E81B_CHUNK = COLS  # rows per search chunk (single-threaded torch ops, see e8p_search.COLS)
 _PAIRS = list(itertools.combinations(range(8), 2))
 _PAIR_LUT = torch.full((64,), -1, dtype=torch.int64, device="cpu")
 for _p, (_i, _j) in enumerate(_PAIRS):
@@ -67,14 +67,14 @@ def _on(device: torch.device) -> tuple[Tensor, Tensor]:
 def _e81b_chunk(x: Tensor) -> Tensor:
     """E81B codes (int64 ``(m,)``) for the rows of ``x`` (float32 ``(m, 8)``, ``m < 32768``).
 
-    Works on the 8 coordinate columns as separate rows (see ``e8p._COLS``: single-threaded torch ops).
+    Works on the 8 coordinate columns as separate rows (see ``e8p_search.COLS``: single-threaded torch ops).
     """
     r = list(x.T.unbind(0))
     ar = [v.abs() for v in r]
-    negbyte, q = _e8p._sign_byte(r)
+    negbyte, q = sign_byte(r)
     negbyte = negbyte.to(torch.int64)
-    keys = _e8p._packed_keys(ar)
-    s = _e8p._sort8(keys)
+    keys = packed_keys(ar)
+    s = sort8(keys)
     v1, v2, v8 = [(s[k] & -8).view(torch.float32) for k in (0, 1, 7)]
     p1, p2, p8 = [(s[k] & 7).to(torch.int64) for k in (0, 1, 7)]
     # ±2e_i: the largest |r_i|, except that the last coordinate only offers +2e_8 (gain 4·r_8 − 4); a
@@ -167,8 +167,8 @@ class _ResidualE8P(Quantizer):
         the stages below run and raise as they always did)."""
         if self._fused_available(x):
             xf = self.stage1._flat(x, "x")  # validates x
-            if float(xf.abs().max()) <= _e8p.MAX_ABS_INPUT / (2 * self.resid_scale):
-                codes = _e8p.encode_residual_e8p(xf, self.resid_scale, self.stage2_bits)
+            if float(xf.abs().max()) <= MAX_ABS_INPUT / (2 * self.resid_scale):
+                codes = encode_residual_e8p(xf, self.resid_scale, self.stage2_bits)
                 return codes.to(self.code_dtype).reshape(*x.shape[:-1], x.shape[-1] // 8)
         c1 = self.stage1.quantize(x)  # validates x
         resid = (x.detach().to(torch.float32) - self.stage1.dequantize(c1)) * self.resid_scale
@@ -178,7 +178,7 @@ class _ResidualE8P(Quantizer):
     def _fused_available(self, x: Tensor) -> bool:
         return (
             type(self.stage1) is E8P and type(self.stage2) is E8P and self.stage1.backend == "numba"
-            and self.stage2.backend == "numba" and x.device.type == "cpu" and _e8p._numba_rvq_kernel() is not None
+            and self.stage2.backend == "numba" and x.device.type == "cpu" and numba_rvq_kernel() is not None
         )
 
     def dequantize(self, codes: Tensor) -> Tensor:

@@ -7,7 +7,7 @@ import torch
 
 from caldera.eval import streamed as S
 from caldera.eval.perplexity import perplexity
-from caldera.pipeline.hessians import decoder_layers
+from caldera.pipeline.layer_runner import decoder_layers
 from caldera.pipeline.partial import LazyLayers
 from tests.helpers import byte_tokenizer, model_entry, tiny_gemma3, tiny_llama
 
@@ -64,7 +64,7 @@ def test_the_tolerance_catches_the_plausible_bugs(monkeypatch, bug):
     keyword arguments (Gemma-3: its global layer would get the sliding-window mask and local RoPE) each move
     the window losses far beyond rtol 1e-5. (A uniform shift of the position ids is no bug to catch: RoPE
     scores depend on relative positions only, so it changes the losses by float rounding alone.)"""
-    import caldera.pipeline.hessians as H
+    import caldera.pipeline.layer_runner as H
 
     model = tiny_gemma3(0)
     stream = torch.randint(0, 128, (1, 48), generator=torch.Generator().manual_seed(1))

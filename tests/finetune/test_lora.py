@@ -11,7 +11,7 @@ from caldera.bits import average_bits
 from caldera.finetune import lora
 from caldera.nn.compressed_linear import CompressedLinear
 from caldera.pipeline.checkpoint import load_compressed, replace_module, save_compressed
-from caldera.pipeline.hessians import decoder_layers
+from caldera.pipeline.layer_runner import decoder_layers
 from caldera.pipeline.linears import LINEARS
 from caldera.quantizers.base import dequantize_scaled, quantize_scaled
 from caldera.synthetic import llm_like

@@ -16,16 +16,16 @@ from caldera.kernels.e8p_decode import (
     nibble_decode,
     sign_nibble_mask,
 )
-from caldera.quantizers.e8p import _lookup
+from caldera.quantizers.e8p_codebook import cpu_lookup
 from tests.helpers import random_codes as _codes
 
 
 def test_decode_lookup_reproduces_every_codeword():
     t = decode_lookup()
     c = torch.arange(1 << 16)
-    assert torch.equal(t.A[c >> 8] * t.G[c & 255] + t.h[c & 255][:, None], _lookup().codebook)
-    assert torch.equal(t.codebook_f16.float(), _lookup().codebook)  # fp16 holds the codebook exactly
-    assert torch.equal(nibble_decode(c), _lookup().codebook)  # the Triton decode's packed nibbles + sign XOR
+    assert torch.equal(t.A[c >> 8] * t.G[c & 255] + t.h[c & 255][:, None], cpu_lookup().codebook)
+    assert torch.equal(t.codebook_f16.float(), cpu_lookup().codebook)  # fp16 holds the codebook exactly
+    assert torch.equal(nibble_decode(c), cpu_lookup().codebook)  # the Triton decode's packed nibbles + sign XOR
 
 
 def test_abs_nibbles_are_packed_as_the_triton_kernel_reads_them():
@@ -39,7 +39,7 @@ def test_abs_nibbles_are_packed_as_the_triton_kernel_reads_them():
 
 def test_rvq4_codes_decode_as_the_first_codeword_plus_the_scaled_second():
     codes = _codes(5, 3, "e8p-rvq4", seed=3).to(torch.int64)
-    cb = _lookup().codebook
+    cb = cpu_lookup().codebook
     want = (cb[codes >> 16] + cb[codes & 0xFFFF] / 3.45).reshape(5, 24)
     torch.testing.assert_close(dequantize_codes(codes, "e8p-rvq4"), want)
     e8p = _codes(5, 3, "e8p", seed=4).to(torch.int64)

@@ -17,7 +17,7 @@ import torch
 from caldera.kernels import native
 from caldera.kernels.e8p_decode import SUPPORTED, codes_matmul_reference, dequantize_codes
 from caldera.kernels.factors import Factors
-from caldera.quantizers.e8p import _lookup
+from caldera.quantizers.e8p_codebook import cpu_lookup
 from tests.helpers import kernel_close as _close
 from tests.helpers import random_codes as _codes
 
@@ -25,7 +25,7 @@ needs_ext = pytest.mark.skipif(not native.available(), reason="the C extension i
 
 
 def test_int8_codebook_is_four_times_the_codebook():
-    assert torch.equal(torch.from_numpy(native.int8_codebook()).float() / 4, _lookup().codebook)  # int8 LUT: exact
+    assert torch.equal(torch.from_numpy(native.int8_codebook()).float() / 4, cpu_lookup().codebook)  # int8 LUT: exact
     assert native.int8_codebook().dtype == np.int8 and native.int8_codebook().flags["C_CONTIGUOUS"]
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from caldera.nn.format import dequantize, narrow_codes, stored_tensor_problem
-from caldera.quantizers.e8p import _lookup
+from caldera.quantizers.e8p_codebook import cpu_lookup
 from tests.helpers import random_codes as _codes
 
 N, D = 16, 24
@@ -43,7 +43,7 @@ def test_dequantize_restores_the_codes_dtype_and_scales_the_codewords():
     scale = torch.rand(N, 1, generator=torch.Generator().manual_seed(71)) + 0.5
     got = dequantize("e8p", narrow_codes(codes), scale, "int32")
     assert got.dtype == torch.float32
-    torch.testing.assert_close(got, scale * _lookup().codebook[codes].reshape(N, D))
+    torch.testing.assert_close(got, scale * cpu_lookup().codebook[codes].reshape(N, D))
 
 
 def _stored(lr_format="quantized"):

@@ -15,7 +15,7 @@ import torch
 from caldera.methods import get_method
 from caldera.nn.compressed_linear import CompressedLinear
 from caldera.pipeline.checkpoint import CHECKSUM_FILE, CONFIG_FILE, MODEL_FILE, replace_module, save_compressed
-from caldera.pipeline.hessians import decoder_layers
+from caldera.pipeline.layer_runner import decoder_layers
 from caldera.pipeline.linears import LINEARS
 from tests.helpers import tiny_llama as _tiny_llama
 from tests.helpers import word_tokenizer

@@ -13,7 +13,8 @@ from caldera.methods import get_method
 from caldera.nn.compressed_linear import CompressedLinear
 from caldera.pipeline import compress as C
 from caldera.pipeline.checkpoint import load_compressed
-from caldera.pipeline.hessians import collect_hessians, decoder_layers
+from caldera.pipeline.hessians import collect_hessians
+from caldera.pipeline.layer_runner import decoder_layers
 from tests.helpers import tiny_gemma3, tiny_llama
 
 CALDERA = {"rank": 4, "outer_iters": 2, "inner_iters": 2}
@@ -323,7 +324,7 @@ def test_hessian_errors_name_the_file(tmp_path):
     from safetensors import safe_open
     from safetensors.torch import load_file, save_file
 
-    from caldera.pipeline.hessians import META_KEY, layer_file, tensors_sha256
+    from caldera.pipeline.hessian_files import META_KEY, layer_file, tensors_sha256
 
     model = tiny_llama()
     ids = torch.randint(0, 128, (4, 16), generator=torch.Generator().manual_seed(0))

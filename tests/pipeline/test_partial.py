@@ -178,7 +178,8 @@ def test_workflow_step_loads_only_its_chunk(saved, tmp_path, monkeypatch):
 def test_hessians_with_one_layer_in_memory_at_a_time(tmp_path, make):
     """LazyLayers: only one decoder layer is real while it runs; the Hessian files are bitwise those of the
     whole model in memory."""
-    from caldera.pipeline.hessians import decoder_layers, layer_file
+    from caldera.pipeline.hessian_files import layer_file
+    from caldera.pipeline.layer_runner import decoder_layers
     from tests.helpers import tiny_gemma3
 
     model = (tiny_llama(0, num_hidden_layers=3, tie_word_embeddings=False) if make == "llama"

@@ -9,13 +9,14 @@ import pytest
 import torch
 
 from caldera.quantizers import e8p
+from caldera.quantizers.e8p_codebook import cpu_lookup
 
 kernel = pytest.importorskip("caldera.quantizers.e8p_kernel")
 
 
 def _kernel_lookup():
     _, key_to_index, sum_odd, n12_abs = e8p._numba_kernel()
-    return e8p._lookup().codebook.numpy(), key_to_index, sum_odd, n12_abs
+    return cpu_lookup().codebook.numpy(), key_to_index, sum_odd, n12_abs
 
 
 def _encode(x: np.ndarray) -> np.ndarray:
@@ -26,7 +27,7 @@ def _encode(x: np.ndarray) -> np.ndarray:
 
 
 def _brute_force_dist(x: np.ndarray) -> np.ndarray:
-    cb = e8p._lookup().codebook.double()
+    cb = cpu_lookup().codebook.double()
     return torch.cdist(torch.from_numpy(x).double(), cb).min(1).values.numpy()
 
 
@@ -34,13 +35,13 @@ def _brute_force_dist(x: np.ndarray) -> np.ndarray:
 def test_encode_rows_finds_a_nearest_codeword(scale):
     x = (torch.randn(300, 8, generator=torch.Generator().manual_seed(50)) * scale).numpy()
     codes = _encode(x)
-    cb = e8p._lookup().codebook.double().numpy()
+    cb = cpu_lookup().codebook.double().numpy()
     got = np.linalg.norm(x.astype(np.float64) - cb[codes], axis=1)
     np.testing.assert_allclose(got, _brute_force_dist(x), rtol=0, atol=1e-9)
 
 
 def test_encode_rows_returns_each_codeword_s_own_code():
-    cb = e8p._lookup().codebook.numpy()
+    cb = cpu_lookup().codebook.numpy()
     idx = np.arange(0, 1 << 16, 37)
     assert np.array_equal(_encode(cb[idx]), idx)
 

@@ -109,13 +109,13 @@ def test_rvq4_compiled_two_stage_search_is_the_two_stages_at_any_thread_split(mo
     two separate stages' (the float32 residual formed the same way) on 4,096 8-vectors, split over two threads and
     unsplit; a magnitude whose residual the second stage would refuse takes the stages, which raise as before."""
     pytest.importorskip("numba")
-    import caldera.quantizers.e8p as e8p_mod
+    import caldera.quantizers.rvq as rvq_mod
 
     q = E8PRVQ4()
     x = torch.randn(512, 64, generator=torch.Generator().manual_seed(3)) * 1.7
     calls = []
-    real = e8p_mod.encode_residual_e8p
-    monkeypatch.setattr(e8p_mod, "encode_residual_e8p", lambda *a: calls.append(1) or real(*a))
+    real = rvq_mod.encode_residual_e8p
+    monkeypatch.setattr(rvq_mod, "encode_residual_e8p", lambda *a: calls.append(1) or real(*a))
     split, whole = at_thread_counts(lambda: q.quantize(x), counts=(2, 1))
     assert calls == [1, 1]
     monkeypatch.setattr(q, "_fused_available", lambda x: False)

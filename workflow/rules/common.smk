@@ -26,7 +26,7 @@ from caldera.experiments.planning.selection_plan import (
     matrix_claim_variants,
     selection_models,
 )
-from caldera.experiments.planning.job_costs import plan_line
+from caldera.experiments.planning.job_report import plan_line
 from caldera.experiments.planning.settings import BLOCKS, RunContext, block_settings, declared_claims
 from caldera.experiments.jobs.compress import layer_chunks
 from caldera.experiments.report.tables import TablePlan

@@ -74,10 +74,11 @@ def step_hessians(run: RunContext, model: str, out_dir: str) -> dict[str, Any]:
 
 def hessian_expect(run: RunContext, model: str) -> dict[str, Any]:
     """What a job of this run knows of the Hessians :func:`step_hessians` wrote for ``model``, from the run's
-    config alone (checked against every layer file before work, :func:`caldera.pipeline.hessians.check_hessian_files`):
-    the model's name, the dtype of H and, with a ``calibration`` block, the token count and the calibration
-    hash, recomputed from the calibration text as the collector computed it (:func:`calibration_ids`; a folder
-    collected on other sequences is refused even when its summary and every file agree)."""
+    config alone (checked against every layer file before work,
+    :func:`caldera.pipeline.hessian_files.check_hessian_files`): the model's name, the dtype of H and, with a
+    ``calibration`` block, the token count and the calibration hash, recomputed from the calibration text as the
+    collector computed it (:func:`calibration_ids`; a folder collected on other sequences is refused even when its
+    summary and every file agree)."""
     from caldera.pipeline import local_data
 
     expect: dict[str, Any] = {"model": model, "dtype": str(HESSIAN_DTYPE).removeprefix("torch.")}
@@ -106,10 +107,10 @@ def _calibration_hash(run: RunContext, model: str, key: tuple) -> str:
 def check_job_hessians(run: RunContext, model: str, hessian_dir: str, layers: Sequence[int],
                        mdl: torch.nn.Module | None = None) -> None:
     """Before any work, the check every job that reads ``model``'s Hessians makes
-    (:func:`caldera.pipeline.hessians.check_hessian_files` with :func:`hessian_expect`): the files of ``layers`` in
-    ``hessian_dir`` are this run's, for this model, with H shaped as ``mdl``'s layers take their inputs (default:
-    the model's skeleton, no weight read)."""
-    from caldera.pipeline.hessians import check_hessian_files
+    (:func:`caldera.pipeline.hessian_files.check_hessian_files` with :func:`hessian_expect`): the files of
+    ``layers`` in ``hessian_dir`` are this run's, for this model, with H shaped as ``mdl``'s layers take their
+    inputs (default: the model's skeleton, no weight read)."""
+    from caldera.pipeline.hessian_files import check_hessian_files
 
     if mdl is None:
         mdl = load_layers(run, model, [])

@@ -107,7 +107,7 @@ def step_assemble(run: RunContext, v: Variant, layer_dir: str | list[str], out_d
     ``caldera compress`` does."""
     from caldera.pipeline.checkpoint import base_generation_config, checkpoint_provenance
     from caldera.pipeline.compress import LINEARS, assemble_checkpoint, layer_paths
-    from caldera.pipeline.hessians import decoder_layers
+    from caldera.pipeline.layer_runner import decoder_layers
     from caldera.pipeline.partial import LazyLayers, local_folder
 
     # everything but the linear layers the per-layer files replace, in float32 as load_dense gave it (the

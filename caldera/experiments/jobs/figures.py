@@ -18,7 +18,7 @@ from caldera.experiments.jobs.calibrate import check_job_hessians
 from caldera.experiments.jobs.models import load_layers, run_device, stand_in_rank
 from caldera.experiments.planning.figure_plan import figure3_curves, figure3_jobs
 from caldera.experiments.planning.settings import FiguresSettings, RunContext
-from caldera.pipeline.hessians import decoder_layers
+from caldera.pipeline.layer_runner import decoder_layers
 from caldera.pipeline.linears import GROUP_OF, PATH_OF, SHORT_NAMES
 
 
@@ -68,7 +68,7 @@ def step_ablation_traces(run: RunContext, model: str, hessian_dir: str, job: str
     """Figure 3 data of one job of :func:`figure3_jobs`: its curves (per-outer-iteration errors of the App. G.1
     ablations and QuIP#-LR), written to ``out`` as ``{"curves": [...]}`` (``settings``: the ``figures`` block's;
     ``run``: the stand-ins and ranks)."""
-    from caldera.pipeline.hessians import layer_file, load_layer_hessians
+    from caldera.pipeline.hessian_files import layer_file, load_layer_hessians
 
     fs = settings
     want = set(figure3_jobs(fs)[job])
@@ -105,7 +105,7 @@ def step_lplr_traces(run: RunContext, model: str, hessian_dir: str, out: str,
     from caldera.algorithm.decomposition import HessianContext
     from caldera.algorithm.hadamard import RHT, random_signs
     from caldera.algorithm.lplr import lplr_factorize
-    from caldera.pipeline.hessians import layer_file, load_layer_hessians
+    from caldera.pipeline.hessian_files import layer_file, load_layer_hessians
     from caldera.quantizers import quantizer_for_bits
 
     fc = settings.as_block()

@@ -92,7 +92,7 @@ def sweep_model(
     from caldera.experiments.jobs.figures import linear_weight
     from caldera.experiments.jobs.models import load_layers
     from caldera.pipeline.compress import group_seed
-    from caldera.pipeline.hessians import layer_file, load_layer_hessians
+    from caldera.pipeline.hessian_files import layer_file, load_layer_hessians
     from caldera.pipeline.linears import GROUP_OF, SHORT_NAMES
 
     sel = plan.settings.as_block()
@@ -206,7 +206,7 @@ def ablation_comparisons(
     from caldera.experiments.jobs.figures import linear_weight
     from caldera.experiments.jobs.models import load_layers, stand_in_rank
     from caldera.methods import get_method
-    from caldera.pipeline.hessians import layer_file, load_layer_hessians
+    from caldera.pipeline.hessian_files import layer_file, load_layer_hessians
     from caldera.pipeline.linears import GROUP_OF
 
     fc = figures.as_block()

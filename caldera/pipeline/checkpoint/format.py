@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from caldera.bits import average_bits
 from caldera.nn.compressed_linear import CompressedLinear
-from caldera.pipeline.hessians import decoder_layers
+from caldera.pipeline.layer_runner import decoder_layers
 from caldera.pipeline.linears import LINEARS
 
 FORMAT_VERSION = 2

@@ -100,7 +100,7 @@ def hessians_digest(hessian_dir: str | os.PathLike) -> str:
     own digest of its tensors, read from its metadata: no tensor is read); ``unknown`` when there is none."""
     from safetensors import safe_open
 
-    from caldera.pipeline.hessians import META_KEY
+    from caldera.pipeline.hessian_files import META_KEY
 
     listing = {}
     for path in sorted(Path(hessian_dir).glob("layer_*.safetensors")):

@@ -38,7 +38,7 @@ from caldera.pipeline.checkpoint.format import (
     tensor_digest,
     weight_fingerprint,
 )
-from caldera.pipeline.hessians import decoder_layers
+from caldera.pipeline.layer_runner import decoder_layers
 
 
 def verify_checksums(folder: str | os.PathLike) -> dict[str, str]:
@@ -192,7 +192,7 @@ def header_tensors(folder: str | os.PathLike) -> dict[str, Tensor]:
     cannot be read (truncated, not safetensors) or names a dtype no checkpoint stores."""
     from safetensors import safe_open
 
-    from caldera.pipeline.hessians import SAFETENSORS_DTYPES
+    from caldera.pipeline.hessian_files import SAFETENSORS_DTYPES
 
     path = Path(folder) / MODEL_FILE
     out: dict[str, Tensor] = {}

@@ -11,7 +11,7 @@ import torch
 from caldera.atomic import timing_path
 from caldera.experiments.jobs import calibrate as J
 from caldera.experiments.planning.settings import CalibrationSettings, EvalSettings, RunContext
-from caldera.pipeline.hessians import layer_file
+from caldera.pipeline.hessian_files import layer_file
 from tests.helpers import model_entry, tiny_model_dir
 
 CAL = {"source": "redpajama", "n_samples": 3, "seq_len": 8, "seed": 5, "batch_size": 2}
@@ -100,7 +100,8 @@ def test_hessians_are_those_of_the_whole_model_on_the_calibration_sequences(tmp_
 def test_hessian_expect_is_what_the_collector_records(tmp_path, fixed_sequences, monkeypatch):
     """The job's expectation holds the model's name, the dtype of H, the token count and the calibration hash,
     each computed from the run's config as step_hessians computes it: the same as its summary and its files."""
-    from caldera.pipeline.hessians import calibration_fingerprint, read_layer_hessians
+    from caldera.pipeline.hessian_files import read_layer_hessians
+    from caldera.pipeline.hessians import calibration_fingerprint
 
     monkeypatch.setattr(J, "_HASHES", {})
     src = tiny_model_dir(tmp_path / "model")

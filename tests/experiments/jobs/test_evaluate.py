@@ -19,7 +19,7 @@ def _caldera_checkpoint(folder, config_dtype=None):
     from caldera.methods import get_method
     from caldera.nn.compressed_linear import CompressedLinear
     from caldera.pipeline.checkpoint import replace_module, save_compressed
-    from caldera.pipeline.hessians import decoder_layers
+    from caldera.pipeline.layer_runner import decoder_layers
     from tests.helpers import tiny_llama
 
     model = tiny_llama(0, tie_word_embeddings=False)

@@ -11,7 +11,8 @@ import torch
 import caldera.pipeline.assets as assets
 from caldera.experiments.jobs import figures as F
 from caldera.experiments.planning.settings import FiguresSettings, RunContext
-from caldera.pipeline.hessians import collect_hessians, decoder_layers
+from caldera.pipeline.hessians import collect_hessians
+from caldera.pipeline.layer_runner import decoder_layers
 from tests.helpers import model_entry, tiny_llama
 
 

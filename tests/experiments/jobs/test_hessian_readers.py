@@ -28,7 +28,8 @@ from caldera.experiments.planning.settings import (
     SelectionSettings,
 )
 from caldera.methods import get_method
-from caldera.pipeline.hessians import GROUPS, layer_file
+from caldera.pipeline.hessian_files import layer_file
+from caldera.pipeline.hessians import GROUPS
 from tests.helpers import model_entry, tiny_model_dir
 from tests.pipeline.hessian_helpers import rewrite, swap_layers, wrong_shape
 
@@ -142,7 +143,7 @@ def readers_env(collected, tmp_path, monkeypatch):
     """``(run, copy of the folder)``, with the calibration sequences of the fixture and every Hessian read
     replaced by :class:`_Read`."""
     import caldera.pipeline.compress as compress
-    import caldera.pipeline.hessians as hessians
+    import caldera.pipeline.hessian_files as hessian_files
     import caldera.pipeline.text as text
 
     src, root = collected
@@ -152,7 +153,7 @@ def readers_env(collected, tmp_path, monkeypatch):
     def read(path):
         raise _Read(str(path))
 
-    monkeypatch.setattr(hessians, "load_layer_hessians", read)
+    monkeypatch.setattr(hessian_files, "load_layer_hessians", read)
     monkeypatch.setattr(compress, "load_layer_hessians", read)
     h = tmp_path / "h"
     shutil.copytree(root / "h", h)

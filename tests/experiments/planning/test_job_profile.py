@@ -7,20 +7,22 @@ import json
 
 import pytest
 
-from caldera.experiments.planning import job_costs as J
+from caldera.experiments.planning import job_check as JC
 from caldera.experiments.planning import job_plan as JP
 from caldera.experiments.planning import job_profile as PR
+from caldera.experiments.planning import job_report as JR
 from caldera.experiments.planning.cost import load_costs
+from caldera.experiments.planning.job_costs import predict
+from caldera.experiments.planning.rule_costs import job_seconds
 from tests.helpers import FAKE_LORA_TRAIN, FAKE_RATES, FAKE_THROUGHPUT, ROOT, fake_timed_run, workflow_config
 
 
 def test_calibration_recovers_the_rates_a_run_was_made_of(tmp_path):
-    """A run made of known fixed parts and rates (the dense job's two corpora give a corpus's fixed part and the
-    per-token rate; the compressed jobs' distribution corpus the paired-metrics rate) gives them back, and the
-    engine's scale per method; the profile then prices another config's jobs by the same formula."""
+    """A run made of known fixed parts and rates gives them back, each rule's by its cost model, and the engine's
+    scale per method, in a profile that names its run, source, machine type and component costs."""
     costs = load_costs("cpu")
     mini = workflow_config("mini")
-    prof = PR.calibrate(fake_timed_run(tmp_path, mini, costs), mini, costs)
+    prof = PR.calibrate(fake_timed_run(tmp_path, mini, costs), mini, costs, source="results/mini")
     got = prof["models"]["smollm2"]
     for key, want in FAKE_RATES.items():
         assert got[key] == pytest.approx(want, rel=1e-9, abs=1e-12), key
@@ -33,42 +35,20 @@ def test_calibration_recovers_the_rates_a_run_was_made_of(tmp_path):
             twice.setdefault(j.extra["task"], []).append(r["final_step"] != r["best_step"])
     assert got["lora_second_eval"] == {t: sum(v) / len(v) for t, v in twice.items()}
     assert got["matrix_scale"]["caldera"] == pytest.approx(3.0) and got["matrix_scale"]["quip#"] == pytest.approx(3.0)
-    smoke = workflow_config("smoke")
-    ev = next(j for j in JP.plan_jobs(smoke) if j.rule == "evaluate" and j.name == "smollm2-caldera-r16-lr4")
-    parts = JP.eval_parts(smoke, ev.variant)
-    want = (15.0 + sum(2.0 + t * 0.004 for t in parts["corpora"].values()) + parts["corpora"]["wiki"] * 0.001
-            + parts["zeroshot"] * 0.005)
-    assert J.job_seconds(ev, smoke, prof, costs) == pytest.approx(want)
-    cv = next(j for j in JP.plan_jobs(smoke) if j.rule == "compress_variant" and j.name == "smollm2-quipsharp")
-    law = JP.law_layer_seconds(costs, smoke, cv.variant)
-    assert cv.extra["layers"] == 2
-    assert J.job_seconds(cv, smoke, prof, costs) == pytest.approx(12.0 + 2 * (0.7 + 3.0 * law))
-    hs = next(j for j in JP.plan_jobs(smoke) if j.rule == "hessians" and j.model == "smollm2")
-    assert smoke["layers"] == [0, 1]
-    assert J.job_seconds(hs, smoke, prof, costs) == pytest.approx(6.0 + JP.seq_tokens(smoke) * 2 * 0.0002)
-    # collecting layers 0 and 5 runs the six layers up to the last one
-    assert J.job_seconds(hs, {**smoke, "layers": [0, 5]}, prof, costs) == pytest.approx(
-        6.0 + JP.seq_tokens(smoke) * 6 * 0.0002)
     for key, want in FAKE_THROUGHPUT.items():
         assert got[key] == pytest.approx(want, rel=1e-9), key
-    # smoke's throughput job times all of its variants: per variant its own calls, and a compressed variant with 2
-    # of 30 layers compressed is mostly the dense model
-    w, f = JP.throughput_work(smoke), 2 / 30
-    assert (w["decode_tokens"], w["calls"]) == (4 * 4, 4 * 2)  # (3 rounds + 1 warm-up) x new_tokens, calls
-    tj = next(j for j in JP.plan_jobs(smoke) if j.rule == "throughput")
-    assert tj.name == tj.model == "smollm2" and len(tj.extra["variants"]) > 2
-    want = 3.0
-    for v in tj.extra["variants"]:
-        share = 0.0 if v.method == "dense" else f
-        mix = {k: (1 - share) * x["dense"] + share * x["compressed"] for k, x in FAKE_THROUGHPUT.items()
-               if isinstance(x, dict)}
-        want += (mix["throughput_load_s"] + w["decode_tokens"] * mix["throughput_decode_token_s"]
-                 + w["calls"] * mix["throughput_call_s"])
-    assert J.job_seconds(tj, smoke, prof, costs) == pytest.approx(want)
-    lj = next(j for j in JP.plan_jobs(smoke) if j.rule == "lora_finetune" and j.extra["task"] == "wiki")
-    w = JP.lora_work(smoke, "wiki")
-    assert J.job_seconds(lj, smoke, prof, costs) == pytest.approx(
-        5.0 + w["train"] * 0.004 + (1 + got["lora_second_eval"]["wiki"]) * w["final"] * 0.003)
+    assert (prof["format"], prof["run"], prof["source"]) == (PR.FORMAT, "mini", "results/mini")
+    assert prof["machine"] == PR.machine_type() and prof["costs_measured_at"] == costs["measured_at"]
+    assert PR.covers(prof, mini, costs) is None
+    # the profile prices another config's jobs by the same formulas
+    smoke = workflow_config("smoke")
+    hs = next(j for j in JP.plan_jobs(smoke) if j.rule == "hessians" and j.model == "smollm2")
+    assert job_seconds(hs, smoke, prof, costs) == pytest.approx(6.0 + JP.seq_tokens(smoke) * 2 * 0.0002)
+
+
+def test_calibration_needs_a_finished_run(tmp_path):
+    with pytest.raises(ValueError, match="no benchmark files"):
+        PR.calibrate(tmp_path, workflow_config("mini"), load_costs("cpu"))
 
 
 def test_a_run_without_the_jobs_own_timings_falls_back_to_what_it_has(tmp_path):
@@ -101,7 +81,7 @@ def test_each_committed_profile_predicts_a_smoke_run_measured_on_its_machine_typ
     assert measured.is_file(), f"{path.name} has no smoke run of its machine type to be checked against"
     costs = load_costs("cpu")
     smoke = workflow_config("smoke")
-    res = J.check_runs(J.predict(smoke, profile, costs), J.measured_jobs(measured))
+    res = JC.check_runs(predict(smoke, profile, costs), JC.measured_jobs(measured))
     off = [(s["stage"], round(s["ratio"], 2)) for s in res["stages"] if not s["within"]]
     assert not off and res["total"]["within"], (off, res["total"])
     # a record whose Table 6 jobs time one variant each (``throughput/<variant>``) has no counterpart for them in
@@ -150,13 +130,13 @@ def test_a_machine_without_its_own_profile_borrows_another_types_and_the_reports
     monkeypatch.setattr(PR, "machine_type", lambda cpuinfo=None: "aa-this-amx")
     prof = PR.load_profile("cpu")
     assert prof["machine"] == "zz-other-avx2" and PR.other_machine(prof) == "zz-other-avx2"
-    text = J.report(workflow_config("mini"), prof, costs)
+    text = JR.report(workflow_config("mini"), prof, costs)
     assert "This machine's type is aa-this-amx, and no profile of that type is committed" in text
-    assert "with the profile of another machine type, zz-other-avx2" in J.plan_line(workflow_config("mini"), 2)
+    assert "with the profile of another machine type, zz-other-avx2" in JR.plan_line(workflow_config("mini"), 2)
     (tmp_path / "jobs-cpu-aa-this-amx.json").write_text(json.dumps({**src, "machine": "aa-this-amx"}))
     prof = PR.load_profile("cpu")
     assert prof["machine"] == "aa-this-amx" and PR.other_machine(prof) is None
-    assert "no profile of that type" not in J.report(workflow_config("mini"), prof, costs)
+    assert "no profile of that type" not in JR.report(workflow_config("mini"), prof, costs)
     for f in tmp_path.glob("jobs-*.json"):
         f.unlink()
     assert PR.load_profile("cpu") is None

@@ -193,7 +193,7 @@ def _settings_classes(cls: type[Settings]):
 
 
 def _nested_classes(check):
-    """Settings classes a field's check builds (from the closures of settings.nested / list_of / optional)."""
+    """Settings classes a field's check builds (from the closures of settings_checks.nested / list_of / optional)."""
     seen = []
     todo = [check]
     while todo:

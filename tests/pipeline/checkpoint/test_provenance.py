@@ -20,7 +20,7 @@ from caldera.pipeline.checkpoint.provenance import (
     source_commit,
     weights_digest,
 )
-from caldera.pipeline.hessians import META_KEY
+from caldera.pipeline.hessian_files import META_KEY
 from caldera.version import __version__
 
 
