@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from caldera.algorithm.ldl import regularize_hessian
 from caldera.arguments import IntOptionParser, int_option, out_of_range
 from caldera.atomic import write_atomic
 from caldera.experiments.report.claim_registry import FIGURE3, FINAL_ERROR, ClaimEntry, entries
 from caldera.experiments.report.claim_rules import RELATIONS
-from caldera.algorithm.ldl import regularize_hessian
 from caldera.methods import get_method
 from caldera.metrics import relative_data_aware_error
 from caldera.synthetic import llm_like

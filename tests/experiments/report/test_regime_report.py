@@ -206,7 +206,8 @@ def test_the_markdown_names_its_command_commit_spread_and_margin():
     res["made_by"] = {"command": "python -m caldera.experiments.jobs.regime --configfile config/mini.yaml",
                       "commit": "abc1234"}
     md = R.to_markdown(res)
-    assert "Made by `python -m caldera.experiments.jobs.regime --configfile config/mini.yaml` at commit `abc1234`." in md
+    assert ("Made by `python -m caldera.experiments.jobs.regime --configfile config/mini.yaml` at commit "
+            "`abc1234`.") in md
     sel = res["models"]["smollm2"]
     spread = sel["candidates"]["2"]["seed_spread"]
     assert f"| {100 * spread['sd']:.1f} % |" in md
