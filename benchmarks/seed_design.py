@@ -31,8 +31,8 @@ import numpy as np
 
 from caldera.atomic import write_atomic, write_json
 from caldera.experiments.planning.seed_design import POWER, Comparison, allocate
-from caldera.experiments.report.claims import extra_method_claims, table_claims
 from caldera.experiments.report.realization_pool import attach_pools, blocks, per_seed_log_ppl
+from caldera.experiments.report.table_claims import extra_method_claims, table_claims
 
 RHTFT = ("table3_", "table4_")
 

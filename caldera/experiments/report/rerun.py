@@ -4,7 +4,7 @@ A reproducibility check reruns only the claim-relevant variants (a fresh-seed re
 seeds) — e.g. ``snakemake results/<name>/eval/<variant>/ppl_wiki.json …`` — so the ``claims`` rule, which needs every
 table and figure, does not run. This builds what it can from the run's results folder with the same library
 functions (:func:`caldera.experiments.report.tables.build_table`,
-:func:`caldera.experiments.report.claims.table_claims`,
+:func:`caldera.experiments.report.table_claims.table_claims`,
 :func:`caldera.experiments.report.spread.spread_report`)::
 
     python -m caldera.experiments.report.rerun CONFIG.yaml RESULTS_DIR OUT_DIR [--overlay OVERLAY.yaml] [--tables …]
@@ -37,9 +37,9 @@ def rerun_claims(config: dict[str, Any], results_dir: str, tables: tuple[str, ..
 def claims_of_tables(built: dict[str, dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
     """``(claims, spread_md)`` of table JSONs ``{name: table}`` (built by :func:`rerun_claims`, or a finished
     run's committed ones, so that the current statistics decide a committed run's samples anew)."""
-    from caldera.experiments.report.claims import extra_method_claims, table_claims
     from caldera.experiments.report.realization_pool import attach_pools
     from caldera.experiments.report.spread import spread_report
+    from caldera.experiments.report.table_claims import extra_method_claims, table_claims
 
     pooled = attach_pools(built)  # the pooled spreads of these tables' replicated variants, as rule `claims` pools
     claims = table_claims(pooled) + extra_method_claims(pooled)  # as rule `claims` builds them (RHT-FT tables aside)

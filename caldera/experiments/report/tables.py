@@ -7,7 +7,7 @@ computed with the App. E.5 formula from the stand-in's shapes and the mapped ran
 Every measured perplexity is printed with its 95 % bootstrap-over-windows interval and every accuracy with its
 95 % Wilson interval (:mod:`caldera.stats`). The table JSON also carries, per variant, the per-window
 perplexity results and the per-document zero-shot results (``samples``), so that
-:mod:`caldera.experiments.report.claims`
+:mod:`caldera.experiments.report.table_claims`
 compares variants with paired intervals without reading the evaluation folders.
 """
 

@@ -1,7 +1,7 @@
-"""The verdict rules and number formats that every claim family shares (:mod:`caldera.experiments.report.claims`,
-:mod:`caldera.experiments.report.finetune_claims`): the verdict names, how an interval with an undetermined seed
-part is decided, a direction rule on intervals ("A is lower / higher than B"), and the text of a combined
-interval."""
+"""The verdict rules and number formats that every claim family shares
+(:mod:`caldera.experiments.report.table_claims`, :mod:`caldera.experiments.report.finetune_claims`): the verdict
+names, how an interval with an undetermined seed part is decided, a direction rule on intervals ("A is lower /
+higher than B"), and the text of a combined interval."""
 
 from __future__ import annotations
 

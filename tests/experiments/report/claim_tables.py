@@ -1,5 +1,5 @@
 """Hand-made result tables that the claim tests share: Table 1's 7B/13B/70B blocks with per-window samples, extra
-seed realizations of a variant, and Table 6's interleaved rounds."""
+seed realizations of a variant, a table with an ``extra_methods`` row, and Table 6's interleaved rounds."""
 
 from __future__ import annotations
 
@@ -104,3 +104,34 @@ def throughput_table(speeds: dict[str, tuple[float, float]], decode_speeds: dict
                        **{p: {"tokens_per_s": throughput_rounds(*per[p], rounds, drift, seed=i)} for p in PROTOCOLS}}
     return {"rows": [{"paper_method": m, "b_lr": b, "variant": v, "paper_model": "llama-2-7b", "paper_tok_per_s": t}
                      for m, b, v, t in TP_ROWS], "measured": measured, "settings": {"rounds": rounds}}
+
+
+def claim_starting_with(claims, start):
+    """The one claim of ``claims`` whose text starts with ``start`` (asserts there is exactly one)."""
+    hits = [c for c in claims if c["claim"].startswith(start)]
+    assert len(hits) == 1, [c["claim"] for c in hits]
+    return hits[0]
+
+
+def extra_table(extra_ppl):
+    """A Table 1 block (stand-in S) with dense, QuIP#, two CALDERA rows and two ``extra_methods`` rows: rtn-3bit
+    at Wiki2 perplexity ``extra_ppl`` and 3.00 bits, and a dense one without bits."""
+    rows = [row("llama-2-7b", "Unquantized (7B)", 0, None, 10.0, 5.0, "S", variant="dense"),
+            row("llama-2-7b", "QuIP# (7B, No FT)", 0, None, 40.0, 8.0, "S", variant="quip"),
+            row("llama-2-7b", "CALDERA (7B)", 128, 4.0, 30.0, 6.0, "S", variant="c4-r16"),
+            row("llama-2-7b", "CALDERA (7B)", 64, 16.0, 35.0, 6.0, "S", variant="c16-r8"),
+            row("—", "rtn-3bit (ours only)", "—", "—", extra_ppl, None, "S", variant="rtn3"),
+            row("—", "unquantized (ours only)", "—", "—", 10.0, None, "S", variant="x-dense")]
+    bits = {"quip": 2.0, "c4-r16": 2.18, "c16-r8": 2.37, "rtn3": 3.0, "x-dense": None, "dense": None}
+    for r in rows:
+        r["ours"]["avg_bits"] = bits[r["variant"]]
+    return with_windows({"rows": rows})
+
+
+def one_seed(t: dict, *variants: str) -> dict:
+    """``t`` with ``variants`` cut to their seed-0 realization (in place)."""
+    for v in variants:
+        t["realizations"][v] = {**t["realizations"][v], "seeds": [0], "ids": [v]}
+        t["seed_samples"].pop(v, None)
+    return t
+

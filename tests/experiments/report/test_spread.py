@@ -11,8 +11,8 @@ from tests.experiments.report.claim_tables import seeded, table1
 
 
 def test_spread_report_lists_the_seed_spread_and_the_seeds_needed():
-    from caldera.experiments.report.claims import table_claims
     from caldera.experiments.report.spread import seeds_needed, spread_report
+    from caldera.experiments.report.table_claims import table_claims
 
     t = seeded(table1(c4=36.0, quip=40.0), {"c4-r16": (1.0, 1.02, 0.99), "quip": (1.0, 0.98, 1.01)})
     tables = {"table1_llama2_zeroshot": t}
