@@ -403,8 +403,13 @@ class ModelEntry:
     num_layers: int
 
     @classmethod
-    def from_entry(cls, entry: Mapping[str, Any]) -> ModelEntry:
-        """The entry of a schema-checked ``models.<m>`` mapping."""
+    def from_entry(cls, entry: Mapping[str, Any], name: str = "?") -> ModelEntry:
+        """The entry ``models.<name>`` of a config. Raises ``ValueError`` naming the model and the missing keys
+        when the mapping lacks one (the workflow's schema refuses such a config first)."""
+        missing = [k for k in ("source", "label", "shapes", "num_layers") if k not in entry]
+        if missing:
+            raise ValueError(f"models.{name}: missing {', '.join(missing)}; each model entry needs source, label, "
+                             "shapes and num_layers (config/README.md)")
         return cls(source=entry["source"], label=entry["label"], shapes=entry["shapes"],
                    num_layers=int(entry["num_layers"]))
 
@@ -437,7 +442,7 @@ class RunContext:
         layers = config.get("layers")
         cal = config.get("calibration")
         return cls(name=config["name"], device=config.get("device", "auto"), dtype=config.get("dtype", "auto"),
-                   models={m: ModelEntry.from_entry(entries[m]) for m in keep},
+                   models={m: ModelEntry.from_entry(entries[m], m) for m in keep},
                    stand_ins=dict(config.get("stand_ins") or {}),
                    layers=None if layers is None else tuple(int(x) for x in layers),
                    layers_per_job=int(config.get("layers_per_job", 1)),

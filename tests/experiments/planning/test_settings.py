@@ -342,6 +342,13 @@ def test_run_context_types_each_models_entry():
         run.models["gemma3"].num_layers = 1
 
 
+def test_a_models_entry_without_a_key_is_refused_naming_the_model_and_the_key():
+    cfg = load("mini")
+    cfg["models"] = {**cfg["models"], "gemma3": {k: v for k, v in cfg["models"]["gemma3"].items() if k != "shapes"}}
+    with pytest.raises(ValueError, match=r"models\.gemma3: missing shapes; each model entry needs source"):
+        RunContext.from_config(cfg)
+
+
 # ---------------------------------------------------------------------------------------------- the hops
 
 
