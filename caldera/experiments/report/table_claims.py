@@ -73,10 +73,6 @@ def _ppl_ratios(table: dict[str, Any], paper_model: str) -> tuple[str | None, di
     return d["stand_in"], out
 
 
-def _windows(table: dict[str, Any], variant: str) -> dict[str, Any] | None:
-    return table.get("samples", {}).get(variant, {}).get("ppl", {}).get(CORPUS)
-
-
 def zeroshot_pair(table: dict[str, Any], a: str, b: str) -> dict[str, Any] | None:
     """Paired zero-shot comparison of variants ``a`` and ``b`` on the documents both scored in every realization
     that has zero-shot results (all tasks pooled, matched by task and document id): accuracy difference and
