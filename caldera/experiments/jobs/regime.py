@@ -71,8 +71,9 @@ def one_chunk(run: RunContext, model: str) -> RunContext:
 
 def measure_model(plan: RegimePlan, model: str, hessian_dir: str, work_dir: str, *,
                   log: Callable[[str], None] = print) -> tuple[dict[str, Any], dict[str, float]]:
-    """``(measurements, seconds)`` of one stand-in: ``{"dense": {"ppl", "nll", "n_windows"}, "candidates": {b:
-    {"ppl_by_seed": {seed: ppl}}}}`` on :func:`heldout_windows`, and the seconds of each step."""
+    """``(measurements, seconds)`` of one stand-in: ``{"dense": {"ppl", "nll", "n_windows", "window_nll",
+    "window_tokens"}, "candidates": {b: {"ppl_by_seed": {seed: ppl}, "window_nll_by_seed": {seed: [summed nats per
+    window]}}}}`` on :func:`heldout_windows`, and the seconds of each step."""
     from caldera.eval.perplexity import perplexity
     from caldera.experiments.jobs.calibrate import check_job_hessians
     from caldera.experiments.jobs.compress import step_compress_variant
@@ -99,7 +100,7 @@ def measure_model(plan: RegimePlan, model: str, hessian_dir: str, work_dir: str,
     log(f"regime {model}: dense held-out ppl {dense['ppl']:.4f} ({seconds['dense_eval_s']:.0f}s)")
     cands: dict[int, dict[str, Any]] = {}
     for b in s.q_bits:
-        cands[b] = {"ppl_by_seed": {}}
+        cands[b] = {"ppl_by_seed": {}, "window_nll_by_seed": {}}
         for seed in s.seeds:
             v = candidate_variant(plan, model, b, seed)
             root = Path(work_dir) / model / v.id
@@ -110,9 +111,12 @@ def measure_model(plan: RegimePlan, model: str, hessian_dir: str, work_dir: str,
             t2 = time.perf_counter()
             seconds[f"q{b}_seed{seed}_compress_s"], seconds[f"q{b}_seed{seed}_eval_s"] = t1 - t0, t2 - t1
             cands[b]["ppl_by_seed"][seed] = res["ppl"]
+            cands[b]["window_nll_by_seed"][seed] = [float(x) for x in res["window_nll"]]
             log(f"regime {model}: QuIP# q_bits {b} seed {seed}: held-out ppl {res['ppl']:.4f} "
                 f"(x{res['ppl'] / dense['ppl']:.3f} dense; compress {t1 - t0:.0f}s, eval {t2 - t1:.0f}s)")
-    return ({"dense": {"ppl": dense["ppl"], "nll": dense["nll"], "n_windows": dense["n_windows"]},
+    return ({"dense": {"ppl": dense["ppl"], "nll": dense["nll"], "n_windows": dense["n_windows"],
+                       "window_nll": [float(x) for x in dense["window_nll"]],
+                       "window_tokens": [float(x) for x in dense["window_tokens"]]},
              "candidates": cands}, seconds)
 
 

@@ -5,9 +5,11 @@ the paper model it replaces (:func:`select_q_bits`), and the Markdown of every c
 
 Score of a candidate ``b`` (Q bits): ``|ln r_b − ln r*|`` with ``r_b`` its perplexity ratio to the dense model
 (the geometric mean over the compression seeds of the per-seed ratios) and ``r*`` the paper's ratio. The lowest
-score wins; equal scores go to the fewer bits. How firmly the seeds back the choice is :func:`choice_margin`: the
-runner-up's score minus the chosen one's, with a 95 % interval from the per-seed spread of each candidate's
-log-ratio (:func:`seed_spread`)."""
+score wins; equal scores go to the fewer bits. How firmly the measurement backs the choice is
+:func:`choice_margin`: the runner-up's score minus the chosen one's, with a 95 % interval. Where the measurement
+kept every window's loss, the interval counts both the seeds (paired: every candidate is compressed on the same
+seeds) and the held-out windows (a sample of text, shared by every candidate and the dense model), combined in
+quadrature as every claim's interval is (:func:`caldera.stats.combine`); otherwise the seeds alone (Welch)."""
 
 from __future__ import annotations
 
@@ -53,14 +55,26 @@ def seed_spread(ppls: Sequence[float], dense_ppl: float) -> dict[str, Any] | Non
 
 
 def choice_margin(candidates: Mapping[int, Mapping[str, Any]], chosen: int, target: float,
-                  dense_ppl: float) -> dict[str, Any] | None:
+                  dense_ppl: float, dense_windows: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
     """How far the chosen Q bits beat the runner-up: ``margin = score_u − score_c`` (``≥ 0``; the runner-up ``u``
-    has the lowest score after the chosen ``c``, fewer bits first among equals) with a 95 % Welch interval from the
-    seeds. With ``σ_b = sign(mean_s l_{b,s} − ln target)``, ``score_b = σ_b (mean_s l_{b,s} − ln target)`` away
-    from the target, so ``Var(margin) ≈ sd_u²/n_u + sd_c²/n_c`` (:func:`seed_spread`; the held-out windows and the
-    dense perplexity are fixed and shared). ``resolved``: the interval excludes 0. Returns ``{"runner_up",
-    "margin", "half_width", "lo", "hi", "df", "resolved"}`` (interval fields ``None`` when a candidate has one
-    seed), or ``None`` with a single candidate. ``candidates``: ``{b: {"ppl_by_seed": {seed: ppl}, "score"}}``."""
+    has the lowest score after the chosen ``c``, fewer bits first among equals) with a 95 % interval. With
+    ``σ_b = sign(m_b − ln target)`` (``m_b`` the mean over seeds of the per-seed log-ratio ``l_{b,s}``),
+    ``score_b = σ_b (m_b − ln target)``, so the margin is linear in the measurements to first order.
+
+    * **Seeds and windows** (``dense_windows`` = ``{"window_nll", "window_tokens"}`` of the dense model and every
+      candidate with ``window_nll_by_seed`` on the same seeds): the seed part is the t interval of the per-seed
+      margins ``σ_u (l_{u,s} − ln target) − σ_c (l_{c,s} − ln target)`` (paired seeds), the window part the t
+      interval over windows of ``σ_u D_{u,w} − σ_c D_{c,w}`` (``D_{b,w}``: window ``w``'s summed loss, averaged
+      over seeds, minus the dense model's, per token; :func:`caldera.stats.ratio_t_interval`), combined in
+      quadrature (:func:`caldera.stats.combine`). When the two candidates lie on opposite sides of the target the
+      windows' shared difficulty adds up rather than cancels, so the window part is not small.
+    * **Seeds alone** (no window losses, or different seeds): ``Var(margin) ≈ sd_u²/n_u + sd_c²/n_c``
+      (:func:`seed_spread`) with Welch's df; the held-out windows are then taken as fixed.
+
+    ``resolved``: the interval excludes 0. Returns ``{"runner_up", "margin", "half_width", "lo", "hi", "df",
+    "resolved", "construction"}`` plus, with windows, ``"window_half"`` and ``"seed_half"`` (interval fields
+    ``None`` when a candidate has one seed), or ``None`` with a single candidate. ``candidates``: ``{b:
+    {"ppl_by_seed": {seed: ppl}, "score"[, "window_nll_by_seed": {seed: [summed nats per window]}]}}``."""
     from caldera.stats import t_quantile
 
     others = sorted((float(c["score"]), int(b)) for b, c in candidates.items() if int(b) != int(chosen))
@@ -70,7 +84,11 @@ def choice_margin(candidates: Mapping[int, Mapping[str, Any]], chosen: int, targ
     u = others[0][1]
     margin = float(by_bits[u]["score"]) - float(by_bits[int(chosen)]["score"])
     out: dict[str, Any] = {"runner_up": u, "margin": margin, "half_width": None, "lo": None, "hi": None,
-                           "df": None, "resolved": None}
+                           "df": None, "resolved": None, "construction": "seeds (Welch), windows fixed"}
+    windowed = _window_margin(by_bits[u], by_bits[int(chosen)], margin, float(target), dense_windows)
+    if windowed is not None:
+        out.update(windowed)
+        return out
     spreads = [seed_spread([float(p) for p in by_bits[b]["ppl_by_seed"].values()], dense_ppl) for b in (u, chosen)]
     if any(s is None for s in spreads):
         return out
@@ -83,6 +101,44 @@ def choice_margin(candidates: Mapping[int, Mapping[str, Any]], chosen: int, targ
         half = t_quantile(df) * math.sqrt(var)
     out.update(half_width=half, lo=margin - half, hi=margin + half, df=df, resolved=margin - half > 0.0)
     return out
+
+
+def _window_margin(cu: Mapping[str, Any], cc: Mapping[str, Any], margin: float, target: float,
+                   dense_windows: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The seeds-and-windows interval of :func:`choice_margin` (runner-up ``cu``, chosen ``cc``), or ``None`` when
+    the window losses are missing or the two candidates were not measured on the same seeds."""
+    import numpy as np
+
+    from caldera.stats import combine, ratio_t_interval, seed_half_width
+
+    if dense_windows is None or any("window_nll_by_seed" not in c for c in (cu, cc)):
+        return None
+    seeds_u, seeds_c = list(cu["window_nll_by_seed"]), list(cc["window_nll_by_seed"])
+    if [str(s) for s in seeds_u] != [str(s) for s in seeds_c]:
+        return None
+    dense = np.asarray(dense_windows["window_nll"], dtype=np.float64)
+    tokens = np.asarray(dense_windows["window_tokens"], dtype=np.float64)
+    lt = math.log(target)
+    mats, signs = [], []
+    for c in (cu, cc):
+        A = np.asarray([c["window_nll_by_seed"][s] for s in c["window_nll_by_seed"]], dtype=np.float64)
+        if A.ndim != 2 or A.shape[1] != dense.size or tokens.shape != dense.shape:
+            raise ValueError(f"window losses of shape {A.shape} do not match the dense model's {dense.shape} windows")
+        if not (np.all(np.isfinite(A)) and np.all(np.isfinite(dense)) and np.all(tokens > 0)):
+            raise ValueError("window losses must be finite and window token counts positive")
+        mats.append(A - dense)  # (seeds, windows): summed nats above the dense model
+        signs.append(1.0 if float((A - dense).sum(axis=1).mean() / tokens.sum()) >= lt else -1.0)
+    (Du, Dc), (su, sc) = mats, signs
+    per_seed = su * (Du.sum(axis=1) / tokens.sum() - lt) - sc * (Dc.sum(axis=1) / tokens.sum() - lt)
+    win = ratio_t_interval(su * Du.mean(axis=0) - sc * Dc.mean(axis=0), tokens)
+    shift = margin - win["estimate"]  # the constant ±ln target terms; the window interval moves with them
+    seed = seed_half_width([per_seed])
+    c = combine(margin, win["lo"] + shift, win["hi"] + shift, seed)
+    half = None if seed["half"] is None else c["sdd"]
+    return {"half_width": half, "lo": None if half is None else c["lo"], "hi": None if half is None else c["hi"],
+            "df": seed["df"], "resolved": None if half is None else bool(c["lo"] > 0.0),
+            "window_half": c["window_half"], "seed_half": seed["half"],
+            "construction": "paired seeds and windows"}
 
 
 def select_q_bits(ratios: Mapping[int, float], target: float) -> dict[str, Any]:
@@ -110,7 +166,16 @@ def summarize_model(measurements: Mapping[str, Any], target: Mapping[str, Any]) 
                              "ratio": ratios[b], "score": sel["scores"][b],
                              "seed_spread": seed_spread([float(p) for p in cands[b]["ppl_by_seed"].values()], dense)}
                          for b in sorted(cands)}
-    sel["margin"] = choice_margin(sel["candidates"], sel["q_bits"], float(target["ratio"]), dense)
+    for b in sorted(cands):
+        if "window_nll_by_seed" in cands[b]:
+            sel["candidates"][b]["window_nll_by_seed"] = {s: [float(x) for x in v]
+                                                          for s, v in cands[b]["window_nll_by_seed"].items()}
+    d = measurements["dense"]
+    dense_windows = ({"window_nll": [float(x) for x in d["window_nll"]],
+                      "window_tokens": [float(x) for x in d["window_tokens"]]} if "window_nll" in d else None)
+    sel["margin"] = choice_margin(sel["candidates"], sel["q_bits"], float(target["ratio"]), dense, dense_windows)
+    if dense_windows is not None:
+        sel["dense_windows"] = dense_windows
     sel["dense_ppl"] = dense
     sel["paper"] = dict(target)
     return sel
@@ -134,9 +199,23 @@ def margin_text(sel: Mapping[str, Any]) -> str:
     head = f"Margin over {m['runner_up']} bits: {m['margin']:.4f}"
     if m["half_width"] is None:
         return head + " (one seed: no interval; the seeds cannot say how firm the choice is)."
-    verdict = ("the seeds resolve the choice" if m["resolved"] else
-               "the seeds do not resolve the choice; the rule takes the nearer estimate")
-    return head + f" [{m['lo']:+.4f}, {m['hi']:+.4f}] (95 %, seeds, df {m['df']:.1f}): {verdict}."
+    windowed = m.get("construction") == "paired seeds and windows"
+    what = "seeds and windows" if windowed else "seeds"
+    verdict = (f"the {what} resolve the choice" if m["resolved"] else
+               f"the {what} do not resolve the choice; the rule takes the nearer estimate")
+    df = "" if m.get("df") is None else f", seed df {m['df']:.1f}" if windowed else f", df {m['df']:.1f}"
+    parts = (f"; half-widths: windows {m['window_half']:.4f}, seeds {m['seed_half']:.4f}"
+             if windowed and m.get("seed_half") is not None else "")
+    return head + f" [{m['lo']:+.4f}, {m['hi']:+.4f}] (95 %, {what}{df}{parts}): {verdict}."
+
+
+def _interval_words(res: Mapping[str, Any]) -> str:
+    """How ``res``'s margins were estimated, in words (every model's margin, one sentence)."""
+    kinds = {(sel.get("margin") or {}).get("construction") for sel in res["models"].values()} - {None}
+    if kinds == {"paired seeds and windows"}:
+        return ("the seeds (paired: the candidates share them) and the held-out windows (a sample of text, shared "
+                "by every candidate and the dense model), combined in quadrature.")
+    return "Welch's, from the seeds (the held-out windows are taken as fixed)."
 
 
 def to_markdown(res: Mapping[str, Any]) -> str:
@@ -151,7 +230,7 @@ def to_markdown(res: Mapping[str, Any]) -> str:
              "", f"Score: |ln(ratio) − ln(paper ratio)|; ratio: geometric mean over seeds {res['seeds']} of "
              "QuIP# / dense perplexity; per-seed sd: the sample sd of the per-seed ln(ratio), about the relative "
              "spread of one realization's perplexity. Margin: the runner-up's score minus the chosen one's, with a "
-             "95 % Welch interval from the seeds (the held-out windows are fixed).", ""]
+             "95 % interval: " + _interval_words(res), ""]
     made = res.get("made_by")
     if made:
         lines[1:1] = ["", f"Made by `{made['command']}` at commit `{made['commit']}`."]
