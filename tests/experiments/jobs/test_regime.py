@@ -118,6 +118,13 @@ def test_step_regime_measures_every_candidate_on_heldout_text_and_records_the_se
         assert c["ratio"] == pytest.approx(ppl / m["dense_ppl"])
         assert c["score"] == pytest.approx(log_distance(c["ratio"], target))
         ratios[int(b)] = c["ratio"]
+        # every held-out window's loss is kept: the margin's window part is computed from them
+        wins = c["window_nll_by_seed"]["0"]
+        assert len(wins) == 2 and math.exp(sum(wins) / sum(m["dense_windows"]["window_tokens"])) == \
+            pytest.approx(ppl)
+    assert math.exp(sum(m["dense_windows"]["window_nll"]) / sum(m["dense_windows"]["window_tokens"])) == \
+        pytest.approx(m["dense_ppl"])
+    assert m["margin"]["construction"] == "paired seeds and windows"
     assert m["q_bits"] == select_q_bits(ratios, target)["q_bits"]
     assert res["heldout"] == {"source": "lambada-books", "seed": CAL["seed"], "seq_len": CAL["seq_len"],
                               "first_row": CAL["n_samples"], "n_windows": 2}

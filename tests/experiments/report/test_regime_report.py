@@ -214,3 +214,123 @@ def test_the_markdown_names_its_command_commit_spread_and_margin():
     m = sel["margin"]
     assert m["runner_up"] == 4 and f"Margin over 4 bits: {m['margin']:.4f} [{m['lo']:+.4f}, {m['hi']:+.4f}]" in md
     assert ("the seeds resolve the choice" in md) == m["resolved"]
+
+
+# ------------------------------------------------------------------ the margin with the held-out windows counted
+
+
+def _windowed(D: dict[int, list[list[float]]], tokens: list[float], dense: list[float]):
+    """Candidates and the dense windows from per-(seed, window) summed-loss excesses ``D[b][s][w]`` over the dense
+    model: ``window_nll_by_seed`` and ``ppl_by_seed`` consistent with each other, scored as the selection scores."""
+    T = sum(tokens)
+    dense_ppl = math.exp(sum(dense) / T)
+    cands = {}
+    for b, rows in D.items():
+        wins = {s: [d + x for d, x in zip(dense, row)] for s, row in enumerate(rows)}
+        ppls = {s: math.exp(sum(w) / T) for s, w in wins.items()}
+        cands[b] = {"ppl_by_seed": ppls, "window_nll_by_seed": wins}
+    return cands, {"window_nll": list(dense), "window_tokens": list(tokens)}, dense_ppl
+
+
+def _score(cands, dense_ppl, target):
+    for c in cands.values():
+        c["score"] = R.log_distance(R.seed_ratio(list(c["ppl_by_seed"].values()), dense_ppl), target)
+    return cands
+
+
+def test_windowed_margin_matches_scipys_t_intervals_combined_in_quadrature():
+    """Oracle: scipy's one-sample t interval of the per-seed signed margins (seed part) and of the per-window
+    signed excesses per token (window part, equal-length windows), half-widths added in quadrature."""
+    from scipy.stats import ttest_1samp
+
+    rng = random.Random(11)
+    for _ in range(100):
+        S, W, n_tok = rng.randint(2, 5), rng.randint(2, 12), 511.0
+        lt = rng.uniform(0.2, 1.0)
+        mu = {2: rng.uniform(0.0, 1.6), 3: rng.uniform(0.0, 1.6)}
+        hard = [rng.gauss(0, 0.3) for _ in range(W)]  # each window's shared difficulty
+        D = {b: [[n_tok * (mu[b] + rng.gauss(0, 0.1) + hard[w] * mu[b] + rng.gauss(0, 0.05)) for w in range(W)]
+                 for _ in range(S)] for b in mu}
+        dense = [n_tok * rng.uniform(3.0, 4.5) for _ in range(W)]
+        cands, dw, dense_ppl = _windowed(D, [n_tok] * W, dense)
+        _score(cands, dense_ppl, math.exp(lt))
+        chosen = min(cands, key=lambda b: (cands[b]["score"], b))
+        u = 5 - chosen
+        m = R.choice_margin(cands, chosen, math.exp(lt), dense_ppl, dw)
+        assert m["construction"] == "paired seeds and windows" and m["runner_up"] == u
+        per = {b: [sum(row) / (n_tok * W) for row in D[b]] for b in D}
+        sign = {b: 1.0 if sum(per[b]) / S >= lt else -1.0 for b in D}
+        seed_z = [sign[u] * (a - lt) - sign[chosen] * (c - lt) for a, c in zip(per[u], per[chosen])]
+        win_z = [sign[u] * sum(D[u][s][w] for s in range(S)) / S / n_tok
+                 - sign[chosen] * sum(D[chosen][s][w] for s in range(S)) / S / n_tok for w in range(W)]
+        assert m["margin"] == pytest.approx(sum(seed_z) / S, abs=1e-9)
+        ci_s = ttest_1samp(seed_z, 0.0).confidence_interval(0.95)
+        ci_w = ttest_1samp(win_z, 0.0).confidence_interval(0.95)
+        half = math.hypot((ci_s.high - ci_s.low) / 2, (ci_w.high - ci_w.low) / 2)
+        assert m["seed_half"] == pytest.approx((ci_s.high - ci_s.low) / 2, rel=1e-6)
+        assert m["window_half"] == pytest.approx((ci_w.high - ci_w.low) / 2, rel=1e-6)
+        assert (m["lo"], m["hi"]) == pytest.approx((m["margin"] - half, m["margin"] + half), rel=1e-6, abs=1e-9)
+        assert m["resolved"] == (m["margin"] - half > 0)
+
+
+def test_windows_that_differ_widen_a_margin_the_seeds_alone_would_call_resolved():
+    """Every seed identical (no realization spread) but the held-out windows disagree: the seeds-only interval has
+    zero width, the windows' does not, and straddling the target the shared difficulty adds up."""
+    n, W, lt = 511.0, 6, 0.5
+    hard = [-0.6, -0.3, 0.0, 0.1, 0.3, 0.5]
+    D = {2: [[n * (0.8 + h) for h in hard]] * 3, 3: [[n * (0.3 + h) for h in hard]] * 3}  # both move with w
+    cands, dw, dense_ppl = _windowed(D, [n] * W, [n * 4.0] * W)
+    _score(cands, dense_ppl, math.exp(lt))
+    seeds_only = R.choice_margin(cands, 3, math.exp(lt), dense_ppl)
+    assert seeds_only["half_width"] == 0.0 and seeds_only["resolved"] is True
+    m = R.choice_margin(cands, 3, math.exp(lt), dense_ppl, dw)
+    assert m["margin"] == pytest.approx(0.1) and m["seed_half"] == 0.0
+    sd = statistics_sd([2 * h for h in hard])  # opposite sides: (0.8 + h − lt) − (lt − 0.3 − h) = 0.1 + 2h
+    assert m["window_half"] == pytest.approx(2.5705818 * sd / math.sqrt(W), rel=1e-6)
+    assert m["resolved"] is False and m["lo"] < 0 < m["hi"]
+    # on the same side of the target, the shared difficulty cancels: 4 bits beats 2 bits at any window
+    D = {2: [[n * (1.2 + h) for h in hard]] * 3, 4: [[n * (0.7 + h) for h in hard]] * 3}
+    cands, dw, dense_ppl = _windowed(D, [n] * W, [n * 4.0] * W)
+    _score(cands, dense_ppl, math.exp(lt))
+    m = R.choice_margin(cands, 4, math.exp(lt), dense_ppl, dw)
+    assert m["window_half"] == pytest.approx(0.0, abs=1e-12) and m["resolved"] is True
+
+
+def statistics_sd(xs):
+    mean = sum(xs) / len(xs)
+    return math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1))
+
+
+def test_window_losses_of_other_seeds_or_other_windows_fall_back_or_are_refused():
+    n, W = 511.0, 4
+    D = {2: [[n * 0.9] * W, [n * 1.0] * W], 3: [[n * 0.2] * W, [n * 0.25] * W]}
+    cands, dw, dense_ppl = _windowed(D, [n] * W, [n * 4.0] * W)
+    _score(cands, dense_ppl, math.exp(0.5))
+    cands[2]["window_nll_by_seed"] = {7: v for v in cands[2]["window_nll_by_seed"].values()}  # other seeds
+    assert R.choice_margin(cands, 3, math.exp(0.5), dense_ppl, dw)["construction"] == "seeds (Welch), windows fixed"
+    cands, dw, dense_ppl = _windowed(D, [n] * W, [n * 4.0] * W)
+    _score(cands, dense_ppl, math.exp(0.5))
+    with pytest.raises(ValueError, match="do not match the dense model's"):
+        R.choice_margin(cands, 3, math.exp(0.5), dense_ppl, {"window_nll": [n * 4.0] * 3, "window_tokens": [n] * 3})
+
+
+def test_summary_with_window_losses_says_seeds_and_windows_and_survives_json():
+    n, W = 511.0, 5
+    rng = random.Random(5)
+    D = {b: [[n * (mu + rng.gauss(0, 0.05)) for _ in range(W)] for _ in range(3)] for b, mu in ((2, 0.9), (3, 0.2))}
+    cands, dw, dense_ppl = _windowed(D, [n] * W, [n * 4.0] * W)
+    meas = {"dense": {"ppl": dense_ppl, **dw}, "candidates": cands}
+    sel = R.summarize_model(meas, {**TARGET, "ratio": math.exp(0.5)})
+    assert sel["margin"]["construction"] == "paired seeds and windows" and sel["dense_windows"] == dw
+    res = R.to_json_ready({"seeds": [0, 1, 2], "quip_params": {}, "reconstructed": True,
+                           "heldout": {"source": "lambada-books", "seed": 0, "seq_len": 512, "first_row": 16,
+                                       "n_windows": W}, "models": {"smollm2": sel}})
+    back = json.loads(json.dumps(res))
+    md = R.to_markdown(back)
+    assert md == R.to_markdown(res)
+    assert "the seeds (paired: the candidates share them) and the held-out windows" in md
+    assert "(95 %, seeds and windows" in md and "half-widths: windows" in md
+    # recomputed from the JSON (string keys) the margin is the same
+    again = R.choice_margin(back["models"]["smollm2"]["candidates"], 3, math.exp(0.5), dense_ppl,
+                            back["models"]["smollm2"]["dense_windows"])
+    assert again["lo"] == pytest.approx(sel["margin"]["lo"]) and again["hi"] == pytest.approx(sel["margin"]["hi"])
