@@ -27,7 +27,7 @@ def test_lint_is_clean():
     assert "good condition" in r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("cfg", ["mini-core", "mini", "mini-full", "smoke", "paper"])
+@pytest.mark.parametrize("cfg", ["mini-core", "mini", "mini-full", "mini-regime", "smoke", "paper"])
 def test_dry_run_builds_the_dag(cfg, tmp_path):
     # a copy of the workflow so the dry run writes no state into the checkout
     for item in ("Snakefile", "workflow", "config"):
@@ -38,7 +38,7 @@ def test_dry_run_builds_the_dag(cfg, tmp_path):
     assert "make_table" in r.stdout
     # a variant whose layers fit one job (layers_per_job 30 at the stand-ins' 30 and 18 layers) is compressed and
     # assembled by one job; more chunks get a job each and an assembly
-    one_chunk = cfg in ("mini-core", "mini", "mini-full", "smoke")
+    one_chunk = cfg in ("mini-core", "mini", "mini-full", "mini-regime", "smoke")
     assert ("rule compress_variant:" in r.stdout) == one_chunk, r.stdout
     # a seed replicate of one chunk is compressed and evaluated by one job (rule replicate), never by evaluate
     replicates = {ln.split("/")[-2] for ln in r.stdout.splitlines() if "/eval/" in ln and "-seed" in ln}

@@ -3,8 +3,8 @@
 ``python -m caldera.experiments.report.readme_numbers [ROOT]`` prints each snippet; :func:`check` lists every
 snippet the README lacks (``tests/experiments/report/test_readme_numbers.py`` fails on any). The snippets: the
 result table of "What the default run shows" (rows of the committed Table 1), the verdict counts of each
-committed run the README names, and the job count and job time of those runs (their ``timings.json``).
-"""
+committed run the README names, the job count and job time of those runs (their ``timings.json``), and the
+stand-ins' regime (``regime.json``)."""
 
 from __future__ import annotations
 
@@ -77,6 +77,25 @@ def job_time_text(timings: dict[str, Any], unit: str) -> str:
     return f"{timings['n_jobs']} jobs and {timings['job_s'] / 3600:.1f} job-hours"
 
 
+def regime_text(res: dict[str, Any]) -> str:
+    """The stand-ins' regime as the README quotes it, from ``regime.json``
+    (:mod:`caldera.experiments.report.regime_report`): per stand-in its chosen Q bits, QuIP#'s held-out calibration
+    ratio there and at the runner-up's bits, the paper's ratio, and the choice's margin with its interval."""
+    parts = []
+    for model, sel in res["models"].items():
+        q, c, m = str(sel["q_bits"]), sel["candidates"], sel.get("margin") or {}
+        text = f"{model} → {q} bits (QuIP# ×{c[q]['ratio']:.2f} against the paper's ×{sel['paper']['ratio']:.2f}"
+        if m:
+            u = str(m["runner_up"])
+            text += f"; {u} bits ×{c[u]['ratio']:.2f}; margin {m['margin']:.3f}"
+            if m.get("lo") is not None:
+                text += f" [{m['lo']:+.3f}, {m['hi']:+.3f}], " + ("resolved" if m["resolved"] else "not resolved")
+        parts.append(text + ")")
+    seeds = res["seeds"]
+    return (f"{'; '.join(parts)} (seeds {', '.join(str(s) for s in seeds)}; {res['heldout']['n_windows']} "
+            f"held-out windows)")
+
+
 #: the committed runs whose job count and job time the README quotes: folder under paper_tables/ -> unit
 TIMED_RUNS = {"generated": "min", "mini-full": "hours"}
 
@@ -92,6 +111,7 @@ def snippets(root: str | Path) -> dict[str, str]:
     for run, unit in TIMED_RUNS.items():
         timings = json.loads((root / "paper_tables" / run / "timings.json").read_text())
         out[f"job count and time of paper_tables/{run}"] = job_time_text(timings, unit)
+    out["stand-ins' regime"] = regime_text(json.loads((root / "paper_tables/generated/regime.json").read_text()))
     return out
 
 

@@ -25,8 +25,18 @@ def test_a_changed_committed_table_is_caught(tmp_path):
             (tmp_path / "paper_tables" / run / name).write_text((ROOT / "paper_tables" / run / name).read_text())
     tab = json.loads((ROOT / "paper_tables/generated" / f"{R.RESULT_TABLE}.json").read_text())
     (tmp_path / "paper_tables/generated" / f"{R.RESULT_TABLE}.json").write_text(json.dumps(tab))
+    regime = (ROOT / "paper_tables/generated/regime.json").read_text()
+    (tmp_path / "paper_tables/generated/regime.json").write_text(regime)
     readme = (ROOT / "README.md").read_text()
     assert R.check(readme, tmp_path) == []
+    # a regime record whose choice moves is caught
+    moved_regime = json.loads(regime)
+    sel = next(iter(moved_regime["models"].values()))
+    sel["q_bits"] = int(sel["margin"]["runner_up"])
+    sel["margin"]["runner_up"] = int(next(b for b in sel["candidates"] if int(b) != sel["q_bits"]))
+    (tmp_path / "paper_tables/generated/regime.json").write_text(json.dumps(moved_regime))
+    assert [m.split(":")[0] for m in R.check(readme, tmp_path)] == ["stand-ins' regime"]
+    (tmp_path / "paper_tables/generated/regime.json").write_text(regime)
     moved = copy.deepcopy(tab)
     row = next(r for r in moved["rows"] if r["variant"] == "smollm2-quipsharp")
     row["ours"]["wiki2_ppl"] += 0.01  # one step of the quoted two decimals: a new run's number
