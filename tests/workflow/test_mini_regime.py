@@ -14,6 +14,18 @@ REGIME = load_yaml_strict(ROOT / "config/mini-regime.yaml")
 RECORD = json.loads((ROOT / "paper_tables/generated/regime.json").read_text())
 
 
+#: the CALDERA parameters the selection sweep chooses (on calibration Hessians): the regime run's own choice
+SELECTED = ("update_order", "hessian_update", "best_tracking")
+
+
+def test_the_caldera_rows_use_the_regime_runs_own_selection():
+    """The committed regime record's selection (at the regime's Q bits, on the calibration Hessians) is the
+    configuration the rows use: selection.md would say "this run's config does not use it" otherwise."""
+    md = (ROOT / "paper_tables/regime/selection.md").read_text()
+    assert "Selected: **" in md and "this run's config does not use it" not in md
+    assert "q_bits: 3" in md
+
+
 def _regime_models() -> list[str]:
     return sorted(REGIME["models"])
 
@@ -35,8 +47,8 @@ def test_everything_else_a_verdict_depends_on_is_the_default_runs():
     for key in ("calibration", "eval", "rht_ft", "numerics", "rank_multiple", "layers", "layers_per_job", "theory"):
         assert REGIME[key] == MINI[key], key
     for method in ("caldera", "quip#", "quip#-lr"):
-        params = {k: v for k, v in REGIME["methods"][method]["params"].items() if k != "q_bits"}
-        assert params == MINI["methods"][method]["params"], method
+        params = {k: v for k, v in REGIME["methods"][method]["params"].items() if k not in ("q_bits", *SELECTED)}
+        assert params == {k: v for k, v in MINI["methods"][method]["params"].items() if k not in SELECTED}, method
     assert REGIME["methods"]["caldera"]["params_by_b_lr"] == MINI["methods"]["caldera"]["params_by_b_lr"]
     for m in _regime_models():
         assert REGIME["models"][m]["source"] == MINI["models"][m]["source"]

@@ -87,7 +87,8 @@ def row_for(config: dict[str, Any], ref: dict[str, Any]) -> LoraRow | None:
             return None
         v = variant_for_row(config, ref)
         r = lora.mapped_ft_rank(v.rank, int(ref["rank"]), int(ref["ft_rank"]), mult)
-        bits = average_bits(shapes, 2, v.b_lr, v.rank, ft_rank=r)  # real-valued signs: not counted (as the paper)
+        # real-valued signs: not counted (as the paper)
+        bits = average_bits(shapes, int(getattr(v.config, "q_bits", 2)), v.b_lr, v.rank, ft_rank=r)
         if ref["rht_ft"]:
             ft = dataclasses.replace(v, id=v.id + RHTFT_SUFFIX)
             return LoraRow(f"{ft.id}-ft{r}", ref, ft, r, bits, rht_base=v)

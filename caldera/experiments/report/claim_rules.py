@@ -20,6 +20,9 @@ from __future__ import annotations
 
 from typing import Callable
 
+#: the verdict of a claim whose comparisons this run does not make
+NOT_MEASURED = "not measured in this run"
+
 COUNT_RULES = ("all", "some", "most")
 DIRECTION_RULES = ("lower", "higher")
 RULES = (*COUNT_RULES, *DIRECTION_RULES, "recovers", "given")
@@ -27,10 +30,13 @@ RULES = (*COUNT_RULES, *DIRECTION_RULES, "recovers", "given")
 
 def count_verdict(rule: str, k: int, n: int) -> str:
     """The verdict of a claim that ``k`` of its ``n`` deterministic comparisons satisfy, by counting rule ``rule``
-    ("all", "some" or "most"): **holds** or **fails** (no comparisons: fails)."""
+    ("all", "some" or "most"): **holds** or **fails**; with no comparison (the run has neither side of any pair)
+    :data:`NOT_MEASURED`."""
     if rule not in COUNT_RULES:
         raise ValueError(f"counting rule {rule!r}: give one of {COUNT_RULES}")
-    return "holds" if n > 0 and {"all": k == n, "some": k > 0, "most": k > n / 2}[rule] else "fails"
+    if n == 0:
+        return NOT_MEASURED
+    return "holds" if {"all": k == n, "some": k > 0, "most": k > n / 2}[rule] else "fails"
 
 
 def direction_verdict(rule: str, directions: list[int]) -> str:

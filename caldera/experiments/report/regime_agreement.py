@@ -25,6 +25,17 @@ from typing import Any
 VERDICTS = ("holds", "fails", "inconclusive")
 #: the regime column of a claim that neither run decides in the regime
 NOT_RUN = "not run in the regime"
+#: the regime column of a claim on the App. G.1 ablation presets, whose Q is 2 bits in every run
+FIXED_Q = "Q fixed at 2 bits (App. G.1 presets)"
+
+
+def fixed_q_keys() -> set[tuple[str, str]]:
+    """:func:`claim_key` of every registry claim decided on the Figure 3 / 4 ablation presets (Q at 2 bits
+    whatever a run's ``q_bits``): a regime run decides them exactly as the 2-bit run does."""
+    from caldera.experiments.report.claim_registry import CONVERGENCE, FIGURE3, FIGURE4, REGISTRY
+
+    return {claim_key({"source": e.source, "claim": e.claim}) for e in REGISTRY
+            if e.kind in (FIGURE3, CONVERGENCE, FIGURE4)}
 
 
 def claim_key(claim: Mapping[str, Any]) -> tuple[str, str]:
@@ -50,9 +61,10 @@ def agreement(two_bit: Sequence[Mapping[str, Any]], regime: Sequence[Mapping[str
               regime_bits: Mapping[str, int]) -> dict[str, Any]:
     """Every 2-bit claim beside its regime verdict. ``regime_bits``: stand-in → its regime's Q bits. A claim found
     in the regime run (:func:`claim_key`) takes that verdict; one whose stand-ins all have a 2-bit regime keeps its
-    own (the same run); any other is :data:`NOT_RUN`. Returns ``{"rows": [{"source", "claim", "two_bit",
+    own (the same run); a claim on the App. G.1 presets is :data:`FIXED_Q`; any other is :data:`NOT_RUN`. Returns ``{"rows": [{"source", "claim", "two_bit",
     "regime", "bits", "agree"}], "differ": the rows whose verdicts differ, "counts": {"2 bits", "regime"}: verdict →
-    count, "regime_only": regime claims no 2-bit claim matches}``; ``agree`` is None for :data:`NOT_RUN`."""
+    count, "regime_only": regime claims no 2-bit claim matches}``; ``agree`` is None for :data:`NOT_RUN` and
+    :data:`FIXED_Q`."""
     by_key: dict[tuple[str, str], Mapping[str, Any]] = {}
     for c in regime:
         k = claim_key(c)
@@ -60,11 +72,15 @@ def agreement(two_bit: Sequence[Mapping[str, Any]], regime: Sequence[Mapping[str
             raise ValueError(f"two regime claims share the key {k}; claim texts must differ before their numbers")
         by_key[k] = c
     models = sorted(regime_bits)
-    rows, used = [], set()
+    fixed = fixed_q_keys()
+    rows, used = [], set(fixed)
     for c in two_bit:
         k = claim_key(c)
         involved = stand_ins(c, models)
-        if k in by_key:
+        if k in fixed:
+            rows.append({"source": c["source"], "claim": c["claim"], "two_bit": c["verdict"], "regime": FIXED_Q,
+                         "bits": [], "agree": None})
+        elif k in by_key:
             used.add(k)
             other = by_key[k]
             bits = sorted({int(regime_bits[m]) for m in stand_ins(other, models) or involved} or
@@ -78,7 +94,7 @@ def agreement(two_bit: Sequence[Mapping[str, Any]], regime: Sequence[Mapping[str
             rows.append({"source": c["source"], "claim": c["claim"], "two_bit": c["verdict"], "regime": NOT_RUN,
                          "bits": [], "agree": None})
     counts = {"2 bits": _count(r["two_bit"] for r in rows),
-              "regime": _count(r["regime"] for r in rows if r["regime"] != NOT_RUN)}
+              "regime": _count(r["regime"] for r in rows if r["regime"] not in (NOT_RUN, FIXED_Q))}
     only = [{"source": c["source"], "claim": c["claim"], "verdict": c["verdict"]} for c in regime
             if claim_key(c) not in used]
     return {"rows": rows, "differ": [r for r in rows if r["agree"] is False], "counts": counts, "regime_only": only}
@@ -110,7 +126,8 @@ def to_markdown(res: Mapping[str, Any], regime_bits: Mapping[str, int], sources:
              "regime's bits).", "",
              f"- 2 bits: {_counts_text(res['counts']['2 bits'])}.",
              f"- Regime: {_counts_text(res['counts']['regime'])}"
-             f" ({sum(r['regime'] == NOT_RUN for r in res['rows'])} {NOT_RUN}).", "",
+             f" ({sum(r['regime'] == NOT_RUN for r in res['rows'])} {NOT_RUN}, "
+             f"{sum(r['regime'] == FIXED_Q for r in res['rows'])} with Q fixed at 2 bits by the App. G.1 presets).", "",
              "## Verdicts that differ between the regimes", ""]
     if res["differ"]:
         lines += ["| claim | source | 2 bits | regime | bits |", "|---|---|---|---|---|"]

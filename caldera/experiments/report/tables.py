@@ -214,7 +214,8 @@ def measured_row(results_dir: Path, run: RunContext, table: str, row: dict[str, 
         bits = variant_bits(results_dir, v)
         out["storage_bits"] = bits.get("storage_bits_per_weight")
         if v.method in ("caldera", "quip#-lr", "quip#"):
-            out["avg_bits"] = average_bits(CONFIG_SHAPES[stand.shapes], 2, v.b_lr or 16, v.rank)
+            out["avg_bits"] = average_bits(CONFIG_SHAPES[stand.shapes], int(getattr(v.config, "q_bits", 2)),
+                                           v.b_lr or 16, v.rank)
         else:  # any other method: the formula over the model's shapes as its compression wrote it
             out["avg_bits"] = bits.get("average_bits")
     reps = replicates or [v]

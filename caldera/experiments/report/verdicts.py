@@ -9,7 +9,7 @@ import math
 from typing import Any, Callable
 
 from caldera import stats
-from caldera.experiments.report.claim_rules import direction_verdict
+from caldera.experiments.report.claim_rules import NOT_MEASURED, direction_verdict
 from caldera.experiments.report.tables import bits_label
 
 #: A comparison whose windows alone resolve a direction, taken on one realization of a side whose family has no
@@ -21,8 +21,8 @@ NEEDS_SEEDS = "needs replicates (one realization, no pooled spread)"
 NOT_COMPARED = "not compared (Q stored dense)"
 #: two variants that are the same model (the same evaluation on every window, document and seed): no interval
 IDENTICAL = "identical (the same model)"
-#: a claim whose table or measurement (RHT fine-tuning, LoRA, throughput) this run does not make
-NOT_MEASURED = "not measured in this run"
+#: a claim whose table or measurement (RHT fine-tuning, LoRA, throughput) this run does not make:
+#: claim_rules.NOT_MEASURED
 VERDICTS = ("holds", "fails", "inconclusive", NEEDS_SEEDS, IDENTICAL, "not testable at this scale", NOT_MEASURED,
             NOT_COMPARED)
 #: the normal quantile of 80 % power: an effect is within reach when the 95 % half-width times

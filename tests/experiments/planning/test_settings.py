@@ -125,6 +125,7 @@ def test_bad_regime_value_is_refused_naming_its_key(path, value, words):
 def test_a_chosen_regime_bits_must_be_a_candidate_and_the_defaults_are_every_codebook():
     cfg = load("mini")
     cfg["regime"]["q_bits"] = [2, 4]
+    cfg["regime"]["models"]["smollm2"]["q_bits"] = 2
     cfg["regime"]["models"]["gemma3"]["q_bits"] = 3
     with pytest.raises(ValueError, match=r"regime\.models\.gemma3\.q_bits: 3 is not a candidate of regime\.q_bits"):
         block_settings(cfg)

@@ -24,6 +24,7 @@ TWO_BIT = [
        ("smollm2-caldera-r32-lr4", "smollm2-quipsharp")),
     _c("LoRA fine-tuning recovers accuracy", "Table 5", "inconclusive", ("smollm2-caldera-r16-lr4+lora",)),
     _c("CALDERA's error below QuIP#'s for every matrix [SmolLM2-135M (fp32)]", "§5 / App. G.1", "holds"),
+    _c("no-RHT worse for some matrices", "App. G.1 / Fig. 3", "holds"),
 ]
 REGIME = [
     _c("4-bit CALDERA beats QuIP# in Wiki2 perplexity (3.20 vs 3.00 bits)", "table1_llama2_zeroshot [llama-2-7b]",
@@ -33,6 +34,7 @@ REGIME = [
     _c("CALDERA's error below QuIP#'s for every matrix [SmolLM2-135M (fp32), Q at 3 bits]", "§5 / App. G.1",
        "fails"),
     _c("a claim only the regime run makes", "Fig. 3", "holds"),
+    _c("no-RHT worse for some matrices", "App. G.1 / Fig. 3", "fails"),  # 2-bit presets: never a regime verdict
 ]
 BITS = {"smollm2": 3, "gemma3": 2}
 
@@ -52,9 +54,10 @@ def test_each_claim_takes_its_regime_verdict_or_keeps_its_own_at_a_2_bit_regime(
         ("holds", "holds", [3], True),
         ("inconclusive", A.NOT_RUN, [], None),        # SmolLM2's, but the regime run has no Table 5
         ("holds", "fails", [3], False),               # no interval: matched by text, bits of the regime stand-in
+        ("holds", A.FIXED_Q, [], None),                # the App. G.1 presets fix Q at 2 bits in both runs
     ]
     assert [r["source"] for r in res["differ"]] == ["table1_llama2_zeroshot [llama-2-7b]", "§5 / App. G.1"]
-    assert res["counts"] == {"2 bits": {"holds": 2, "inconclusive": 3},
+    assert res["counts"] == {"2 bits": {"holds": 3, "inconclusive": 3},
                              "regime": {"holds": 2, "fails": 1, "inconclusive": 1}}
     assert res["regime_only"] == [{"source": "Fig. 3", "claim": "a claim only the regime run makes",
                                    "verdict": "holds"}]
@@ -65,6 +68,7 @@ def test_every_stand_in_at_2_bits_makes_the_regimes_agree_everywhere():
     assert res["differ"] == []
     assert [r["regime"] for r in res["rows"]][:4] == [r["verdict"] for r in TWO_BIT][:4]
     assert res["rows"][4]["regime"] == A.NOT_RUN  # no interval names its stand-in: not claimed to be the same
+    assert res["rows"][5]["regime"] == A.FIXED_Q
 
 
 def test_two_regime_claims_with_one_key_are_refused():
@@ -83,7 +87,16 @@ def test_written_page_lists_the_differing_claims_first(tmp_path):
     differ = md.split("## Verdicts that differ between the regimes")[1].split("## Every claim")[0]
     assert differ.count("\n| ") == 3  # header + 2 claims
     assert "gemma3 2 bits, smollm2 3 bits" in md and "- Regime: 2 holds, 1 fails, 1 inconclusive (1 not run" in md
+    assert "1 with Q fixed at 2 bits" in md
     assert json.loads((reg / "regime_agreement.json").read_text())["regime_bits"] == {"smollm2": 3, "gemma3": 2}
     (reg / "claims.json").unlink()
     with pytest.raises(FileNotFoundError, match="claims.json is missing"):
         A.write_agreement(two, reg)
+
+
+def test_the_fixed_q_claims_are_the_registrys_figure_claims():
+    keys = A.fixed_q_keys()
+    assert ("App. G.1 / Fig. 3", "no-LDLQ much worse") in keys
+    assert ("App. E.2 / G.1", "Hessian update speeds convergence") in keys
+    assert ("App. G.1 / Fig. 4", "LPLRFactorize iterations lower the error") in keys
+    assert not any(src.startswith("Tables") for src, _ in keys)

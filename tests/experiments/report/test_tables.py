@@ -279,3 +279,34 @@ def test_distribution_columns_average_the_seeds_and_give_top1_in_percent():
     lo, hi = two["wiki2_dlogp_ci"]
     assert lo < -0.2 < hi  # the two seeds disagree (−0.1 vs −0.3): the seed part widens the interval
     assert distribution_cells([{"ppl": {"wiki": {"window_tokens": tok, "window_nll": [1.0] * 3}}}], True) == {}
+
+
+def test_rows_with_q_at_3_bits_count_3_bits_in_the_formula(tmp_path):
+    """The App. E.5 formula takes each row's own Q bits (config/mini-regime.yaml sets ``q_bits: 3``): QuIP# is 3.00
+    bits there and every CALDERA row one bit above its 2-bit self. Regression: the formula assumed 2-bit Q."""
+    import json
+    from pathlib import Path
+
+    import pytest
+    import yaml
+
+    from caldera.bits import CONFIG_SHAPES, average_bits
+    from caldera.experiments.planning.plan import table_rows
+    from caldera.experiments.report.tables import TablePlan, write_table
+
+    config = yaml.safe_load(Path("config/mini-regime.yaml").read_text())
+    rows = [r for r in table_rows(config, "table7_mistral") if r["variant"] is not None]
+    for r in rows:
+        (tmp_path / "compressed" / r["variant"].id).mkdir(parents=True, exist_ok=True)
+        (tmp_path / "compressed" / r["variant"].id / "summary.json").write_text(json.dumps({"bits": {}}))
+    out = {k: str(tmp_path / f"t.{k}") for k in ("md", "tex", "csv", "json")}
+    tab = write_table(str(tmp_path), TablePlan.from_config(config, "table7_mistral"), out["md"], out["tex"], out["csv"],
+                      out["json"])
+    shapes = CONFIG_SHAPES[config["models"]["smollm2"]["shapes"]]
+    got = {r["variant"]: r["ours"]["avg_bits"] for r in tab["rows"] if r["variant"]}
+    quip = next(r["variant"] for r in rows if r["variant"].method == "quip#")
+    assert got[quip.id] == pytest.approx(3.0)
+    cal = [r["variant"] for r in rows if r["variant"].method == "caldera"]
+    assert cal
+    for v in cal:
+        assert got[v.id] == pytest.approx(average_bits(shapes, 2, v.b_lr, v.rank) + 1.0)
