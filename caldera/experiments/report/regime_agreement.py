@@ -60,7 +60,8 @@ def stand_ins(claim: Mapping[str, Any], models: Sequence[str]) -> set[str]:
 def agreement(two_bit: Sequence[Mapping[str, Any]], regime: Sequence[Mapping[str, Any]],
               regime_bits: Mapping[str, int]) -> dict[str, Any]:
     """Every 2-bit claim beside its regime verdict. ``regime_bits``: stand-in → its regime's Q bits. A claim found
-    in the regime run (:func:`claim_key`) takes that verdict; one whose stand-ins all have a 2-bit regime keeps its
+    in the regime run (:func:`claim_key`) takes that verdict when the regime run decided it (holds, fails or
+    inconclusive; otherwise :data:`NOT_RUN`); one whose stand-ins all have a 2-bit regime keeps its
     own (the same run); a claim on the App. G.1 presets is :data:`FIXED_Q`; any other is :data:`NOT_RUN`. Returns ``{"rows": [{"source", "claim", "two_bit",
     "regime", "bits", "agree"}], "differ": the rows whose verdicts differ, "counts": {"2 bits", "regime"}: verdict →
     count, "regime_only": regime claims no 2-bit claim matches}``; ``agree`` is None for :data:`NOT_RUN` and
@@ -79,6 +80,10 @@ def agreement(two_bit: Sequence[Mapping[str, Any]], regime: Sequence[Mapping[str
         involved = stand_ins(c, models)
         if k in fixed:
             rows.append({"source": c["source"], "claim": c["claim"], "two_bit": c["verdict"], "regime": FIXED_Q,
+                         "bits": [], "agree": None})
+        elif k in by_key and by_key[k]["verdict"] not in VERDICTS:  # the regime run did not decide it
+            used.add(k)
+            rows.append({"source": c["source"], "claim": c["claim"], "two_bit": c["verdict"], "regime": NOT_RUN,
                          "bits": [], "agree": None})
         elif k in by_key:
             used.add(k)
