@@ -3,8 +3,8 @@
 ``python -m caldera.experiments.report.readme_numbers [ROOT]`` prints each snippet; :func:`check` lists every
 snippet the README lacks (``tests/experiments/report/test_readme_numbers.py`` fails on any). The snippets: the
 result table of "What the default run shows" (rows of the committed Table 1), the verdict counts of each
-committed run the README names, the job count and job time of those runs (their ``timings.json``), and the
-stand-ins' regime (``regime.json``)."""
+committed run the README names, the job count and job time of those runs (their ``timings.json``), the
+stand-ins' regime (``regime.json``) and how many claims differ between the regimes (``regime_agreement.json``)."""
 
 from __future__ import annotations
 
@@ -96,6 +96,14 @@ def regime_text(res: dict[str, Any]) -> str:
             f"held-out windows)")
 
 
+def agreement_text(res: dict[str, Any]) -> str:
+    """How many claims both regimes decide and how many of them differ, from ``regime_agreement.json``
+    (:mod:`caldera.experiments.report.regime_agreement`)."""
+    both = [r for r in res["rows"] if r["agree"] is not None]
+    return (f"{len(both)} of its {len(res['rows'])} claims are decided in both regimes and "
+            f"{len(res['differ'])} of them differ")
+
+
 #: the committed runs whose job count and job time the README quotes: folder under paper_tables/ -> unit
 TIMED_RUNS = {"generated": "min", "mini-full": "hours"}
 
@@ -112,6 +120,7 @@ def snippets(root: str | Path) -> dict[str, str]:
         timings = json.loads((root / "paper_tables" / run / "timings.json").read_text())
         out[f"job count and time of paper_tables/{run}"] = job_time_text(timings, unit)
     out["stand-ins' regime"] = regime_text(json.loads((root / "paper_tables/generated/regime.json").read_text()))
+    out["regime agreement"] = agreement_text(json.loads((root / "paper_tables/regime/regime_agreement.json").read_text()))
     return out
 
 

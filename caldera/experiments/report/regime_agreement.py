@@ -39,10 +39,12 @@ def fixed_q_keys() -> set[tuple[str, str]]:
 
 
 def claim_key(claim: Mapping[str, Any]) -> tuple[str, str]:
-    """``(source, claim)`` with every parenthesised or bracketed part and the text after it dropped: what a run's
-    own numbers and labels add (``"(2.18 vs 2.00 bits: ...)"``, ``"[SmolLM2-135M ...]"``)."""
+    """``(source, claim)``, each without its first parenthesised part and what follows: what a run's own numbers
+    and labels add (``"(2.18 vs 2.00 bits: ...)"``, the ``"(Q4_1-dequantized, fp32)"`` of a model label). Bracketed
+    parts stay: a source's paper model (``"[llama-2-13b]"``) and a claim's stand-in (``"[SmolLM2-135M"``) tell
+    claims apart."""
     def cut(text: str) -> str:
-        return re.split(r"\s[(\[]", str(text), maxsplit=1)[0].strip()
+        return re.split(r"\s\(", str(text), maxsplit=1)[0].strip()
 
     return cut(claim["source"]), cut(claim["claim"])
 

@@ -27,6 +27,9 @@ def test_a_changed_committed_table_is_caught(tmp_path):
     (tmp_path / "paper_tables/generated" / f"{R.RESULT_TABLE}.json").write_text(json.dumps(tab))
     regime = (ROOT / "paper_tables/generated/regime.json").read_text()
     (tmp_path / "paper_tables/generated/regime.json").write_text(regime)
+    (tmp_path / "paper_tables/regime").mkdir()
+    agreement = json.loads((ROOT / "paper_tables/regime/regime_agreement.json").read_text())
+    (tmp_path / "paper_tables/regime/regime_agreement.json").write_text(json.dumps(agreement))
     readme = (ROOT / "README.md").read_text()
     assert R.check(readme, tmp_path) == []
     # a regime record whose choice moves is caught
@@ -37,6 +40,12 @@ def test_a_changed_committed_table_is_caught(tmp_path):
     (tmp_path / "paper_tables/generated/regime.json").write_text(json.dumps(moved_regime))
     assert [m.split(":")[0] for m in R.check(readme, tmp_path)] == ["stand-ins' regime"]
     (tmp_path / "paper_tables/generated/regime.json").write_text(regime)
+    # ... and so is an agreement page whose count of differing claims moves
+    agreement["differ"] = agreement["differ"][1:]
+    (tmp_path / "paper_tables/regime/regime_agreement.json").write_text(json.dumps(agreement))
+    assert [m.split(":")[0] for m in R.check(readme, tmp_path)] == ["regime agreement"]
+    (tmp_path / "paper_tables/regime/regime_agreement.json").write_text(
+        (ROOT / "paper_tables/regime/regime_agreement.json").read_text())
     moved = copy.deepcopy(tab)
     row = next(r for r in moved["rows"] if r["variant"] == "smollm2-quipsharp")
     row["ours"]["wiki2_ppl"] += 0.01  # one step of the quoted two decimals: a new run's number

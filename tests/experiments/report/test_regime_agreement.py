@@ -25,6 +25,7 @@ TWO_BIT = [
     _c("LoRA fine-tuning recovers accuracy", "Table 5", "inconclusive", ("smollm2-caldera-r16-lr4+lora",)),
     _c("CALDERA's error below QuIP#'s for every matrix [SmolLM2-135M (fp32)]", "§5 / App. G.1", "holds"),
     _c("no-RHT worse for some matrices", "App. G.1 / Fig. 3", "holds"),
+    _c("CALDERA's error below QuIP#'s for every matrix [Gemma-3 270M (fp32)]", "§5 / App. G.1", "holds"),
 ]
 REGIME = [
     _c("4-bit CALDERA beats QuIP# in Wiki2 perplexity (3.20 vs 3.00 bits)", "table1_llama2_zeroshot [llama-2-7b]",
@@ -44,6 +45,10 @@ def test_claims_match_without_their_numbers_and_labels():
     assert A.claim_key(TWO_BIT[0]) == A.claim_key(REGIME[0])
     assert A.claim_key(TWO_BIT[4]) == A.claim_key(REGIME[2])
     assert A.claim_key(TWO_BIT[0]) != A.claim_key(TWO_BIT[1])  # the source's paper model still tells them apart
+    assert A.claim_key({"source": "table1_llama2_zeroshot [llama-2-13b]", "claim": "x (1 vs 2)"}) == \
+        ("table1_llama2_zeroshot [llama-2-13b]", "x")
+    assert A.claim_key({"source": "table1_llama2_zeroshot, table7_mistral (extra_methods)",
+                        "claim": "y [Gemma-3 270M (fp32)]"}) == ("table1_llama2_zeroshot, table7_mistral", "y [Gemma-3 270M")
 
 
 def test_each_claim_takes_its_regime_verdict_or_keeps_its_own_at_a_2_bit_regime():
@@ -56,9 +61,10 @@ def test_each_claim_takes_its_regime_verdict_or_keeps_its_own_at_a_2_bit_regime(
         ("inconclusive", A.NOT_RUN, [], None),        # the regime run has no Table 5: not measured there
         ("holds", "fails", [3], False),               # no interval: matched by text, bits of the regime stand-in
         ("holds", A.FIXED_Q, [], None),                # the App. G.1 presets fix Q at 2 bits in both runs
+        ("holds", A.NOT_RUN, [], None),                # another stand-in's label: not the regime run's claim
     ]
     assert [r["source"] for r in res["differ"]] == ["table1_llama2_zeroshot [llama-2-7b]", "§5 / App. G.1"]
-    assert res["counts"] == {"2 bits": {"holds": 3, "inconclusive": 3},
+    assert res["counts"] == {"2 bits": {"holds": 4, "inconclusive": 3},
                              "regime": {"holds": 2, "fails": 1, "inconclusive": 1}}
     assert res["regime_only"] == [{"source": "Fig. 3", "claim": "a claim only the regime run makes",
                                    "verdict": "holds"}]
@@ -87,7 +93,7 @@ def test_written_page_lists_the_differing_claims_first(tmp_path):
     md = (reg / "regime_agreement.md").read_text()
     differ = md.split("## Verdicts that differ between the regimes")[1].split("## Every claim")[0]
     assert differ.count("\n| ") == 3  # header + 2 claims
-    assert "gemma3 2 bits, smollm2 3 bits" in md and "- Regime: 2 holds, 1 fails, 1 inconclusive (1 not run" in md
+    assert "gemma3 2 bits, smollm2 3 bits" in md and "- Regime: 2 holds, 1 fails, 1 inconclusive (2 not run" in md
     assert "1 with Q fixed at 2 bits" in md
     assert json.loads((reg / "regime_agreement.json").read_text())["regime_bits"] == {"smollm2": 3, "gemma3": 2}
     (reg / "claims.json").unlink()
