@@ -121,11 +121,13 @@ def test_ablation_claims_skip_what_the_selection_did_not_rerun_and_name_the_choi
     claims = R.ablation_claims(pairs, choice)
     assert not any("no-RHT" in c["claim"] for c in claims)  # no pair has a no-RHT run
     assert "with B_LR 16: best_tracking=x, hessian_update=True; B_LR 4: update_order=Q-first;" in claims[0]["numbers"]
-    assert claims[-1]["claim"] == LPLR_CLAIM and claims[-1]["verdict"] == "fails"  # no LPLR call: nothing shown
+    # no LPLR call: nothing to count, so not measured (never "fails" on nothing)
+    assert claims[-1]["claim"] == LPLR_CLAIM and claims[-1]["verdict"] == "not measured in this run"
     for p in pairs:
         p["errors"]["4bit-no-rht"] = 0.09
     assert any("no-RHT" in c["claim"] for c in R.ablation_claims(pairs, {}))
-    assert all(c["verdict"] == "fails" and c["numbers"].startswith("0/0") for c in R.ablation_claims([], {}))
+    assert all(c["verdict"] == "not measured in this run" and c["numbers"].startswith("0/0")
+               for c in R.ablation_claims([], {}))
 
 
 def test_notes_name_each_precisions_selection_and_leave_other_claims_alone():
