@@ -283,7 +283,7 @@ def test_distribution_columns_average_the_seeds_and_give_top1_in_percent():
 
 def test_rows_with_q_at_3_bits_count_3_bits_in_the_formula(tmp_path):
     """The App. E.5 formula takes each row's own Q bits (config/mini-regime.yaml sets ``q_bits: 3``): QuIP# is 3.00
-    bits there and every CALDERA row one bit above its 2-bit self. Regression: the formula assumed 2-bit Q."""
+    bits there and every CALDERA row one bit above its 2-bit self (a formula that assumed 2-bit Q fails here)."""
     import json
     from pathlib import Path
 
