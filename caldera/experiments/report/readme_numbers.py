@@ -120,7 +120,8 @@ def snippets(root: str | Path) -> dict[str, str]:
         timings = json.loads((root / "paper_tables" / run / "timings.json").read_text())
         out[f"job count and time of paper_tables/{run}"] = job_time_text(timings, unit)
     out["stand-ins' regime"] = regime_text(json.loads((root / "paper_tables/generated/regime.json").read_text()))
-    out["regime agreement"] = agreement_text(json.loads((root / "paper_tables/regime/regime_agreement.json").read_text()))
+    agreement = json.loads((root / "paper_tables/regime/regime_agreement.json").read_text())
+    out["regime agreement"] = agreement_text(agreement)
     return out
 
 

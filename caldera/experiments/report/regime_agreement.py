@@ -64,7 +64,8 @@ def agreement(two_bit: Sequence[Mapping[str, Any]], regime: Sequence[Mapping[str
     """Every 2-bit claim beside its regime verdict. ``regime_bits``: stand-in → its regime's Q bits. A claim found
     in the regime run (:func:`claim_key`) takes that verdict when the regime run decided it (holds, fails or
     inconclusive; otherwise :data:`NOT_RUN`); one whose stand-ins all have a 2-bit regime keeps its
-    own (the same run); a claim on the App. G.1 presets is :data:`FIXED_Q`; any other is :data:`NOT_RUN`. Returns ``{"rows": [{"source", "claim", "two_bit",
+    own (the same run); a claim on the App. G.1 presets is :data:`FIXED_Q`; any other is :data:`NOT_RUN`.
+    Returns ``{"rows": [{"source", "claim", "two_bit",
     "regime", "bits", "agree"}], "differ": the rows whose verdicts differ, "counts": {"2 bits", "regime"}: verdict →
     count, "regime_only": regime claims no 2-bit claim matches}``; ``agree`` is None for :data:`NOT_RUN` and
     :data:`FIXED_Q`."""

@@ -48,7 +48,8 @@ def test_claims_match_without_their_numbers_and_labels():
     assert A.claim_key({"source": "table1_llama2_zeroshot [llama-2-13b]", "claim": "x (1 vs 2)"}) == \
         ("table1_llama2_zeroshot [llama-2-13b]", "x")
     assert A.claim_key({"source": "table1_llama2_zeroshot, table7_mistral (extra_methods)",
-                        "claim": "y [Gemma-3 270M (fp32)]"}) == ("table1_llama2_zeroshot, table7_mistral", "y [Gemma-3 270M")
+                        "claim": "y [Gemma-3 270M (fp32)]"}) == \
+        ("table1_llama2_zeroshot, table7_mistral", "y [Gemma-3 270M")
 
 
 def test_each_claim_takes_its_regime_verdict_or_keeps_its_own_at_a_2_bit_regime():
