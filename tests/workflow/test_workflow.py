@@ -287,6 +287,20 @@ def test_smoke_workflow_end_to_end(tmp_path):
     rtn = [c for c in claims if c["claim"].startswith("rtn-2bit")]
     assert rtn and all(c["verdict"] in ("holds", "fails", "inconclusive") for c in rtn), rtn
     assert {r["seeds"]["ppl"] for r in table["rows"] if r["variant"] and "rtn" in r["variant"]} == {1}
+    # the regime rows (regime.run): Table 7's headline pair again with Q at 3 bits, on the 2-bit rows' seeds, in
+    # table7_mistral_regime; the claim on that pair is decided again there and shown beside the 2-bit verdict
+    reg = json.loads((out / "table7_mistral_regime.json").read_text())
+    run_rows = {r["variant"]: r for r in reg["rows"] if r["variant"]}
+    assert set(run_rows) == {"smollm2-caldera-r32-lr4-q3", "smollm2-quipsharp-q3"}  # Table 7 prints no dense row
+    assert reg["realizations"]["smollm2-caldera-r32-lr4-q3"]["seeds"] == [0, 1, 2]
+    two_bit = {r["variant"]: r for r in table["rows"] if r["variant"]}
+    for vid in ("smollm2-caldera-r32-lr4", "smollm2-quipsharp"):  # one more bit per weight for Q
+        assert abs(run_rows[f"{vid}-q3"]["ours"]["avg_bits"] - two_bit[vid]["ours"]["avg_bits"] - 1) < 0.02
+    (beats,) = [c for c in claims if c["claim"].startswith("4-bit CALDERA beats QuIP# in Wiki2")]
+    assert beats["regime"]["q_bits"] == [3] and beats["regime"]["verdict"] in ("holds", "fails", "inconclusive")
+    assert {tuple(iv["pair"]) for iv in beats["regime"]["intervals"]} == {
+        ("smollm2-caldera-r32-lr4-q3", "smollm2-quipsharp-q3")}
+    assert "| in the stand-in's regime |" in (out / "claims.md").read_text()
     # the rerun tool (a partial run's claims) rebuilds this run's table and its claims exactly as the workflow did
     from caldera.experiments.report.rerun import main as rerun_main
 
@@ -300,7 +314,7 @@ def test_smoke_workflow_end_to_end(tmp_path):
     part = tmp_path / "partial"
     for ext in ("md", "tex", "csv"):
         assert (part / f"table7_mistral.{ext}").read_text() == (out / f"table7_mistral.{ext}").read_text(), ext
-    table7_claims = [c for c in claims if "table7_mistral" in c["source"]]
+    table7_claims = [{k: v for k, v in c.items() if k != "regime"} for c in claims if "table7_mistral" in c["source"]]
     assert table7_claims and json.loads((part / "claims.json").read_text()) == table7_claims
     # resumable: a second run has nothing to do
     r2 = subprocess.run(SNAKEMAKE + ["-n", "--cores", "2", "--configfile", "config/smoke.yaml"], cwd=tmp_path,
@@ -346,7 +360,7 @@ def test_smoke_workflow_end_to_end(tmp_path):
     r3 = subprocess.run(SNAKEMAKE + ["-n", "--cores", "2", "--configfile", "config/smoke.yaml"], cwd=tmp_path,
                         capture_output=True, text=True, timeout=600, env=env)
     rules = job_stats(r3.stdout + r3.stderr)
-    assert rules.get("evaluate", 0) >= 4 and rules.get("make_table") == 1, rules
+    assert rules.get("evaluate", 0) >= 4 and rules.get("make_table") == 2, rules  # Table 7 and its regime table
     compression = {"hessians", "compress_variant", "compress_layers", "assemble_checkpoint", "ablation_traces"}
     assert not compression & set(rules)
     # a seed replicate's job evaluates too: it reruns, its compression resumed from its per-layer files

@@ -27,6 +27,7 @@ from caldera.experiments.planning.selection_plan import (
     selection_models,
 )
 from caldera.experiments.planning.job_report import plan_line
+from caldera.experiments.planning.regime_rows import regime_tables, same_regime_tables
 from caldera.experiments.planning.settings import BLOCKS, RunContext, block_settings, declared_claims
 from caldera.experiments.jobs.compress import layer_chunks
 from caldera.experiments.report.tables import TablePlan
@@ -106,6 +107,10 @@ def id_pattern(ids):
 FT_VARIANTS = rhtft_variants(config)
 VARIANTS.update({k: ft for k, (ft, _) in FT_VARIANTS.items()})
 PENDING = pending_tables(config)
+# rows compressed again at each stand-in's regime bits (config regime.run): their tables, and the run's own tables
+# whose stand-ins' regime is 2 bits; the claims are decided again on both (the regime column of claims.md)
+REGIME_TABLES = regime_tables(config)
+SAME_REGIME_TABLES = same_regime_tables(config)
 # the log opens with what the run does; the effective settings (every default filled in) go to a file
 SETTINGS_FILE = Path(RES) / "settings.json"
 if not SETTINGS_FILE.is_file() or SETTINGS_FILE.read_text() != _settings_text:
@@ -131,7 +136,7 @@ SELECTION_MODELS = (
 wildcard_constraints:
     chunk=r"\d{3}",
     variant=r"[^/]+",
-    table="|".join(config["tables"]),  # so claims.md / theory.md never match make_table
+    table="|".join([*config["tables"], *REGIME_TABLES]),  # so claims.md / theory.md never match make_table
     n="1|3|4",
     ptable="|".join(PENDING) or "(?!)",  # no pending table: match nothing (an empty pattern would match all)
 
@@ -329,7 +334,7 @@ def reference_spec(wildcards):
 
 
 def get_table_targets():
-    return [f"{TABLES_DIR}/{t}.{ext}" for t in config["tables"] for ext in ("md", "tex", "csv", "json")]
+    return [f"{TABLES_DIR}/{t}.{ext}" for t in [*config["tables"], *REGIME_TABLES] for ext in ("md", "tex", "csv", "json")]
 
 
 def get_pending_table_targets():

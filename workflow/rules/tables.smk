@@ -63,6 +63,7 @@ rule claims:
         selection=get_selection_json(),
         throughput=get_throughput_targets()[-1],  # Table 6's JSON (throughput.smk)
         lora=[f"{TABLES_DIR}/table5_finetune.json"] if config.get("lora_ft") else [],
+        regime=[f"{TABLES_DIR}/{t}.json" for t in REGIME_TABLES],  # the regime column (config regime.run)
     output:
         md=report(f"{TABLES_DIR}/claims.md", caption="../report/claims.rst", category="Claims"),
         json=f"{TABLES_DIR}/claims.json",
@@ -76,6 +77,7 @@ rule claims:
         matrix_variants=matrix_claim_variants(config),  # the CALDERA and QuIP# variants the matrix-level claim pairs
         run=RUN_CONTEXT,  # the models' labels
         declared=DECLARED_CLAIMS,  # the config's own claims (`claims:`)
+        same_regime=SAME_REGIME_TABLES,  # tables whose stand-ins' regime is 2 bits: their own regime tables
     conda:
         "../envs/caldera.yaml"
     script:

@@ -16,4 +16,5 @@ with job(sm):
                  selection_json=sm.input.selection[0] if sm.input.selection else None,
                  throughput_json=sm.input.throughput,
                  lora_json=sm.input.lora[0] if sm.input.lora else None,
-                 spread_md=sm.output.spread_md, spread_json=sm.output.spread_json, declared=sm.params.declared)
+                 spread_md=sm.output.spread_md, spread_json=sm.output.spread_json, declared=sm.params.declared,
+                 regime_table_jsons=list(sm.input.regime), same_regime=sm.params.same_regime)

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from caldera.experiments.planning.regime_rows import regime_tables
 from caldera.experiments.planning.rules import STAGES, Rule
 from caldera.pipeline.linears import SHORT_NAMES
 
@@ -120,7 +121,8 @@ def plan_jobs(config: dict[str, Any]) -> list[PlannedJob]:
     if any(has_model_plan(v) and v.replicate_of is None for v in variants.values()):
         jobs.append(PlannedJob(Rule.PLOT_FIGURE, "figure_ranks"))  # rule plot_ranks writes its benchmark there
     pending = pending_tables(config)
-    jobs += [PlannedJob(Rule.MAKE_TABLE, t) for t in config.get("tables", []) if t not in pending]
+    jobs += [PlannedJob(Rule.MAKE_TABLE, t) for t in [*config.get("tables", []), *regime_tables(config)]
+             if t not in pending]
     jobs += [PlannedJob(Rule.PENDING_TABLE, t) for t in pending]
     jobs += [PlannedJob(Rule.THEORY_REPORT, "theory"), PlannedJob(Rule.CLAIMS, "claims"),
              PlannedJob(Rule.VERDICT_PAGE, "verdicts"), PlannedJob(Rule.PARETO, "figure_pareto")]

@@ -27,6 +27,15 @@ import dataclasses
 from typing import Any
 
 from caldera.bits import CONFIG_NUM_HIDDEN_LAYERS, CONFIG_SHAPES
+from caldera.experiments.planning.regime_rows import (
+    base_table,
+    is_regime_table,
+    regime_table_rows,
+    regime_tables,
+)
+from caldera.experiments.planning.regime_rows import (
+    regime_errors as regime_run_errors,
+)
 from caldera.experiments.planning.variants import (  # noqa: F401 - the row -> variant mapping, re-exported from here
     RHTFT_SUFFIX,
     RHTFT_TABLES,
@@ -142,9 +151,12 @@ def rhtft_variants(config: dict[str, Any]) -> dict[str, tuple[Variant, Variant]]
 
 def table_rows(config: dict[str, Any], table: str) -> list[dict[str, Any]]:
     """Reference rows of a zero-shot table with their variant (None: not run here) plus the extra rows (an
-    RHT fine-tuning table: :func:`rhtft_rows`)."""
+    RHT fine-tuning table: :func:`rhtft_rows`; a regime table ``<table>_regime``:
+    :func:`~caldera.experiments.planning.regime_rows.regime_table_rows`)."""
     if table in RHTFT_TABLES:
         return rhtft_rows(config, table)
+    if is_regime_table(table):
+        return regime_table_rows(config, table_rows(config, base_table(table)))
     rows = []
     keep = config.get("paper_ranks")  # optional: run only rows with these paper ranks (rank-0 rows always run)
     for ref in load_reference_table(table):
@@ -206,6 +218,10 @@ def all_variants(config: dict[str, Any]) -> dict[str, Variant]:
 
         for vid, v in lora_variants(config).items():
             out.setdefault(vid, v)
+    for table in regime_tables(config):  # rows compressed again at the stand-ins' regime bits (regime.run)
+        for row in table_rows(config, table):
+            if row["variant"] is not None:
+                out.setdefault(row["variant"].id, row["variant"])
     return {vid: offset_seed(config, v) for vid, v in out.items()}
 
 
@@ -420,6 +436,7 @@ def check_config(config: dict[str, Any]) -> dict[str, Variant]:
     errors += shape_errors(config, variants)
     if variants:
         errors += _beside_errors(config)
+        errors += regime_run_errors(config, variants)  # regime.run: its tables and 2-bit variants
     layers = config.get("layers")
     for m in sorted({v.model for v in variants.values()} | {config["figures"]["model"]} & set(models)):
         n = int(models[m]["num_layers"])

@@ -351,11 +351,24 @@ class RegimeModel(Settings):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class RegimeRun(Settings):
+    """``regime.run``: rows of this run compressed again with Q at each stand-in's regime bits
+    (``regime.models.<m>.q_bits``), beside the 2-bit rows. ``variants``: ids of this run's compressed variants
+    (each gets the id ``<id>-q<bits>``); ``tables``: the zero-shot tables shown again with those rows
+    (``<table>_regime``); ``params``: per registered method, parameters set on top of the method's own (the
+    configuration a selection at the regime's bits chose on the calibration Hessians)."""
+
+    tables: list[str] = setting(check=list_of(text, min_items=1, unique=True))
+    variants: list[str] = setting(check=list_of(text, min_items=1, unique=True))
+    params: dict[str, dict[str, Any]] = setting({}, mapping_of(mapping))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class RegimeSettings(Settings):
     """``regime:`` (the stand-ins' compression regime: the Q bits at which QuIP#'s perplexity on held-out
     calibration text, relative to the dense model's, comes nearest the paper's own 2-bit QuIP# ratio;
     :mod:`caldera.experiments.jobs.regime` measures, :mod:`caldera.experiments.report.regime_report` selects).
-    No rule of the default workflow reads it."""
+    The workflow reads ``models.<m>.q_bits`` and ``run`` only: the rows it compresses again at those bits."""
 
     BLOCK: ClassVar[str] = "regime"
 
@@ -366,6 +379,7 @@ class RegimeSettings(Settings):
     #: held-out windows: the calibration sampler's rows after the Hessians' ``calibration.n_samples`` (same source,
     #: seed and ``calibration.seq_len``), so no window shares a document with the Hessians' sequences
     n_windows: int = setting(4, integer(1))
+    run: RegimeRun | None = setting(None, optional(nested(RegimeRun)))  # rows of the run again at the regime bits
 
     def validate(self, where: str) -> None:
         for m, entry in self.models.items():

@@ -232,6 +232,13 @@ SDD_NOTE = ("Each claim is **holds**, **fails** or **inconclusive** by a 95 % in
 def claims_table(claims: list[dict[str, Any]]) -> list[str]:
     """The Markdown table of ``claims`` (header, rule, one line per claim), as ``claims.md`` prints it; entry ``i``
     (1-based) carries the anchor ``claim-i`` that ``verdicts.md`` links to."""
+    if any("regime" in c for c in claims):  # a run with regime.run: the regime column after the verdict
+        from caldera.experiments.report.regime_claims import regime_cell
+
+        return ["| claim | source | verdict | in the stand-in's regime | numbers | smallest detectable difference |",
+                "|---|---|---|---|---|---|",
+                *(f"| <a id=\"claim-{i}\"></a>{c['claim']} | {c['source']} | **{c['verdict']}** | {regime_cell(c)} | "
+                  f"{c['numbers']} | {c['sdd']} |" for i, c in enumerate(claims, 1))]
     return ["| claim | source | verdict | numbers | smallest detectable difference |", "|---|---|---|---|---|",
             *(f"| <a id=\"claim-{i}\"></a>{c['claim']} | {c['source']} | **{c['verdict']}** | {c['numbers']} | "
               f"{c['sdd']} |" for i, c in enumerate(claims, 1))]
@@ -240,6 +247,8 @@ def claims_table(claims: list[dict[str, Any]]) -> list[str]:
 def jsonable(claims: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``claims`` with ±inf interval bounds (a seed part undetermined) as null: JSON has no infinity. In place."""
     for c in claims:
+        if isinstance(c.get("regime"), dict) and "intervals" in c["regime"]:
+            jsonable([c["regime"]])
         for key in ("intervals", "kl"):
             if key in c or key == "intervals":
                 c[key] = [{k: (None if isinstance(x, float) and not math.isfinite(x) else x) for k, x in iv.items()}
@@ -250,7 +259,8 @@ def jsonable(claims: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def write_claims(fig3_json: str, fig4_json: str, table_jsons: list[str], out_md: str, out_json: str,
                  extra: list[dict[str, Any]] | None = None, selection_json: str | None = None,
                  throughput_json: str | None = None, lora_json: str | None = None, spread_md: str | None = None,
-                 spread_json: str | None = None, declared: Sequence[Any] = ()) -> list:
+                 spread_json: str | None = None, declared: Sequence[Any] = (),
+                 regime_table_jsons: Sequence[str] = (), same_regime: Sequence[str] = ()) -> list:
     """``claims.md`` / ``claims.json`` from the figure and table JSONs; ``extra``: more claim entries (dicts with
     ``claim``, ``source``, ``verdict``, ``numbers`` and optionally ``sdd``), listed after the matrix-level ones.
     ``selection_json``: the selection rule's output; each failing Figure 3/4 claim that it re-measured under the
@@ -258,7 +268,10 @@ def write_claims(fig3_json: str, fig4_json: str, table_jsons: list[str], out_md:
     (:func:`caldera.experiments.report.selection_report.configuration_notes`). ``throughput_json``: Table 6's JSON (its
     ordering claims, :func:`caldera.experiments.report.table6.throughput_claims`). ``declared``: the claims the
     run's config declares (:func:`caldera.experiments.planning.settings.declared_claims`), stated after the
-    registry's (:func:`caldera.experiments.report.claim_registry.declared_entry`)."""
+    registry's (:func:`caldera.experiments.report.claim_registry.declared_entry`). ``regime_table_jsons``: the
+    regime tables (``<table>_regime``) of a run with ``regime.run``, and ``same_regime`` the names of its tables
+    whose stand-ins' regime is 2 bits: every table claim is decided again on them and set beside the 2-bit claim
+    (:mod:`caldera.experiments.report.regime_claims`: the regime column)."""
     from caldera.atomic import write_json
 
     fig3 = json.loads(Path(fig3_json).read_text())
@@ -266,14 +279,28 @@ def write_claims(fig3_json: str, fig4_json: str, table_jsons: list[str], out_md:
     tables = {Path(p).stem: json.loads(Path(p).read_text()) for p in table_jsons}
     throughput = json.loads(Path(throughput_json).read_text()) if throughput_json else None
     lora = json.loads(Path(lora_json).read_text()) if lora_json else None
-    registry = (*REGISTRY, *(declared_entry(c) for c in declared))
-    claims = check(fig3, fig4, tables, extra=extra, throughput=throughput, lora=lora, registry=registry)
+    declared_entries = tuple(declared_entry(c) for c in declared)
+    claims = check(fig3, fig4, tables, extra=extra, throughput=throughput, lora=lora,
+                   registry=(*REGISTRY, *declared_entries))
     if selection_json is not None:
         from caldera.experiments.report.selection_report import configuration_notes
 
         claims = configuration_notes(claims, json.loads(Path(selection_json).read_text()))
+    regime_note: list[str] = []
+    if regime_table_jsons:
+        from caldera.experiments.report.regime_claims import (
+            attach_regime,
+            decide_regime,
+            regime_entries,
+            regime_note_lines,
+        )
+
+        regime_tabs = {Path(p).stem: json.loads(Path(p).read_text()) for p in regime_table_jsons}
+        regime = decide_regime(regime_tabs, {t: tables[t] for t in same_regime if t in tables}, declared_entries)
+        claims = attach_regime(claims, jsonable(regime), regime_entries(declared_entries))
+        regime_note = regime_note_lines(claims)
     lines = ["# Claims of the paper, checked on this run", "",
-             SDD_NOTE.format(resamples=stats.RESAMPLES, seed=stats.SEED), "",
+             SDD_NOTE.format(resamples=stats.RESAMPLES, seed=stats.SEED), "", *regime_note,
              *claims_table(claims)]
     write_atomic(out_md, "\n".join(lines) + "\n")
     write_json(out_json, jsonable(claims))

@@ -104,6 +104,19 @@ def agreement_text(res: dict[str, Any]) -> str:
             f"{len(res['differ'])} of them differ")
 
 
+def regime_counts_text(claims: list[dict[str, Any]]) -> str:
+    """The default run's verdicts per regime (the regime column of its ``claims.json``,
+    :func:`caldera.experiments.report.regime_claims.regime_counts`): the claims decided in both regimes, counted
+    in each, and how many differ."""
+    from caldera.experiments.report.regime_claims import regime_counts
+
+    n = regime_counts(claims)
+    two, reg = n["two_bit"], n["regime"]
+    return (f"{n['decided_in_both']} claims decided in both regimes: at 2 bits {two['holds']} hold, "
+            f"{two['fails']} fail, {two['inconclusive']} inconclusive; in the stand-ins' regime {reg['holds']} hold, "
+            f"{reg['fails']} fail, {reg['inconclusive']} inconclusive; {n['differ']} differ")
+
+
 #: the committed runs whose job count and job time the README quotes: folder under paper_tables/ -> unit
 TIMED_RUNS = {"generated": "min", "mini-full": "hours"}
 
@@ -116,6 +129,8 @@ def snippets(root: str | Path) -> dict[str, str]:
     for run in COUNTED_RUNS:
         claims = json.loads((root / "paper_tables" / run / "claims.json").read_text())
         out[f"verdict counts of paper_tables/{run}"] = counts_text(claims)
+        if any("regime" in c for c in claims):
+            out[f"verdict counts per regime of paper_tables/{run}"] = regime_counts_text(claims)
     for run, unit in TIMED_RUNS.items():
         timings = json.loads((root / "paper_tables" / run / "timings.json").read_text())
         out[f"job count and time of paper_tables/{run}"] = job_time_text(timings, unit)

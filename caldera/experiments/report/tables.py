@@ -33,6 +33,7 @@ from caldera.experiments.planning.plan import (
     replicate_variants,
     table_rows,
 )
+from caldera.experiments.planning.regime_rows import base_table, is_regime_table
 from caldera.experiments.planning.settings import CalibrationSettings, EvalSettings, RhtFtSettings, RunContext
 from caldera.experiments.report.table_render import ARROW, HASH, PERCENT, PLUS_MINUS, UNDERSCORE, render_table_texts
 
@@ -235,7 +236,7 @@ def measured_row(results_dir: Path, run: RunContext, table: str, row: dict[str, 
     out.update(distribution_cells(samples, random))
     zs = _load(results_dir / "eval" / v.id / "zeroshot.json")
     for col, (task, metric) in TASK_COLUMNS.items():
-        if col in ACC_NORM_TABLES.get(table, ()):
+        if col in ACC_NORM_TABLES.get(base_table(table), ()):
             metric = "acc_norm"
         stack = _seed_stack(samples, "zeroshot", task) if len(reps) > 1 else None
         if stack is not None and len(stack["seeds"]) > 1 and metric in stack and stack["doc_id"]:
@@ -589,6 +590,13 @@ def write_table(results_dir: str, plan: TablePlan, out_md: str, out_tex: str, ou
                "perplexity corpora (windows × tokens; the wiki2_ and c4_ columns): "
                + ", ".join(f"{k}: {corpus_name(v['source'])} ({v.get('n_windows') or 'all'} × {v['seq_len']})"
                            for k, v in plan.eval.as_block()["ppl"].items()) + ".")
+    if is_regime_table(table):
+        q = sorted({r.params.get("q_bits") for row in plan.rows for r in [row["variant"]]
+                    if r is not None and r.method != "dense"})
+        caption += (f" The stand-in's regime: every compressed row with Q at {', '.join(map(str, q))} bits "
+                    f"(regime.models.<stand-in>.q_bits, chosen on held-out calibration text as the bits at which "
+                    f"QuIP# loses what the paper's QuIP# loses at 2 bits; regime.run), the paper's own 2-bit rows "
+                    f"beside them; rows not compressed again at those bits are marked.")
     if table in RHTFT_TABLES:
         ft = plan.rht_ft.as_block()
         ran = [f"{r['method']} k={r['paper_rank']} B_LR={r['b_lr']}" for r in tab["rows"] if r["variant"]]

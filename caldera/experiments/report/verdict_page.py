@@ -181,6 +181,16 @@ def _deciding_of_group(g: dict[str, Any]) -> tuple[dict[str, Any] | None, int]:
     return deciding_interval(ivs), len(ivs)
 
 
+def _regime_cell(g: dict[str, Any]) -> str:
+    """A distinct claim's verdict in the stand-in's regime: its entries' regime verdict, each distinct one with its
+    count where they differ (``claims.md``'s regime column has each entry's)."""
+    found = [(c.get("regime") or {}).get("verdict", "—") for _, c in g["entries"]]
+    distinct = sorted(set(found), key=found.index)
+    if len(distinct) == 1:
+        return distinct[0] if distinct[0] not in ("holds", "fails", "inconclusive") else f"**{distinct[0]}**"
+    return "; ".join(f"{v} ({found.count(v)})" for v in distinct)
+
+
 def render_page(claims: Sequence[dict[str, Any]], labels: Mapping[str, str] | None = None,
                 claims_md: str = "claims.md", forest: str = "verdicts_forest.png") -> str:
     """``verdicts.md``: the counts with their meanings, then one row per distinct claim (:func:`group_claims`;
@@ -197,10 +207,16 @@ def render_page(claims: Sequence[dict[str, Any]], labels: Mapping[str, str] | No
              "| verdict | distinct claims | claims.md entries | what it means |", "|---|---|---|---|"]
     lines += [f"| {v} | {n[v]['distinct']} | {n[v]['entries'] if v != MIXED else '—'} | "
               f"{MEANINGS.get(v, 'a verdict this page does not describe: see claims.md')} |" for v in order]
+    regime = any("regime" in c for c in claims)  # a run with regime rows: the verdict in the stand-in's regime
+    if regime:
+        from caldera.experiments.report.regime_claims import regime_note_lines
+
+        lines += ["", *regime_note_lines(claims)[:-1]]
     lines += ["", f"Every perplexity and accuracy interval against its no-difference line and the paper's own "
               f"effect: [{forest}]({forest}) (PDF beside it).", "",
-              "| # | claim | stand-in | verdict | deciding interval (or first numbers) | sources | detail |",
-              "|---|---|---|---|---|---|---|"]
+              "| # | claim | stand-in | verdict | " + ("in the regime | " if regime else "")
+              + "deciding interval (or first numbers) | sources | detail |",
+              "|---|---|---|---|---|---|---|" + ("---|" if regime else "")]
     for k, g in enumerate(groups, 1):
         iv, m = _deciding_of_group(g)
         stand = g["stand_in"]
@@ -209,7 +225,8 @@ def render_page(claims: Sequence[dict[str, Any]], labels: Mapping[str, str] | No
                 else short_numbers(g["entries"][0][1]))
         links = ", ".join(f"[#{i}]({claims_md}#{anchor(i)})" for i, _ in g["entries"])
         sources = sources_text([c["source"] for _, c in g["entries"]])
-        lines.append(f"| {k} | {g['claim']} | {stand} | {_verdict_cell(g)} | {cell} | {sources} | {links} |")
+        reg = f"{_regime_cell(g)} | " if regime else ""
+        lines.append(f"| {k} | {g['claim']} | {stand} | {_verdict_cell(g)} | {reg}{cell} | {sources} | {links} |")
     return "\n".join(lines) + "\n"
 
 

@@ -163,7 +163,8 @@ def test_each_factor_precision_gets_its_own_configuration():
     """`params_by_b_lr` reaches exactly the rows of that B_LR (the 16-bit rows' selection differs from the 4-bit
     rows'), and the run check reads it: a config that forgets it no longer matches the 16-bit selection."""
     cfg = mini()
-    by = {(v.method, v.b_lr): v.config for v in all_variants(cfg).values() if v.method == "caldera"}
+    by = {(v.method, v.b_lr): v.config for v in all_variants(cfg).values()
+          if v.method == "caldera" and v.config.q_bits == 2}  # the 2-bit rows (not regime.run's)
     c16, c4 = by[("caldera", 16)], by[("caldera", 4)]
     want16 = cfg["methods"]["caldera"]["params_by_b_lr"]["16"]
     assert all(getattr(c16, k) == v for k, v in want16.items())

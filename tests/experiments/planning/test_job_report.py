@@ -20,7 +20,8 @@ def test_the_plan_line_states_the_predicted_time_or_nothing(monkeypatch):
     if PR.load_profile("cpu") is None:
         pytest.skip("no committed profile")
     line = JR.plan_line(workflow_config("mini"), 2)
-    assert re.fullmatch(r"predicted here: 82 jobs, [\d.]+ min of job time, about [\d.]+ min with 2 jobs at a time "
+    n = len(J.predict(workflow_config("mini"), PR.load_profile("cpu"), load_costs("cpu")))
+    assert re.fullmatch(rf"predicted here: {n} jobs, [\d.]+ min of job time, about [\d.]+ min with 2 jobs at a time "
                         r"\(caldera cost(; a machine of another type differs|, with the profile of another machine "
                         r"type, [a-z0-9-]+: expect up to ×2)\)", line), line
     assert JR.plan_line(workflow_config("paper"), 2) is None
@@ -40,7 +41,8 @@ def test_the_plan_line_prices_only_the_jobs_the_record_leaves():
         return float(m.group(1)) * {"s": 1 / 60, "min": 1, "h": 60}[m.group(2)]
 
     full, left = JR.plan_line(cfg, 2), JR.plan_line(cfg, 2, done=bench)
-    assert left.startswith("predicted here: 79 jobs (of 82; the others are adopted from the record), "), left
+    assert left.startswith(f"predicted here: {len(pred) - 3} jobs (of {len(pred)}; the others are adopted from the "
+                           "record), "), left
     assert minutes(full) - minutes(left) == pytest.approx(sum(p["s"] for p in done) / 60, abs=0.15)
 
 

@@ -41,6 +41,8 @@ def test_shipped_configs_pass_and_variants_are_typed(name):
         m = cfg["methods"]["caldera"]
         want = {k: val for k, val in {**m["params"], **m.get("params_by_b_lr", {}).get(str(v.b_lr), {})}.items()
                 if k != "preset"}
+        if v.id.endswith("-q3"):  # a regime row (regime.run): Q at the regime's bits, the regime's params on top
+            want.update({**cfg["regime"]["run"].get("params", {}).get("caldera", {}), "q_bits": 3})
         assert {k: getattr(v.config, k) for k in want} == want
     assert all(v.config is None for v in variants.values() if v.method == "dense")
 
@@ -148,7 +150,7 @@ BAD = {
     "source-folder-missing": ("models.smollm2.source", "./no/such/model", "models.smollm2.source: './no/such/model' "
                               "is no folder here"),
     "tables-dir-under-a-file": ("tables_dir", str(ROOT / "README.md" / "tables"), "tables_dir: "),
-    "replicates-without-seeds": ("replicates.seeds", [], "replicates.seeds: empty, so replicates.variants[0, 1] "
+    "replicates-without-seeds": ("replicates.seeds", [], "replicates.seeds: empty, so replicates.variants[0, 1, 2] "
                                  "would replicate nothing"),
     # sizes beyond what the data holds or the model takes
     "windows-beyond-the-text": ("eval.ppl.wiki.n_windows", 10**9, "eval.ppl.wiki.n_windows: 1000000000 windows of "

@@ -133,7 +133,7 @@ def test_a_chosen_regime_bits_must_be_a_candidate_and_the_defaults_are_every_cod
     assert block_settings(cfg).regime.models["gemma3"].q_bits == 4
     r = block_settings({**cfg, "regime": {"models": {"smollm2": {"paper_model": "llama-2-7b"}}}}).regime
     assert (r.q_bits, r.corpus, r.seeds, r.n_windows, r.models["smollm2"].q_bits) == ([2, 3, 4], "wiki2", [0], 4, None)
-    assert block_settings(load("smoke")).regime is None  # optional: a config without it measures nothing
+    assert block_settings(load("mini-core")).regime is None  # optional: a config without it measures nothing
 
 
 def test_missing_required_key_is_named():

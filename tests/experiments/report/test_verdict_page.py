@@ -163,3 +163,19 @@ def test_sources_of_one_table_are_gathered_and_short_numbers_cut():
 
 def test_a_huge_ratio_stays_readable():
     assert V.interval_text(ratio("a", "b", 2822.1, 0.542, 14684247.2)) == "×2.82e+03 [0.542, 1.47e+07]"
+
+
+def test_a_run_with_regime_rows_shows_each_claims_regime_verdict_and_the_counts():
+    reg = [dict(c) for c in CLAIMS]
+    reg[0]["regime"] = {"verdict": "not run in the regime"}
+    for c in reg[1:4]:  # SmolLM2's three rows: two hold in the regime, one is inconclusive there
+        c["regime"] = {"verdict": "holds", "q_bits": [3], "intervals": []}
+    reg[3]["regime"] = {"verdict": "inconclusive", "q_bits": [3], "intervals": []}
+    reg[4]["regime"] = {"verdict": "inconclusive", "q_bits": [2], "intervals": []}
+    page = V.render_page(reg, MODELS)
+    assert "| verdict | in the regime |" in page and "**In the stand-in's regime**" in page
+    row = next(line for line in page.splitlines() if BEATS in line and "SmolLM2" in line)
+    assert "holds (2); inconclusive (1)" in row  # the entries' regime verdicts, none hidden
+    gem = next(line for line in page.splitlines() if BEATS in line and "Gemma" in line)
+    assert "| **inconclusive** | **inconclusive** |" in gem
+    assert "in the regime" not in V.render_page(CLAIMS, MODELS)  # a run without regime rows: no column
