@@ -123,10 +123,13 @@ def compare_table_rows(run: dict[str, dict[str, Any]], ref: dict[str, dict[str, 
 
 def compare_folders(run: str | Path, against: str | Path) -> dict[str, Any]:
     """The whole comparison of two tables folders (see module doc): ``{"run", "against", "claims" (None when
-    either lacks claims.json), "tables"}``."""
+    either lacks claims.json; a claim's regime verdict is compared as a claim of its own, its source marked
+    "in the regime"), "tables"}``."""
+    from caldera.experiments.report.regime_claims import with_regime_claims
+
     a, b = load_tables_folder(run), load_tables_folder(against)
-    claims = (compare_claim_sets(a["claims"], b["claims"]) if a["claims"] is not None and b["claims"] is not None
-              else None)
+    claims = (compare_claim_sets(with_regime_claims(a["claims"]), with_regime_claims(b["claims"]))
+              if a["claims"] is not None and b["claims"] is not None else None)
     return {"run": a["folder"], "against": b["folder"], "claims": claims,
             "tables": compare_table_rows(a["tables"], b["tables"])}
 

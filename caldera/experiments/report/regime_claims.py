@@ -104,7 +104,7 @@ def attach_regime(claims: list[dict[str, Any]], regime: Sequence[Mapping[str, An
             c["regime"] = {"verdict": NOT_REDECIDED}
             continue
         r = found.get(match_key(c))
-        if r is None or r["verdict"] not in COUNTED and c["verdict"] in COUNTED:
+        if r is None:
             c["regime"] = {"verdict": NOT_RUN}
             continue
         c["regime"] = {"verdict": r["verdict"], "numbers": r["numbers"], "sdd": r.get("sdd", "—"),
@@ -162,3 +162,21 @@ def regime_note_lines(claims: Sequence[Mapping[str, Any]]) -> list[str]:
             f"{two['holds']} hold / {two['fails']} fail / {two['inconclusive']} inconclusive, in the regime "
             f"{reg['holds']} / {reg['fails']} / {reg['inconclusive']}; {n['differ']} differ"
             + (f": {listed}." if listed else "."), ""]
+
+
+#: the source suffix of a claim's regime verdict when it is listed as a claim of its own (:func:`with_regime_claims`)
+IN_REGIME = " (in the regime)"
+
+
+def with_regime_claims(claims: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``claims`` followed by each one's regime verdict as a claim of its own (its source plus :data:`IN_REGIME`,
+    its regime intervals, whose pairs carry the regime ids): what a comparison of two runs matches claim by claim.
+    Claims without a regime verdict add nothing."""
+    out = [dict(c) for c in claims]
+    for c in claims:
+        r = c.get("regime") or {}
+        if r.get("verdict") in (None, NOT_RUN, NOT_REDECIDED):
+            continue
+        out.append({"claim": c["claim"], "source": f"{c['source']}{IN_REGIME}", "verdict": r["verdict"],
+                    "numbers": r.get("numbers", "—"), "sdd": r.get("sdd", "—"), "intervals": r.get("intervals", [])})
+    return out

@@ -121,3 +121,35 @@ def test_a_claim_that_is_not_on_the_tables_rows_is_not_decided_again():
     (c,) = attach_regime([fig], [dict(fig, verdict="fails")])
     assert c["regime"] == {"verdict": "—"} and regime_cell(c) == "—"
     assert regime_counts([c])["decided_in_both"] == 0
+
+
+def test_compare_names_a_changed_regime_verdict(tmp_path):
+    """`caldera compare` matches each claim's regime verdict as a claim of its own: a run whose regime verdict
+    moved is flagged even where its 2-bit verdict did not."""
+    import json
+
+    from caldera.experiments.report.compare import compare_folders
+    from caldera.experiments.report.regime_claims import IN_REGIME, with_regime_claims
+
+    base = {"claim": BEATS, "source": "t [m]", "verdict": "inconclusive", "numbers": "n", "sdd": "s",
+            "intervals": [], "regime": {"verdict": "holds", "numbers": "r", "sdd": "s", "intervals": [],
+                                        "q_bits": [3]}}
+    moved = {**base, "regime": {**base["regime"], "verdict": "inconclusive"}}
+    not_run = {**base, "claim": "other", "regime": {"verdict": NOT_RUN}}
+    assert [c["source"] for c in with_regime_claims([base, not_run])] == ["t [m]", "t [m]", "t [m]" + IN_REGIME]
+    for name, claims in (("run", [moved, not_run]), ("ref", [base, not_run])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "claims.json").write_text(json.dumps(claims))
+    res = compare_folders(tmp_path / "run", tmp_path / "ref")
+    assert [(v["source"], v["committed"], v["rerun"]) for v in res["claims"]["changed"]] == [
+        ("t [m]" + IN_REGIME, "holds", "inconclusive")]
+
+
+def test_a_regime_verdict_that_decides_nothing_is_shown_as_it_is_not_as_not_run():
+    from caldera.experiments.report.verdicts import NEEDS_SEEDS
+
+    fam = {"claim": "LLaMa-3 degrades more than LLaMa-2 under compression (second model family)",
+           "source": "§5.1, Tables 1–2", "verdict": "inconclusive", "numbers": "n", "sdd": "s", "intervals": []}
+    (c,) = attach_regime([dict(fam)], [dict(fam, verdict=NEEDS_SEEDS, numbers="r")])
+    assert c["regime"]["verdict"] == NEEDS_SEEDS and regime_cell(c) == NEEDS_SEEDS
+    assert regime_counts([c])["decided_in_both"] == 0
