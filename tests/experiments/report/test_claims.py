@@ -272,25 +272,30 @@ def test_the_committed_record_is_re_derived_from_its_committed_tables(tmp_path):
     registry on those tables (in the config's order) gives the committed claims.md, claims.json, spread.md and
     spread.json, but for the numbers of the Figure 3 / 4 claims, whose figure data are not committed (decided here
     on no curves); the compression-log claims are the run's, passed on as the workflow passes them."""
+    from caldera.experiments.planning.regime_rows import same_regime_tables
     from caldera.experiments.report.claims import write_claims
 
     committed = json.loads((RECORD / "claims.json").read_text())
     given = [{k: c[k] for k in ("claim", "source", "verdict", "numbers")} for c in committed
              if c["source"] == the(GIVEN).source]
-    tables = yaml.safe_load((ROOT / "config" / "mini.yaml").read_text())["tables"]
+    mini = yaml.safe_load((ROOT / "config" / "mini.yaml").read_text())
+    tables = mini["tables"]
+    regime = [RECORD / f"{t}_regime.json" for t in mini["regime"]["run"]["tables"]]  # the regime column
+    same = same_regime_tables(mini)  # Gemma-3's Table 2: its regime is 2 bits (regime.models)
     for name in ("figure3", "figure4"):
         (tmp_path / f"{name}.json").write_text('{"curves": []}')
     out = {f: str(tmp_path / "out" / f) for f in ("claims.md", "claims.json", "spread.md", "spread.json")}
     write_claims(str(tmp_path / "figure3.json"), str(tmp_path / "figure4.json"),
                  [str(RECORD / f"{t}.json") for t in tables], out["claims.md"], out["claims.json"], extra=given,
                  throughput_json=str(RECORD / "table6_throughput.json"), lora_json=str(RECORD / "table5_finetune.json"),
-                 spread_md=out["spread.md"], spread_json=out["spread.json"])
+                 spread_md=out["spread.md"], spread_json=out["spread.json"],
+                 regime_table_jsons=[str(p) for p in regime], same_regime=same)
     figures = len([e for e in REGISTRY if e.kind in (FIGURE3, CONVERGENCE, FIGURE4)])
     got = json.loads(Path(out["claims.json"]).read_text())
     assert [(c["claim"], c["source"]) for c in got] == [(c["claim"], c["source"]) for c in committed]
     assert got[figures:] == committed[figures:]
     md, want = Path(out["claims.md"]).read_text().splitlines(), (RECORD / "claims.md").read_text().splitlines()
-    head = 6  # title, blank, the note, blank, the table's header and rule
+    head = 8  # title, blank, the note, blank, the regime paragraph, blank, the table's header and rule
     assert md[:head] == want[:head] and md[head + figures:] == want[head + figures:]
     for f in ("spread.md", "spread.json"):
         assert Path(out[f]).read_bytes() == (RECORD / f).read_bytes(), f
