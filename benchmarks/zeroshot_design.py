@@ -45,17 +45,30 @@ def _paper_rows(table: dict[str, Any], a: str, b: str) -> tuple[dict | None, dic
     return None, None, None
 
 
+def above_chance(readings: dict[str, dict[str, Any]]) -> list[str]:
+    """The tasks of one model's chance readings that it scores above chance."""
+    return sorted(t for t, r in readings.items() if r["reading"] == "above chance")
+
+
 def design(table: dict[str, Any], docs: dict[str, dict[str, list]], pairs: list[tuple[str, str]],
-           sizes: dict[str, int]) -> dict[str, Any]:
+           sizes: dict[str, int], dense: str | None = None) -> dict[str, Any]:
+    """Chance readings of every model, and per pair the documents for 80 % power over every task and, with
+    ``dense`` (the docs entry of the pairs' dense model), over the tasks it scores above chance (``above_chance``:
+    the claims' pool under ``zeroshot_claims``, the paper's effect read from those tasks' columns)."""
     readings = {m: {t: chance_reading([r["acc"] for r in rows], chance_of(rows)) for t, rows in sorted(d.items())}
                 for m, d in docs.items()}
     out = {"power": POWER, "chance": readings, "pairs": []}
     for a, b in pairs:
         ra, rb, pm = _paper_rows(table, a, b)
         effect = paper_accuracy_effect(ra, rb)
-        d = pair_design({t: columns(r) for t, r in docs[a].items()}, {t: columns(r) for t, r in docs[b].items()},
-                        effect, sizes)
-        out["pairs"].append({"a": a, "b": b, "paper_model": pm, "paper_effect": effect, **d})
+        da, db = ({t: columns(r) for t, r in docs[v].items()} for v in (a, b))
+        entry = {"a": a, "b": b, "paper_model": pm, "paper_effect": effect, **pair_design(da, db, effect, sizes)}
+        if dense is not None:
+            tasks = above_chance(readings[dense])
+            eff = paper_accuracy_effect(ra, rb, tasks=tasks)
+            keep = pair_design({t: da[t] for t in tasks if t in da}, {t: db[t] for t in tasks if t in db}, eff, sizes)
+            entry["above_chance"] = {"dense": dense, "tasks": tasks, "paper_effect": eff, **keep.get("pooled", {})}
+        out["pairs"].append(entry)
     return out
 
 
@@ -70,8 +83,9 @@ def to_markdown(res: dict[str, Any], command: str, limit: int, sizes: dict[str, 
              f"Command: `{command}`. {limit} documents per task (the first of each task, the same for every model); "
              "chance: one over each document's choices; 95 % Wilson intervals. Documents for 80 % power: the paired "
              "per-document accuracy difference's spread measured here against the paper's own accuracy difference "
-             "of the two rows (all tasks pooled, as the claims pool them), documents only: a lower bound, the seeds "
-             "add to it (`caldera.experiments.planning.zeroshot_design`).", "",
+             "of the two rows (per task, all tasks pooled, and the tasks the dense model scores above chance pooled: "
+             "the claims' pool under `zeroshot_claims`), documents only: a lower bound, the seeds add to it "
+             "(`caldera.experiments.planning.zeroshot_design`).", "",
              "## Accuracy against chance", "",
              "| task | chance | documents | " + " | ".join(models) + " |",
              "|---|---|---|" + "---|" * len(models)]
@@ -96,6 +110,12 @@ def to_markdown(res: dict[str, Any], command: str, limit: int, sizes: dict[str, 
             r = p["pooled"]
             lines.append(f"| all pooled | {r['n']} | {100 * r['mean_acc']:+.1f} | {r['sd_acc']:.3f} | "
                          f"{_need(r['need_acc'])} (of {sum(sizes.get(t, 0) for t in p['tasks'])}) |")
+        r = p.get("above_chance")
+        if r and "n" in r:
+            eff = "—" if r["paper_effect"] is None else f"{100 * r['paper_effect']:+.2f}"
+            lines.append(f"| {', '.join(r['tasks'])} pooled (above chance for {r['dense']}; the paper's difference "
+                         f"there {eff} points) | {r['n']} | {100 * r['mean_acc']:+.1f} | {r['sd_acc']:.3f} | "
+                         f"{_need(r['need_acc'])} (of {sum(sizes.get(t, 0) for t in r['tasks'])}) |")
     return "\n".join(lines) + "\n"
 
 
@@ -106,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="per-document records of each model (caldera eval zeroshot --out)")
     ap.add_argument("--pair", nargs=2, action="append", default=[], metavar=("A", "B"),
                     help="a compared pair of variants (repeat)")
+    ap.add_argument("--dense", default=None, metavar="NAME",
+                    help="the --docs entry of the pairs' dense model: each pair also pooled over the tasks it scores "
+                         "above chance (the claims' pool under zeroshot_claims)")
     ap.add_argument("--limit", type=int, required=True, help="the documents per task the records were made with")
     ap.add_argument("--out", required=True, help="the record, .md (a .json beside it)")
     args = ap.parse_args(argv)
@@ -117,11 +140,11 @@ def main(argv: list[str] | None = None) -> int:
         if not path:
             ap.error(f"--docs {item!r}: write VARIANT=FILE")
         docs[name] = _records(path)
-    missing = sorted({v for p in args.pair for v in p} - set(docs))
+    missing = sorted({v for p in args.pair for v in p} - set(docs) | ({args.dense} - set(docs) - {None}))
     if missing:
-        ap.error(f"--pair names {missing} without --docs records")
+        ap.error(f"--pair / --dense name {missing} without --docs records")
     sizes = {t: task_size(t) for t in sorted({t for d in docs.values() for t in d})}
-    res = design(json.loads(Path(args.table).read_text()), docs, [tuple(p) for p in args.pair], sizes)
+    res = design(json.loads(Path(args.table).read_text()), docs, [tuple(p) for p in args.pair], sizes, args.dense)
     command = "python benchmarks/zeroshot_design.py " + " ".join(sys.argv[1:] if argv is None else argv)
     write_atomic(args.out, to_markdown(res, command, args.limit, sizes))
     write_json(str(Path(args.out).with_suffix(".json")), res)

@@ -301,6 +301,10 @@ def test_smoke_workflow_end_to_end(tmp_path):
     assert {tuple(iv["pair"]) for iv in beats["regime"]["intervals"]} == {
         ("smollm2-caldera-r32-lr4-q3", "smollm2-quipsharp-q3")}
     assert "| in the stand-in's regime |" in (out / "claims.md").read_text()
+    # zeroshot_claims: every SmolLM2 variant's zero-shot claims pool ARC-Easy alone; the table shows both tasks
+    assert set(table["claim_tasks"]) == set(table["realizations"])
+    assert all(t == ["caldera_arc_easy"] for t in table["claim_tasks"].values())
+    assert any(r["ours"].get("wino_acc") is not None for r in table["rows"])
     # the rerun tool (a partial run's claims) rebuilds this run's table and its claims exactly as the workflow did
     from caldera.experiments.report.rerun import main as rerun_main
 
@@ -353,9 +357,18 @@ def test_smoke_workflow_end_to_end(tmp_path):
     t2 = json.loads((out2 / "timings.json").read_text())
     assert t2["n_jobs"] == timings["n_jobs"] and t2["from_record"] >= recorded
     assert "ran in earlier sittings" in (out2 / "timings.md").read_text()
+    # the tasks the zero-shot claims pool are read by the tables alone: no evaluation reruns
+    cfg = tmp_path / "config/smoke.yaml"
+    text = cfg.read_text()
+    cfg.write_text(text.replace("tasks: {smollm2: [caldera_arc_easy]}", "tasks: {smollm2: [caldera_winogrande]}"))
+    r6 = subprocess.run(SNAKEMAKE + ["-n", "--cores", "2", "--configfile", "config/smoke.yaml"], cwd=tmp_path,
+                        capture_output=True, text=True, timeout=600, env=env)
+    rules = job_stats(r6.stdout + r6.stderr)
+    assert rules.get("make_table") == 2 and "claims" in rules, rules
+    assert not {"evaluate", "replicate", "hessians", "compress_variant"} & set(rules), rules
+    cfg.write_text(text)
     # a config edit reruns exactly the jobs that read it: fewer zero-shot documents -> the evaluation jobs
     # (perplexity and zero-shot of a variant share one job), tables, claims; no Hessians, no compression
-    cfg = tmp_path / "config/smoke.yaml"
     cfg.write_text(cfg.read_text().replace("limit: 4", "limit: 3"))
     r3 = subprocess.run(SNAKEMAKE + ["-n", "--cores", "2", "--configfile", "config/smoke.yaml"], cwd=tmp_path,
                         capture_output=True, text=True, timeout=600, env=env)

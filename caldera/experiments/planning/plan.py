@@ -378,6 +378,39 @@ def _beside_errors(config: dict[str, Any]) -> list[str]:
     return errors
 
 
+def _task_name(task: str) -> str:
+    """A zero-shot task's full name (the ``caldera_`` prefix may be left out in a config)."""
+    return task if task.startswith("caldera_") else f"caldera_{task}"
+
+
+def claim_tasks(config: dict[str, Any]) -> dict[str, list[str]]:
+    """``zeroshot_claims.tasks`` with full task names: model key → the tasks its zero-shot claims pool (a model
+    absent pools every task)."""
+    tasks = ((config.get("zeroshot_claims") or {}).get("tasks")) or {}
+    return {m: [_task_name(t) for t in ts] for m, ts in tasks.items()}
+
+
+def zeroshot_claims_errors(config: dict[str, Any]) -> list[str]:
+    """Problems of ``zeroshot_claims.tasks`` against this run, each naming its key: a model that is not a key of
+    ``models``, or a task that ``eval.zeroshot.tasks`` does not evaluate."""
+    from caldera.eval.zeroshot import TASKS
+
+    evaluated = {_task_name(t) for t in config["eval"]["zeroshot"]["tasks"]}
+    if "caldera_zeroshot" in evaluated:  # the tag: all five
+        evaluated |= set(TASKS)
+    errors = []
+    for m, ts in claim_tasks(config).items():
+        if m not in config["models"]:
+            errors.append(f"zeroshot_claims.tasks.{m}: not a key of models ({sorted(config['models'])}); name a "
+                          "stand-in of this run, or remove the entry")
+            continue
+        bad = [t for t in ts if t not in evaluated]
+        if bad:
+            errors.append(f"zeroshot_claims.tasks.{m}: {bad} are not evaluated (eval.zeroshot.tasks: "
+                          f"{config['eval']['zeroshot']['tasks']}); add them there or remove them here")
+    return errors
+
+
 def check_config(config: dict[str, Any]) -> dict[str, Variant]:
     """Check what the JSON schema cannot, against the library; return :func:`all_variants`.
 
@@ -456,6 +489,7 @@ def check_config(config: dict[str, Any]) -> dict[str, Variant]:
     for t in config["eval"]["zeroshot"]["tasks"]:
         if (t if t.startswith("caldera_") else f"caldera_{t}") not in tasks:
             errors.append(f"eval.zeroshot.tasks: {t!r} unknown; accepted: {tasks}")
+    errors += zeroshot_claims_errors(config)  # the tasks the zero-shot claims pool: evaluated ones
     ft = config.get("rht_ft")
     if ft is not None:  # held_out < n_samples: RhtFtSettings
         refs = [r for t in RHTFT_TABLES for r in load_reference_table(t)]

@@ -469,6 +469,22 @@ class RunContext:
         return {m: e.label for m, e in self.models.items()}
 
 
+# ---------------------------------------------------------------------------------------------- zero-shot claims
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ZeroshotClaimsSettings(Settings):
+    """``zeroshot_claims:`` the zero-shot tasks each stand-in's claims pool (``tasks``: model key → tasks of
+    ``eval.zeroshot.tasks``; a model it leaves out pools every task). The tables show every task; a claim compares
+    two compressions of a model only on the tasks its dense model scores above chance (set from a committed record
+    of the dense model alone, ``benchmarks/results/zeroshot_chance.md``), since where the dense model guesses no
+    compression of it can show the paper's differences."""
+
+    BLOCK: ClassVar[str] = "zeroshot_claims"
+
+    tasks: dict[str, list[str]] = setting(check=mapping_of(list_of(text, min_items=1, unique=True), min_items=1))
+
+
 # ---------------------------------------------------------------------------------------------- claims
 
 #: what a ``claims`` item may compare its rows on: the Wiki2 perplexity ratio a / b, or the zero-shot correct-choice
@@ -526,9 +542,10 @@ BLOCKS: dict[str, type[Settings]] = {
     "eval": EvalSettings,
     "figures": FiguresSettings,
     "regime": RegimeSettings,
+    "zeroshot_claims": ZeroshotClaimsSettings,
 }
 #: blocks a config may leave out (None in :class:`BlockSettings`); ``throughput`` left out means its defaults
-OPTIONAL = ("selection", "rht_ft", "lora_ft", "regime")
+OPTIONAL = ("selection", "rht_ft", "lora_ft", "regime", "zeroshot_claims")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -544,6 +561,7 @@ class BlockSettings:
     eval: EvalSettings
     figures: FiguresSettings
     regime: RegimeSettings | None = None
+    zeroshot_claims: ZeroshotClaimsSettings | None = None
 
 
 def block_settings(config: Mapping[str, Any]) -> BlockSettings:
@@ -568,5 +586,6 @@ __all__ = ["BLOCKS", "BlockSettings", "CLAIM_RULES", "CLAIM_STATISTICS", "Calibr
            "EvalSettings", "FiguresSettings", "LoftqSettings", "LongIters",
            "LoraFtSettings", "LoraFtRow", "LoraTaskSettings", "LoraTasks", "ModelEntry", "PaperRow", "PplSettings",
            "RegimeModel", "RegimeSettings", "RhtFtSettings",
-           "RunContext", "SelectionSettings", "Settings", "ThroughputSettings", "ZeroshotSettings", "block_settings",
+           "RunContext", "SelectionSettings", "Settings", "ThroughputSettings", "ZeroshotClaimsSettings",
+           "ZeroshotSettings", "block_settings",
            "declared_claims"]

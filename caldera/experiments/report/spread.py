@@ -13,14 +13,16 @@ from caldera.experiments.report.tables import realizations, seed_parts
 
 
 def _zeroshot_seeds(tab: dict[str, Any], vid: str) -> dict[str, Any] | None:
-    """Per-seed mean margin and accuracy of ``vid`` over the (task, document) pairs every seed scored, with the
-    between-seed standard deviations and the documents' t half-width of the seed-mean; None unless at
-    least two seeds have zero-shot results."""
+    """Per-seed mean margin and accuracy of ``vid`` over the (task, document) pairs every seed scored on the tasks
+    its claims pool (the table's ``claim_tasks``; all without it), with the between-seed standard deviations and
+    the documents' t half-width of the seed-mean; None unless at least two seeds have zero-shot results."""
     zs, seeds, _ = seed_parts(tab, vid, "zeroshot")
     per = list(zip(seeds, zs))
     if len(per) < 2:
         return None
-    keys = sorted(set.intersection(*({(t, d) for t, r in z.items() for d in r["doc_id"]} for _, z in per)))
+    tasks = tab.get("claim_tasks", {}).get(vid)
+    keys = sorted(set.intersection(*({(t, d) for t, r in z.items() if tasks is None or t in tasks
+                                      for d in r["doc_id"]} for _, z in per)))
     if not keys:
         return None
     out: dict[str, Any] = {"seeds": [sd for sd, _ in per], "n": len(keys)}
@@ -99,7 +101,9 @@ def spread_report(tables: dict[str, dict[str, Any]], claims: list[dict[str, Any]
                      f"{w['seed_half'] / w['window_half']:.2f} | {c4} |")
     zrows = [e for e in rows if e.get("zeroshot")]
     if zrows:
-        lines += ["", "Zero-shot (all tasks pooled, the documents every seed scored): between-seed standard deviation "
+        pool = ("the tasks the claims pool" if any(t.get("claim_tasks") for t in tables.values())
+                else "all tasks pooled")
+        lines += ["", f"Zero-shot ({pool}, the documents every seed scored): between-seed standard deviation "
                   "of the mean correct-choice margin (nats) and of accuracy (points) beside the half-width of the "
                   "documents' 95 % t interval of the seed-mean.", "",
                   "| variant | seeds | documents | margin per seed | margin: between seeds / documents | accuracy "

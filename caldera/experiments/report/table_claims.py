@@ -17,6 +17,7 @@ stand-in variants, and the rows that repeat a comparison are listed in its sourc
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, Callable
 
 from caldera import stats
@@ -73,19 +74,29 @@ def _ppl_ratios(table: dict[str, Any], paper_model: str) -> tuple[str | None, di
     return d["stand_in"], out
 
 
+def claim_tasks(table: dict[str, Any], a: str, b: str) -> list[str] | None:
+    """The zero-shot tasks a claim on variants ``a`` and ``b`` pools: those both pool (the table's
+    ``claim_tasks``, from ``zeroshot_claims.tasks``: the tasks each stand-in's dense model scores above chance),
+    or None (every task) where neither variant's model names them."""
+    named = [table.get("claim_tasks", {}).get(v) for v in (a, b)]
+    named = [set(t) for t in named if t is not None]
+    return sorted(set.intersection(*named)) if named else None
+
+
 def zeroshot_pair(table: dict[str, Any], a: str, b: str) -> dict[str, Any] | None:
     """Paired zero-shot comparison of variants ``a`` and ``b`` on the documents both scored in every realization
-    that has zero-shot results (all tasks pooled, matched by task and document id): accuracy difference and
-    difference of the correct choice's log-likelihood margin, each with the interval that combines documents and
-    seeds (:func:`caldera.stats.seeded_mean_difference`; paired on the seeds both hold where they share two or
-    more); None without per-document results."""
+    that has zero-shot results (the tasks of :func:`claim_tasks` pooled, matched by task and document id): accuracy
+    difference and difference of the correct choice's log-likelihood margin, each with the interval that combines
+    documents and seeds (:func:`caldera.stats.seeded_mean_difference`; paired on the seeds both hold where they
+    share two or more); None without per-document results on those tasks."""
     za, sa, rand_a = seed_parts(table, a, "zeroshot")
     zb, sb, rand_b = seed_parts(table, b, "zeroshot")
     if not za or not zb:
         return None
+    tasks = claim_tasks(table, a, b)
     keys = None
     for z in za + zb:
-        ks = {(task, d) for task, t in z.items() for d in t["doc_id"]}
+        ks = {(task, d) for task, t in z.items() if tasks is None or task in tasks for d in t["doc_id"]}
         keys = ks if keys is None else keys & ks
     keys = sorted(keys or ())
     if not keys:
@@ -99,7 +110,7 @@ def zeroshot_pair(table: dict[str, Any], a: str, b: str) -> dict[str, Any] | Non
         za, zb = [za[sa.index(s)] for s in shared], [zb[sb.index(s)] for s in shared]
     out = {m: stats.seeded_mean_difference(matrix(za, m), matrix(zb, m), rand_a, rand_b, len(shared) >= 2)
            for m in ("acc", "margin")}
-    return {**out, "pair": [a, b], "paired_seeds": shared if len(shared) >= 2 else []}
+    return {**out, "pair": [a, b], "paired_seeds": shared if len(shared) >= 2 else [], "tasks": tasks}
 
 
 def degradation(tables: dict[str, dict[str, Any]], rule: str = "higher") -> dict[str, str]:
@@ -401,15 +412,18 @@ def _decide_ppl_pair(tab, a: str, b: str, rule: str = "lower") -> tuple:
     return verdict, numbers + kl_text, sdd_ratio_text([iv]), [{**iv, "kind": "ppl ratio", "paper_ratio": paper}], kl
 
 
-def paper_accuracy_effect(row_a: dict[str, Any] | None, row_b: dict[str, Any] | None) -> float | None:
-    """The paper's accuracy difference of two table rows, all tasks pooled: the mean over the zero-shot columns
-    both rows print of ``paper[a] − paper[b]``, as a fraction (the tables print points); None without them."""
+def paper_accuracy_effect(row_a: dict[str, Any] | None, row_b: dict[str, Any] | None,
+                          tasks: Sequence[str] | None = None) -> float | None:
+    """The paper's accuracy difference of two table rows, the ``tasks`` pooled (None: all): the mean over the
+    zero-shot columns of those tasks both rows print of ``paper[a] − paper[b]``, as a fraction (the tables print
+    points); None without them."""
     from caldera.experiments.report.tables import TASK_COLUMNS
 
     if not row_a or not row_b:
         return None
-    diffs = [row_a["paper"][c] - row_b["paper"][c] for c in TASK_COLUMNS
-             if row_a["paper"].get(c) is not None and row_b["paper"].get(c) is not None]
+    diffs = [row_a["paper"][c] - row_b["paper"][c] for c, (task, _) in TASK_COLUMNS.items()
+             if (tasks is None or task in tasks)
+             and row_a["paper"].get(c) is not None and row_b["paper"].get(c) is not None]
     return sum(diffs) / len(diffs) / 100.0 if diffs else None
 
 
@@ -445,11 +459,15 @@ def _decide_zeroshot_pair(tab, a: str, b: str, rows: tuple[dict | None, dict | N
     (:func:`excluded_text`)."""
     z = zeroshot_pair(tab, a, b)
     if z is None:
-        return "inconclusive", "no per-document results (rerun the evaluation)", "—"
+        tasks = claim_tasks(tab, a, b)
+        on = "" if tasks is None else f" on the tasks the claims pool ({', '.join(tasks)})"
+        return "inconclusive", f"no per-document results{on} (rerun the evaluation)", "—"
     m, acc = z["margin"], z["acc"]
     verdict = seeds_verdict([m], interval_verdict(rule, 0.0))
     seeds = "/".join(map(str, m["seeds"]))
-    effect = paper_accuracy_effect(*rows)
+    effect = paper_accuracy_effect(*rows, tasks=z["tasks"])
+    docs = (f"{m['n']} documents" if z["tasks"] is None else
+            f"{m['n']} documents of {', '.join(z['tasks'])} (the tasks the dense stand-in scores above chance)")
     need = documents_needed(m["n"], (acc["window_hi"] - acc["window_lo"]) / 2.0, effect)
     paper = ("" if effect is None else f"; the paper's accuracy difference {100 * effect:+.1f} points needs at least "
              f"{need} documents here at 80 % power (documents only"
@@ -457,7 +475,7 @@ def _decide_zeroshot_pair(tab, a: str, b: str, rows: tuple[dict | None, dict | N
     if m["seed_half"] is None:
         why = ("documents alone straddle 0, so any realization spread leaves it so" if verdict == "inconclusive"
                else "spread unknown")
-        numbers = (f"{a} − {b} on {m['n']} documents (seeds {seeds}: {why}): correct-choice log-likelihood "
+        numbers = (f"{a} − {b} on {docs} (seeds {seeds}: {why}): correct-choice log-likelihood "
                    f"margin {m['estimate']:+.3f}, documents only [{m['window_lo']:+.3f}, {m['window_hi']:+.3f}] "
                    f"nats; accuracy {100 * acc['estimate']:+.1f}, documents only [{100 * acc['window_lo']:+.1f}, "
                    f"{100 * acc['window_hi']:+.1f}] points{paper}")
@@ -466,7 +484,7 @@ def _decide_zeroshot_pair(tab, a: str, b: str, rows: tuple[dict | None, dict | N
                                                                       "documents_needed": need}])
     paired = z.get("paired_seeds") or []
     how = f"paired on seeds {'/'.join(map(str, paired))}" if paired else f"seeds {seeds}"
-    numbers = (f"{a} − {b} on {m['n']} documents, {how}: correct-choice log-likelihood margin "
+    numbers = (f"{a} − {b} on {docs}, {how}: correct-choice log-likelihood margin "
                f"{m['estimate']:+.3f} [{m['lo']:+.3f}, {m['hi']:+.3f}] nats (decides); accuracy "
                f"{100 * acc['estimate']:+.1f} [{100 * acc['lo']:+.1f}, {100 * acc['hi']:+.1f}] points{paper}")
     if verdict == "inconclusive":

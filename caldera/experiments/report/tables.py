@@ -28,6 +28,7 @@ from caldera.experiments.planning.plan import (
     RHTFT_SUFFIX,
     RHTFT_TABLES,
     all_variants,
+    claim_tasks,
     is_random,
     method_family,
     replicate_variants,
@@ -67,6 +68,8 @@ class TablePlan:
     eval: EvalSettings
     rht_ft: RhtFtSettings | None
     calibration: CalibrationSettings
+    #: the zero-shot tasks each model's claims pool (``zeroshot_claims.tasks``; a model absent: every task)
+    claim_tasks: Mapping[str, list[str]] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], table: str) -> TablePlan:
@@ -77,7 +80,8 @@ class TablePlan:
         return cls(table=table, rows=rows, replicates={k: v for k, v in reps.items() if k in used},
                    run=RunContext.from_config(config), eval=EvalSettings.from_block(config["eval"]),
                    rht_ft=RhtFtSettings.from_block(config["rht_ft"]) if config.get("rht_ft") else None,
-                   calibration=CalibrationSettings.from_block(config["calibration"]))
+                   calibration=CalibrationSettings.from_block(config["calibration"]),
+                   claim_tasks=claim_tasks(config))
 
 
 def _load(path: Path) -> Any:
@@ -359,6 +363,10 @@ def build_table(results_dir: str | os.PathLike, plan: TablePlan) -> dict[str, An
             "realizations": realizations,
            "seed_samples": {v: [variant_samples(results_dir, i) for i in realizations[v]["ids"]]
                             for v in variants if len(realizations[v]["ids"]) > 1}}
+    claim_tasks = {vid: plan.claim_tasks[by_id[vid].model] for vid in variants
+                   if vid in by_id and by_id[vid].model in plan.claim_tasks}
+    if claim_tasks:  # the tasks each variant's zero-shot claims pool (table_claims.zeroshot_pair)
+        tab["claim_tasks"] = claim_tasks
     if not ft_table:
         add_times_dense(tab)
     return tab

@@ -120,6 +120,12 @@ BAD = {
     "weight-decay-nan": ("lora_ft.tasks.wiki.weight_decay", float("nan"), "weight_decay: nan is not a finite"),
     "duplicate-task": ("eval.zeroshot.tasks", ["caldera_winogrande", "winogrande"],
                        "eval.zeroshot.tasks: ['caldera_winogrande', 'winogrande'] name the same task more than once"),
+    "claim-task-not-evaluated": ("zeroshot_claims.tasks.smollm2", ["arc_easy", "caldera_piqa"],
+                                 "zeroshot_claims.tasks.smollm2: ['caldera_piqa'] are not evaluated "
+                                 "(eval.zeroshot.tasks: ['caldera_winogrande', 'caldera_arc_easy'])"),
+    "claim-task-model-unknown": ("zeroshot_claims.tasks", {"nosuch": ["caldera_arc_easy"]},
+                                 "zeroshot_claims.tasks.nosuch: not a key of models (['smollm2'])"),
+    "claim-tasks-empty": ("zeroshot_claims.tasks.smollm2", [], "[] should be non-empty"),
     "paper-ranks-none-match": ("paper_ranks", [999], "paper_ranks: [999] are not ranks of the rows of tables "
                                "['table7_mistral'] (those rows would all be dropped); accepted: [128, 256]"),
     "figure-rank-too-large": ("figures.paper_ranks", [100000], "figures.paper_ranks: 100000 cannot be mapped to "

@@ -138,6 +138,43 @@ def test_zeroshot_comparison_uses_the_paired_margin():
     assert z[0]["verdict"] == "inconclusive"
 
 
+def test_a_zero_shot_claim_pools_only_the_tasks_its_stand_in_scores_above_chance():
+    """With ``claim_tasks``, the pair is compared on those tasks alone: a task where CALDERA wins on every document
+    but which the claims do not pool cannot make the claim hold, and the paper's effect is read from those tasks'
+    columns only."""
+    from caldera.experiments.report.table_claims import claim_tasks, paper_accuracy_effect, table_claims
+
+    t = table1()
+    rng = np.random.default_rng(1)
+    n = 40
+    base = {task: rng.normal(0, 1, n) for task in ("caldera_piqa", "caldera_rte")}
+    for v in t["samples"]:  # every variant: the same documents, PIQA's margins moved by a little noise
+        t["samples"][v]["zeroshot"] = {task: {"doc_id": list(range(n)), "acc": [1.0] * 20 + [0.0] * 20,
+                                              "margin": list(m + rng.normal(0, 0.1, n))} for task, m in base.items()}
+    for v in ("c4-r16", "c4-r32"):  # better by 0.5 nats on every RTE document
+        t["samples"][v]["zeroshot"]["caldera_rte"]["margin"] = list(base["caldera_rte"] + 0.5)
+
+    def claim(tab):
+        z = [c for c in table_claims({"table1_llama2_zeroshot": tab}) if "zero-shot" in c["claim"]]
+        assert len(z) == 1
+        return z[0]
+
+    pooled = claim(t)
+    assert pooled["verdict"] == "holds" and "80 documents" in pooled["numbers"]
+    t["claim_tasks"] = {v: ["caldera_piqa"] for v in t["samples"]}
+    only = claim(t)
+    assert only["verdict"] == "inconclusive", only["numbers"]
+    assert "40 documents of caldera_piqa (the tasks the dense stand-in scores above chance)" in only["numbers"]
+    # the tasks both sides pool; a side whose model names none pools every task
+    assert claim_tasks({"claim_tasks": {"a": ["x", "y"], "b": ["y", "z"]}}, "a", "b") == ["y"]
+    assert claim_tasks({"claim_tasks": {"a": ["x"]}}, "a", "b") == ["x"]
+    assert claim_tasks({}, "a", "b") is None
+    a = {"paper": {"piqa_acc": 70.0, "rte_acc": 60.0}}
+    b = {"paper": {"piqa_acc": 69.0, "rte_acc": 50.0}}
+    assert paper_accuracy_effect(a, b) == pytest.approx(0.055)
+    assert paper_accuracy_effect(a, b, tasks=["caldera_piqa"]) == pytest.approx(0.01)
+
+
 def test_zero_shot_claim_states_the_documents_the_papers_effect_needs():
     from caldera.experiments.report.table_claims import documents_needed, paper_accuracy_effect
 
