@@ -47,7 +47,7 @@ from caldera.experiments.report.claim_registry import (
 from caldera.experiments.report.claim_rules import RELATIONS, count_verdict
 from caldera.experiments.report.finetune_claims import lora_claims, rhtft_claims
 from caldera.experiments.report.spread import spread_report
-from caldera.experiments.report.table_claims import degradation, extra_method_claims, table_claims
+from caldera.experiments.report.table_claims import extra_method_claims, family_claims, table_claims
 from caldera.experiments.report.verdicts import NOT_MEASURED, VERDICTS
 
 
@@ -149,12 +149,8 @@ def decide_extra_methods(group: list[ClaimEntry], run: RunResults) -> list[dict[
 
 
 def decide_families(group: list[ClaimEntry], run: RunResults) -> list[dict[str, Any]]:
-    """The second model family's loss against the first's (:func:`degradation`)."""
-    out = []
-    for e in group:
-        family = degradation(run.tables, e.rule)
-        out.append(_line(e, family["verdict"], family["numbers"], family.get("sdd", "—")))
-    return out
+    """The second model family's loss against the first's (:func:`family_claims`)."""
+    return family_claims(group, run.tables)
 
 
 def decide_rhtft(group: list[ClaimEntry], run: RunResults) -> list[dict[str, Any]]:

@@ -73,19 +73,14 @@ def decide_regime(regime_tables: Mapping[str, dict[str, Any]], same: Mapping[str
     each standing in for :func:`~caldera.experiments.planning.regime_rows.base_table`) plus the tables ``same``
     whose stand-ins' regime is 2 bits, with the seed blocks and pooled spreads of those tables alone."""
     from caldera.experiments.report.realization_pool import attach_pools
-    from caldera.experiments.report.table_claims import degradation, table_claims
+    from caldera.experiments.report.table_claims import family_claims, table_claims
 
     tables = attach_pools({**dict(same), **{base_table(k): t for k, t in regime_tables.items()}})
     out: list[dict[str, Any]] = []
     for kind, group in itertools.groupby(regime_entries(declared), key=lambda e: e.kind):
         group = list(group)
-        if kind == TABLE:
-            out += table_claims({k: t for k, t in tables.items() if k not in RHTFT_TABLES}, group)
-        else:
-            for e in group:
-                family = degradation(tables, e.rule)
-                out.append({"claim": e.claim, "source": e.source, "verdict": family["verdict"],
-                            "numbers": family["numbers"], "sdd": family.get("sdd", "—"), "intervals": []})
+        out += (table_claims({k: t for k, t in tables.items() if k not in RHTFT_TABLES}, group) if kind == TABLE
+                else family_claims(group, tables))
     return out
 
 
@@ -112,14 +107,24 @@ def attach_regime(claims: list[dict[str, Any]], regime: Sequence[Mapping[str, An
     return claims
 
 
+def _decided_in_both(claims: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The claims with a holds / fails / inconclusive verdict at 2 bits and in the regime."""
+    return [c for c in claims if c["verdict"] in COUNTED and (c.get("regime") or {}).get("verdict") in COUNTED]
+
+
+def _differing(both: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Those of ``both`` (:func:`_decided_in_both`) whose two verdicts differ."""
+    return [c for c in both if c["verdict"] != c["regime"]["verdict"]]
+
+
 def regime_counts(claims: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Per regime, the verdicts of the claims decided in both (``holds`` / ``fails`` / ``inconclusive`` in the 2-bit
     run and in the regime), and how many of those differ."""
-    both = [c for c in claims if c["verdict"] in COUNTED and (c.get("regime") or {}).get("verdict") in COUNTED]
+    both = _decided_in_both(claims)
     return {"decided_in_both": len(both),
             "two_bit": {v: sum(c["verdict"] == v for c in both) for v in COUNTED},
             "regime": {v: sum(c["regime"]["verdict"] == v for c in both) for v in COUNTED},
-            "differ": sum(c["verdict"] != c["regime"]["verdict"] for c in both),
+            "differ": len(_differing(both)),
             "regime_all": {v: sum((c.get("regime") or {}).get("verdict") == v for c in claims) for v in COUNTED}}
 
 
@@ -151,8 +156,7 @@ def regime_note_lines(claims: Sequence[Mapping[str, Any]]) -> list[str]:
     verdicts counted per regime (:func:`regime_counts`), then a blank line."""
     n = regime_counts(claims)
     two, reg = n["two_bit"], n["regime"]
-    differ = [c for c in claims if c["verdict"] in COUNTED and (c.get("regime") or {}).get("verdict") in COUNTED
-              and c["verdict"] != c["regime"]["verdict"]]
+    differ = _differing(_decided_in_both(claims))
     listed = "; ".join(f"{c['claim'].split(' (')[0]} ({c['source']}): {c['verdict']} → {c['regime']['verdict']}"
                        for c in differ)
     return [f"**In the stand-in's regime** (column 4): each claim on the tables' rows decided again with Q at the "

@@ -113,6 +113,17 @@ def zeroshot_pair(table: dict[str, Any], a: str, b: str) -> dict[str, Any] | Non
     return {**out, "pair": [a, b], "paired_seeds": shared if len(shared) >= 2 else [], "tasks": tasks}
 
 
+def family_claims(group: Sequence[ClaimEntry], tables: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The second model family's loss against the first's (:func:`degradation`), one claims.md entry
+    (``{"claim", "source", "verdict", "numbers", "sdd"}``) per entry of ``group``."""
+    out = []
+    for e in group:
+        family = degradation(tables, e.rule)
+        out.append({"claim": e.claim, "source": e.source, "verdict": family["verdict"],
+                    "numbers": family["numbers"], "sdd": family.get("sdd", "—")})
+    return out
+
+
 def degradation(tables: dict[str, dict[str, Any]], rule: str = "higher") -> dict[str, str]:
     """Does the LLaMa-3 stand-in lose more perplexity than the LLaMa-2 7B stand-in under the same method rows?
 
