@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from caldera.pipeline import assets
 
@@ -290,6 +292,15 @@ def build_tasks(tasks=TASKS, max_docs: int | None = None, task_manager=None) -> 
     ``caldera_zeroshot`` (all five), built from the local YAMLs only (no lm-eval default task index).
     ``max_docs``: build only the first documents of each task (enough for an integer lm-eval ``limit``).
     ``task_manager``: a :func:`make_task_manager` to use (default: a new one)."""
+    names = task_names(tasks)
+    tm = task_manager if task_manager is not None else make_task_manager(max_docs)
+    built = tm.load(names)["tasks"]
+    return {n: built[n] for n in names}
+
+
+def task_names(tasks=TASKS) -> list[str]:
+    """Full names of ``tasks`` (names from :data:`TASKS`, the ``caldera_`` prefix optional, or the tag
+    ``caldera_zeroshot`` for all five), in order, each once."""
     names = []
     for t in [tasks] if isinstance(tasks, str) else tasks:
         for n in TASKS if _short(t) == "caldera_zeroshot" else [_short(t)]:  # the tag names all five
@@ -297,9 +308,27 @@ def build_tasks(tasks=TASKS, max_docs: int | None = None, task_manager=None) -> 
                 raise ValueError(f"unknown task {t!r}; expected names from {TASKS} or 'caldera_zeroshot'")
             if n not in names:
                 names.append(n)
-    tm = task_manager if task_manager is not None else make_task_manager(max_docs)
-    built = tm.load(names)["tasks"]
-    return {n: built[n] for n in names}
+    return names
+
+
+def _zeroshot_per_task(model, tokenizer, tasks, limit: Mapping[str, int | None], batch_size: int,
+                       trim_logits: bool, **lm) -> dict:
+    """:func:`zeroshot` with a limit per task: one evaluation per distinct limit, merged in ``tasks``' order."""
+    names = task_names(tasks)
+    per = {_short(t): n for t, n in limit.items()}
+    missing, extra = [t for t in names if t not in per], sorted(set(per) - set(names))
+    if missing or extra:
+        raise ValueError(f"limit per task must name exactly the tasks evaluated ({names}): "
+                         f"{'missing ' + str(missing) if missing else ''}{' ' if missing and extra else ''}"
+                         f"{'not evaluated ' + str(extra) if extra else ''}")
+    groups: dict[Any, list[str]] = {}
+    for t in names:
+        groups.setdefault(per[t], []).append(t)
+    parts = {}
+    for n, group in groups.items():
+        res = zeroshot(model, tokenizer, tasks=group, limit=n, batch_size=batch_size, trim_logits=trim_logits, **lm)
+        parts.update(res["tasks"])
+    return {**res, "tasks": {t: parts[t] for t in names}, "limit": {t: per[t] for t in names}}
 
 
 def zeroshot(
@@ -318,7 +347,8 @@ def zeroshot(
 
     ``tasks``: names from :data:`TASKS` (the ``caldera_`` prefix may be left out) or the tag
     ``caldera_zeroshot`` (all five). ``limit``: at most this
-    many documents per task (lm-eval semantics; the first ones). Returns::
+    many documents per task (lm-eval semantics; the first ones), or a mapping task → limit naming every task
+    (the tasks of one limit are evaluated together; ``"limit"`` then holds the mapping, full names). Returns::
 
         {"tasks": {task: {"acc", "acc_stderr", ["acc_norm", "acc_norm_stderr"], "n", "n_total",
                           "task_version", "docs": [per-document rows, see per_document]}},
@@ -327,6 +357,9 @@ def zeroshot(
     stderr values are lm-eval's (sample standard error of the mean accuracy); intervals and paired
     comparisons are computed from ``docs`` by :mod:`caldera.stats`.
     """
+    if isinstance(limit, Mapping):
+        return _zeroshot_per_task(model, tokenizer, tasks, limit, batch_size, trim_logits, lm_class=lm_class,
+                                  lm_kwargs=lm_kwargs)
     import lm_eval
     from lm_eval.models.huggingface import HFLM
 

@@ -93,6 +93,25 @@ def test_zeroshot_on_fixture_tasks(prepared):
         zs.zeroshot(model, tok, tasks=["hellaswag"])
 
 
+def test_a_limit_per_task_scores_each_task_as_its_own_limit_would(prepared):
+    """A mapping task → limit gives each task the documents, scores and log-likelihoods that evaluating it alone at
+    its limit gives; it must name exactly the tasks evaluated."""
+    pytest.importorskip("lm_eval")
+    tok = byte_tokenizer()
+    model = tiny_llama(vocab_size=len(tok), max_positions=512)
+    res = zs.zeroshot(model, tok, tasks=["piqa", "arc_easy", "winogrande"],
+                      limit={"caldera_piqa": 3, "arc_easy": 1, "caldera_winogrande": 3}, batch_size=4)
+    assert list(res["tasks"]) == ["caldera_piqa", "caldera_arc_easy", "caldera_winogrande"]
+    assert res["limit"] == {"caldera_piqa": 3, "caldera_arc_easy": 1, "caldera_winogrande": 3}
+    for task, n in res["limit"].items():
+        alone = zs.zeroshot(model, tok, tasks=[task], limit=n, batch_size=4)["tasks"][task]
+        assert res["tasks"][task]["n"] == n and res["tasks"][task]["docs"] == alone["docs"]
+    with pytest.raises(ValueError, match=r"missing \['caldera_arc_easy'\]"):
+        zs.zeroshot(model, tok, tasks=["piqa", "arc_easy"], limit={"piqa": 2})
+    with pytest.raises(ValueError, match=r"not evaluated \['caldera_rte'\]"):
+        zs.zeroshot(model, tok, tasks=["piqa"], limit={"piqa": 2, "rte": 2})
+
+
 @pytest.mark.model
 def test_real_task_data_sizes():
     from caldera.pipeline import assets

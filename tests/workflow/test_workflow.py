@@ -301,6 +301,13 @@ def test_smoke_workflow_end_to_end(tmp_path):
     assert {tuple(iv["pair"]) for iv in beats["regime"]["intervals"]} == {
         ("smollm2-caldera-r32-lr4-q3", "smollm2-quipsharp-q3")}
     assert "| in the stand-in's regime |" in (out / "claims.md").read_text()
+    # regime.run.zeroshot: the regime rows and their replicates score 6 ARC-Easy documents, the 2-bit rows 4
+    for vid, arc in [("smollm2-quipsharp-q3", 6), ("smollm2-quipsharp-q3-seed1", 6), ("smollm2-quipsharp", 4)]:
+        zs = json.loads((tmp_path / f"results/smoke/eval/{vid}/zeroshot.json").read_text())
+        assert {t: r["n"] for t, r in zs["results"]["tasks"].items()} == {"caldera_winogrande": 4,
+                                                                         "caldera_arc_easy": arc}, vid
+    assert ("Zero-shot documents per task of these rows (regime.run.zeroshot): caldera_arc_easy 6, "
+            "caldera_winogrande 4.") in reg["caption"]
     # zeroshot_claims: every SmolLM2 variant's zero-shot claims pool ARC-Easy alone; the table shows both tasks
     assert set(table["claim_tasks"]) == set(table["realizations"])
     assert all(t == ["caldera_arc_easy"] for t in table["claim_tasks"].values())

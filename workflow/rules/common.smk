@@ -27,7 +27,7 @@ from caldera.experiments.planning.selection_plan import (
     selection_models,
 )
 from caldera.experiments.planning.job_report import plan_line
-from caldera.experiments.planning.regime_rows import regime_tables, same_regime_tables
+from caldera.experiments.planning.regime_rows import regime_tables, regime_zeroshot_limit, same_regime_tables
 from caldera.experiments.planning.settings import BLOCKS, RunContext, block_settings, declared_claims
 from caldera.experiments.jobs.compress import layer_chunks
 from caldera.experiments.report.tables import TablePlan
@@ -200,13 +200,20 @@ def variant_spec(wildcards):
 def eval_spec(wildcards):
     v = VARIANTS[wildcards.variant]
     rep = (replicate_zeroshot(wildcards), replicate_corpora(wildcards)) if v.replicate_of else None
-    return declared(variant_spec(wildcards), SETTINGS.eval.as_block(), rep)
+    limit = zeroshot_limit(wildcards)  # a regime row's own zero-shot documents: declared only where set
+    return declared(variant_spec(wildcards), SETTINGS.eval.as_block(), rep, *([limit] if limit else []))
 
 
 def replicate_zeroshot(wildcards):
     """Rule evaluate's `replicate_zeroshot` param: whether a seed replicate is scored on zero-shot too (config
-    `replicates.zeroshot`)."""
-    return bool((config.get("replicates") or {}).get("zeroshot", False))
+    `replicates.zeroshot`, or for a regime row's replicate `regime.run.zeroshot.replicates`)."""
+    return bool((config.get("replicates") or {}).get("zeroshot", False)) or zeroshot_limit(wildcards) is not None
+
+
+def zeroshot_limit(wildcards):
+    """Rules evaluate's and replicate's `zeroshot_limit` param: a regime row's zero-shot documents per task
+    (config `regime.run.zeroshot`), None for every other variant (`eval.zeroshot.limit`)."""
+    return regime_zeroshot_limit(config, VARIANTS[wildcards.variant])
 
 
 def replicate_corpora(wildcards):

@@ -55,6 +55,7 @@ rule replicate:
         layers=get_variant_layer_dir,
         replicate_zeroshot=replicate_zeroshot,
         replicate_corpora=replicate_corpora,
+        zeroshot_limit=zeroshot_limit,  # a regime row's zero-shot documents (regime.run.zeroshot)
     resources:
         gpu=1,  # as evaluate (the compression runs on config `device` too)
     conda:

@@ -42,6 +42,7 @@ rule evaluate:
         run=get_variant_run,
         replicate_zeroshot=replicate_zeroshot,
         replicate_corpora=replicate_corpora,
+        zeroshot_limit=zeroshot_limit,  # a regime row's zero-shot documents (regime.run.zeroshot)
     resources:
         gpu=1,
     conda:

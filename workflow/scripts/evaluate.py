@@ -9,4 +9,5 @@ with job(sm):
     p = sm.params
     step_evaluate(p.settings, p.run, p.variant, getattr(sm.input, "checkpoint", None),
                   dict(zip(p.settings.ppl, sm.output.ppl)), sm.output.zeroshot, p.replicate_zeroshot,
-                  reference=getattr(sm.input, "reference", None), replicate_corpora=p.replicate_corpora)
+                  reference=getattr(sm.input, "reference", None), replicate_corpora=p.replicate_corpora,
+                  zeroshot_limit=p.zeroshot_limit)

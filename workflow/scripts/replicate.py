@@ -11,4 +11,4 @@ with job(sm):
     step_replicate(p.run, p.settings, p.variant, sm.input.hessians, p.layers, sm.output.checkpoint, sm.output.summary,
                    dict(zip(p.settings.ppl, sm.output.ppl)), sm.output.zeroshot, p.replicate_zeroshot,
                    allocation=next(iter(sm.input.allocation), None), reference=getattr(sm.input, "reference", None),
-                   replicate_corpora=p.replicate_corpora)
+                   replicate_corpora=p.replicate_corpora, zeroshot_limit=p.zeroshot_limit)

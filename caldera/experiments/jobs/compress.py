@@ -131,7 +131,8 @@ def step_assemble(run: RunContext, v: Variant, layer_dir: str | list[str], out_d
 def step_replicate(run: RunContext, settings: EvalSettings, v: Variant, hessian_dir: str, layer_dir: str,
                    out_dir: str, summary_out: str, ppl_outs: dict[str, str], zeroshot_out: str,
                    replicate_zeroshot: bool = False, *, allocation: str | None = None, reference: str | None = None,
-                   replicate_corpora: list[str] | None = None) -> dict[str, Any]:
+                   replicate_corpora: list[str] | None = None,
+                   zeroshot_limit: dict[str, int | None] | None = None) -> dict[str, Any]:
     """One seed realization of a variant of one chunk, in one job: its compression and checkpoint
     (:func:`step_compress_variant`, summary written to ``summary_out``), then the evaluation of that checkpoint
     as stored (:func:`step_evaluate`, read back from ``out_dir``). The two steps' results are those of the two
@@ -139,5 +140,5 @@ def step_replicate(run: RunContext, settings: EvalSettings, v: Variant, hessian_
     summary = step_compress_variant(run, v, hessian_dir, layer_dir, out_dir, allocation)
     write_json(summary_out, summary)
     ev = step_evaluate(settings, run, v, out_dir, ppl_outs, zeroshot_out, replicate_zeroshot, reference=reference,
-                       replicate_corpora=replicate_corpora)
+                       replicate_corpora=replicate_corpora, zeroshot_limit=zeroshot_limit)
     return {"summary": summary, **ev}

@@ -154,9 +154,11 @@ def eval_ppl(settings: EvalSettings, v: Variant, mdl, tok, outs: dict[str, str],
 
 
 def eval_zeroshot(settings: EvalSettings, v: Variant, mdl, tok, out: str, *, loader=None,
-                  offload: bool = False) -> dict:
-    """lm-eval zero-shot accuracies of the loaded model of variant ``v`` (``settings.zeroshot``), written to
-    ``out``. With a ``loader`` (as :func:`eval_ppl`) every request runs layer-streamed: the same scores."""
+                  offload: bool = False, limit: dict[str, int | None] | None = None) -> dict:
+    """lm-eval zero-shot accuracies of the loaded model of variant ``v`` (``settings.zeroshot``; ``limit``: the
+    documents per task in place of its ``limit``, as
+    :func:`caldera.experiments.planning.regime_rows.regime_zeroshot_limit` gives them), written to ``out``. With a
+    ``loader`` (as :func:`eval_ppl`) every request runs layer-streamed: the same scores."""
     from caldera.eval.zeroshot import zeroshot
 
     zs = settings.zeroshot
@@ -166,8 +168,9 @@ def eval_zeroshot(settings: EvalSettings, v: Variant, mdl, tok, out: str, *, loa
         from caldera.eval.streamed import streamed_lm_class
 
         stream = {"lm_class": streamed_lm_class(), "lm_kwargs": {"loader": loader, "offload": offload}}
-    res = zeroshot(mdl, tok, tasks=zs.tasks, limit=zs.limit, batch_size=zs.batch_size, **stream)
-    res = {"variant": v.id, "limit": zs.limit, "results": res}
+    limit = zs.limit if limit is None else limit
+    res = zeroshot(mdl, tok, tasks=zs.tasks, limit=limit, batch_size=zs.batch_size, **stream)
+    res = {"variant": v.id, "limit": limit, "results": res}
     write_result(out, res, {"wall_s": time.perf_counter() - t0})
     return res
 
@@ -190,14 +193,17 @@ def step_reference(settings: EvalSettings, run: RunContext, model: str, out: str
 def step_evaluate(settings: EvalSettings, run: RunContext, v: Variant, checkpoint: str | None,
                   ppl_outs: dict[str, str], zeroshot_out: str, replicate_zeroshot: bool = False, *,
                   budget_bytes: int | None = None, reference: str | None = None,
-                  replicate_corpora: list[str] | None = None) -> dict[str, Any]:
+                  replicate_corpora: list[str] | None = None,
+                  zeroshot_limit: dict[str, int | None] | None = None) -> dict[str, Any]:
     """Every evaluation of one variant in one job (the model is loaded once; ``run``: its model's entry, the
     device and dtype) with ``settings``: perplexity on each corpus of ``ppl_outs`` (:func:`eval_ppl`), then
     zero-shot (:func:`eval_zeroshot`). A seed replicate (``v.replicate_of``) is scored on perplexity only unless
     ``replicate_zeroshot`` (config ``replicates.zeroshot``) is true: its zero-shot file then records that it was
     skipped (no results), so the tables use the seeds that have them. Likewise a replicate is scored only on the
     perplexity corpora of ``replicate_corpora`` (config ``replicates.corpora``; None: all): the file of any other
-    corpus records that it was skipped.
+    corpus records that it was skipped. ``zeroshot_limit``: the zero-shot documents per task in place of
+    ``settings.zeroshot.limit`` (a regime row's:
+    :func:`~caldera.experiments.planning.regime_rows.regime_zeroshot_limit`).
 
     A dense variant too large for the device (``settings.stream_layers``, :func:`streams`; ``budget_bytes``:
     the memory it may fill, default the device's free memory) is evaluated layer-streamed: its decoder layers
@@ -229,4 +235,5 @@ def step_evaluate(settings: EvalSettings, run: RunContext, v: Variant, checkpoin
                "results": {"tasks": {}}}
         write_json(zeroshot_out, res)
         return {"ppl": ppl, "zeroshot": res}
-    return {"ppl": ppl, "zeroshot": eval_zeroshot(settings, v, mdl, tok, zeroshot_out, **stream)}
+    return {"ppl": ppl, "zeroshot": eval_zeroshot(settings, v, mdl, tok, zeroshot_out, limit=zeroshot_limit,
+                                                  **stream)}

@@ -137,25 +137,32 @@ def corpus_tokens(config: dict[str, Any], corpus: str) -> int:
     return int(spec["n_windows"]) * int(spec["seq_len"])
 
 
-def zeroshot_work(config: dict[str, Any]) -> int:
+def zeroshot_work(config: dict[str, Any], limit: dict[str, int | None] | None = None) -> int:
     """Zero-shot request tokens of one evaluation (:func:`caldera.experiments.planning.workload.zeroshot_tokens` over
-    the tasks at ``eval.zeroshot.limit``): the unit zero-shot time is priced in (tasks differ in choices and
-    length)."""
+    the tasks at ``eval.zeroshot.limit``, or at ``limit`` per task where given): the unit zero-shot time is priced
+    in (tasks differ in choices and length)."""
     from caldera.experiments.planning.workload import zeroshot_tokens
 
     zs = config["eval"].get("zeroshot") or {}
+    if limit is not None:
+        return sum(zeroshot_tokens(t, n) for t, n in limit.items())
     return sum(zeroshot_tokens(t, zs.get("limit")) for t in zs.get("tasks") or [])
 
 
 def eval_parts(config: dict[str, Any], v: Any) -> dict[str, Any]:
     """What one evaluation of ``v`` runs: ``{corpus: tokens}`` of its perplexity corpora (a seed replicate: those
     of ``replicates.corpora``), the corpus scored against the dense model (``kl``, compressed variants only) and
-    its zero-shot work (0 for a replicate unless ``replicates.zeroshot``)."""
+    its zero-shot work (0 for a replicate unless ``replicates.zeroshot`` or ``regime.run.zeroshot.replicates``; a
+    regime row at its own documents per task)."""
+    from caldera.experiments.planning.regime_rows import regime_zeroshot_limit
+
     rep = config.get("replicates") or {}
     corpora = list(config["eval"]["ppl"])
     if v.replicate_of is not None and rep.get("corpora"):
         corpora = [c for c in corpora if c in rep["corpora"]]
-    zs = zeroshot_work(config) if v.replicate_of is None or rep.get("zeroshot", False) else 0
+    limit = regime_zeroshot_limit(config, v)  # a regime row's own documents (and its replicates' when set)
+    scored = v.replicate_of is None or rep.get("zeroshot", False) or limit is not None
+    zs = zeroshot_work(config, limit) if scored else 0
     dist = (config.get("eval") or {}).get("distribution")
     return {"corpora": {c: corpus_tokens(config, c) for c in corpora},
             "kl": dist if v.method != "dense" and dist in corpora else None, "zeroshot": zs}

@@ -70,6 +70,29 @@ def regime_variant(config: dict[str, Any], v: Variant) -> Variant | None:
     return dataclasses.replace(v, id=f"{v.id}-q{q}", params=params, config=method_config(v.method, params, where))
 
 
+def _is_regime_id(config: dict[str, Any], vid: str, model: str) -> bool:
+    run = _run(config)
+    q = regime_bits(config, model)
+    return bool(run) and q is not None and any(vid == f"{b}-q{q}" for b in run["variants"])
+
+
+def regime_zeroshot_limit(config: dict[str, Any], v: Variant) -> dict[str, int | None] | None:
+    """The zero-shot documents per task of regime variant ``v`` (or of a seed replicate of one, when
+    ``regime.run.zeroshot.replicates``) under ``regime.run.zeroshot.limit``: every task of ``eval.zeroshot.tasks``
+    (full names), at the documents the block names or else ``eval.zeroshot.limit``; None for any other variant
+    or without the block (the evaluation then takes ``eval.zeroshot.limit``)."""
+    from caldera.eval.zeroshot import task_names
+
+    zs = (_run(config) or {}).get("zeroshot")
+    if not zs or not _is_regime_id(config, v.replicate_of or v.id, v.model):
+        return None
+    if v.replicate_of is not None and not zs.get("replicates", False):
+        return None
+    named = {task_names([t])[0]: n for t, n in zs["limit"].items()}
+    base = config["eval"]["zeroshot"].get("limit")
+    return {t: named.get(t, base) for t in task_names(config["eval"]["zeroshot"]["tasks"])}
+
+
 def regime_table_rows(config: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rows of a regime table from its paper table's ``rows`` (:func:`caldera.experiments.planning.plan.table_rows`
     of the 2-bit table): each paper row keeps its dense variant, takes its compressed variant's regime variant, or
@@ -117,6 +140,17 @@ def regime_errors(config: dict[str, Any], variants: dict[str, Variant]) -> list[
     for method in (run.get("params") or {}):
         if not any(variants[vid].method == method for vid in run["variants"] if vid in variants):
             errors.append(f"regime.run.params.{method}: no variant of regime.run.variants uses method {method!r}")
+    from caldera.eval.zeroshot import task_names
+
+    try:
+        evaluated = task_names(config["eval"]["zeroshot"]["tasks"])
+    except ValueError:  # an unknown task: check_config names it
+        evaluated = []
+    for t in ((run.get("zeroshot") or {}).get("limit") or {}):
+        name = t if t.startswith("caldera_") else f"caldera_{t}"
+        if name not in evaluated:
+            errors.append(f"regime.run.zeroshot.limit.{t}: not a task of eval.zeroshot.tasks ({evaluated}); add it "
+                          "there or remove it here")
     return errors
 
 

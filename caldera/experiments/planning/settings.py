@@ -351,6 +351,17 @@ class RegimeModel(Settings):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class RegimeZeroshot(Settings):
+    """``regime.run.zeroshot``: the regime rows' zero-shot documents, set from the regime's measured per-document
+    spreads at 80 % power (``benchmarks/results/zeroshot_design_regime.md``). ``limit``: documents per task for
+    the tasks it names (the others keep ``eval.zeroshot.limit``); ``replicates``: the regime rows' seed replicates
+    are scored zero-shot too (whatever ``replicates.zeroshot`` says), so the zero-shot claims pair on seeds."""
+
+    limit: dict[str, int] = setting(check=mapping_of(integer(1), min_items=1))
+    replicates: bool = setting(False, boolean)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class RegimeRun(Settings):
     """``regime.run``: rows of this run compressed again with Q at each stand-in's regime bits
     (``regime.models.<m>.q_bits``), beside the 2-bit rows. ``variants``: ids of this run's compressed variants
@@ -361,6 +372,7 @@ class RegimeRun(Settings):
     tables: list[str] = setting(check=list_of(text, min_items=1, unique=True))
     variants: list[str] = setting(check=list_of(text, min_items=1, unique=True))
     params: dict[str, dict[str, Any]] = setting({}, mapping_of(mapping))
+    zeroshot: RegimeZeroshot | None = setting(None, optional(nested(RegimeZeroshot)))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -585,7 +597,7 @@ def block_settings(config: Mapping[str, Any]) -> BlockSettings:
 __all__ = ["BLOCKS", "BlockSettings", "CLAIM_RULES", "CLAIM_STATISTICS", "CalibrationSettings", "ClaimSettings",
            "EvalSettings", "FiguresSettings", "LoftqSettings", "LongIters",
            "LoraFtSettings", "LoraFtRow", "LoraTaskSettings", "LoraTasks", "ModelEntry", "PaperRow", "PplSettings",
-           "RegimeModel", "RegimeSettings", "RhtFtSettings",
+           "RegimeModel", "RegimeSettings", "RegimeZeroshot", "RhtFtSettings",
            "RunContext", "SelectionSettings", "Settings", "ThroughputSettings", "ZeroshotClaimsSettings",
            "ZeroshotSettings", "block_settings",
            "declared_claims"]

@@ -605,6 +605,12 @@ def write_table(results_dir: str, plan: TablePlan, out_md: str, out_tex: str, ou
                     f"(regime.models.<stand-in>.q_bits, chosen on held-out calibration text as the bits at which "
                     f"QuIP# loses what the paper's QuIP# loses at 2 bits; regime.run), the paper's own 2-bit rows "
                     f"beside them; rows not compressed again at those bits are marked.")
+        docs = {t: len(z["doc_id"]) for row in tab["rows"]
+                if row["variant"] and not str(row["method"]).startswith(("Unquantized", "Uncompressed"))
+                for t, z in tab["samples"].get(row["variant"], {}).get("zeroshot", {}).items()}
+        if docs and any(n != plan.eval.zeroshot.limit for n in docs.values()):
+            caption += (" Zero-shot documents per task of these rows (regime.run.zeroshot): "
+                        + ", ".join(f"{t} {n}" for t, n in sorted(docs.items())) + ".")
     if table in RHTFT_TABLES:
         ft = plan.rht_ft.as_block()
         ran = [f"{r['method']} k={r['paper_rank']} B_LR={r['b_lr']}" for r in tab["rows"] if r["variant"]]

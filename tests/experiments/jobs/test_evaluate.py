@@ -82,28 +82,36 @@ def test_lean_is_the_default_off_the_cpu_and_auto_takes_the_models_dtype(tmp_pat
     assert mdl.model.norm.weight.dtype == torch.bfloat16
 
 
+def _dense_run(tmp_path, monkeypatch, windows: int):
+    """A tiny dense model "m" saved under ``tmp_path`` and its run context, with the perplexity stream replaced by
+    ``windows`` windows of 16 random tokens: ``(run, ppl spec)``."""
+    import caldera.pipeline.text as text
+    from caldera.experiments.planning.settings import RunContext
+    from tests.helpers import model_entry, tiny_llama, word_tokenizer
+
+    src = tmp_path / "m"
+    tiny_llama(0).save_pretrained(src)
+    word_tokenizer().save_pretrained(src)
+    stream = torch.randint(0, 128, (1, windows * 16), generator=torch.Generator().manual_seed(2))
+    monkeypatch.setattr(text, "perplexity_stream", lambda tok, source: stream)
+    run = RunContext(name="t", device="cpu", dtype="auto", models={"m": model_entry(src)})
+    return run, {"source": "wikitext2", "protocol": "stream", "seq_len": 16}
+
+
 @pytest.mark.usefixtures("prepared")
 def test_a_replicate_is_scored_only_on_the_corpora_its_claims_read(tmp_path, monkeypatch):
     """``replicates.corpora``: a seed replicate's other corpora get a file that says they were skipped (no
     windows, so the tables stack only the seeds that have them); the variant itself is scored on every corpus."""
     import json
 
-    import caldera.pipeline.text as text
     from caldera.atomic import timing_path
     from caldera.experiments.jobs import evaluate as evaluate_job
     from caldera.experiments.planning.plan import Variant
-    from caldera.experiments.planning.settings import EvalSettings, RunContext
+    from caldera.experiments.planning.settings import EvalSettings
     from caldera.experiments.report.tables import variant_samples
-    from tests.helpers import model_entry, tiny_llama, word_tokenizer
 
-    src = tmp_path / "m"
-    tiny_llama(0).save_pretrained(src)
-    word_tokenizer().save_pretrained(src)
-    stream = torch.randint(0, 128, (1, 3 * 16), generator=torch.Generator().manual_seed(2))
-    monkeypatch.setattr(text, "perplexity_stream", lambda tok, source: stream)
-    spec = {"source": "wikitext2", "protocol": "stream", "seq_len": 16}
+    run, spec = _dense_run(tmp_path, monkeypatch, 3)
     settings = EvalSettings.from_block({"ppl": {"wiki": spec, "c4": spec}, "zeroshot": {"tasks": ["caldera_piqa"]}})
-    run = RunContext(name="t", device="cpu", dtype="auto", models={"m": model_entry(src)})
     for vid, rep in [("m-dense", None), ("m-dense-seed1", "m-dense")]:
         v = Variant(id=vid, model="m", method="dense", replicate_of=rep)
         out = tmp_path / "eval" / vid
@@ -118,3 +126,29 @@ def test_a_replicate_is_scored_only_on_the_corpora_its_claims_read(tmp_path, mon
     assert "replicates.corpora" in c4["skipped"] and "window_nll" not in c4
     assert set(variant_samples(tmp_path, "m-dense-seed1")["ppl"]) == {"wiki"}
     assert set(variant_samples(tmp_path, "m-dense")["ppl"]) == {"wiki", "c4"}
+
+
+@pytest.mark.usefixtures("prepared")
+def test_a_regime_row_is_scored_zero_shot_at_its_own_documents_per_task(tmp_path, monkeypatch):
+    """``zeroshot_limit`` (a regime row's documents per task) replaces ``eval.zeroshot.limit`` task by task: the
+    zero-shot file holds those documents, and the tables read them."""
+    import json
+
+    from caldera.experiments.jobs import evaluate as evaluate_job
+    from caldera.experiments.planning.plan import Variant
+    from caldera.experiments.planning.settings import EvalSettings
+    from caldera.experiments.report.tables import variant_samples
+
+    run, spec = _dense_run(tmp_path, monkeypatch, 2)
+    settings = EvalSettings.from_block({"ppl": {"wiki": spec},
+                                        "zeroshot": {"tasks": ["caldera_piqa", "caldera_winogrande"], "limit": 1}})
+    v = Variant(id="m-dense", model="m", method="dense")
+    for vid, limit in [("plain", None), ("regime", {"caldera_piqa": 3, "caldera_winogrande": 1})]:
+        out = tmp_path / "eval" / vid
+        evaluate_job.step_evaluate(settings, run, v, None, {"wiki": str(out / "ppl_wiki.json")},
+                                   str(out / "zeroshot.json"), zeroshot_limit=limit)
+    plain, regime = (variant_samples(tmp_path, vid)["zeroshot"] for vid in ("plain", "regime"))
+    assert {t: len(r["doc_id"]) for t, r in plain.items()} == {"caldera_piqa": 1, "caldera_winogrande": 1}
+    assert {t: len(r["doc_id"]) for t, r in regime.items()} == {"caldera_piqa": 3, "caldera_winogrande": 1}
+    assert json.loads((tmp_path / "eval/regime/zeroshot.json").read_text())["limit"] == {
+        "caldera_piqa": 3, "caldera_winogrande": 1}

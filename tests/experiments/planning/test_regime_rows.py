@@ -15,6 +15,7 @@ from caldera.experiments.planning.regime_rows import (
     regime_errors,
     regime_tables,
     regime_variant,
+    regime_zeroshot_limit,
     same_regime_tables,
 )
 
@@ -104,6 +105,8 @@ def test_tables_whose_stand_ins_regime_is_2_bits_are_their_own_regime_tables():
     (lambda c: c["regime"]["run"]["variants"].append("smollm2-dense"), "not a compressed variant"),
     (lambda c: c["regime"]["run"]["variants"].append("gemma3-quipsharp"), "regime is 2 bits"),
     (lambda c: c["regime"]["run"]["params"].update({"rtn": {"bits": 3}}), "regime.run.params.rtn"),
+    (lambda c: c["regime"]["run"].update({"zeroshot": {"limit": {"hellaswag": 9}}}),
+     "regime.run.zeroshot.limit.hellaswag: not a task of eval.zeroshot.tasks"),
 ])
 def test_bad_regime_run_is_named_with_its_key(edit, words):
     cfg = mini()
@@ -126,3 +129,33 @@ def test_a_bad_regime_param_value_is_refused_with_its_key():
     cfg["regime"]["run"]["params"]["caldera"] = {"outer_iters": 0}
     with pytest.raises(ValueError, match=r"regime\.run\.params\.caldera"):
         check_config(cfg)
+
+
+def test_regime_rows_take_their_own_zero_shot_documents_and_only_they():
+    """regime.run.zeroshot: the regime rows are evaluated at its documents on the tasks it names (eval.zeroshot.limit
+    on the others), their seed replicates too when ``replicates`` (then scored zero-shot, and priced so); the 2-bit
+    rows and their replicates keep eval.zeroshot.limit."""
+    from caldera.experiments.planning.job_plan import eval_parts
+
+    cfg = mini()
+    cfg["replicates"]["zeroshot"] = False
+    variants = check_config(cfg)
+    assert all(regime_zeroshot_limit(cfg, v) is None for v in variants.values())  # no block: none
+    before = {vid: eval_parts(cfg, v)["zeroshot"] for vid, v in variants.items()}
+    cfg["regime"]["run"]["zeroshot"] = {"limit": {"arc_easy": 300, "caldera_piqa": 300}}
+    variants = check_config(cfg)
+    tasks = ["caldera_winogrande", "caldera_rte", "caldera_piqa", "caldera_arc_easy", "caldera_arc_challenge"]
+    want = {t: 300 if t in ("caldera_piqa", "caldera_arc_easy") else 4 for t in tasks}
+    for vid, v in variants.items():
+        regime = (v.replicate_of or vid).endswith("-q3")
+        got = regime_zeroshot_limit(cfg, v)
+        assert got == (want if regime and v.replicate_of is None else None), vid
+        assert (eval_parts(cfg, v)["zeroshot"] > before[vid]) == (got is not None), vid
+    reps = replicate_variants(cfg, variants)
+    rep, two_bit_rep = reps["smollm2-quipsharp-q3"][1], reps["smollm2-quipsharp"][1]
+    assert rep.replicate_of == "smollm2-quipsharp-q3" and two_bit_rep.replicate_of == "smollm2-quipsharp"
+    assert regime_zeroshot_limit(cfg, rep) is None and eval_parts(cfg, rep)["zeroshot"] == 0
+    cfg["regime"]["run"]["zeroshot"]["replicates"] = True
+    assert regime_zeroshot_limit(cfg, rep) == want
+    assert eval_parts(cfg, rep)["zeroshot"] == eval_parts(cfg, variants["smollm2-quipsharp-q3"])["zeroshot"]
+    assert regime_zeroshot_limit(cfg, two_bit_rep) is None and eval_parts(cfg, two_bit_rep)["zeroshot"] == 0
