@@ -225,7 +225,8 @@ def continuation_lm_class(per_row_head: bool = True):
     return ContinuationLogitsLM
 
 
-def _short(task: str) -> str:
+def task_name(task: str) -> str:
+    """A task's full name (the ``caldera_`` prefix may be left out)."""
     return task if task.startswith("caldera_") else f"caldera_{task}"
 
 
@@ -273,7 +274,7 @@ def task_size(task: str) -> int:
     spec = importlib.util.spec_from_file_location("caldera_task_utils", tasks_dir() / "utils.py")
     utils = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(utils)
-    name = _short(task).removeprefix("caldera_")
+    name = task_name(task).removeprefix("caldera_")
     with open(utils.task_data_dir() / f"{name}.jsonl", encoding="utf-8") as f:
         return sum(1 for line in f if line.strip())
 
@@ -303,7 +304,7 @@ def task_names(tasks=TASKS) -> list[str]:
     ``caldera_zeroshot`` for all five), in order, each once."""
     names = []
     for t in [tasks] if isinstance(tasks, str) else tasks:
-        for n in TASKS if _short(t) == "caldera_zeroshot" else [_short(t)]:  # the tag names all five
+        for n in TASKS if task_name(t) == "caldera_zeroshot" else [task_name(t)]:  # the tag names all five
             if n not in TASKS:
                 raise ValueError(f"unknown task {t!r}; expected names from {TASKS} or 'caldera_zeroshot'")
             if n not in names:
@@ -315,7 +316,7 @@ def _zeroshot_per_task(model, tokenizer, tasks, limit: Mapping[str, int | None],
                        trim_logits: bool, **lm) -> dict:
     """:func:`zeroshot` with a limit per task: one evaluation per distinct limit, merged in ``tasks``' order."""
     names = task_names(tasks)
-    per = {_short(t): n for t, n in limit.items()}
+    per = {task_name(t): n for t, n in limit.items()}
     missing, extra = [t for t in names if t not in per], sorted(set(per) - set(names))
     if missing or extra:
         raise ValueError(f"limit per task must name exactly the tasks evaluated ({names}): "

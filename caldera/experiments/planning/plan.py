@@ -378,26 +378,24 @@ def _beside_errors(config: dict[str, Any]) -> list[str]:
     return errors
 
 
-def _task_name(task: str) -> str:
-    """A zero-shot task's full name (the ``caldera_`` prefix may be left out in a config)."""
-    return task if task.startswith("caldera_") else f"caldera_{task}"
-
-
 def claim_tasks(config: dict[str, Any]) -> dict[str, list[str]]:
     """``zeroshot_claims.tasks`` with full task names: model key → the tasks its zero-shot claims pool (a model
     absent pools every task)."""
+    from caldera.eval.zeroshot import task_name
+
     tasks = ((config.get("zeroshot_claims") or {}).get("tasks")) or {}
-    return {m: [_task_name(t) for t in ts] for m, ts in tasks.items()}
+    return {m: [task_name(t) for t in ts] for m, ts in tasks.items()}
 
 
 def zeroshot_claims_errors(config: dict[str, Any]) -> list[str]:
     """Problems of ``zeroshot_claims.tasks`` against this run, each naming its key: a model that is not a key of
     ``models``, or a task that ``eval.zeroshot.tasks`` does not evaluate."""
-    from caldera.eval.zeroshot import TASKS
+    from caldera.eval.zeroshot import task_names
 
-    evaluated = {_task_name(t) for t in config["eval"]["zeroshot"]["tasks"]}
-    if "caldera_zeroshot" in evaluated:  # the tag: all five
-        evaluated |= set(TASKS)
+    try:
+        evaluated = task_names(config["eval"]["zeroshot"]["tasks"])
+    except ValueError:  # an unknown task: check_config names it
+        evaluated = []
     errors = []
     for m, ts in claim_tasks(config).items():
         if m not in config["models"]:
@@ -426,7 +424,7 @@ def check_config(config: dict[str, Any]) -> dict[str, Variant]:
     ``claims`` items whose rows are not the paper's (:func:`claims_errors`).
     """
     from caldera.algorithm.config import PRESETS
-    from caldera.eval.zeroshot import TASKS
+    from caldera.eval.zeroshot import TASKS, task_name
     from caldera.experiments.planning.config_guard import plan_time_errors, unknown_param_errors
     from caldera.experiments.planning.regime_plan import regime_errors
     from caldera.experiments.planning.settings import block_settings
@@ -487,7 +485,7 @@ def check_config(config: dict[str, Any]) -> dict[str, Variant]:
             errors.append(f"eval.ppl.{corpus}.source: {spec['source']!r} unknown; accepted: {sources}")
     tasks = [*TASKS, "caldera_zeroshot"]
     for t in config["eval"]["zeroshot"]["tasks"]:
-        if (t if t.startswith("caldera_") else f"caldera_{t}") not in tasks:
+        if task_name(t) not in tasks:
             errors.append(f"eval.zeroshot.tasks: {t!r} unknown; accepted: {tasks}")
     errors += zeroshot_claims_errors(config)  # the tasks the zero-shot claims pool: evaluated ones
     ft = config.get("rht_ft")

@@ -81,14 +81,14 @@ def regime_zeroshot_limit(config: dict[str, Any], v: Variant) -> dict[str, int |
     ``regime.run.zeroshot.replicates``) under ``regime.run.zeroshot.limit``: every task of ``eval.zeroshot.tasks``
     (full names), at the documents the block names or else ``eval.zeroshot.limit``; None for any other variant
     or without the block (the evaluation then takes ``eval.zeroshot.limit``)."""
-    from caldera.eval.zeroshot import task_names
+    from caldera.eval.zeroshot import task_name, task_names
 
     zs = (_run(config) or {}).get("zeroshot")
     if not zs or not _is_regime_id(config, v.replicate_of or v.id, v.model):
         return None
     if v.replicate_of is not None and not zs.get("replicates", False):
         return None
-    named = {task_names([t])[0]: n for t, n in zs["limit"].items()}
+    named = {task_name(t): n for t, n in zs["limit"].items()}
     base = config["eval"]["zeroshot"].get("limit")
     return {t: named.get(t, base) for t in task_names(config["eval"]["zeroshot"]["tasks"])}
 
@@ -140,15 +140,14 @@ def regime_errors(config: dict[str, Any], variants: dict[str, Variant]) -> list[
     for method in (run.get("params") or {}):
         if not any(variants[vid].method == method for vid in run["variants"] if vid in variants):
             errors.append(f"regime.run.params.{method}: no variant of regime.run.variants uses method {method!r}")
-    from caldera.eval.zeroshot import task_names
+    from caldera.eval.zeroshot import task_name, task_names
 
     try:
         evaluated = task_names(config["eval"]["zeroshot"]["tasks"])
     except ValueError:  # an unknown task: check_config names it
         evaluated = []
     for t in ((run.get("zeroshot") or {}).get("limit") or {}):
-        name = t if t.startswith("caldera_") else f"caldera_{t}"
-        if name not in evaluated:
+        if task_name(t) not in evaluated:
             errors.append(f"regime.run.zeroshot.limit.{t}: not a task of eval.zeroshot.tasks ({evaluated}); add it "
                           "there or remove it here")
     return errors

@@ -489,7 +489,7 @@ class ZeroshotClaimsSettings(Settings):
     """``zeroshot_claims:`` the zero-shot tasks each stand-in's claims pool (``tasks``: model key → tasks of
     ``eval.zeroshot.tasks``; a model it leaves out pools every task). The tables show every task; a claim compares
     two compressions of a model only on the tasks its dense model scores above chance (set from a committed record
-    of the dense model alone, ``benchmarks/results/zeroshot_chance.md``), since where the dense model guesses no
+    of the dense model alone, ``benchmarks/results/zeroshot_design_regime.md``), since where the dense model guesses no
     compression of it can show the paper's differences."""
 
     BLOCK: ClassVar[str] = "zeroshot_claims"
